@@ -1,0 +1,94 @@
+//! Everything `watchdog` reads from the machine, behind one [`Source`] trait.
+//!
+//! Each source reads its files through descriptors kept open and re-read with
+//! `pread` at offset 0, parses them with pure functions, and pushes one
+//! [`Sample`] per resource into the ring buffer, never allocating once warm.
+//! Every reader takes its root (`/proc`, `/sys/fs/cgroup`) so tests run it on
+//! fixture trees of real captured files.
+#![deny(missing_docs)]
+
+use watchdog_types::{Resource, ResourceId, ResourceKind, Sample};
+
+/// The resources known to one watchdog, indexed by [`ResourceId`].
+#[derive(Debug, Default)]
+pub struct ResourceTable {
+    resources: Vec<Resource>,
+}
+
+impl ResourceTable {
+    /// Registers a resource and returns its id.
+    pub fn register(&mut self, kind: ResourceKind, name: String, source: String) -> ResourceId {
+        let id = ResourceId(self.resources.len() as u16);
+        self.resources.push(Resource {
+            id,
+            kind,
+            name,
+            source,
+        });
+        id
+    }
+
+    /// The resource with this id.
+    pub fn get(&self, id: ResourceId) -> Option<&Resource> {
+        self.resources.get(id.0 as usize)
+    }
+
+    /// All resources, in id order.
+    pub fn all(&self) -> &[Resource] {
+        &self.resources
+    }
+}
+
+/// What the sources need to know about the current tick.
+#[derive(Debug, Clone, Copy)]
+pub struct Tick<'a> {
+    /// Monotonic nanoseconds since the watchdog started.
+    pub now_ns: u64,
+    /// PIDs of the watched process tree (target first), as of this tick.
+    pub tree: &'a [u32],
+}
+
+/// What one read of a source produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Samples were pushed.
+    Sampled,
+    /// Nothing new this time (rate-limited or not yet due); not an error.
+    Idle,
+}
+
+/// A source that could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// A file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A file's contents were not what the kernel documents.
+    #[error("unexpected contents in {path}: {what}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// What was wrong.
+        what: String,
+    },
+    /// The resource is gone for good (a device fell off the bus, a filesystem was unmounted).
+    #[error("{0}")]
+    Gone(String),
+}
+
+/// One thing the watchdog reads every tick.
+pub trait Source: Send {
+    /// A short name for logs (`meminfo`, `cgroup`, `tree`, `disk:/data`, `nvml`).
+    fn name(&self) -> &str;
+    /// Reads once and passes one sample per resource to `out`; must not allocate once warm.
+    fn sample(
+        &mut self,
+        tick: &Tick<'_>,
+        out: &mut dyn FnMut(Sample),
+    ) -> Result<Outcome, SourceError>;
+}

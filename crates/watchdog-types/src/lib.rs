@@ -1,0 +1,235 @@
+//! The small vocabulary every `watchdog` crate shares.
+//!
+//! A [`Sample`] is one reading of one resource (`used` against `limit`) at one
+//! instant; it is `Copy`, fixed-size and allocation-free so the sampler can push
+//! it into the ring buffer on the hot path. A [`Resource`] describes what a
+//! [`ResourceId`] stands for (its kind, its name as users see it, its unit).
+//! A [`Forecast`] is what the predictor says about one resource, and an
+//! [`Event`] is one line of the `--events` JSON log. The unit parsers for the
+//! command line and the config file live in [`units`].
+#![deny(missing_docs)]
+
+pub mod units;
+
+use serde::{Deserialize, Serialize};
+
+/// Index of a resource in the watchdog's resource table; cheap to copy into every sample.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize,
+)]
+pub struct ResourceId(pub u16);
+
+/// What kind of thing a resource is; decides its unit and how it is predicted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResourceKind {
+    /// Host memory: used = MemTotal - MemAvailable, limit = MemTotal (bytes).
+    HostMemory,
+    /// Host swap: used = SwapTotal - SwapFree, limit = SwapTotal (bytes).
+    Swap,
+    /// The target's memory cgroup working set against its smallest limit (bytes).
+    CgroupMemory,
+    /// Sum of RSS over the watched process tree against `--mem-limit` (bytes).
+    TreeMemory,
+    /// Bytes used on a filesystem against the bytes the target may use (bytes).
+    DiskBytes,
+    /// Inodes used on a filesystem against the inodes the target may use (count).
+    DiskInodes,
+    /// Wall time since the target started against its runtime limit (milliseconds).
+    Runtime,
+    /// Memory used on one GPU against its total memory (bytes).
+    GpuMemory,
+}
+
+/// The unit a resource's `used` and `limit` are counted in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unit {
+    /// Bytes.
+    Bytes,
+    /// A plain count (inodes).
+    Count,
+    /// Milliseconds.
+    Millis,
+}
+
+impl ResourceKind {
+    /// The unit this kind's samples are counted in.
+    pub fn unit(self) -> Unit {
+        match self {
+            ResourceKind::DiskInodes => Unit::Count,
+            ResourceKind::Runtime => Unit::Millis,
+            _ => Unit::Bytes,
+        }
+    }
+
+    /// Whether usage can jump in large discrete steps (a checkpoint file, an epoch's allocation).
+    pub fn grows_in_steps(self) -> bool {
+        matches!(
+            self,
+            ResourceKind::DiskBytes | ResourceKind::DiskInodes | ResourceKind::GpuMemory
+        )
+    }
+}
+
+/// Description of one watched resource, fixed when the resource is discovered.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Resource {
+    /// Its index in the resource table.
+    pub id: ResourceId,
+    /// What it is.
+    pub kind: ResourceKind,
+    /// Name as users see it: `host_memory`, `swap`, `cgroup_memory`, `tree_memory`,
+    /// `disk:/path`, `inodes:/path`, `runtime`, `gpu0`.
+    pub name: String,
+    /// Where the figure and its limit come from, in a few words (`/sys/fs/cgroup/memory/x`,
+    /// `SLURM_JOB_END_TIME`, `NVIDIA A100 (GPU-uuid)`), for logs and events.
+    pub source: String,
+}
+
+/// One reading of one resource; fixed-size and `Copy` so it can go through the ring buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Sample {
+    /// Which resource.
+    pub resource: ResourceId,
+    /// Monotonic time of the reading, in nanoseconds since the watchdog started.
+    pub t_ns: u64,
+    /// Amount in use, in the resource's unit.
+    pub used: u64,
+    /// Amount at which the resource is exhausted, in the resource's unit; `u64::MAX` when unlimited.
+    pub limit: u64,
+}
+
+impl Sample {
+    /// Whether the resource has a finite limit worth predicting against.
+    pub fn is_limited(&self) -> bool {
+        self.limit != u64::MAX && self.limit > 0
+    }
+}
+
+/// The predictor's view of one resource after the latest sample.
+#[derive(Clone, Copy, Debug, PartialEq, Default, Serialize, Deserialize)]
+pub struct Forecast {
+    /// Predicted seconds until `used` reaches `limit`; `None` when the trend does not reach it.
+    pub seconds_left: Option<f64>,
+    /// Growth rate the prediction rests on, in units per second (negative when falling).
+    pub rate_per_s: f64,
+    /// How sure the predictor is, from 0 (a guess) to 1 (a clean trend).
+    pub confidence: f64,
+    /// Bytes (or units) left before the limit.
+    pub headroom: u64,
+}
+
+/// Why an alert fired.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AlertReason {
+    /// The predicted time to exhaustion fell below the lead time.
+    Trend,
+    /// Headroom fell below the absolute floor, whatever the trend.
+    HeadroomFloor,
+    /// The next step (checkpoint file, epoch allocation) of the learned size will not fit.
+    NextStep,
+}
+
+/// One line of the `--events` JSON log: `{"event": "<kind>", "time": "<RFC 3339>", ...}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// Wall-clock time of the event, RFC 3339 with milliseconds, UTC.
+    pub time: String,
+    /// The kind of event and its fields.
+    #[serde(flatten)]
+    pub body: EventBody,
+}
+
+/// The kinds of events, each with its own fields.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum EventBody {
+    /// The watchdog started watching a target.
+    Start {
+        /// The target's PID.
+        pid: u32,
+        /// The watchdog's own PID.
+        watchdog_pid: u32,
+        /// Sampling interval in seconds.
+        interval_s: f64,
+        /// Lead time in seconds.
+        lead_s: f64,
+        /// Whether `--dry-run` is on.
+        dry_run: bool,
+    },
+    /// A resource and its limit were found.
+    Limit {
+        /// Resource name.
+        resource: String,
+        /// What kind of resource.
+        kind: ResourceKind,
+        /// The limit, in the resource's unit.
+        limit: u64,
+        /// The resource's unit.
+        unit: Unit,
+        /// Where the limit comes from.
+        source: String,
+    },
+    /// A resource could not be watched.
+    Unwatched {
+        /// Resource name or kind.
+        resource: String,
+        /// Why, in one sentence.
+        reason: String,
+    },
+    /// The watchdog asked the target to checkpoint.
+    Alert {
+        /// Resource name.
+        resource: String,
+        /// Why.
+        reason: AlertReason,
+        /// Usage at the alert.
+        used: u64,
+        /// Limit at the alert.
+        limit: u64,
+        /// The resource's unit.
+        unit: Unit,
+        /// Predicted seconds left (absent when the floor fired on a flat trend).
+        predicted_s: Option<f64>,
+        /// Growth rate in units per second.
+        rate_per_s: f64,
+        /// PIDs signalled.
+        signalled: Vec<u32>,
+        /// Signal name sent (absent when none was sent).
+        signal: Option<String>,
+        /// The request file written (absent in dry-run).
+        request_file: Option<String>,
+        /// Whether this was a dry run (nothing sent or written).
+        dry_run: bool,
+    },
+    /// A resource left its alert episode (usage fell back below the re-arm threshold).
+    Rearm {
+        /// Resource name.
+        resource: String,
+    },
+    /// The target acknowledged a checkpoint.
+    Ack {
+        /// Seconds from the alert to the acknowledgment.
+        checkpoint_s: Option<f64>,
+        /// The lead time now in force, in seconds.
+        lead_s: f64,
+    },
+    /// The target exited.
+    Exit {
+        /// Exit code, when it exited normally and the code is known.
+        code: Option<i32>,
+        /// Signal number, when it was killed by a signal.
+        signal: Option<i32>,
+        /// Peak usage per resource name.
+        peaks: serde_json::Map<String, serde_json::Value>,
+        /// Number of alerts sent.
+        alerts: u32,
+    },
+}
+
+/// Monotonic nanoseconds to seconds.
+pub fn ns_to_s(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}

@@ -1,0 +1,1 @@
+//! End-to-end tests: real processes, cgroups, tmpfs and signals against the built `watchdog` binary.
