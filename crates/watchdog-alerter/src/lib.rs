@@ -1,2 +1,31 @@
 //! How the watchdog tells a training run to checkpoint.
+//!
+//! - [`signal`]: send the signal to every process of the watched tree that catches it,
+//!   through a pidfd ([`pidfd`]), after reading its caught-signal mask ([`sigcgt`]);
+//! - [`request`]: the JSON request file, written atomically, and the client's `.ack`;
+//! - [`hook`]: the `--on-alert` command;
+//! - [`notify`]: a desktop notification under a timeout;
+//! - [`events`]: the `--events` JSON-lines log and the RFC 3339 clock.
+//!
+//! Decisions ([`sigcgt::parse_sigcgt`], [`signal::decide`]) are pure; every `/proc`
+//! reader takes the proc root as a parameter.
 #![deny(missing_docs)]
+
+pub mod events;
+pub mod hook;
+pub mod notify;
+pub mod pidfd;
+pub mod request;
+pub mod sigcgt;
+pub mod signal;
+
+pub use events::{EventLog, EventLogError, format_rfc3339_ms, now_rfc3339, unix_time_s};
+pub use hook::{HookError, HookHandle, hook_env, run_hook};
+pub use notify::{NotifyError, NotifyOutcome, notify_desktop, spawn_notify};
+pub use pidfd::{PidFd, PidFdError};
+pub use request::{
+    Ack, AckWatcher, AlertRequest, RequestError, ack_path, clear_request_files, read_ack,
+    write_request_file,
+};
+pub use sigcgt::{catches, parse_sigcgt};
+pub use signal::{SignalReport, no_handler_warning, signal_tree};

@@ -1,0 +1,213 @@
+//! The `--events` log: one JSON object per line, appended, plus the wall-clock helpers.
+//!
+//! [`EventLog`] opens the file with `O_APPEND|O_CREAT` and writes each [`Event`] as one
+//! line with a single `write(2)`, so lines from concurrent writers never interleave and
+//! a reader never sees half a line (short of a full disk). The parent directory must
+//! exist: it is not created, and the error says so.
+//!
+//! [`format_rfc3339_ms`] turns a `SystemTime` into `2026-11-22T20:31:05.123Z` with the
+//! civil-from-days algorithm (Howard Hinnant, <https://howardhinnant.github.io/date_algorithms.html>).
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use watchdog_types::{Event, EventBody};
+
+/// What can go wrong with the event log.
+#[derive(Debug, thiserror::Error)]
+pub enum EventLogError {
+    /// The directory that should hold the log does not exist.
+    #[error(
+        "cannot open event log {path}: directory {dir} does not exist (create it or choose another --events path)"
+    )]
+    NoDir {
+        /// The log path.
+        path: PathBuf,
+        /// The missing directory.
+        dir: PathBuf,
+    },
+    /// Opening failed for another reason.
+    #[error("cannot open event log {path}: {source}")]
+    Open {
+        /// The log path.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// Writing a line failed or was short.
+    #[error("cannot append to event log {path}: {source}")]
+    Write {
+        /// The log path.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// Serialization failed.
+    #[error("cannot serialize an event: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// An open `--events` file.
+#[derive(Debug)]
+pub struct EventLog {
+    file: File,
+    path: PathBuf,
+}
+
+impl EventLog {
+    /// Opens (creating when missing, mode 0644) `path` for appending.
+    pub fn open(path: &Path) -> Result<Self, EventLogError> {
+        let file = OpenOptions::new()
+            .append(true)
+            .create(true)
+            .custom_flags(libc::O_CLOEXEC)
+            .mode(0o644)
+            .open(path)
+            .map_err(|source| {
+                let dir = match path.parent() {
+                    Some(d) if !d.as_os_str().is_empty() => d,
+                    _ => Path::new("."),
+                };
+                if source.kind() == io::ErrorKind::NotFound && !dir.exists() {
+                    EventLogError::NoDir {
+                        path: path.to_path_buf(),
+                        dir: dir.to_path_buf(),
+                    }
+                } else {
+                    EventLogError::Open {
+                        path: path.to_path_buf(),
+                        source,
+                    }
+                }
+            })?;
+        Ok(EventLog {
+            file,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The log's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends `event` as one JSON line with one `write(2)`.
+    pub fn append(&mut self, event: &Event) -> Result<(), EventLogError> {
+        let mut line = serde_json::to_vec(event)?;
+        line.push(b'\n');
+        let write_err = |source| EventLogError::Write {
+            path: self.path.clone(),
+            source,
+        };
+        let n = self.file.write(&line).map_err(write_err)?;
+        if n != line.len() {
+            return Err(write_err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                format!("short write: {n} of {} bytes (disk full?)", line.len()),
+            )));
+        }
+        Ok(())
+    }
+
+    /// Appends an event stamped with the current time.
+    pub fn append_now(&mut self, body: EventBody) -> Result<(), EventLogError> {
+        self.append(&Event {
+            time: now_rfc3339(),
+            body,
+        })
+    }
+}
+
+/// The current time as RFC 3339 UTC with milliseconds: `2026-11-22T20:31:05.123Z`.
+pub fn now_rfc3339() -> String {
+    format_rfc3339_ms(SystemTime::now())
+}
+
+/// Seconds since the Unix epoch as `f64` (negative before 1970).
+pub fn unix_time_s(t: SystemTime) -> f64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_secs_f64(),
+        Err(e) => -e.duration().as_secs_f64(),
+    }
+}
+
+/// Formats `t` as RFC 3339 UTC with milliseconds (truncated): `2026-11-22T20:31:05.123Z`.
+pub fn format_rfc3339_ms(t: SystemTime) -> String {
+    let ms: i128 = match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_millis() as i128,
+        Err(e) => -(e.duration().as_millis() as i128),
+    };
+    let secs = ms.div_euclid(1000);
+    let milli = ms.rem_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let sod = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{milli:03}Z",
+        sod / 3600,
+        (sod % 3600) / 60,
+        sod % 60
+    )
+}
+
+/// Days since 1970-01-01 to (year, month 1-12, day 1-31) in the proleptic Gregorian calendar.
+fn civil_from_days(z: i128) -> (i128, i128, i128) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097); // [0, 146096]
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365; // [0, 399]
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100); // [0, 365]
+    let mp = (5 * doy + 2) / 153; // [0, 11], March-based
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn rfc3339_table() {
+        let table: &[(i64, &str)] = &[
+            (0, "1970-01-01T00:00:00.000Z"),
+            (1_795_379_465_123, "2026-11-22T20:31:05.123Z"),
+            (951_782_400_000, "2000-02-29T00:00:00.000Z"), // leap day, century divisible by 400
+            (4_107_542_399_999, "2100-02-28T23:59:59.999Z"), // 2100 is not a leap year
+            (4_107_542_400_000, "2100-03-01T00:00:00.000Z"),
+            (1_700_000_000_000, "2023-11-14T22:13:20.000Z"),
+            (-1, "1969-12-31T23:59:59.999Z"),
+        ];
+        for (ms, want) in table {
+            let t = if *ms >= 0 {
+                UNIX_EPOCH + Duration::from_millis(*ms as u64)
+            } else {
+                UNIX_EPOCH - Duration::from_millis(ms.unsigned_abs())
+            };
+            assert_eq!(format_rfc3339_ms(t), *want, "{ms} ms");
+        }
+    }
+
+    #[test]
+    fn now_has_the_shape() {
+        let s = now_rfc3339();
+        assert_eq!(s.len(), 24, "{s}");
+        assert!(s.ends_with('Z') && s.as_bytes()[10] == b'T', "{s}");
+    }
+
+    #[test]
+    fn missing_dir_is_a_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = EventLog::open(&dir.path().join("nope/events.jsonl")).unwrap_err();
+        assert!(matches!(err, EventLogError::NoDir { .. }), "{err}");
+        assert!(err.to_string().contains("does not exist"), "{err}");
+    }
+}
