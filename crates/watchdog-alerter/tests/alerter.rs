@@ -1,0 +1,427 @@
+//! Integration tests with real processes: who gets the signal, the request file under
+//! concurrent readers, the hook, the event log and the notification timeout.
+#![allow(clippy::unwrap_used)]
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use watchdog_alerter::*;
+use watchdog_types::{AlertReason, Event, EventBody, Unit};
+
+/// Installs a SIGUSR1 handler that appends to argv[1], then publishes its pid in argv[2].
+const WITH_HANDLER: &str = r#"
+import os, signal, sys, time
+marker, ready = sys.argv[1], sys.argv[2]
+def on_usr1(signum, frame):
+    with open(marker, "a") as f:
+        f.write("got %d\n" % signum)
+signal.signal(signal.SIGUSR1, on_usr1)
+with open(ready + ".tmp", "w") as f:
+    f.write(str(os.getpid()))
+os.rename(ready + ".tmp", ready)
+while True:
+    time.sleep(0.02)
+"#;
+
+/// No SIGUSR1 handler (default action: terminate); publishes its pid in argv[1].
+const WITHOUT_HANDLER: &str = r#"
+import os, sys, time
+ready = sys.argv[1]
+with open(ready + ".tmp", "w") as f:
+    f.write(str(os.getpid()))
+os.rename(ready + ".tmp", ready)
+while True:
+    time.sleep(0.02)
+"#;
+
+/// A parent without a handler that starts a child with one (argv: marker, child_ready, parent_ready).
+const PARENT_OF_HANDLER: &str = r#"
+import os, subprocess, sys, time
+marker, child_ready, ready = sys.argv[1], sys.argv[2], sys.argv[3]
+child = subprocess.Popen([sys.executable, "-c", sys.argv[4], marker, child_ready])
+with open(ready + ".tmp", "w") as f:
+    f.write(str(os.getpid()))
+os.rename(ready + ".tmp", ready)
+child.wait()
+"#;
+
+/// Kills the processes it holds when the test ends, whatever happened.
+struct Procs {
+    children: Vec<Child>,
+    extra: Vec<u32>,
+}
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for pid in &self.extra {
+            if let Ok(fd) = PidFd::open(*pid) {
+                let _ = fd.send_signal(libc::SIGKILL);
+            }
+        }
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn wait_for_file(p: &Path) -> String {
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(20) {
+        if let Ok(s) = std::fs::read_to_string(p) {
+            return s;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("{} did not appear within 20 s", p.display());
+}
+
+fn python(args: &[&str]) -> Child {
+    Command::new("python3")
+        .arg("-c")
+        .args(args)
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn pid_in(p: &Path) -> u32 {
+    wait_for_file(p).trim().parse().unwrap()
+}
+
+fn p(dir: &Path, name: &str) -> PathBuf {
+    dir.join(name)
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// The tree: parent (no handler) -> child (handler). An outsider with a handler is not in the tree.
+#[test]
+fn signals_only_handlers_in_the_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (marker, child_ready, parent_ready) = (p(d, "marker"), p(d, "child"), p(d, "parent"));
+    let (out_marker, out_ready) = (p(d, "outsider_marker"), p(d, "outsider"));
+    let mut procs = Procs {
+        children: vec![],
+        extra: vec![],
+    };
+    procs.children.push(python(&[
+        PARENT_OF_HANDLER,
+        s(&marker),
+        s(&child_ready),
+        s(&parent_ready),
+        WITH_HANDLER,
+    ]));
+    procs
+        .children
+        .push(python(&[WITH_HANDLER, s(&out_marker), s(&out_ready)]));
+    let parent = pid_in(&parent_ready);
+    let child = pid_in(&child_ready);
+    procs.extra.push(child);
+    let outsider = pid_in(&out_ready);
+    assert_eq!(parent, procs.children[0].id());
+
+    let report = signal_tree(Path::new("/proc"), &[parent, child], parent, libc::SIGUSR1);
+    assert_eq!(report.sent, vec![child], "{report:?}");
+    assert_eq!(report.not_catching, vec![parent], "{report:?}");
+    assert!(
+        report.failed.is_empty() && report.gone.is_empty(),
+        "{report:?}"
+    );
+
+    assert_eq!(
+        wait_for_file(&marker).trim(),
+        format!("got {}", libc::SIGUSR1)
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    // The parent without a handler was spared and is alive; the outsider got nothing.
+    assert!(procs.children[0].try_wait().unwrap().is_none());
+    assert!(!PidFd::open(parent).unwrap().is_exited().unwrap());
+    assert!(!PidFd::open(child).unwrap().is_exited().unwrap());
+    assert!(
+        !out_marker.exists(),
+        "the outsider {outsider} was signalled"
+    );
+
+    // A second alert reaches the child again (the handler stays installed).
+    let report = signal_tree(Path::new("/proc"), &[child, parent], parent, libc::SIGUSR1);
+    assert_eq!(report.sent, vec![child]);
+    let t = Instant::now();
+    while wait_for_file(&marker).lines().count() < 2 {
+        assert!(t.elapsed() < Duration::from_secs(10));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// When nothing catches the signal, nothing is sent and the process survives.
+#[test]
+fn no_handler_nothing_sent_process_survives() {
+    let dir = tempfile::tempdir().unwrap();
+    let ready = p(dir.path(), "ready");
+    let mut procs = Procs {
+        children: vec![python(&[WITHOUT_HANDLER, s(&ready)])],
+        extra: vec![],
+    };
+    let pid = pid_in(&ready);
+    let report = signal_tree(Path::new("/proc"), &[pid], pid, libc::SIGUSR1);
+    assert!(report.sent.is_empty(), "{report:?}");
+    assert_eq!(report.not_catching, vec![pid]);
+    assert!(report.none_catching());
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(procs.children[0].try_wait().unwrap().is_none(), "it died");
+    // SIGUSR2 is not caught either.
+    let report = signal_tree(Path::new("/proc"), &[pid], pid, libc::SIGUSR2);
+    assert!(report.sent.is_empty());
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(procs.children[0].try_wait().unwrap().is_none(), "it died");
+}
+
+/// A child whose parent is not in the list (the caller's tree is stale or the PID was reused) is left alone.
+#[test]
+fn pid_whose_parent_is_outside_the_tree_is_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let (marker, ready) = (p(dir.path(), "marker"), p(dir.path(), "ready"));
+    let _procs = Procs {
+        children: vec![python(&[WITH_HANDLER, s(&marker), s(&ready)])],
+        extra: vec![],
+    };
+    let pid = pid_in(&ready);
+    // Claim the tree is rooted at pid 1: our handler process's parent (this test) is not in it.
+    let report = signal_tree(Path::new("/proc"), &[1, pid], 1, libc::SIGUSR1);
+    assert!(!report.sent.contains(&pid), "{report:?}");
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!marker.exists());
+}
+
+/// A process that exited before the alert is reported gone, not failed.
+#[test]
+fn exited_process_is_gone() {
+    let mut c = Command::new("true").spawn().unwrap();
+    let pid = c.id();
+    c.wait().unwrap();
+    let report = signal_tree(Path::new("/proc"), &[pid], pid, libc::SIGUSR1);
+    assert!(report.sent.is_empty());
+    assert!(report.failed.is_empty(), "{report:?}");
+}
+
+fn request(seq: u64) -> AlertRequest {
+    AlertRequest {
+        seq,
+        resource: "tree_memory".into(),
+        kind: "tree_memory".into(),
+        reason: "trend".into(),
+        used: 1 << 30,
+        limit: 2 << 30,
+        unit: "bytes".into(),
+        predicted_s: Some(21.5),
+        time: now_rfc3339(),
+        time_unix: unix_time_s(std::time::SystemTime::now()),
+        pid: 1234,
+        signal: "SIGUSR1".into(),
+        watchdog_pid: std::process::id(),
+    }
+}
+
+/// A reader polling the file while it is rewritten always sees a whole document.
+#[test]
+fn request_file_is_atomic_under_concurrent_readers() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("request.json");
+    write_request_file(&path, &request(0)).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (path, stop) = (path.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut reads = 0u32;
+            let mut last = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let bytes = std::fs::read(&path).unwrap();
+                let r: AlertRequest = serde_json::from_slice(&bytes)
+                    .unwrap_or_else(|e| panic!("partial read: {e}: {bytes:?}"));
+                assert!(r.seq >= last);
+                last = r.seq;
+                reads += 1;
+            }
+            reads
+        })
+    };
+    for seq in 1..=200 {
+        write_request_file(&path, &request(seq)).unwrap();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(reader.join().unwrap() > 0);
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert_eq!(leftovers.len(), 1, "temp files left behind");
+}
+
+#[test]
+fn request_file_symlink_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("etc-passwd");
+    std::fs::write(&target, "root:x:0:0").unwrap();
+    let path = dir.path().join("request.json");
+    std::os::unix::fs::symlink(&target, &path).unwrap();
+    let err = write_request_file(&path, &request(1)).unwrap_err();
+    assert!(err.to_string().contains("symbolic link"), "{err}");
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "root:x:0:0");
+    assert!(
+        std::fs::symlink_metadata(&path)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+}
+
+#[test]
+fn hook_runs_with_env_without_blocking() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("hook.out");
+    let req = request(3);
+    let reqfile = dir.path().join("request.json");
+    let mut env = hook_env(&req, Some(&reqfile));
+    env.push(("OUT".into(), out.display().to_string()));
+    let cmd = r#"sleep 0.3; printf '%s|%s|%s|%s|%s|%s|%s|%s' "$WATCHDOG_RESOURCE" "$WATCHDOG_REASON" "$WATCHDOG_USED" "$WATCHDOG_LIMIT" "$WATCHDOG_PREDICTED_S" "$WATCHDOG_PID" "$WATCHDOG_REQUEST_FILE" "$WATCHDOG_SIGNAL" > "$OUT"; exit 3"#;
+    let t = Instant::now();
+    let h = run_hook(cmd, &env).unwrap();
+    assert!(t.elapsed() < Duration::from_millis(250), "run_hook blocked");
+    let status = h.wait().unwrap();
+    assert_eq!(status.code(), Some(3));
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap(),
+        format!(
+            "tree_memory|trend|{}|{}|21.500|1234|{}|SIGUSR1",
+            1u64 << 30,
+            2u64 << 30,
+            reqfile.display()
+        )
+    );
+    // A hook killed by a signal is reported, not a panic.
+    let h = run_hook("kill -9 $$", &[]).unwrap();
+    assert_eq!(h.wait().unwrap().signal(), Some(9));
+}
+
+#[test]
+fn event_log_lines_parse_with_concurrent_writers() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("events.jsonl");
+    let writers: Vec<_> = (0..2)
+        .map(|w| {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                let mut log = EventLog::open(&path).unwrap();
+                for i in 0..200u64 {
+                    log.append_now(EventBody::Alert {
+                        resource: format!("disk:/w{w}"),
+                        reason: AlertReason::HeadroomFloor,
+                        used: i,
+                        limit: 1000,
+                        unit: Unit::Bytes,
+                        predicted_s: None,
+                        rate_per_s: 0.0,
+                        signalled: vec![1, 2, 3],
+                        signal: Some("SIGUSR1".into()),
+                        request_file: Some("/tmp/r \"quoted\"\n.json".into()),
+                        dry_run: false,
+                    })
+                    .unwrap();
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().unwrap();
+    }
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 400);
+    for l in lines {
+        let e: Event = serde_json::from_str(l).unwrap();
+        assert_eq!(e.time.len(), 24);
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        assert_eq!(v["event"], "alert");
+        assert_eq!(v["reason"], "headroom_floor");
+    }
+}
+
+/// Runs the notification part in a child copy of this test binary, so its environment
+/// (DBUS_SESSION_BUS_ADDRESS) is set without touching this process's environment.
+fn run_self(test: &str, env: &[(&str, &str)], remove: &[&str]) -> (bool, Duration, String) {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args([test, "--exact", "--nocapture", "--include-ignored"])
+        .env("WATCHDOG_ALERTER_CHILD_TEST", "1");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    for k in remove {
+        cmd.env_remove(k);
+    }
+    let t = Instant::now();
+    let out = cmd.output().unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), t.elapsed(), text)
+}
+
+/// A bus that accepts connections and never answers: the notification gives up at its timeout.
+#[test]
+fn notification_times_out_on_a_silent_bus() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("bus");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    std::thread::spawn(move || {
+        let mut held = vec![];
+        for c in listener.incoming() {
+            held.push(c); // accept, keep open, never answer
+        }
+    });
+    let addr = format!("unix:path={}", sock.display());
+    let (ok, took, out) = run_self(
+        "child_notify_silent_bus",
+        &[("DBUS_SESSION_BUS_ADDRESS", &addr)],
+        &[],
+    );
+    assert!(ok, "{out}");
+    assert!(out.contains("timed out"), "{out}");
+    assert!(took < Duration::from_secs(15), "took {took:?}");
+}
+
+#[test]
+#[ignore = "run by notification_times_out_on_a_silent_bus in a child process"]
+fn child_notify_silent_bus() {
+    if std::env::var_os("WATCHDOG_ALERTER_CHILD_TEST").is_none() {
+        return;
+    }
+    let t = Instant::now();
+    let r = notify::notify_desktop_blocking("watchdog", "test", Duration::from_millis(300));
+    let took = t.elapsed();
+    eprintln!("result: {r:?} after {took:?}");
+    assert!(matches!(r, Err(NotifyError::Timeout(_))), "{r:?}");
+    eprintln!("timed out as expected");
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+}
+
+/// Headless (no bus address, no /run/user/UID/bus): skipped, quickly.
+#[test]
+fn notification_skipped_without_bus() {
+    let (ok, _, out) = run_self("child_notify_no_bus", &[], &["DBUS_SESSION_BUS_ADDRESS"]);
+    assert!(ok, "{out}");
+}
+
+#[test]
+#[ignore = "run by notification_skipped_without_bus in a child process"]
+fn child_notify_no_bus() {
+    if std::env::var_os("WATCHDOG_ALERTER_CHILD_TEST").is_none() {
+        return;
+    }
+    let uid = rustix::process::getuid().as_raw();
+    if Path::new(&format!("/run/user/{uid}/bus")).exists() {
+        return; // a real session bus: nothing to check here
+    }
+    let r = notify::notify_desktop_blocking("watchdog", "test", Duration::from_millis(300));
+    assert!(matches!(r, Ok(NotifyOutcome::NoBus)), "{r:?}");
+}
