@@ -1,1 +1,113 @@
-fn main() {}
+//! `watchdog`: the binary that wires the sampler, the predictor and the alerter together.
+//!
+//! `main` parses the command line, resolves the settings, and hands over to
+//! [`watch`] (for `--pid` and `run`) or [`replay`]. Every error that is the
+//! user's to fix ends here as one line on stderr and exit status 2.
+
+mod cli;
+mod config;
+mod logging;
+mod replay;
+mod target;
+mod watch;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command};
+use crate::config::Settings;
+
+/// Exit status for bad usage or input.
+const EXIT_USAGE: u8 = 2;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return clap_error(e),
+    };
+    match run(cli) {
+        Ok(code) => code,
+        Err(Failure::Usage(msg)) => {
+            logging::error_line(&msg);
+            ExitCode::from(EXIT_USAGE)
+        }
+        Err(Failure::Runtime(msg)) => {
+            logging::error_line(&msg);
+            ExitCode::from(1)
+        }
+        Err(Failure::Spawn(msg, code)) => {
+            logging::error_line(&msg);
+            ExitCode::from(code)
+        }
+    }
+}
+
+/// Why the watchdog could not do its job.
+#[derive(Debug)]
+pub enum Failure {
+    /// The user's input is wrong (exit 2).
+    Usage(String),
+    /// Something outside the user's input failed (exit 1).
+    Runtime(String),
+    /// The command given to `run` could not be started (exit 127 not found, 126 otherwise).
+    Spawn(String, u8),
+}
+
+fn run(cli: Cli) -> Result<ExitCode, Failure> {
+    match cli.command {
+        Some(Command::Replay {
+            trace,
+            lead,
+            interval,
+        }) => replay::run(&trace, lead, interval),
+        Some(Command::Run { command }) => {
+            if cli.pid.is_some() {
+                return Err(Failure::Usage(
+                    "--pid cannot be used with run: expected either --pid PID or run -- CMD".into(),
+                ));
+            }
+            let settings = Settings::resolve(&cli.options).map_err(Failure::Usage)?;
+            logging::init(&settings);
+            watch::run_command(&command, settings)
+        }
+        None => match cli.pid {
+            Some(pid) => {
+                let settings = Settings::resolve(&cli.options).map_err(Failure::Usage)?;
+                logging::init(&settings);
+                watch::attach(pid, settings)
+            }
+            None => Err(Failure::Usage(
+                "nothing to watch: expected --pid PID or run -- CMD [ARGS...] (see --help)".into(),
+            )),
+        },
+    }
+}
+
+/// Prints a clap error as one line (help and version as clap renders them).
+fn clap_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            ExitCode::SUCCESS
+        }
+        _ => {
+            let rendered = e.render().to_string();
+            let mut parts: Vec<&str> = Vec::new();
+            for line in rendered.lines() {
+                let line = line.trim();
+                if line.starts_with("Usage:") || line.starts_with("For more information") {
+                    break;
+                }
+                if !line.is_empty() {
+                    parts.push(line.trim_start_matches("error: "));
+                }
+            }
+            logging::error_line(&parts.join(" "));
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
+}

@@ -1,0 +1,327 @@
+//! The settings, from defaults, the TOML config file and the command line, in that
+//! order of precedence (flags win). The file is strict: an unknown key or a bad value is
+//! an error naming the file, the line and what was expected. Every key is documented in
+//! `config/watchdog.toml`, which a test keeps in step with [`KEYS`].
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+use watchdog_types::units;
+
+use crate::cli::{GpuMode, LogFormat, WatchOptions};
+
+/// Every key the config file accepts, in the order `config/watchdog.toml` documents them.
+pub const KEYS: &[&str] = &[
+    "interval",
+    "lead",
+    "signal",
+    "mem_limit",
+    "disks",
+    "max_runtime",
+    "deadline",
+    "request_file",
+    "events",
+    "on_alert",
+    "dry_run",
+    "gpu",
+    "nvml_library",
+    "floor",
+    "notify",
+    "status",
+    "log_format",
+];
+
+/// The config file as written; every field optional, unknown keys rejected.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FileConfig {
+    #[serde(deserialize_with = "de_duration")]
+    interval: Option<Duration>,
+    #[serde(deserialize_with = "de_duration")]
+    lead: Option<Duration>,
+    #[serde(deserialize_with = "de_signal")]
+    signal: Option<i32>,
+    #[serde(deserialize_with = "de_size")]
+    mem_limit: Option<u64>,
+    disks: Option<Vec<PathBuf>>,
+    #[serde(deserialize_with = "de_duration")]
+    max_runtime: Option<Duration>,
+    #[serde(deserialize_with = "de_deadline")]
+    deadline: Option<jiff::Timestamp>,
+    request_file: Option<PathBuf>,
+    events: Option<PathBuf>,
+    on_alert: Option<String>,
+    dry_run: Option<bool>,
+    gpu: Option<GpuMode>,
+    nvml_library: Option<PathBuf>,
+    #[serde(deserialize_with = "de_percent")]
+    floor: Option<f64>,
+    notify: Option<bool>,
+    status: Option<bool>,
+    log_format: Option<LogFormat>,
+}
+
+/// The settings in force for one watchdog, after defaults, file and flags.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Sampling period.
+    pub interval: Duration,
+    /// Lead time before predicted exhaustion.
+    pub lead: Duration,
+    /// Signal number to send.
+    pub signal: i32,
+    /// Budget for the tree's RSS.
+    pub mem_limit: Option<u64>,
+    /// Filesystems to watch; empty means the defaults.
+    pub disks: Vec<PathBuf>,
+    /// Runtime limit from the target's start.
+    pub max_runtime: Option<Duration>,
+    /// Wall-clock deadline.
+    pub deadline: Option<jiff::Timestamp>,
+    /// Where the request file goes; `None` means the default.
+    pub request_file: Option<PathBuf>,
+    /// Where events are appended.
+    pub events: Option<PathBuf>,
+    /// Hook run on every alert.
+    pub on_alert: Option<String>,
+    /// Send and write nothing.
+    pub dry_run: bool,
+    /// GPU watching mode.
+    pub gpu: GpuMode,
+    /// A specific libnvidia-ml.so to load.
+    pub nvml_library: Option<PathBuf>,
+    /// Headroom floor in percent of the limit.
+    pub floor_percent: f64,
+    /// Desktop notifications on alerts.
+    pub notify: bool,
+    /// Live status line on a terminal.
+    pub status: bool,
+    /// Log format.
+    pub log_format: LogFormat,
+    /// Log verbosity: -1 quiet, 0 info, 1 debug, 2 trace.
+    pub verbosity: i8,
+}
+
+/// Shortest supported sampling interval.
+pub const MIN_INTERVAL: Duration = Duration::from_millis(1);
+
+impl Settings {
+    /// Merges defaults, the config file named by the flags (if any) and the flags.
+    pub fn resolve(flags: &WatchOptions) -> Result<Settings, String> {
+        let file = match &flags.config {
+            Some(path) => load_file(path)?,
+            None => FileConfig::default(),
+        };
+        let settings = Settings {
+            interval: flags
+                .interval
+                .or(file.interval)
+                .unwrap_or(Duration::from_millis(100)),
+            lead: flags.lead.or(file.lead).unwrap_or(Duration::from_secs(30)),
+            signal: flags.signal.or(file.signal).unwrap_or(libc::SIGUSR1),
+            mem_limit: flags.mem_limit.or(file.mem_limit),
+            disks: if flags.disks.is_empty() {
+                file.disks.unwrap_or_default()
+            } else {
+                flags.disks.clone()
+            },
+            max_runtime: flags.max_runtime.or(file.max_runtime),
+            deadline: flags.deadline.or(file.deadline),
+            request_file: flags.request_file.clone().or(file.request_file),
+            events: flags.events.clone().or(file.events),
+            on_alert: flags.on_alert.clone().or(file.on_alert),
+            dry_run: flags.dry_run || file.dry_run.unwrap_or(false),
+            gpu: flags.gpu.or(file.gpu).unwrap_or(GpuMode::Auto),
+            nvml_library: file
+                .nvml_library
+                .or_else(|| std::env::var_os("WATCHDOG_NVML_LIBRARY").map(PathBuf::from)),
+            floor_percent: flags.floor.or(file.floor).unwrap_or(5.0),
+            notify: !flags.no_notify && file.notify.unwrap_or(true),
+            status: !flags.no_status && file.status.unwrap_or(true),
+            log_format: flags.log_format.or(file.log_format).unwrap_or(LogFormat::Text),
+            verbosity: if flags.quiet {
+                -1
+            } else {
+                flags.verbose.min(2) as i8
+            },
+        };
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        if self.interval < MIN_INTERVAL {
+            return Err(format!(
+                "invalid interval '{:?}': expected at least 1ms",
+                self.interval
+            ));
+        }
+        if self.interval > Duration::from_secs(60) {
+            return Err(format!(
+                "invalid interval '{:?}': expected at most 60s (the watchdog must sample to predict)",
+                self.interval
+            ));
+        }
+        if self.mem_limit == Some(0) {
+            return Err("invalid mem-limit '0': expected a positive size such as 8GiB".into());
+        }
+        if self.max_runtime == Some(Duration::ZERO) {
+            return Err("invalid max-runtime '0': expected a positive duration such as 12h".into());
+        }
+        Ok(())
+    }
+}
+
+/// Reads and parses a config file, with errors naming the file and line.
+pub fn load_file(path: &Path) -> Result<FileConfig, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read config file '{}': {e}", path.display()))?;
+    parse_file(&text, path)
+}
+
+/// Parses config text; `path` is only used in messages.
+pub fn parse_file(text: &str, path: &Path) -> Result<FileConfig, String> {
+    toml::from_str::<FileConfig>(text).map_err(|e| {
+        let location = match e.span() {
+            Some(span) => {
+                let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+                format!("{}:{line}", path.display())
+            }
+            None => path.display().to_string(),
+        };
+        let message = e.message().trim().replace('\n', " ");
+        let message = if message.starts_with("unknown field") {
+            format!("{message}; the keys are documented in config/watchdog.toml")
+        } else {
+            message
+        };
+        format!("config file {location}: {message}")
+    })
+}
+
+/// A number or a string, for values that may be written either way.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum NumOrStr {
+    Num(i64),
+    Float(f64),
+    Str(String),
+}
+
+impl NumOrStr {
+    fn text(self) -> String {
+        match self {
+            NumOrStr::Num(n) => n.to_string(),
+            NumOrStr::Float(f) => f.to_string(),
+            NumOrStr::Str(s) => s,
+        }
+    }
+}
+
+fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    let s = String::deserialize(d)?;
+    units::parse_duration(&s)
+        .map(Some)
+        .map_err(serde::de::Error::custom)
+}
+
+fn de_size<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    let s = NumOrStr::deserialize(d)?.text();
+    units::parse_size(&s).map(Some).map_err(serde::de::Error::custom)
+}
+
+fn de_signal<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i32>, D::Error> {
+    let s = NumOrStr::deserialize(d)?.text();
+    units::parse_signal(&s)
+        .map(Some)
+        .map_err(serde::de::Error::custom)
+}
+
+fn de_deadline<'de, D: Deserializer<'de>>(d: D) -> Result<Option<jiff::Timestamp>, D::Error> {
+    let s = String::deserialize(d)?;
+    crate::cli::parse_deadline(&s)
+        .map(Some)
+        .map_err(serde::de::Error::custom)
+}
+
+fn de_percent<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    let v = NumOrStr::deserialize(d)?.text();
+    let t = v.trim().trim_end_matches('%');
+    match t.parse::<f64>() {
+        Ok(p) if (0.0..100.0).contains(&p) => Ok(Some(p)),
+        _ => Err(serde::de::Error::custom(format!(
+            "invalid percentage '{v}': expected a number from 0 to 100"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    const EXAMPLE: &str = include_str!("../../../config/watchdog.toml");
+
+    /// The documented example with every `# key = value` line uncommented.
+    fn example_uncommented() -> String {
+        EXAMPLE
+            .lines()
+            .map(|l| match l.strip_prefix("# ") {
+                Some(rest) if rest.split_once(" = ").is_some_and(|(k, _)| is_key(k)) => {
+                    rest.to_string()
+                }
+                _ => l.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    fn is_key(k: &str) -> bool {
+        !k.is_empty() && k.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+    }
+
+    #[test]
+    fn example_config_documents_every_key_and_parses() {
+        let text = example_uncommented();
+        let documented: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.split_once(" = ").map(|(k, _)| k))
+            .filter(|k| is_key(k))
+            .collect();
+        assert_eq!(documented, KEYS, "config/watchdog.toml drifted from KEYS");
+        parse_file(&text, Path::new("config/watchdog.toml")).unwrap();
+    }
+
+    #[test]
+    fn unknown_key_names_file_and_line() {
+        let e = parse_file("lead = \"5s\"\nintervall = \"1s\"\n", Path::new("w.toml")).unwrap_err();
+        assert!(e.starts_with("config file w.toml:2: unknown field `intervall`"), "{e}");
+    }
+
+    #[test]
+    fn bad_value_names_file_line_and_expectation() {
+        let e = parse_file("\n\nlead = \"5x\"\n", Path::new("w.toml")).unwrap_err();
+        assert!(e.starts_with("config file w.toml:3: invalid duration '5x': expected"), "{e}");
+        let e = parse_file("mem_limit = \"12XB\"\n", Path::new("w.toml")).unwrap_err();
+        assert!(e.contains("invalid size '12XB'"), "{e}");
+        let e = parse_file("gpu = \"maybe\"\n", Path::new("w.toml")).unwrap_err();
+        assert!(e.starts_with("config file w.toml:1:"), "{e}");
+    }
+
+    #[test]
+    fn flags_override_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.toml");
+        std::fs::write(&path, "lead = \"5s\"\ninterval = \"50ms\"\nsignal = \"USR2\"\n").unwrap();
+        let flags = WatchOptions {
+            config: Some(path),
+            lead: Some(Duration::from_secs(9)),
+            ..Default::default()
+        };
+        let s = Settings::resolve(&flags).unwrap();
+        assert_eq!(s.lead, Duration::from_secs(9));
+        assert_eq!(s.interval, Duration::from_millis(50));
+        assert_eq!(s.signal, libc::SIGUSR2);
+    }
+}

@@ -1,0 +1,188 @@
+//! The process being watched: attached to by PID or started by `run`, held through a
+//! pidfd from the first moment so its exit is seen at once and its PID is never
+//! confused with a later process's.
+
+use std::process::{Child, Command};
+use std::sync::Arc;
+
+use watchdog_alerter::pidfd::PidFd;
+
+use crate::Failure;
+
+/// How the target ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetExit {
+    /// Exited with this status code.
+    Code(i32),
+    /// Killed by this signal.
+    Signal(i32),
+    /// Gone, but not our child, so its status is not ours to read.
+    Unknown,
+}
+
+impl TargetExit {
+    /// The status `watchdog run` exits with: the code, or 128+N for signal N.
+    pub fn shell_status(self) -> u8 {
+        match self {
+            TargetExit::Code(c) => (c & 0xff) as u8,
+            TargetExit::Signal(s) => (128 + s).clamp(0, 255) as u8,
+            TargetExit::Unknown => 0,
+        }
+    }
+}
+
+/// The watched process.
+pub struct Target {
+    /// Its PID.
+    pub pid: u32,
+    /// Its pidfd, shared with the signal-forwarding thread.
+    pub pidfd: Arc<PidFd>,
+    /// Its command name (`comm`), for messages.
+    pub name: String,
+    child: Option<Child>,
+}
+
+impl Target {
+    /// Attaches to a running process, or explains in one line why it cannot be watched.
+    pub fn attach(pid: u32) -> Result<Target, Failure> {
+        if pid == std::process::id() {
+            return Err(Failure::Usage(format!(
+                "invalid PID {pid}: that is the watchdog itself; expected the PID of the training process"
+            )));
+        }
+        let pidfd = PidFd::open(pid).map_err(|e| {
+            if e.is_gone() {
+                Failure::Usage(format!(
+                    "no process with PID {pid}: expected the PID of a running process"
+                ))
+            } else {
+                Failure::Usage(format!(
+                    "cannot watch PID {pid}: {e}; expected the PID of a process (not a thread) you may signal"
+                ))
+            }
+        })?;
+        check_may_signal(pid)?;
+        let name = comm(pid);
+        Ok(Target {
+            pid,
+            pidfd: Arc::new(pidfd),
+            name,
+            child: None,
+        })
+    }
+
+    /// Starts `argv` with the extra environment and holds it as the target.
+    pub fn spawn(argv: &[String], env: &[(String, String)]) -> Result<Target, Failure> {
+        let (program, args) = argv
+            .split_first()
+            .ok_or_else(|| Failure::Usage("run needs a command: expected run -- CMD [ARGS...]".into()))?;
+        let mut cmd = Command::new(program);
+        cmd.args(args);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().map_err(|e| {
+            Failure::Spawn(
+                format!("cannot run '{program}': {e}"),
+                if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 },
+            )
+        })?;
+        let pid = child.id();
+        let pidfd = PidFd::open(pid)
+            .map_err(|e| Failure::Runtime(format!("cannot open a pidfd for the child {pid}: {e}")))?;
+        Ok(Target {
+            pid,
+            pidfd: Arc::new(pidfd),
+            name: program.to_string(),
+            child: Some(child),
+        })
+    }
+
+    /// Whether the watchdog started this target (and so can read its exit status).
+    pub fn is_child(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Collects the exit status once the pidfd says the target is gone.
+    pub fn reap(&mut self) -> TargetExit {
+        use std::os::unix::process::ExitStatusExt;
+        match self.child.as_mut().map(Child::wait) {
+            Some(Ok(status)) => match (status.code(), status.signal()) {
+                (Some(code), _) => TargetExit::Code(code),
+                (None, Some(sig)) => TargetExit::Signal(sig),
+                (None, None) => TargetExit::Unknown,
+            },
+            _ => TargetExit::Unknown,
+        }
+    }
+}
+
+/// Refuses a PID we may not signal (another user's process, when not root).
+fn check_may_signal(pid: u32) -> Result<(), Failure> {
+    let Some(p) = rustix::process::Pid::from_raw(pid as i32) else {
+        return Err(Failure::Usage(format!(
+            "invalid PID {pid}: expected a positive process ID"
+        )));
+    };
+    match rustix::process::test_kill_process(p) {
+        Ok(()) => Ok(()),
+        Err(rustix::io::Errno::PERM) => Err(Failure::Usage(format!(
+            "not permitted to signal PID {pid}: expected a process of your own user (or run the watchdog as root)"
+        ))),
+        Err(rustix::io::Errno::SRCH) => Err(Failure::Usage(format!(
+            "no process with PID {pid}: expected the PID of a running process"
+        ))),
+        Err(e) => Err(Failure::Usage(format!("cannot check PID {pid}: {e}"))),
+    }
+}
+
+/// The process's command name from `/proc/PID/comm`, or `?`.
+pub fn comm(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|s| s.trim_end().to_string())
+        .unwrap_or_else(|_| "?".to_string())
+}
+
+/// Forwards SIGINT, SIGTERM and SIGHUP sent to the watchdog by another process to the
+/// target. Signals the kernel sends for a terminal (Ctrl-C, hangup) already reach the
+/// target, which shares the terminal's process group, so they are not sent twice.
+pub fn forward_signals(pidfd: Arc<PidFd>) -> Result<(), Failure> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    use signal_hook::iterator::SignalsInfo;
+    use signal_hook::iterator::exfiltrator::WithOrigin;
+    let mut signals = SignalsInfo::<WithOrigin>::new([SIGINT, SIGTERM, SIGHUP])
+        .map_err(|e| Failure::Runtime(format!("cannot install signal handlers: {e}")))?;
+    std::thread::Builder::new()
+        .name("watchdog-signals".into())
+        .spawn(move || {
+            for info in signals.forever() {
+                let from_kernel = info.process.is_none();
+                if from_kernel && rustix::termios::isatty(std::io::stdin()) {
+                    tracing::debug!(signal = info.signal, "terminal signal already reached the target");
+                    continue;
+                }
+                let name = watchdog_types::units::signal_name(info.signal);
+                match pidfd.send_signal(info.signal) {
+                    Ok(()) => tracing::info!("forwarded {name} to PID {}", pidfd.pid()),
+                    Err(e) => tracing::debug!("could not forward {name}: {e}"),
+                }
+            }
+        })
+        .map_err(|e| Failure::Runtime(format!("cannot start the signal thread: {e}")))?;
+    Ok(())
+}
+
+/// The environment a target needs to talk back: `WATCHDOG_SIGNAL`, `WATCHDOG_REQUEST_FILE`, `WATCHDOG_PID`.
+pub fn child_env(signal: i32, request_file: &std::path::Path) -> Vec<(String, String)> {
+    vec![
+        (
+            "WATCHDOG_SIGNAL".into(),
+            watchdog_types::units::signal_name(signal),
+        ),
+        (
+            "WATCHDOG_REQUEST_FILE".into(),
+            request_file.to_string_lossy().into_owned(),
+        ),
+        ("WATCHDOG_PID".into(), std::process::id().to_string()),
+    ]
+}

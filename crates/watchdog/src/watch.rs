@@ -1,0 +1,632 @@
+//! The poll loop: one thread that wakes at each deadline, has the sampler push one
+//! sample per resource into the ring buffer, drains the ring through the predictors,
+//! and acts on their decisions. Signals and the request file are sent from this
+//! thread (they take microseconds and must not wait); hooks and desktop
+//! notifications go to a helper thread so a slow hook or a hung bus never delays
+//! the next sample.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant, SystemTime};
+
+use watchdog_alerter::events::EventLog;
+use watchdog_alerter::request::{AckWatcher, AlertRequest};
+use watchdog_predictor::{Decision, PredictorConfig, ResourcePredictor};
+use watchdog_sampler::{ResourceTable, Sampler};
+use watchdog_types::units::{format_bytes, format_duration_s, signal_name};
+use watchdog_types::{AlertReason, Event, EventBody, Forecast, Resource, ResourceKind, Sample, Unit};
+
+use crate::Failure;
+use crate::config::Settings;
+use crate::logging;
+use crate::target::{self, Target, TargetExit};
+
+mod actions;
+mod sources;
+
+/// How often the acknowledgment file is checked while an alert is outstanding.
+const ACK_CHECK_EVERY: Duration = Duration::from_millis(100);
+/// How often the live status line is redrawn.
+const STATUS_EVERY: Duration = Duration::from_millis(250);
+/// Ring buffer capacity in samples: enough for many ticks of every resource.
+const RING_CAPACITY: usize = 4096;
+
+/// `watchdog --pid PID`: watch a running process until it exits.
+pub fn attach(pid: u32, settings: Settings) -> Result<ExitCode, Failure> {
+    let prepared = Prepared::new(&settings)?;
+    let target = Target::attach(pid)?;
+    let request_file = match &settings.request_file {
+        Some(p) => p.clone(),
+        None => default_request_file(pid, &target_cwd(pid)),
+    };
+    let mut watch = Watch::new(target, settings, prepared, request_file)?;
+    watch.run();
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `watchdog run -- CMD`: start CMD, watch it, exit with its status.
+pub fn run_command(argv: &[String], settings: Settings) -> Result<ExitCode, Failure> {
+    let prepared = Prepared::new(&settings)?;
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let request_file = match &settings.request_file {
+        Some(p) => p.clone(),
+        None => default_request_file(std::process::id(), &cwd),
+    };
+    let env = target::child_env(settings.signal, &request_file);
+    let target = Target::spawn(argv, &env)?;
+    target::forward_signals(target.pidfd.clone())?;
+    let mut watch = Watch::new(target, settings, prepared, request_file)?;
+    let exit = watch.run();
+    Ok(ExitCode::from(exit.shell_status()))
+}
+
+/// The request file's default place: `$XDG_RUNTIME_DIR` (a tmpfs that a full data disk
+/// cannot block) when set, else the target's working directory.
+fn default_request_file(pid: u32, cwd: &Path) -> PathBuf {
+    let name = format!("watchdog-{pid}.request.json");
+    match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
+        Some(dir) if dir.is_dir() => dir.join(name),
+        _ => cwd.join(name),
+    }
+}
+
+fn target_cwd(pid: u32) -> PathBuf {
+    std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap_or_else(|_| PathBuf::from("."))
+}
+
+/// What is set up before the target is started, so bad input fails before a child runs.
+pub struct Prepared {
+    events: Option<EventLog>,
+    gpu: sources::GpuSetup,
+}
+
+impl Prepared {
+    fn new(settings: &Settings) -> Result<Prepared, Failure> {
+        let events = match &settings.events {
+            Some(path) => Some(EventLog::open(path).map_err(|e| {
+                Failure::Usage(format!(
+                    "cannot open events file '{}': {e}; expected a writable file path",
+                    path.display()
+                ))
+            })?),
+            None => None,
+        };
+        let gpu = sources::GpuSetup::start(settings)?;
+        Ok(Prepared { events, gpu })
+    }
+}
+
+/// What the watchdog knows about one resource.
+struct ResourceState {
+    resource: Resource,
+    predictor: ResourcePredictor,
+    last: Option<Sample>,
+    forecast: Forecast,
+    peak: u64,
+    peak_limit: u64,
+    announced_limit: Option<u64>,
+}
+
+/// One alert sent, for the summary.
+struct AlertRecord {
+    resource: String,
+    at: Instant,
+    signalled: usize,
+}
+
+/// An alert decided this tick, acted on after the ring is drained.
+struct PendingAlert {
+    id: usize,
+    sample: Sample,
+    forecast: Forecast,
+    reason: AlertReason,
+}
+
+struct Watch {
+    settings: Settings,
+    target: Target,
+    sampler: Sampler,
+    states: Vec<ResourceState>,
+    events: Option<EventLog>,
+    request_file: PathBuf,
+    ack: AckWatcher,
+    actions: actions::Actions,
+    alerts: Vec<AlertRecord>,
+    pending: Vec<PendingAlert>,
+    seq: u64,
+    start: Instant,
+    ticks: u64,
+    late_ticks: u64,
+    lead_s: f64,
+    last_alert_at: Option<(Instant, SystemTime)>,
+}
+
+impl Watch {
+    fn new(
+        target: Target,
+        settings: Settings,
+        prepared: Prepared,
+        request_file: PathBuf,
+    ) -> Result<Watch, Failure> {
+        let start = Instant::now();
+        let Prepared { events, gpu } = prepared;
+        let mut table = ResourceTable::default();
+        let built = sources::build(&target, &settings, &mut table, gpu);
+        let sampler = Sampler::new(target.pid, built.sources, RING_CAPACITY);
+        let config = PredictorConfig {
+            lead_s: settings.lead.as_secs_f64(),
+            interval_s: settings.interval.as_secs_f64(),
+            floor_percent: settings.floor_percent,
+            ..PredictorConfig::default()
+        };
+        let states = table
+            .all()
+            .iter()
+            .map(|r| ResourceState {
+                resource: r.clone(),
+                predictor: ResourcePredictor::new(r.kind, config.clone()),
+                last: None,
+                forecast: Forecast::default(),
+                peak: 0,
+                peak_limit: 0,
+                announced_limit: None,
+            })
+            .collect();
+        let mut watch = Watch {
+            ack: AckWatcher::new(ack_path(&request_file)),
+            lead_s: settings.lead.as_secs_f64(),
+            actions: actions::Actions::start(settings.notify && !settings.dry_run),
+            settings,
+            target,
+            sampler,
+            states,
+            events,
+            request_file,
+            alerts: Vec::new(),
+            pending: Vec::new(),
+            seq: 0,
+            start,
+            ticks: 0,
+            late_ticks: 0,
+            last_alert_at: None,
+        };
+        watch.announce_start(&built.unwatched);
+        Ok(watch)
+    }
+
+    fn announce_start(&mut self, unwatched: &[(String, String)]) {
+        let s = &self.settings;
+        tracing::info!(
+            "watching PID {} ({}) every {} with a {} lead; request file {}{}",
+            self.target.pid,
+            self.target.name,
+            format_duration_s(s.interval.as_secs_f64()),
+            format_duration_s(s.lead.as_secs_f64()),
+            self.request_file.display(),
+            if s.dry_run { " (dry run: nothing will be sent or written)" } else { "" }
+        );
+        self.emit(EventBody::Start {
+            pid: self.target.pid,
+            watchdog_pid: std::process::id(),
+            interval_s: s.interval.as_secs_f64(),
+            lead_s: s.lead.as_secs_f64(),
+            dry_run: s.dry_run,
+        });
+        for (resource, reason) in unwatched {
+            tracing::warn!("{resource} is not watched: {reason}");
+            self.emit(EventBody::Unwatched {
+                resource: resource.clone(),
+                reason: reason.clone(),
+            });
+        }
+    }
+
+    /// Runs until the target exits; returns how it ended.
+    fn run(&mut self) -> TargetExit {
+        let interval = self.settings.interval;
+        let show_status = logging::status_wanted(&self.settings);
+        let mut deadline = Instant::now();
+        let mut next_ack = deadline;
+        let mut next_status = deadline + STATUS_EVERY;
+        loop {
+            let now = Instant::now();
+            self.tick(now);
+            if !self.alerts.is_empty() && now >= next_ack {
+                self.check_ack();
+                next_ack = now + ACK_CHECK_EVERY;
+            }
+            if show_status && now >= next_status {
+                logging::draw_status(&self.status_line());
+                next_status = now + STATUS_EVERY;
+            }
+            deadline += interval;
+            let after = Instant::now();
+            if deadline < after {
+                // The tick overran one or more deadlines: count them, do not try to catch up.
+                let behind = after.duration_since(deadline);
+                self.late_ticks += 1 + (behind.as_nanos() / interval.as_nanos().max(1)) as u64;
+                deadline = after;
+            }
+            match self.target.pidfd.wait_exit(Some(deadline.saturating_duration_since(after))) {
+                Ok(false) => {}
+                Ok(true) => break,
+                Err(e) => {
+                    tracing::warn!("cannot wait for the target: {e}");
+                    std::thread::sleep(interval);
+                }
+            }
+        }
+        logging::clear_status();
+        let exit = self.target.reap();
+        self.finish(exit);
+        exit
+    }
+
+    /// One sampling period: sample, predict, act.
+    fn tick(&mut self, now: Instant) {
+        let t_ns = now.duration_since(self.start).as_nanos() as u64;
+        self.ticks += 1;
+        self.sampler.tick(t_ns);
+        let mut reader = self.sampler.take_reader();
+        reader.drain(|s| self.on_sample(s));
+        self.sampler.return_reader(reader);
+        if !self.pending.is_empty() {
+            self.act();
+        }
+    }
+
+    fn on_sample(&mut self, s: Sample) {
+        let Some(st) = self.states.get_mut(s.resource.0 as usize) else {
+            return;
+        };
+        if s.used >= st.peak {
+            st.peak = s.used;
+            st.peak_limit = s.limit;
+        }
+        st.last = Some(s);
+        if st.announced_limit != Some(s.limit) {
+            let first = st.announced_limit.is_none();
+            st.announced_limit = Some(s.limit);
+            let (resource, limit) = (st.resource.clone(), s.limit);
+            self.announce_limit(&resource, limit, first);
+        }
+        let Some(st) = self.states.get_mut(s.resource.0 as usize) else {
+            return;
+        };
+        if !s.is_limited() {
+            return;
+        }
+        let obs = st.predictor.observe(s.t_ns as f64 / 1e9, s.used, s.limit);
+        st.forecast = obs.forecast;
+        match obs.decision {
+            Decision::Quiet => {}
+            Decision::Alert(reason) => self.pending.push(PendingAlert {
+                id: s.resource.0 as usize,
+                sample: s,
+                forecast: obs.forecast,
+                reason,
+            }),
+            Decision::Rearm => {
+                let name = st.resource.name.clone();
+                tracing::info!("{name} is back to normal; the next crossing alerts again");
+                self.emit(EventBody::Rearm { resource: name });
+            }
+        }
+    }
+
+    fn announce_limit(&mut self, resource: &Resource, limit: u64, first: bool) {
+        let unit = resource.kind.unit();
+        if limit == u64::MAX {
+            if first {
+                tracing::info!("watching {} ({}): no limit", resource.name, resource.source);
+            }
+            return;
+        }
+        tracing::info!(
+            "{} {}: limit {} ({})",
+            if first { "watching" } else { "limit changed for" },
+            resource.name,
+            format_amount(limit, unit),
+            resource.source
+        );
+        self.emit(EventBody::Limit {
+            resource: resource.name.clone(),
+            kind: resource.kind,
+            limit,
+            unit,
+            source: resource.source.clone(),
+        });
+    }
+
+    /// Acts on this tick's alerts: one request file and one signal for the most urgent,
+    /// one event and one log line for each.
+    fn act(&mut self) {
+        let mut pending = std::mem::take(&mut self.pending);
+        pending.sort_by(|a, b| {
+            let left = |p: &PendingAlert| p.forecast.seconds_left.unwrap_or(0.0);
+            left(a).total_cmp(&left(b))
+        });
+        let tree: Vec<u32> = self.sampler.tree_pids().to_vec();
+        let dry_run = self.settings.dry_run;
+        let signal = self.settings.signal;
+        let mut signalled: Vec<u32> = Vec::new();
+        let mut request_written = None;
+        if let Some(first) = pending.first() {
+            self.seq += 1;
+            let request = self.request_for(first);
+            if dry_run {
+                tracing::info!("dry run: would write {} and signal the tree", self.request_file.display());
+            } else {
+                match watchdog_alerter::request::write_request_file(&self.request_file, &request) {
+                    Ok(()) => request_written = Some(self.request_file.display().to_string()),
+                    Err(e) => tracing::error!("cannot write the request file: {e}"),
+                }
+                let report = watchdog_alerter::signal::signal_tree(
+                    Path::new("/proc"),
+                    &tree,
+                    self.target.pid,
+                    signal,
+                );
+                for (pid, why) in &report.failed {
+                    tracing::warn!("could not signal PID {pid}: {why}");
+                }
+                if report.sent.is_empty() {
+                    tracing::warn!("{}", watchdog_alerter::signal::no_handler_hint(signal));
+                }
+                signalled = report.sent;
+                if let Some(cmd) = &self.settings.on_alert {
+                    self.actions
+                        .hook(cmd.clone(), watchdog_alerter::hook::hook_env(&request));
+                }
+            }
+            self.actions.notify(
+                format!("watchdog: {} running out", request.resource),
+                alert_sentence(&self.states[first.id].resource, first),
+            );
+            self.last_alert_at = Some((Instant::now(), SystemTime::now()));
+        }
+        for p in &pending {
+            let st = &self.states[p.id];
+            let unit = st.resource.kind.unit();
+            tracing::warn!(
+                "ALERT {}{}; {}",
+                alert_sentence(&st.resource, p),
+                if dry_run { " (dry run)" } else { "" },
+                if dry_run {
+                    "nothing sent".to_string()
+                } else if signalled.is_empty() {
+                    "no process signalled".to_string()
+                } else {
+                    format!("sent {} to PID {}", signal_name(signal), join_pids(&signalled))
+                }
+            );
+            self.alerts.push(AlertRecord {
+                resource: st.resource.name.clone(),
+                at: Instant::now(),
+                signalled: signalled.len(),
+            });
+            let body = EventBody::Alert {
+                resource: st.resource.name.clone(),
+                reason: p.reason,
+                used: p.sample.used,
+                limit: p.sample.limit,
+                unit,
+                predicted_s: p.forecast.seconds_left,
+                rate_per_s: p.forecast.rate_per_s,
+                signalled: signalled.clone(),
+                signal: (!signalled.is_empty()).then(|| signal_name(signal)),
+                request_file: request_written.clone(),
+                dry_run,
+            };
+            self.emit(body);
+        }
+    }
+
+    fn request_for(&self, p: &PendingAlert) -> AlertRequest {
+        let st = &self.states[p.id];
+        AlertRequest::new(
+            self.seq,
+            &st.resource,
+            p.reason,
+            p.sample.used,
+            p.sample.limit,
+            p.forecast.seconds_left,
+            self.target.pid,
+            self.settings.signal,
+        )
+    }
+
+    /// Reads the acknowledgment file and, on a new one, measures the checkpoint time.
+    fn check_ack(&mut self) {
+        let Some(ack) = self.ack.poll() else {
+            return;
+        };
+        let checkpoint_s = self.last_alert_at.and_then(|(_, wall)| {
+            let alert_unix = wall.duration_since(SystemTime::UNIX_EPOCH).ok()?.as_secs_f64();
+            let d = ack.time_unix - alert_unix;
+            (d >= 0.0).then_some(d)
+        });
+        if let Some(d) = checkpoint_s {
+            for st in &mut self.states {
+                st.predictor
+                    .note_checkpoint_duration(d);
+            }
+            let needed = d * watchdog_predictor::CHECKPOINT_SAFETY + self.settings.interval.as_secs_f64();
+            if needed > self.lead_s {
+                self.lead_s = needed;
+                tracing::info!(
+                    "checkpoint took {}: lead raised to {}",
+                    format_duration_s(d),
+                    format_duration_s(needed)
+                );
+            }
+        }
+        tracing::info!(
+            "checkpoint acknowledged (request {}){}",
+            ack.seq,
+            checkpoint_s.map(|d| format!(", saved in {}", format_duration_s(d))).unwrap_or_default()
+        );
+        self.emit(EventBody::Ack {
+            checkpoint_s,
+            lead_s: self.lead_s,
+        });
+    }
+
+    fn emit(&mut self, body: EventBody) {
+        if let Some(log) = &mut self.events {
+            let event = Event {
+                time: watchdog_alerter::events::now_rfc3339(),
+                body,
+            };
+            if let Err(e) = log.append(&event) {
+                tracing::warn!("cannot append to the events file: {e}");
+            }
+        }
+    }
+
+    fn status_line(&self) -> String {
+        let mut parts = Vec::new();
+        for st in &self.states {
+            let Some(s) = st.last else { continue };
+            let unit = st.resource.kind.unit();
+            let mut part = format!("{} {}", st.resource.name, format_amount(s.used, unit));
+            if s.is_limited() {
+                part.push_str(&format!("/{}", format_amount(s.limit, unit)));
+                if st.forecast.rate_per_s.abs() >= 1.0 && unit != Unit::Millis {
+                    part.push_str(&format!(
+                        " {}{}/s",
+                        if st.forecast.rate_per_s >= 0.0 { "+" } else { "-" },
+                        format_amount(st.forecast.rate_per_s.abs() as u64, unit)
+                    ));
+                }
+                if let Some(left) = st.forecast.seconds_left {
+                    part.push_str(&format!(" {} left", format_duration_s(left)));
+                }
+            }
+            parts.push(part);
+        }
+        parts.join(" | ")
+    }
+
+    fn finish(&mut self, exit: TargetExit) {
+        let elapsed = self.start.elapsed().as_secs_f64();
+        let mut peaks = serde_json::Map::new();
+        let mut peak_text = Vec::new();
+        for st in &self.states {
+            if st.last.is_none() {
+                continue;
+            }
+            let unit = st.resource.kind.unit();
+            let mut entry = serde_json::Map::new();
+            entry.insert("used".into(), st.peak.into());
+            if st.peak_limit != u64::MAX {
+                entry.insert("limit".into(), st.peak_limit.into());
+            }
+            entry.insert("unit".into(), serde_json::to_value(unit).unwrap_or_default());
+            peaks.insert(st.resource.name.clone(), entry.into());
+            if st.peak_limit != u64::MAX && st.peak_limit > 0 {
+                peak_text.push(format!(
+                    "{} {} of {} ({:.0}%)",
+                    st.resource.name,
+                    format_amount(st.peak, unit),
+                    format_amount(st.peak_limit, unit),
+                    st.peak as f64 * 100.0 / st.peak_limit as f64
+                ));
+            } else {
+                peak_text.push(format!("{} {}", st.resource.name, format_amount(st.peak, unit)));
+            }
+        }
+        let how = match exit {
+            TargetExit::Code(c) => format!("exited with status {c}"),
+            TargetExit::Signal(s) => format!("was killed by {}", signal_name(s)),
+            TargetExit::Unknown => "exited".to_string(),
+        };
+        let alerts = if self.alerts.is_empty() {
+            "No alerts were sent.".to_string()
+        } else {
+            let list: Vec<String> = self
+                .alerts
+                .iter()
+                .map(|a| {
+                    format!(
+                        "{} at +{} ({} signalled)",
+                        a.resource,
+                        format_duration_s(a.at.duration_since(self.start).as_secs_f64()),
+                        a.signalled
+                    )
+                })
+                .collect();
+            format!("{} alert(s): {}.", self.alerts.len(), list.join(", "))
+        };
+        let late = if self.late_ticks > 0 {
+            format!(" {} of {} ticks ran late.", self.late_ticks, self.ticks)
+        } else {
+            String::new()
+        };
+        logging::print_block(&format!(
+            "watchdog: PID {} ({}) {how} after {}. Peak usage: {}. {alerts}{late}",
+            self.target.pid,
+            self.target.name,
+            format_duration_s(elapsed),
+            if peak_text.is_empty() { "nothing sampled".to_string() } else { peak_text.join(", ") },
+        ));
+        let (code, signal) = match exit {
+            TargetExit::Code(c) => (Some(c), None),
+            TargetExit::Signal(s) => (None, Some(s)),
+            TargetExit::Unknown => (None, None),
+        };
+        self.emit(EventBody::Exit {
+            code,
+            signal,
+            peaks,
+            alerts: self.alerts.len() as u32,
+        });
+        self.actions.finish(Duration::from_secs(3));
+    }
+}
+
+/// The acknowledgment file the client writes next to the request file.
+pub fn ack_path(request_file: &Path) -> PathBuf {
+    let mut s = request_file.as_os_str().to_owned();
+    s.push(".ack");
+    PathBuf::from(s)
+}
+
+fn alert_sentence(resource: &Resource, p: &PendingAlert) -> String {
+    let unit = resource.kind.unit();
+    let what = match p.reason {
+        AlertReason::Trend => "will run out",
+        AlertReason::HeadroomFloor => "is nearly exhausted",
+        AlertReason::NextStep => "cannot take the next step",
+    };
+    let when = match p.forecast.seconds_left {
+        Some(s) => format!(" in about {}", format_duration_s(s)),
+        None => String::new(),
+    };
+    format!(
+        "{} {what}{when}: {} of {} used",
+        resource.name,
+        format_amount(p.sample.used, unit),
+        format_amount(p.sample.limit, unit)
+    )
+}
+
+fn format_amount(v: u64, unit: Unit) -> String {
+    match unit {
+        Unit::Bytes => format_bytes(v),
+        Unit::Count => format!("{v} inodes"),
+        Unit::Millis => format_duration_s(v as f64 / 1e3),
+    }
+}
+
+fn join_pids(pids: &[u32]) -> String {
+    pids.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
+}
+
+#[allow(dead_code)]
+fn kind_is_memory(kind: ResourceKind) -> bool {
+    matches!(
+        kind,
+        ResourceKind::HostMemory | ResourceKind::CgroupMemory | ResourceKind::TreeMemory
+    )
+}

@@ -1,0 +1,167 @@
+//! The command-line contract: bad input gets one line naming the thing and what was
+//! expected, with exit status 2; `run` passes the child's status and environment through.
+
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+
+use crate::support::{bin, is_root, require, run, scratch};
+
+/// Asserts exit status 2 and a one-line stderr containing every fragment.
+fn assert_usage_error(args: &[&str], fragments: &[&str]) {
+    let out = run(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: stderr {stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{args:?}: expected one line, got {stderr:?}");
+    for f in fragments {
+        assert!(stderr.contains(f), "{args:?}: {stderr:?} lacks {f:?}");
+    }
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn bad_values_are_one_line_errors_with_status_2() {
+    let table: &[(&[&str], &[&str])] = &[
+        (&["--pid", "4194304"], &["no process with PID 4194304", "expected"]),
+        (&["--pid", "abc"], &["invalid PID 'abc'", "expected a positive process ID"]),
+        (&["--pid", "0"], &["invalid PID '0'"]),
+        (&["--interval", "5x", "--pid", "1"], &["invalid duration '5x'", "expected"]),
+        (&["--lead", "-3s", "--pid", "1"], &["invalid duration '-3s'"]),
+        (&["--mem-limit", "12XB", "--pid", "1"], &["invalid size '12XB'", "expected"]),
+        (&["--signal", "KILL", "--pid", "1"], &["invalid signal 'KILL'", "expected"]),
+        (&["--deadline", "tomorrow", "--pid", "1"], &["invalid deadline 'tomorrow'", "RFC 3339"]),
+        (&["--gpu", "maybe", "--pid", "1"], &["maybe"]),
+        (&[], &["nothing to watch", "expected --pid PID or run -- CMD"]),
+        (&["--pid", "1", "run", "--", "true"], &["--pid cannot be used with run"]),
+        (&["replay", "/nonexistent/trace.csv"], &["cannot read trace '/nonexistent/trace.csv'"]),
+    ];
+    for (args, fragments) in table {
+        assert_usage_error(args, fragments);
+    }
+}
+
+#[test]
+fn bad_config_names_file_line_and_expectation() {
+    let dir = scratch();
+    let unknown = dir.path().join("unknown.toml");
+    std::fs::write(&unknown, "lead = \"5s\"\nintervall = \"10ms\"\n").unwrap();
+    let u = unknown.display().to_string();
+    assert_usage_error(
+        &["--config", &u, "--pid", "1"],
+        &[&format!("{u}:2"), "unknown field `intervall`"],
+    );
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "# comment\nmem_limit = \"lots\"\n").unwrap();
+    let b = bad.display().to_string();
+    assert_usage_error(
+        &["--config", &b, "--pid", "1"],
+        &[&format!("{b}:2"), "invalid size 'lots'", "expected"],
+    );
+    assert_usage_error(
+        &["--config", "/nonexistent.toml", "--pid", "1"],
+        &["cannot read config file '/nonexistent.toml'"],
+    );
+}
+
+#[test]
+fn documented_example_config_is_accepted() {
+    let config = crate::support::repo().join("config/watchdog.toml");
+    let out = bin()
+        .args(["--config", &config.display().to_string(), "--gpu", "off", "run", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn a_pid_we_may_not_signal_is_refused() {
+    if !require(is_root(), "root (to drop to user nobody)") {
+        return;
+    }
+    // As user nobody, PID 1 (root's) may not be signalled.
+    let out = bin()
+        .args(["--pid", "1"])
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("not permitted to signal PID 1"), "{stderr}");
+}
+
+#[test]
+fn run_exits_with_the_child_status() {
+    let out = run(&["--gpu", "off", "run", "--", "sh", "-c", "exit 3"]);
+    assert_eq!(out.status.code(), Some(3));
+    let out = run(&["--gpu", "off", "run", "--", "sh", "-c", "kill -9 $$"]);
+    assert_eq!(out.status.code(), Some(137));
+    let out = run(&["--gpu", "off", "run", "--", "/nonexistent/cmd"]);
+    assert_eq!(out.status.code(), Some(127));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot run '/nonexistent/cmd'"));
+}
+
+#[test]
+fn run_gives_the_child_its_environment() {
+    let dir = scratch();
+    let file = dir.path().join("env.txt");
+    let script = format!(
+        "echo \"$WATCHDOG_SIGNAL|$WATCHDOG_REQUEST_FILE|$WATCHDOG_PID\" > {}",
+        file.display()
+    );
+    let req = dir.path().join("req.json");
+    let mut child = bin()
+        .args(["--gpu", "off", "--signal", "USR2", "--request-file"])
+        .arg(&req)
+        .args(["run", "--", "sh", "-c", &script])
+        .spawn()
+        .unwrap();
+    let watchdog_pid = child.id();
+    assert!(child.wait().unwrap().success());
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(
+        text.trim(),
+        format!("SIGUSR2|{}|{watchdog_pid}", req.display())
+    );
+}
+
+#[test]
+fn run_forwards_sigterm_to_the_child() {
+    let dir = scratch();
+    let marker = dir.path().join("got-term");
+    let script = format!(
+        "import signal,sys,time\nsignal.signal(signal.SIGTERM, lambda *a: (open({:?},'w').write('x'), sys.exit(7)))\nopen({:?},'w').write('ready')\ntime.sleep(30)\n",
+        marker.display().to_string(),
+        dir.path().join("ready").display().to_string(),
+    );
+    let mut child = bin()
+        .args(["--gpu", "off", "run", "--", "python3", "-c", &script])
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(crate::support::wait_for(std::time::Duration::from_secs(10), || dir
+        .path()
+        .join("ready")
+        .exists()));
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(7));
+    assert!(marker.exists(), "the child did not get SIGTERM");
+}
+
+#[test]
+fn pid_mode_exits_0_with_a_summary_when_the_target_exits() {
+    let mut target = Command::new("sleep").arg("1").spawn().unwrap();
+    let out = bin()
+        .args(["--gpu", "off", "--pid", &target.id().to_string()])
+        .output()
+        .unwrap();
+    target.wait().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains(&format!("PID {}", target.id())), "{stderr}");
+    assert!(stderr.contains("Peak usage"), "{stderr}");
+}

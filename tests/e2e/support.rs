@@ -1,0 +1,201 @@
+//! Helpers for the end-to-end tests: the binary, scratch directories, a memory cgroup
+//! and a tmpfs that clean up after themselves, and readers for the files the watchdog
+//! and the test processes write.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The watchdog binary under test.
+pub fn bin() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_watchdog"));
+    cmd.env_remove("XDG_RUNTIME_DIR")
+        .env_remove("DBUS_SESSION_BUS_ADDRESS")
+        .env_remove("WATCHDOG_LOG");
+    cmd
+}
+
+/// Runs the watchdog with `args` to completion.
+pub fn run(args: &[&str]) -> Output {
+    bin().args(args).output().expect("run watchdog")
+}
+
+/// The repo root.
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The test process script.
+pub fn hog() -> String {
+    repo().join("tests/e2e/scripts/hog.py").display().to_string()
+}
+
+/// Whether the environment demands every test run for real.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// Returns false (after printing why) when a precondition is missing outside CI; panics in CI.
+pub fn require(ok: bool, what: &str) -> bool {
+    if ok {
+        return true;
+    }
+    if in_ci() {
+        panic!("this test needs {what}, and CI=true: refusing to skip");
+    }
+    eprintln!("SKIPPED: this test needs {what}");
+    false
+}
+
+/// Whether we run as root.
+pub fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+/// A scratch directory.
+pub fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("wd-e2e-")
+        .tempdir()
+        .expect("tempdir")
+}
+
+/// Reads a JSON-lines events file.
+pub fn events(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad event line {l:?}: {e}")))
+        .collect()
+}
+
+/// The events of one kind.
+pub fn of_kind<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["event"] == kind).collect()
+}
+
+/// Reads a hog.py report.
+pub fn report(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap_or_else(|e| {
+        panic!("no report at {}: {e}", path.display())
+    }))
+    .expect("report json")
+}
+
+/// The report's events of one kind.
+pub fn report_events<'a>(report: &'a Value, kind: &str) -> Vec<&'a Value> {
+    report["events"]
+        .as_array()
+        .map(|a| a.iter().filter(|e| e["kind"] == kind).collect())
+        .unwrap_or_default()
+}
+
+/// Waits until `f` holds or `timeout` passes.
+pub fn wait_for(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + timeout;
+    while Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    f()
+}
+
+/// A memory cgroup with a limit, removed on drop (v1 or v2, whichever is mounted).
+pub struct MemoryCgroup {
+    pub dir: PathBuf,
+    pub v2: bool,
+}
+
+impl MemoryCgroup {
+    /// Creates a fresh memory cgroup with `limit` bytes, or None when impossible here.
+    pub fn create(limit: u64) -> Option<MemoryCgroup> {
+        let name = format!("wd-e2e-{}-{}", std::process::id(), rand_suffix());
+        let v1 = Path::new("/sys/fs/cgroup/memory");
+        let (dir, v2) = if v1.join("memory.limit_in_bytes").exists() {
+            (v1.join(&name), false)
+        } else if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
+            (Path::new("/sys/fs/cgroup").join(&name), true)
+        } else {
+            return None;
+        };
+        std::fs::create_dir(&dir).ok()?;
+        let cg = MemoryCgroup { dir, v2 };
+        let ok = if v2 {
+            std::fs::write(cg.dir.join("memory.max"), limit.to_string()).is_ok()
+                && std::fs::write(cg.dir.join("memory.swap.max"), "0").is_ok()
+        } else {
+            std::fs::write(cg.dir.join("memory.limit_in_bytes"), limit.to_string()).is_ok()
+                // Without swap accounting this file is absent; the limit then still holds RAM.
+                && (std::fs::write(cg.dir.join("memory.memsw.limit_in_bytes"), limit.to_string())
+                    .is_ok()
+                    || !cg.dir.join("memory.memsw.limit_in_bytes").exists())
+        };
+        ok.then_some(cg)
+    }
+
+    /// The file a process's PID is written to, to move it in.
+    pub fn procs(&self) -> PathBuf {
+        self.dir.join("cgroup.procs")
+    }
+}
+
+impl Drop for MemoryCgroup {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// A tmpfs of a given size mounted on a scratch directory, unmounted on drop.
+pub struct Tmpfs {
+    pub dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    /// Mounts a tmpfs of `size` (e.g. "64m"), or None when mounting is impossible here.
+    pub fn mount(size: &str) -> Option<Tmpfs> {
+        let dir = scratch();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(Tmpfs { dir })
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.dir.path()).status();
+    }
+}
+
+fn rand_suffix() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0)
+}
+
+/// Whether a process exists (and is not a zombie).
+pub fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
+                .unwrap_or(false)
+        })
+        .unwrap_or(false)
+}

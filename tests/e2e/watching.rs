@@ -1,0 +1,258 @@
+//! The watchdog against real exhaustion: a leak in a memory cgroup until the kernel's
+//! OOM kill, a leak against `--mem-limit`, checkpoints filling a tmpfs, a runtime
+//! limit, a harmless saw-tooth, and a process without a handler.
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::support::*;
+
+const MIB: u64 = 1024 * 1024;
+
+/// Common flags: fast sampling, no GPU, an events file.
+fn base(events: &std::path::Path, req: &std::path::Path) -> Vec<String> {
+    vec![
+        "--gpu".into(),
+        "off".into(),
+        "--interval".into(),
+        "20ms".into(),
+        "--events".into(),
+        events.display().to_string(),
+        "--request-file".into(),
+        req.display().to_string(),
+    ]
+}
+
+#[test]
+fn cgroup_leak_is_checkpointed_before_the_oom_kill() {
+    if !require(is_root(), "root (to create a memory cgroup)") {
+        return;
+    }
+    let Some(cg) = MemoryCgroup::create(256 * MIB) else {
+        assert!(!in_ci(), "cannot create a memory cgroup, and CI=true");
+        eprintln!("SKIPPED: cannot create a memory cgroup here");
+        return;
+    };
+    let dir = scratch();
+    let (events, req, rep) = (
+        dir.path().join("events.jsonl"),
+        dir.path().join("req.json"),
+        dir.path().join("report.json"),
+    );
+    // The leaker moves itself into the cgroup, then execs Python, which grows ~80 MiB/s
+    // until the kernel kills it.
+    let procs = cg.procs();
+    let mut leaker = Command::new("sh")
+        .args(["-c", "echo $$ > \"$0\" && exec python3 \"$@\"", procs.to_str().unwrap()])
+        .args([&hog(), rep.to_str().unwrap(), "leak", "--step-mib", "4", "--every", "0.05"])
+        .args(["--dir", dir.path().to_str().unwrap()])
+        .env("WATCHDOG_REQUEST_FILE", &req)
+        .env("WATCHDOG_SIGNAL", "SIGUSR1")
+        .spawn()
+        .unwrap();
+    let pid = leaker.id();
+    let cg_name = cg.dir.file_name().unwrap().to_str().unwrap().to_string();
+    assert!(wait_for(Duration::from_secs(5), || {
+        std::fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|c| c.contains(&cg_name))
+    }));
+    let watchdog = bin()
+        .args(base(&events, &req))
+        .args(["--lead", "1s", "--pid", &pid.to_string()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = leaker.wait().unwrap();
+    let out = watchdog.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(status.signal(), Some(9), "the kernel's OOM killer should end it; {stderr}");
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let ev = events(&events);
+    let alerts = of_kind(&ev, "alert");
+    assert!(!alerts.is_empty(), "no alert: {stderr}");
+    assert_eq!(alerts[0]["resource"], "cgroup_memory", "{ev:?}");
+    assert_eq!(alerts[0]["signalled"], serde_json::json!([pid]));
+    let r = report(&rep);
+    let ckpt = report_events(&r, "checkpoint");
+    assert_eq!(ckpt.len(), 1, "checkpoint saved once: {r}");
+    assert_eq!(ckpt[0]["resource"], "cgroup_memory");
+    assert!(std::path::Path::new(ckpt[0]["path"].as_str().unwrap()).exists());
+    assert!(!of_kind(&ev, "ack").is_empty(), "the acknowledgment was not seen: {ev:?}");
+}
+
+#[test]
+fn mem_limit_leak_is_checkpointed_and_acknowledged() {
+    let dir = scratch();
+    let (events, req, rep) = (
+        dir.path().join("events.jsonl"),
+        dir.path().join("req.json"),
+        dir.path().join("report.json"),
+    );
+    let out = bin()
+        .args(base(&events, &req))
+        .args(["--lead", "1s", "--mem-limit", "300MiB", "run", "--", "python3", &hog()])
+        .args([rep.to_str().unwrap(), "leak", "--step-mib", "4", "--every", "0.04"])
+        .args(["--max-mib", "280", "--seconds", "20", "--stop-after-checkpoint"])
+        .args(["--dir", dir.path().to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let ev = events(&events);
+    let alerts = of_kind(&ev, "alert");
+    assert!(!alerts.is_empty(), "no alert: {stderr}");
+    assert_eq!(alerts[0]["resource"], "tree_memory");
+    let r = report(&rep);
+    let ckpt = report_events(&r, "checkpoint");
+    assert_eq!(ckpt.len(), 1, "{r}");
+    let held = ckpt[0]["held_mib"].as_f64().unwrap();
+    assert!(held < 300.0, "checkpoint came after the limit: {held} MiB");
+    assert!(!of_kind(&ev, "ack").is_empty(), "ack not recorded: {ev:?}");
+    let request: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&req).unwrap()).unwrap();
+    assert_eq!(request["resource"], "tree_memory");
+    assert!(request["limit"].as_u64().unwrap() == 300 * MIB);
+}
+
+#[test]
+fn checkpoints_filling_a_tmpfs_are_stopped_before_it_is_full() {
+    if !require(is_root(), "root (to mount a tmpfs)") {
+        return;
+    }
+    let Some(fs) = Tmpfs::mount("64m") else {
+        assert!(!in_ci(), "cannot mount a tmpfs, and CI=true");
+        eprintln!("SKIPPED: cannot mount a tmpfs here");
+        return;
+    };
+    let dir = scratch();
+    let (events, req, rep) = (
+        dir.path().join("events.jsonl"),
+        dir.path().join("req.json"),
+        dir.path().join("report.json"),
+    );
+    let out = bin()
+        .args(base(&events, &req))
+        .args(["--lead", "2s", "--disk", fs.path().to_str().unwrap()])
+        .args(["run", "--", "python3", &hog(), rep.to_str().unwrap(), "write"])
+        .args(["--step-mib", "4", "--every", "0.1", "--seconds", "30"])
+        .args(["--dir", fs.path().to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let r = report(&rep);
+    let ckpt = report_events(&r, "checkpoint");
+    let full = report_events(&r, "enospc");
+    assert!(!ckpt.is_empty(), "never asked to checkpoint: {r} {stderr}");
+    assert!(ckpt[0]["resource"].as_str().unwrap().starts_with("disk:"), "{r}");
+    if let Some(full) = full.first() {
+        assert!(
+            ckpt[0]["t"].as_f64().unwrap() < full["t"].as_f64().unwrap(),
+            "signal came after ENOSPC: {r}"
+        );
+    }
+}
+
+#[test]
+fn max_runtime_fires_lead_seconds_before_the_limit() {
+    let dir = scratch();
+    let (events, req, rep) = (
+        dir.path().join("events.jsonl"),
+        dir.path().join("req.json"),
+        dir.path().join("report.json"),
+    );
+    let out = bin()
+        .args(base(&events, &req))
+        .args(["--lead", "2s", "--max-runtime", "5s", "run", "--", "python3", &hog()])
+        .args([rep.to_str().unwrap(), "wait", "--seconds", "4.5", "--every", "0.02"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let r = report(&rep);
+    let ckpt = report_events(&r, "checkpoint");
+    assert_eq!(ckpt.len(), 1, "{r} {stderr}");
+    assert_eq!(ckpt[0]["resource"], "runtime");
+    let t = ckpt[0]["t"].as_f64().unwrap();
+    // The runtime counts from the process's start (before Python is up); the limit is
+    // 5 s, the lead 2 s, so the request arrives about 3 s in.
+    assert!((2.4..=3.4).contains(&t), "checkpoint requested at {t:.2}s, expected about 3s");
+}
+
+#[test]
+fn a_stable_sawtooth_under_the_limit_raises_no_alert() {
+    let dir = scratch();
+    let (events, req, rep) = (
+        dir.path().join("events.jsonl"),
+        dir.path().join("req.json"),
+        dir.path().join("report.json"),
+    );
+    let out = bin()
+        .args(base(&events, &req))
+        .args(["--lead", "5s", "--mem-limit", "400MiB", "run", "--", "python3", &hog()])
+        .args([rep.to_str().unwrap(), "sawtooth", "--step-mib", "16", "--every", "0.03"])
+        .args(["--max-mib", "240", "--seconds", "8"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let ev = events(&events);
+    assert!(of_kind(&ev, "alert").is_empty(), "false alarm: {ev:?}");
+    assert!(!req.exists(), "a request file was written");
+}
+
+#[test]
+fn a_process_without_a_handler_is_not_signalled_and_survives() {
+    let dir = scratch();
+    let (events, req, rep) = (
+        dir.path().join("events.jsonl"),
+        dir.path().join("req.json"),
+        dir.path().join("report.json"),
+    );
+    let hook_out = dir.path().join("hook.txt");
+    let out = bin()
+        .args(base(&events, &req))
+        .args(["--lead", "1s", "--mem-limit", "200MiB"])
+        .args(["--on-alert", &format!("echo \"$WATCHDOG_RESOURCE\" > {}", hook_out.display())])
+        .args(["run", "--", "python3", &hog(), rep.to_str().unwrap(), "leak", "--no-handler"])
+        .args(["--step-mib", "4", "--every", "0.04", "--max-mib", "180", "--seconds", "5"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // It ran to its end: a SIGUSR1 would have killed it (status 138).
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let ev = events(&events);
+    let alerts = of_kind(&ev, "alert");
+    assert!(!alerts.is_empty(), "{stderr}");
+    assert_eq!(alerts[0]["signalled"], serde_json::json!([]));
+    assert!(stderr.contains("install"), "the warning should say how to install a handler: {stderr}");
+    assert!(req.exists(), "the request file is still written");
+    assert!(wait_for(Duration::from_secs(5), || hook_out.exists()), "hook not run");
+    assert_eq!(std::fs::read_to_string(&hook_out).unwrap().trim(), "tree_memory");
+    assert!(report_events(&report(&rep), "done").len() == 1);
+}
+
+#[test]
+fn dry_run_sends_and_writes_nothing() {
+    let dir = scratch();
+    let (events, req, rep) = (
+        dir.path().join("events.jsonl"),
+        dir.path().join("req.json"),
+        dir.path().join("report.json"),
+    );
+    let out = bin()
+        .args(base(&events, &req))
+        .args(["--dry-run", "--lead", "1s", "--mem-limit", "200MiB", "run", "--", "python3"])
+        .args([&hog(), rep.to_str().unwrap(), "leak", "--step-mib", "4", "--every", "0.04"])
+        .args(["--max-mib", "180", "--seconds", "5"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let ev = events(&events);
+    let alerts = of_kind(&ev, "alert");
+    assert!(!alerts.is_empty(), "{stderr}");
+    assert_eq!(alerts[0]["dry_run"], true);
+    assert!(!req.exists());
+    assert!(report_events(&report(&rep), "checkpoint").is_empty());
+}
