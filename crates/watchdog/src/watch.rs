@@ -14,7 +14,7 @@ use watchdog_alerter::request::{AckWatcher, AlertRequest};
 use watchdog_predictor::{Decision, PredictorConfig, ResourcePredictor};
 use watchdog_sampler::{ResourceTable, Sampler};
 use watchdog_types::units::{format_bytes, format_duration_s, signal_name};
-use watchdog_types::{AlertReason, Event, EventBody, Forecast, Resource, ResourceKind, Sample, Unit};
+use watchdog_types::{AlertReason, Event, EventBody, Forecast, Resource, Sample, Unit};
 
 use crate::Failure;
 use crate::config::Settings;
@@ -173,7 +173,7 @@ impl Watch {
             })
             .collect();
         let mut watch = Watch {
-            ack: AckWatcher::new(ack_path(&request_file)),
+            ack: AckWatcher::new(&request_file),
             lead_s: settings.lead.as_secs_f64(),
             actions: actions::Actions::start(settings.notify && !settings.dry_run),
             settings,
@@ -371,12 +371,12 @@ impl Watch {
                     tracing::warn!("could not signal PID {pid}: {why}");
                 }
                 if report.sent.is_empty() {
-                    tracing::warn!("{}", watchdog_alerter::signal::no_handler_hint(signal));
+                    tracing::warn!("{}", watchdog_alerter::signal::no_handler_warning(signal));
                 }
                 signalled = report.sent;
                 if let Some(cmd) = &self.settings.on_alert {
                     self.actions
-                        .hook(cmd.clone(), watchdog_alerter::hook::hook_env(&request));
+                        .hook(cmd.clone(), watchdog_alerter::hook::hook_env(&request, request_written.as_ref().map(Path::new)));
                 }
             }
             self.actions.notify(
@@ -424,21 +424,27 @@ impl Watch {
 
     fn request_for(&self, p: &PendingAlert) -> AlertRequest {
         let st = &self.states[p.id];
-        AlertRequest::new(
-            self.seq,
-            &st.resource,
-            p.reason,
-            p.sample.used,
-            p.sample.limit,
-            p.forecast.seconds_left,
-            self.target.pid,
-            self.settings.signal,
-        )
+        let now = SystemTime::now();
+        AlertRequest {
+            seq: self.seq,
+            resource: st.resource.name.clone(),
+            kind: snake(&st.resource.kind),
+            reason: snake(&p.reason),
+            used: p.sample.used,
+            limit: p.sample.limit,
+            unit: snake(&st.resource.kind.unit()),
+            predicted_s: p.forecast.seconds_left,
+            time: watchdog_alerter::events::format_rfc3339_ms(now),
+            time_unix: watchdog_alerter::events::unix_time_s(now),
+            pid: self.target.pid,
+            signal: signal_name(self.settings.signal),
+            watchdog_pid: std::process::id(),
+        }
     }
 
     /// Reads the acknowledgment file and, on a new one, measures the checkpoint time.
     fn check_ack(&mut self) {
-        let Some(ack) = self.ack.poll() else {
+        let Some(ack) = self.ack.check() else {
             return;
         };
         let checkpoint_s = self.last_alert_at.and_then(|(_, wall)| {
@@ -585,11 +591,12 @@ impl Watch {
     }
 }
 
-/// The acknowledgment file the client writes next to the request file.
-pub fn ack_path(request_file: &Path) -> PathBuf {
-    let mut s = request_file.as_os_str().to_owned();
-    s.push(".ack");
-    PathBuf::from(s)
+/// The snake_case name serde gives a unit enum variant (`cgroup_memory`, `headroom_floor`).
+fn snake<T: serde::Serialize>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => String::new(),
+    }
 }
 
 fn alert_sentence(resource: &Resource, p: &PendingAlert) -> String {
@@ -621,12 +628,4 @@ fn format_amount(v: u64, unit: Unit) -> String {
 
 fn join_pids(pids: &[u32]) -> String {
     pids.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
-}
-
-#[allow(dead_code)]
-fn kind_is_memory(kind: ResourceKind) -> bool {
-    matches!(
-        kind,
-        ResourceKind::HostMemory | ResourceKind::CgroupMemory | ResourceKind::TreeMemory
-    )
 }

@@ -82,7 +82,11 @@ fn serve(rx: mpsc::Receiver<Action>) {
     let mut runtime = None;
     for action in rx {
         match action {
-            Action::Hook { cmd, env } => watchdog_alerter::hook::run_hook(&cmd, &env),
+            Action::Hook { cmd, env } => {
+                if let Err(e) = watchdog_alerter::hook::run_hook(&cmd, &env) {
+                    tracing::warn!("{e}");
+                }
+            }
             Action::Notify { summary, body } => {
                 if runtime.is_none() {
                     runtime = tokio::runtime::Builder::new_current_thread()

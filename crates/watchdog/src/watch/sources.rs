@@ -1,0 +1,163 @@
+//! Chooses and opens the sources for one target: host memory and swap, its memory
+//! cgroup, its process tree, its filesystems, its runtime limit and its GPUs. A source
+//! that cannot be opened is reported once, with the reason, and the others go on.
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use watchdog_sampler::cgroup::{CgroupMemory, CgroupMounts};
+use watchdog_sampler::disk::{Filesystem, is_tmpfs};
+use watchdog_sampler::meminfo::HostMemory;
+use watchdog_sampler::runtime::{Runtime, runtime_limit};
+use watchdog_sampler::tree::{self, TreeMemory};
+use watchdog_sampler::{ResourceTable, Source};
+
+use crate::Failure;
+use crate::cli::GpuMode;
+use crate::config::Settings;
+use crate::target::Target;
+
+/// The sources opened for a target, and the resources that could not be watched.
+pub struct Built {
+    /// Sources in sampling order.
+    pub sources: Vec<Box<dyn Source>>,
+    /// `(resource, reason)` for each resource that is not watched.
+    pub unwatched: Vec<(String, String)>,
+}
+
+/// Opens every source for `target`.
+pub fn build(target: &Target, settings: &Settings, table: &mut ResourceTable, gpu: GpuSetup) -> Built {
+    let proc_root = Path::new("/proc");
+    let pid = target.pid;
+    let mut sources: Vec<Box<dyn Source>> = Vec::new();
+    let mut unwatched = Vec::new();
+
+    match HostMemory::new(proc_root, table) {
+        Ok(s) => sources.push(Box::new(s)),
+        Err(e) => unwatched.push(("host_memory".to_string(), e.to_string())),
+    }
+
+    let mounts = CgroupMounts::read(proc_root)
+        .unwrap_or_else(|_| CgroupMounts::standard(Path::new("/sys/fs/cgroup")));
+    match CgroupMemory::for_pid(proc_root, pid, &mounts, table) {
+        Ok(s) => sources.push(Box::new(s)),
+        Err(e) => unwatched.push(("cgroup_memory".to_string(), e.to_string())),
+    }
+
+    sources.push(Box::new(TreeMemory::new(proc_root, settings.mem_limit, table)));
+
+    let target_is_root = tree::process_uids(proc_root, pid)
+        .map(|u| u.effective == 0)
+        .unwrap_or(false);
+    for path in disk_paths(settings, proc_root, pid) {
+        match Filesystem::new(&path, target_is_root, table) {
+            Ok(s) => sources.push(Box::new(s)),
+            Err(e) => unwatched.push((format!("disk:{}", path.display()), e.to_string())),
+        }
+    }
+
+    match tree::process_start_time(proc_root, pid) {
+        Ok(start) => {
+            let env = tree::process_environ(proc_root, pid).unwrap_or_default();
+            let deadline = settings.deadline.and_then(|d| {
+                SystemTime::UNIX_EPOCH.checked_add(std::time::Duration::from_nanos(
+                    u64::try_from(d.as_nanosecond()).unwrap_or(0),
+                ))
+            });
+            if let Some((limit, origin)) =
+                runtime_limit(&env, SystemTime::now(), start, settings.max_runtime, deadline)
+            {
+                sources.push(Box::new(Runtime::new(start, limit, origin, table)));
+            }
+        }
+        Err(e) => unwatched.push(("runtime".to_string(), e.to_string())),
+    }
+
+    gpu.add_to(&mut sources, table, &mut unwatched);
+    Built { sources, unwatched }
+}
+
+/// The filesystems to watch: the configured ones, else the target's working directory
+/// and `/dev/shm` when it is a tmpfs.
+fn disk_paths(settings: &Settings, proc_root: &Path, pid: u32) -> Vec<PathBuf> {
+    if !settings.disks.is_empty() {
+        return settings.disks.clone();
+    }
+    let mut paths = Vec::new();
+    if let Ok(cwd) = tree::process_cwd(proc_root, pid) {
+        paths.push(cwd);
+    }
+    let shm = Path::new("/dev/shm");
+    if is_tmpfs(shm) {
+        paths.push(shm.to_path_buf());
+    }
+    paths
+}
+
+/// GPU watching, started before the target so `--gpu required` fails early.
+pub struct GpuSetup {
+    #[cfg(feature = "gpu")]
+    watch: Option<watchdog_sampler::gpu::GpuWatch>,
+    reason: Option<String>,
+}
+
+impl GpuSetup {
+    /// Starts NVML per `--gpu`; `required` without a usable GPU is an error (exit 2).
+    pub fn start(settings: &Settings) -> Result<GpuSetup, Failure> {
+        if settings.gpu == GpuMode::Off {
+            return Ok(GpuSetup {
+                #[cfg(feature = "gpu")]
+                watch: None,
+                reason: None,
+            });
+        }
+        #[cfg(feature = "gpu")]
+        {
+            match watchdog_sampler::gpu::GpuWatch::start(
+                settings.nvml_library.as_deref(),
+                settings.interval,
+            ) {
+                Ok(watch) => Ok(GpuSetup {
+                    watch: Some(watch),
+                    reason: None,
+                }),
+                Err(reason) if settings.gpu == GpuMode::Required => Err(Failure::Usage(format!(
+                    "GPU memory cannot be watched: {reason}; expected an NVIDIA driver (or --gpu auto/off)"
+                ))),
+                Err(reason) => Ok(GpuSetup {
+                    watch: None,
+                    reason: Some(reason.to_string()),
+                }),
+            }
+        }
+        #[cfg(not(feature = "gpu"))]
+        {
+            let reason = "this watchdog was built without GPU support (the `gpu` feature)".to_string();
+            if settings.gpu == GpuMode::Required {
+                return Err(Failure::Usage(format!(
+                    "GPU memory cannot be watched: {reason}; expected a build with --features gpu"
+                )));
+            }
+            Ok(GpuSetup {
+                reason: Some(reason),
+            })
+        }
+    }
+
+    fn add_to(
+        self,
+        sources: &mut Vec<Box<dyn Source>>,
+        table: &mut ResourceTable,
+        unwatched: &mut Vec<(String, String)>,
+    ) {
+        if let Some(reason) = self.reason {
+            unwatched.push(("gpu".to_string(), reason));
+        }
+        #[cfg(feature = "gpu")]
+        if let Some(watch) = self.watch {
+            sources.push(Box::new(watch.into_source(table)));
+        }
+        #[cfg(not(feature = "gpu"))]
+        let _ = (sources, table);
+    }
+}
