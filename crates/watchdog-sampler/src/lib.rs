@@ -5,7 +5,25 @@
 //! [`Sample`] per resource into the ring buffer, never allocating once warm.
 //! Every reader takes its root (`/proc`, `/sys/fs/cgroup`) so tests run it on
 //! fixture trees of real captured files.
+//!
+//! Modules: [`procfile`] (the kept-open file), [`meminfo`] (host memory and swap),
+//! [`cgroup`] (the target's memory cgroup, v1 and v2), [`tree`] (the process tree, its RSS,
+//! and facts about the target), [`disk`] (filesystems), [`runtime`] (wall time against the
+//! runtime limit), [`ring`] (the SPSC ring of samples) and [`fake`] (a scripted source for
+//! tests). [`Sampler`] ties them together: one [`Sampler::tick`] per interval.
 #![deny(missing_docs)]
+
+pub mod cgroup;
+pub mod disk;
+pub mod fake;
+pub mod meminfo;
+pub mod procfile;
+pub mod ring;
+pub mod runtime;
+mod sampler;
+pub mod tree;
+
+pub use sampler::{Sampler, TickReport};
 
 use watchdog_types::{Resource, ResourceId, ResourceKind, Sample};
 

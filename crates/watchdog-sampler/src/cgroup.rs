@@ -1,0 +1,649 @@
+//! The target's memory cgroup: its working set against the smallest limit above it.
+//!
+//! Containers, SLURM and notebook platforms enforce memory through cgroups, and the kernel's
+//! OOM killer fires on the cgroup's limit long before the host runs out. This module finds
+//! the target's memory cgroup and reads it; it owns everything cgroup-specific.
+//!
+//! Finding the cgroup: `/proc/PID/cgroup` (<https://man7.org/linux/man-pages/man7/cgroups.7.html>)
+//! names it, one line per hierarchy: `0::/path` for the unified (v2) hierarchy,
+//! `N:memory:/path` (controllers comma-separated) for the v1 memory controller. Where those
+//! hierarchies are mounted comes from `/proc/self/mountinfo`
+//! (<https://docs.kernel.org/filesystems/proc.html#proc-pid-mountinfo-information-about-mounts>),
+//! with the mount's root subtracted from the path (a container sees its own cgroup as `/`),
+//! or from the standard layout under a given root ([`CgroupMounts::standard`]) for fixture
+//! trees. On a hybrid host (v1 controllers plus an empty v2 tree at `/sys/fs/cgroup/unified`,
+//! like this one) the v1 memory controller wins: the v2 tree only counts memory when its
+//! `cgroup.controllers` lists `memory`.
+//!
+//! Reading it, as kubelet does, uses the working set, usage minus inactive file cache, so a
+//! run that writes big checkpoints does not look like it is about to be OOM-killed (clean
+//! inactive page cache is reclaimed before the OOM killer runs):
+//!
+//! - v2 (<https://docs.kernel.org/admin-guide/cgroup-v2.html#memory-interface-files>):
+//!   `memory.current` minus `inactive_file` of `memory.stat`, bytes; the limit is the smallest
+//!   `memory.max` (`max` = none) of the cgroup and every ancestor up to the mount root.
+//!   `memory.high` throttles instead of killing and is not treated as a limit.
+//! - v1 (<https://docs.kernel.org/admin-guide/cgroup-v1/memory.html>): `memory.usage_in_bytes`
+//!   minus `total_inactive_file` of `memory.stat`, bytes; the limit is `hierarchical_memory_limit`
+//!   of `memory.stat` (already the smallest over the ancestors), falling back to
+//!   `memory.limit_in_bytes`. Values of 2^62 and above mean "no limit" (the kernel writes
+//!   `PAGE_COUNTER_MAX` pages, 9223372036854771712 on 4 KiB pages). `memsw` limits are ignored.
+//!
+//! With no limit anywhere the resource still exists, with limit `u64::MAX`, so its peak is
+//! reported; the predictor does not predict against it. The OOM-kill counter, for diagnosing
+//! a death afterwards, is read separately through [`OomKillCounter`].
+
+use std::path::{Component, Path, PathBuf};
+
+use watchdog_types::{ResourceId, ResourceKind, Sample};
+
+use crate::procfile::{KeptOpenFile, key_value_lines, parse_u64};
+use crate::{Outcome, ResourceTable, Source, SourceError, Tick};
+
+/// v1 limits at or above this are "unlimited" (the kernel's `PAGE_COUNTER_MAX` pages is just below 2^63).
+pub const V1_UNLIMITED_THRESHOLD: u64 = 1 << 62;
+
+/// Which cgroup hierarchy the memory controller is read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CgroupVersion {
+    /// The legacy per-controller hierarchy (`/sys/fs/cgroup/memory`).
+    V1,
+    /// The unified hierarchy (`/sys/fs/cgroup`).
+    V2,
+}
+
+/// What `/proc/PID/cgroup` says about memory.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProcCgroup {
+    /// Path in the v1 hierarchy holding the `memory` controller (`N:...memory...:/path`).
+    pub v1_memory: Option<String>,
+    /// Path in the unified hierarchy (`0::/path`).
+    pub v2: Option<String>,
+}
+
+/// Parses `/proc/PID/cgroup`. Lines it cannot read are skipped.
+pub fn parse_proc_cgroup(text: &str) -> ProcCgroup {
+    let mut out = ProcCgroup::default();
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(id), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        if id == "0" && controllers.is_empty() {
+            out.v2 = Some(path.to_string());
+        } else if controllers.split(',').any(|c| c == "memory") {
+            out.v1_memory = Some(path.to_string());
+        }
+    }
+    out
+}
+
+/// Where one cgroup hierarchy is mounted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CgroupMount {
+    /// The mount point (`/sys/fs/cgroup/memory`).
+    pub mount_point: PathBuf,
+    /// The cgroup path shown as the mount's root (`/` unless a container bind-mounted a subtree).
+    pub root: String,
+}
+
+/// The mounts of the hierarchies that can hold the memory controller.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CgroupMounts {
+    /// The v1 hierarchy with the `memory` controller.
+    pub v1_memory: Option<CgroupMount>,
+    /// The unified (v2) hierarchy.
+    pub v2: Option<CgroupMount>,
+}
+
+/// Undoes mountinfo's octal escapes (`\040` for a space, `\011`, `\012`, `\134`).
+fn unescape_mountinfo(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\' && i + 3 < bytes.len() {
+            let oct = &bytes[i + 1..i + 4];
+            if oct.iter().all(|b| (b'0'..=b'7').contains(b)) {
+                let v = u32::from(oct[0] - b'0') * 64
+                    + u32::from(oct[1] - b'0') * 8
+                    + u32::from(oct[2] - b'0');
+                if let Ok(b) = u8::try_from(v) {
+                    out.push(b);
+                    i += 4;
+                    continue;
+                }
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+impl CgroupMounts {
+    /// Finds the cgroup mounts in the text of `/proc/PID/mountinfo`; the first of each kind wins.
+    pub fn from_mountinfo(text: &str) -> Self {
+        let mut out = Self::default();
+        for line in text.lines() {
+            let fields: Vec<&str> = line.split(' ').collect();
+            let Some(dash) = fields.iter().position(|f| *f == "-") else {
+                continue;
+            };
+            if dash < 5 || fields.len() < dash + 3 {
+                continue;
+            }
+            let mount = CgroupMount {
+                mount_point: PathBuf::from(unescape_mountinfo(fields[4])),
+                root: unescape_mountinfo(fields[3]),
+            };
+            let (fstype, super_options) = (fields[dash + 1], fields[dash + 3..].join(" "));
+            match fstype {
+                "cgroup2" if out.v2.is_none() => out.v2 = Some(mount),
+                "cgroup"
+                    if out.v1_memory.is_none()
+                        && super_options.split(',').any(|o| o == "memory") =>
+                {
+                    out.v1_memory = Some(mount)
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// Reads `<proc_root>/self/mountinfo`: the mounts as this process (the watchdog) sees them.
+    pub fn read(proc_root: &Path) -> Result<Self, SourceError> {
+        let path = proc_root.join("self/mountinfo");
+        let text = read_to_string(&path)?;
+        Ok(Self::from_mountinfo(&text))
+    }
+
+    /// The standard layouts under `cgroup_root` (normally `/sys/fs/cgroup`): v1 memory at
+    /// `<root>/memory`, v2 at `<root>` (pure v2) or `<root>/unified` (hybrid), each when it exists.
+    pub fn standard(cgroup_root: &Path) -> Self {
+        let mount = |p: PathBuf| CgroupMount {
+            mount_point: p,
+            root: "/".into(),
+        };
+        let v1 = cgroup_root.join("memory");
+        let v2 = if cgroup_root.join("cgroup.controllers").exists() {
+            Some(cgroup_root.to_path_buf())
+        } else if cgroup_root.join("unified/cgroup.controllers").exists() {
+            Some(cgroup_root.join("unified"))
+        } else {
+            None
+        };
+        Self {
+            v1_memory: v1.is_dir().then(|| mount(v1)),
+            v2: v2.map(mount),
+        }
+    }
+}
+
+/// A memory cgroup found for a process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CgroupLocation {
+    /// Which hierarchy.
+    pub version: CgroupVersion,
+    /// The cgroup's directory.
+    pub dir: PathBuf,
+    /// The hierarchy's mount point: the last ancestor whose limit counts.
+    pub mount_point: PathBuf,
+}
+
+impl CgroupLocation {
+    /// The cgroup's directory and its ancestors up to the mount point, innermost first.
+    pub fn ancestors(&self) -> impl Iterator<Item = &Path> {
+        let mount = self.mount_point.as_path();
+        let mut done = false;
+        self.dir.ancestors().take_while(move |p| {
+            if done {
+                return false;
+            }
+            done = *p == mount;
+            p.starts_with(mount)
+        })
+    }
+}
+
+/// Maps a cgroup path from `/proc/PID/cgroup` into a mount, subtracting the mount's root.
+fn dir_in_mount(mount: &CgroupMount, cgroup_path: &str) -> PathBuf {
+    let path = Path::new(cgroup_path);
+    let relative = path.strip_prefix(&mount.root).unwrap_or(path);
+    let mut dir = mount.mount_point.clone();
+    for c in relative.components() {
+        // Only plain names: a hostile `..` must not walk out of the mount.
+        if let Component::Normal(name) = c {
+            dir.push(name);
+        }
+    }
+    dir
+}
+
+/// Picks the memory cgroup from `/proc/PID/cgroup` and the mounts: v1 memory when the process
+/// has a v1 memory line and that hierarchy is mounted, else v2 when `v2_has_memory` says the
+/// unified hierarchy carries the memory controller. Pure.
+pub fn locate(
+    proc_cgroup: &ProcCgroup,
+    mounts: &CgroupMounts,
+    v2_has_memory: bool,
+) -> Option<CgroupLocation> {
+    if let (Some(path), Some(mount)) = (&proc_cgroup.v1_memory, &mounts.v1_memory) {
+        return Some(CgroupLocation {
+            version: CgroupVersion::V1,
+            dir: dir_in_mount(mount, path),
+            mount_point: mount.mount_point.clone(),
+        });
+    }
+    if let (Some(path), Some(mount)) = (&proc_cgroup.v2, &mounts.v2) {
+        if v2_has_memory {
+            return Some(CgroupLocation {
+                version: CgroupVersion::V2,
+                dir: dir_in_mount(mount, path),
+                mount_point: mount.mount_point.clone(),
+            });
+        }
+    }
+    None
+}
+
+/// Finds the memory cgroup of `pid` from `<proc_root>/PID/cgroup` and `mounts`.
+pub fn locate_for_pid(
+    proc_root: &Path,
+    pid: u32,
+    mounts: &CgroupMounts,
+) -> Result<CgroupLocation, SourceError> {
+    let path = proc_root.join(pid.to_string()).join("cgroup");
+    let proc_cgroup = parse_proc_cgroup(&read_to_string(&path)?);
+    let v2_has_memory = match &mounts.v2 {
+        Some(m) => std::fs::read_to_string(m.mount_point.join("cgroup.controllers"))
+            .map(|t| t.split_whitespace().any(|c| c == "memory"))
+            .unwrap_or(false),
+        None => false,
+    };
+    locate(&proc_cgroup, mounts, v2_has_memory).ok_or_else(|| {
+        SourceError::Gone(format!(
+            "process {pid} has no memory cgroup: {} names no mounted hierarchy with the memory controller",
+            path.display()
+        ))
+    })
+}
+
+fn read_to_string(path: &Path) -> Result<String, SourceError> {
+    std::fs::read_to_string(path).map_err(|source| SourceError::Read {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+/// Value of `key` in a flat-keyed file (`memory.stat`, `memory.events`, `memory.oom_control`).
+pub fn stat_value(text: &[u8], key: &str) -> Option<u64> {
+    key_value_lines(text).find_map(|(k, v)| (k == key.as_bytes()).then(|| parse_u64(v))?)
+}
+
+/// Parses a v2 `memory.max`: bytes, or `u64::MAX` for `max`.
+pub fn parse_v2_limit(text: &[u8]) -> Option<u64> {
+    let t = text.trim_ascii();
+    if t == b"max" {
+        Some(u64::MAX)
+    } else {
+        parse_u64(t)
+    }
+}
+
+/// Normalizes a v1 limit: at or above 2^62 is "unlimited" (`u64::MAX`).
+pub fn normalize_v1_limit(bytes: u64) -> u64 {
+    if bytes >= V1_UNLIMITED_THRESHOLD {
+        u64::MAX
+    } else {
+        bytes
+    }
+}
+
+/// Usage minus inactive file cache, as kubelet computes the working set (saturating at 0).
+pub fn working_set(usage: u64, inactive_file: u64) -> u64 {
+    usage.saturating_sub(inactive_file)
+}
+
+/// One reading of a memory cgroup, bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CgroupReading {
+    /// `memory.current` (v2) or `memory.usage_in_bytes` (v1).
+    pub usage: u64,
+    /// `inactive_file` (v2) or `total_inactive_file` (v1) of `memory.stat`.
+    pub inactive_file: u64,
+    /// The smallest limit over the cgroup and its ancestors; `u64::MAX` when none.
+    pub limit: u64,
+}
+
+impl CgroupReading {
+    /// Usage minus inactive file cache.
+    pub fn working_set(&self) -> u64 {
+        working_set(self.usage, self.inactive_file)
+    }
+}
+
+/// The `cgroup_memory` source.
+#[derive(Debug)]
+pub struct CgroupMemory {
+    location: CgroupLocation,
+    usage: KeptOpenFile,
+    stat: KeptOpenFile,
+    /// v2: `memory.max` of the cgroup and each ancestor that has one; v1: `memory.limit_in_bytes`
+    /// only when `memory.stat` lacks `hierarchical_memory_limit`.
+    limits: Vec<KeptOpenFile>,
+    id: Option<ResourceId>,
+}
+
+impl CgroupMemory {
+    /// Opens the cgroup at `location` and reads it once, without registering a resource.
+    pub fn open(location: CgroupLocation) -> Result<Self, SourceError> {
+        let dir = &location.dir;
+        let (usage_name, v2) = match location.version {
+            CgroupVersion::V1 => ("memory.usage_in_bytes", false),
+            CgroupVersion::V2 => ("memory.current", true),
+        };
+        let usage = KeptOpenFile::open(dir.join(usage_name)).map_err(|e| match e {
+            SourceError::Read { path, source } if source.kind() == std::io::ErrorKind::NotFound => {
+                SourceError::Gone(format!(
+                    "{path} does not exist: the target is in the root cgroup or the memory controller is not enabled for its cgroup"
+                ))
+            }
+            other => other,
+        })?;
+        let mut stat = KeptOpenFile::open(dir.join("memory.stat"))?;
+        let mut limits = Vec::new();
+        if v2 {
+            for ancestor in location.ancestors() {
+                match KeptOpenFile::with_capacity(ancestor.join("memory.max"), 64) {
+                    Ok(f) => limits.push(f),
+                    // The hierarchy's root has no memory.max; neither has a cgroup whose
+                    // parent does not delegate the memory controller.
+                    Err(SourceError::Read { source, .. })
+                        if source.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        } else if stat_value(stat.read()?, "hierarchical_memory_limit").is_none() {
+            limits.push(KeptOpenFile::with_capacity(
+                dir.join("memory.limit_in_bytes"),
+                64,
+            )?);
+        }
+        let mut me = Self {
+            location,
+            usage,
+            stat,
+            limits,
+            id: None,
+        };
+        me.read()?;
+        Ok(me)
+    }
+
+    /// Finds `pid`'s memory cgroup, opens it and registers `cgroup_memory` in `table`.
+    pub fn for_pid(
+        proc_root: &Path,
+        pid: u32,
+        mounts: &CgroupMounts,
+        table: &mut ResourceTable,
+    ) -> Result<Self, SourceError> {
+        let mut me = Self::open(locate_for_pid(proc_root, pid, mounts)?)?;
+        me.register(table)?;
+        Ok(me)
+    }
+
+    /// Registers the `cgroup_memory` resource, its source saying where the limit comes from.
+    pub fn register(&mut self, table: &mut ResourceTable) -> Result<ResourceId, SourceError> {
+        let reading = self.read()?;
+        let dir = self.location.dir.display();
+        let source = if reading.limit == u64::MAX {
+            format!("{dir} (no memory limit on it or its ancestors)")
+        } else {
+            match self.limit_origin() {
+                Some(origin) if origin != self.location.dir => {
+                    format!("{dir} (limit set on ancestor {})", origin.display())
+                }
+                _ => dir.to_string(),
+            }
+        };
+        let id = table.register(ResourceKind::CgroupMemory, "cgroup_memory".into(), source);
+        self.id = Some(id);
+        Ok(id)
+    }
+
+    /// Where the cgroup is.
+    pub fn location(&self) -> &CgroupLocation {
+        &self.location
+    }
+
+    /// The registered resource's id.
+    pub fn id(&self) -> Option<ResourceId> {
+        self.id
+    }
+
+    /// The directory of the (v2) cgroup whose `memory.max` is the smallest, as last read.
+    fn limit_origin(&self) -> Option<PathBuf> {
+        self.limits
+            .iter()
+            .filter_map(|f| Some((parse_v2_limit(f.last())?, f.path())))
+            .min_by_key(|(v, _)| *v)
+            .and_then(|(_, p)| p.parent().map(Path::to_path_buf))
+    }
+
+    /// Reads usage, inactive file cache and the effective limit once. Never allocates once warm.
+    pub fn read(&mut self) -> Result<CgroupReading, SourceError> {
+        let usage = parse_u64(self.usage.read()?).ok_or_else(|| parse_error(&self.usage))?;
+        let stat = self.stat.read()?;
+        let v2 = self.location.version == CgroupVersion::V2;
+        let inactive_key = if v2 {
+            "inactive_file"
+        } else {
+            "total_inactive_file"
+        };
+        let inactive_file = stat_value(stat, inactive_key).unwrap_or(0);
+        let mut limit = if v2 {
+            u64::MAX
+        } else {
+            stat_value(stat, "hierarchical_memory_limit").map_or(u64::MAX, normalize_v1_limit)
+        };
+        for f in &mut self.limits {
+            let text = f.read()?;
+            let value = if v2 {
+                parse_v2_limit(text)
+            } else {
+                parse_u64(text).map(normalize_v1_limit)
+            };
+            limit = limit.min(value.ok_or_else(|| parse_error(f))?);
+        }
+        Ok(CgroupReading {
+            usage,
+            inactive_file,
+            limit,
+        })
+    }
+
+    /// Opens this cgroup's OOM-kill counter.
+    pub fn oom_kill_counter(&self) -> Result<OomKillCounter, SourceError> {
+        OomKillCounter::open(&self.location)
+    }
+}
+
+fn parse_error(f: &KeptOpenFile) -> SourceError {
+    SourceError::Parse {
+        path: f.path().display().to_string(),
+        what: format!(
+            "expected a number of bytes, found '{}'",
+            String::from_utf8_lossy(f.last()).trim()
+        ),
+    }
+}
+
+impl Source for CgroupMemory {
+    fn name(&self) -> &str {
+        "cgroup"
+    }
+
+    fn sample(
+        &mut self,
+        tick: &Tick<'_>,
+        out: &mut dyn FnMut(Sample),
+    ) -> Result<Outcome, SourceError> {
+        let Some(id) = self.id else {
+            return Ok(Outcome::Idle);
+        };
+        let r = self.read()?;
+        out(Sample {
+            resource: id,
+            t_ns: tick.now_ns,
+            used: r.working_set(),
+            limit: r.limit,
+        });
+        Ok(Outcome::Sampled)
+    }
+}
+
+/// The cgroup's count of processes killed by the OOM killer: v2 `oom_kill` of `memory.events`
+/// (this cgroup and its descendants), v1 `oom_kill` of `memory.oom_control` (Linux 4.13+).
+///
+/// Cheap (one `pread` of a kept-open file); read it when the target dies to tell an OOM kill
+/// from any other SIGKILL.
+#[derive(Debug)]
+pub struct OomKillCounter {
+    file: KeptOpenFile,
+}
+
+impl OomKillCounter {
+    /// Opens the counter file of the cgroup at `location`.
+    pub fn open(location: &CgroupLocation) -> Result<Self, SourceError> {
+        let name = match location.version {
+            CgroupVersion::V1 => "memory.oom_control",
+            CgroupVersion::V2 => "memory.events",
+        };
+        let file = KeptOpenFile::with_capacity(location.dir.join(name), 256)?;
+        Ok(Self { file })
+    }
+
+    /// The number of OOM kills so far.
+    pub fn read(&mut self) -> Result<u64, SourceError> {
+        let text = self.file.read()?;
+        stat_value(text, "oom_kill").ok_or_else(|| SourceError::Parse {
+            path: self.file.path().display().to_string(),
+            what: "no oom_kill line (v1 needs Linux 4.13)".into(),
+        })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_cgroup_table() {
+        let cases: &[(&str, Option<&str>, Option<&str>)] = &[
+            (
+                "0::/user.slice/session-3.scope\n",
+                None,
+                Some("/user.slice/session-3.scope"),
+            ),
+            (
+                "4:memory:/docker/abc\n0::/\n",
+                Some("/docker/abc"),
+                Some("/"),
+            ),
+            ("7:cpu,cpuacct:/x\n3:memory,hugetlb:/y\n", Some("/y"), None),
+            ("2:name=systemd:/a\n", None, None),
+            ("garbage\n\n1:memory\n", None, None),
+            // A path may contain ':' (only the first two separate fields).
+            ("0::/odd:name\n", None, Some("/odd:name")),
+        ];
+        for (text, v1, v2) in cases {
+            let got = parse_proc_cgroup(text);
+            assert_eq!(got.v1_memory.as_deref(), *v1, "{text:?}");
+            assert_eq!(got.v2.as_deref(), *v2, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn mountinfo_finds_hybrid_mounts_and_unescapes() {
+        let text = "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n\
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n\
+36 31 0:33 / /sys/fs/cgroup/cpu rw,relatime shared:5 - cgroup cgroup rw,cpu\n\
+41 31 0:38 /docker/a\\040b /sys/fs/cgroup/uni\\040fied rw - cgroup2 cgroup2 rw\n";
+        let m = CgroupMounts::from_mountinfo(text);
+        let v1 = m.v1_memory.unwrap();
+        assert_eq!(v1.mount_point, Path::new("/sys/fs/cgroup/memory"));
+        assert_eq!(v1.root, "/");
+        let v2 = m.v2.unwrap();
+        assert_eq!(v2.mount_point, Path::new("/sys/fs/cgroup/uni fied"));
+        assert_eq!(v2.root, "/docker/a b");
+    }
+
+    #[test]
+    fn locate_prefers_v1_memory_on_hybrid_and_strips_mount_root() {
+        let mounts = CgroupMounts {
+            v1_memory: Some(CgroupMount {
+                mount_point: "/sys/fs/cgroup/memory".into(),
+                root: "/docker/abc".into(),
+            }),
+            v2: Some(CgroupMount {
+                mount_point: "/sys/fs/cgroup/unified".into(),
+                root: "/".into(),
+            }),
+        };
+        let pc = parse_proc_cgroup("4:memory:/docker/abc/inner\n0::/\n");
+        let loc = locate(&pc, &mounts, false).unwrap();
+        assert_eq!(loc.version, CgroupVersion::V1);
+        assert_eq!(loc.dir, Path::new("/sys/fs/cgroup/memory/inner"));
+        // Pure v2 without the memory controller: nothing.
+        let pc = parse_proc_cgroup("0::/a\n");
+        assert_eq!(locate(&pc, &mounts, false), None);
+        let loc = locate(&pc, &mounts, true).unwrap();
+        assert_eq!(loc.dir, Path::new("/sys/fs/cgroup/unified/a"));
+        // `..` cannot escape the mount.
+        let pc = parse_proc_cgroup("0::/../../etc\n");
+        let loc = locate(&pc, &mounts, true).unwrap();
+        assert_eq!(loc.dir, Path::new("/sys/fs/cgroup/unified/etc"));
+    }
+
+    #[test]
+    fn ancestors_stop_at_the_mount_point() {
+        let loc = CgroupLocation {
+            version: CgroupVersion::V2,
+            dir: "/sys/fs/cgroup/a/b".into(),
+            mount_point: "/sys/fs/cgroup".into(),
+        };
+        let got: Vec<_> = loc.ancestors().collect();
+        assert_eq!(
+            got,
+            vec![
+                Path::new("/sys/fs/cgroup/a/b"),
+                Path::new("/sys/fs/cgroup/a"),
+                Path::new("/sys/fs/cgroup")
+            ]
+        );
+    }
+
+    #[test]
+    fn limit_and_working_set_table() {
+        assert_eq!(parse_v2_limit(b"max\n"), Some(u64::MAX));
+        assert_eq!(parse_v2_limit(b"1073741824\n"), Some(1 << 30));
+        assert_eq!(parse_v2_limit(b"lots"), None);
+        assert_eq!(normalize_v1_limit(9223372036854771712), u64::MAX);
+        assert_eq!(normalize_v1_limit(1 << 62), u64::MAX);
+        assert_eq!(normalize_v1_limit((1 << 62) - 1), (1 << 62) - 1);
+        assert_eq!(working_set(100, 30), 70);
+        assert_eq!(working_set(10, 30), 0);
+        assert_eq!(
+            stat_value(b"file 5\ninactive_file 7\n", "inactive_file"),
+            Some(7)
+        );
+        assert_eq!(
+            stat_value(b"total_inactive_file 9\n", "inactive_file"),
+            None
+        );
+    }
+}
