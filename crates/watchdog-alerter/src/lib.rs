@@ -25,7 +25,7 @@ pub use notify::{NotifyError, NotifyOutcome, notify_desktop, spawn_notify};
 pub use pidfd::{PidFd, PidFdError};
 pub use request::{
     Ack, AckWatcher, AlertRequest, RequestError, ack_path, clear_request_files, read_ack,
-    write_request_file,
+    serde_name, write_ack, write_request_file,
 };
 pub use sigcgt::{catches, parse_sigcgt};
 pub use signal::{SignalReport, no_handler_warning, signal_tree};

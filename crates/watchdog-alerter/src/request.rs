@@ -114,6 +114,16 @@ pub enum RequestError {
     Json(#[from] serde_json::Error),
 }
 
+/// The snake_case name serde gives a unit-like enum value (`ResourceKind::CgroupMemory` -> `cgroup_memory`,
+/// `AlertReason::HeadroomFloor` -> `headroom_floor`, `Unit::Bytes` -> `bytes`), for [`AlertRequest`]'s string fields.
+pub fn serde_name<T: Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(e) => format!("<{e}>"),
+    }
+}
+
 /// The acknowledgment path for a request file: `<request_file>.ack`.
 pub fn ack_path(request_file: &Path) -> PathBuf {
     let mut s = OsString::from(request_file.as_os_str());
@@ -302,6 +312,15 @@ mod tests {
             signal: "SIGUSR1".into(),
             watchdog_pid: 41,
         }
+    }
+
+    #[test]
+    fn serde_names() {
+        use watchdog_types::{AlertReason, ResourceKind, Unit};
+        assert_eq!(serde_name(&ResourceKind::CgroupMemory), "cgroup_memory");
+        assert_eq!(serde_name(&AlertReason::HeadroomFloor), "headroom_floor");
+        assert_eq!(serde_name(&AlertReason::NextStep), "next_step");
+        assert_eq!(serde_name(&Unit::Millis), "millis");
     }
 
     #[test]

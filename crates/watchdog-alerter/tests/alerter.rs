@@ -425,3 +425,63 @@ fn child_notify_no_bus() {
     let r = notify::notify_desktop_blocking("watchdog", "test", Duration::from_millis(300));
     assert!(matches!(r, Ok(NotifyOutcome::NoBus)), "{r:?}");
 }
+
+/// The whole protocol against the real Python client: request file first, then the signal
+/// through `signal_tree`; the client saves at its next step and acknowledges; `AckWatcher` sees it.
+#[test]
+fn python_client_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    let reqfile = dir.path().join("request.json");
+    let ready = dir.path().join("ready");
+    let saved = dir.path().join("saved");
+    let python_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python");
+    let script = r#"
+import os, sys, time
+import training_watchdog as tw
+tw.install()
+ready, saved = sys.argv[1], sys.argv[2]
+with open(ready + ".tmp", "w") as f:
+    f.write(str(os.getpid()))
+os.rename(ready + ".tmp", ready)
+deadline = time.time() + 30
+while time.time() < deadline:
+    time.sleep(0.01)  # one training step
+    if tw.checkpoint_requested():
+        with open(saved, "w") as f:
+            f.write(tw.request()["resource"])
+        tw.acknowledge()
+        break
+"#;
+    let mut procs = Procs {
+        children: vec![
+            Command::new("python3")
+                .args(["-c", script, s(&ready), s(&saved)])
+                .env("PYTHONPATH", &python_dir)
+                .env("WATCHDOG_SIGNAL", "SIGUSR1")
+                .env("WATCHDOG_REQUEST_FILE", &reqfile)
+                .spawn()
+                .unwrap(),
+        ],
+        extra: vec![],
+    };
+    let pid = pid_in(&ready);
+    let mut acks = AckWatcher::new(&reqfile);
+    assert_eq!(acks.check(), None);
+    let mut req = request(1);
+    req.pid = pid;
+    write_request_file(&reqfile, &req).unwrap();
+    let report = signal_tree(Path::new("/proc"), &[pid], pid, libc::SIGUSR1);
+    assert_eq!(report.sent, vec![pid], "{report:?}");
+    let t = Instant::now();
+    let ack = loop {
+        if let Some(a) = acks.check() {
+            break a;
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "no ack");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(ack.seq, 1);
+    assert!(ack.time_unix >= req.time_unix);
+    assert_eq!(std::fs::read_to_string(&saved).unwrap(), "tree_memory");
+    assert!(procs.children[0].wait().unwrap().success());
+}
