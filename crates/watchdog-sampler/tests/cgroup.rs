@@ -1,0 +1,270 @@
+//! The cgroup source on fixture trees (v1 captured on this machine, v2 written to the
+//! kernel's documented format) and on a real v1 or v2 memory cgroup made for the test.
+#![allow(clippy::unwrap_used, clippy::print_stdout)]
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use watchdog_sampler::cgroup::{
+    CgroupLocation, CgroupMemory, CgroupMounts, CgroupVersion, OomKillCounter, locate_for_pid,
+};
+use watchdog_sampler::{ResourceTable, Source, Tick};
+
+fn fixture(version: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(version)
+}
+
+fn sample_once(src: &mut CgroupMemory) -> (u64, u64) {
+    let mut got = Vec::new();
+    src.sample(
+        &Tick {
+            now_ns: 1,
+            tree: &[],
+        },
+        &mut |s| got.push(s),
+    )
+    .unwrap();
+    assert_eq!(got.len(), 1);
+    (got[0].used, got[0].limit)
+}
+
+#[test]
+fn v1_fixture_captured_here_limit_from_an_ancestor() {
+    let root = fixture("v1");
+    let mounts = CgroupMounts::standard(&root.join("sys/fs/cgroup"));
+    let mut table = ResourceTable::default();
+    let mut src = CgroupMemory::for_pid(&root.join("proc"), 4242, &mounts, &mut table).unwrap();
+    assert_eq!(src.location().version, CgroupVersion::V1);
+    assert!(
+        src.location().dir.ends_with("wd-cap/job"),
+        "{:?}",
+        src.location().dir
+    );
+    // memory.usage_in_bytes 116383744 - total_inactive_file 31457280; the 512 MiB limit is on
+    // the parent (wd-cap), seen through hierarchical_memory_limit.
+    assert_eq!(sample_once(&mut src), (116383744 - 31457280, 536870912));
+    let r = table.all();
+    assert_eq!(r[0].name, "cgroup_memory");
+    assert!(r[0].source.contains("wd-cap/job"), "{}", r[0].source);
+    let mut oom = src.oom_kill_counter().unwrap();
+    assert_eq!(oom.read().unwrap(), 0);
+}
+
+#[test]
+fn v1_root_cgroup_has_no_limit_and_still_reports() {
+    let root = fixture("v1");
+    let loc = CgroupLocation {
+        version: CgroupVersion::V1,
+        dir: root.join("sys/fs/cgroup/memory"),
+        mount_point: root.join("sys/fs/cgroup/memory"),
+    };
+    let mut src = CgroupMemory::open(loc).unwrap();
+    let mut table = ResourceTable::default();
+    src.register(&mut table).unwrap();
+    let (used, limit) = sample_once(&mut src);
+    assert!(used > 0);
+    assert_eq!(limit, u64::MAX);
+    assert!(
+        table.all()[0].source.contains("no memory limit"),
+        "{}",
+        table.all()[0].source
+    );
+}
+
+#[test]
+fn v2_fixture_limit_from_an_ancestor_and_oom_kills() {
+    let root = fixture("v2");
+    let mounts = CgroupMounts::standard(&root.join("sys/fs/cgroup"));
+    assert!(mounts.v1_memory.is_none());
+    let mut table = ResourceTable::default();
+    let mut src = CgroupMemory::for_pid(&root.join("proc"), 4242, &mounts, &mut table).unwrap();
+    assert_eq!(src.location().version, CgroupVersion::V2);
+    // memory.current 6174015488 - inactive_file 1744830464; memory.max is "max" on the job
+    // and 8 GiB on train.slice.
+    assert_eq!(sample_once(&mut src), (6174015488 - 1744830464, 8 << 30));
+    let source = &table.all()[0].source;
+    assert!(
+        source.contains("limit set on ancestor") && source.ends_with("train.slice)"),
+        "{source}"
+    );
+    assert_eq!(src.oom_kill_counter().unwrap().read().unwrap(), 1);
+}
+
+#[test]
+fn v2_fixture_mountinfo_parses_to_the_standard_mount() {
+    let text = std::fs::read_to_string(fixture("v2").join("proc/4242/mountinfo")).unwrap();
+    let mounts = CgroupMounts::from_mountinfo(&text);
+    assert_eq!(mounts.v2.unwrap().mount_point, Path::new("/sys/fs/cgroup"));
+    assert!(mounts.v1_memory.is_none());
+    let text = std::fs::read_to_string(fixture("v1").join("proc/4242/mountinfo")).unwrap();
+    let mounts = CgroupMounts::from_mountinfo(&text);
+    assert_eq!(
+        mounts.v1_memory.unwrap().mount_point,
+        Path::new("/sys/fs/cgroup/memory")
+    );
+    assert_eq!(
+        mounts.v2.unwrap().mount_point,
+        Path::new("/sys/fs/cgroup/unified")
+    );
+}
+
+#[test]
+fn v2_without_memory_controller_or_in_the_root_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let cg = dir.path().join("sys/fs/cgroup");
+    std::fs::create_dir_all(cg.join("a")).unwrap();
+    std::fs::write(cg.join("cgroup.controllers"), "cpu io pids\n").unwrap();
+    std::fs::create_dir_all(dir.path().join("proc/7")).unwrap();
+    std::fs::write(dir.path().join("proc/7/cgroup"), "0::/a\n").unwrap();
+    let mounts = CgroupMounts::standard(&cg);
+    let err = locate_for_pid(&dir.path().join("proc"), 7, &mounts).unwrap_err();
+    assert!(err.to_string().contains("no memory cgroup"), "{err}");
+    // With the controller but the target in the root cgroup: no memory.current there.
+    std::fs::write(cg.join("cgroup.controllers"), "cpu memory\n").unwrap();
+    std::fs::write(dir.path().join("proc/7/cgroup"), "0::/\n").unwrap();
+    let err = CgroupMemory::for_pid(
+        &dir.path().join("proc"),
+        7,
+        &mounts,
+        &mut ResourceTable::default(),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("root cgroup"), "{err}");
+    let err = locate_for_pid(&dir.path().join("proc"), 8, &mounts).unwrap_err();
+    assert!(err.to_string().contains("proc/8/cgroup"), "{err}");
+}
+
+/// A memory cgroup made for the test (`wd-test-PID` with a child `inner`), removed on drop.
+struct TestCgroup {
+    outer: PathBuf,
+    inner: PathBuf,
+    child: Option<Child>,
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for dir in [&self.inner, &self.outer] {
+            for _ in 0..50 {
+                if std::fs::remove_dir(dir).is_ok() || !dir.exists() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+/// Fails in CI (`CI=true`), skips with a reason elsewhere.
+fn unavailable(reason: &str) {
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("CI=true but {reason}");
+    }
+    eprintln!("skipping: {reason}");
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Makes `wd-test-PID/inner` under the test's own memory cgroup with a limit on the outer one.
+fn make_test_cgroup(limit: u64) -> Result<TestCgroup, String> {
+    if !is_root() {
+        return Err("the real-cgroup test needs root to create a memory cgroup".into());
+    }
+    let mounts = CgroupMounts::read(Path::new("/proc")).map_err(|e| e.to_string())?;
+    let own = locate_for_pid(Path::new("/proc"), std::process::id(), &mounts)
+        .map_err(|e| format!("no memory cgroup for the test itself: {e}"))?;
+    let outer = match own.version {
+        CgroupVersion::V1 => own.dir.join(format!("wd-test-{}", std::process::id())),
+        // v2's no-internal-processes rule: make it beside the root, which delegates memory.
+        CgroupVersion::V2 => own
+            .mount_point
+            .join(format!("wd-test-{}", std::process::id())),
+    };
+    let inner = outer.join("inner");
+    std::fs::create_dir(&outer).map_err(|e| format!("mkdir {}: {e}", outer.display()))?;
+    let cg = TestCgroup {
+        outer: outer.clone(),
+        inner: inner.clone(),
+        child: None,
+    };
+    let (limit_file, value) = match own.version {
+        CgroupVersion::V1 => ("memory.limit_in_bytes", limit.to_string()),
+        CgroupVersion::V2 => {
+            let _ = std::fs::write(outer.join("cgroup.subtree_control"), "+memory");
+            ("memory.max", limit.to_string())
+        }
+    };
+    std::fs::write(outer.join(limit_file), &value)
+        .map_err(|e| format!("cannot set {limit_file}: {e}"))?;
+    std::fs::create_dir(&inner).map_err(|e| format!("mkdir {}: {e}", inner.display()))?;
+    Ok(cg)
+}
+
+/// Starts `sh -c script` held at a `read` until its stdin closes, moves it into the inner
+/// cgroup, then releases it: everything it runs is charged to the cgroup from the start.
+fn spawn_into(cg: &mut TestCgroup, script: &str) -> u32 {
+    let mut child = Command::new("sh")
+        .args(["-c", &format!("read _go; {script}")])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    std::fs::write(cg.inner.join("cgroup.procs"), pid.to_string()).unwrap();
+    drop(child.stdin.take());
+    cg.child = Some(child);
+    pid
+}
+
+#[test]
+fn real_memory_cgroup_limit_usage_and_oom_kill_counter() {
+    const LIMIT: u64 = 128 << 20;
+    let mut cg = match make_test_cgroup(LIMIT) {
+        Ok(cg) => cg,
+        Err(reason) => return unavailable(&reason),
+    };
+    // Touches 32 MiB, then waits.
+    let pid = spawn_into(
+        &mut cg,
+        "exec python3 -c \"import time; x = b'x' * (32 << 20); time.sleep(60)\"",
+    );
+    let mounts = CgroupMounts::read(Path::new("/proc")).unwrap();
+    let mut table = ResourceTable::default();
+    let mut src = CgroupMemory::for_pid(Path::new("/proc"), pid, &mounts, &mut table).unwrap();
+    assert_eq!(src.location().dir, cg.inner);
+    let mut used = 0;
+    for _ in 0..100 {
+        let (u, limit) = sample_once(&mut src);
+        assert_eq!(limit, LIMIT, "the limit sits on the parent cgroup");
+        used = u;
+        if used >= 32 << 20 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(used >= 32 << 20, "working set {used} never reached 32 MiB");
+    if let Some(mut c) = cg.child.take() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+
+    // Something that outgrows the limit: the kernel OOM-kills it and the counter moves.
+    let mut oom: OomKillCounter = src.oom_kill_counter().unwrap();
+    let before = oom.read().unwrap();
+    spawn_into(&mut cg, "exec python3 -c \"x = b'x' * (512 << 20)\"");
+    let status = cg.child.take().unwrap().wait().unwrap();
+    if status.signal() == Some(libc::SIGKILL) {
+        assert!(oom.read().unwrap() > before, "OOM kill not counted");
+    } else {
+        eprintln!("the hog was not OOM-killed ({status}); swap may have absorbed it");
+    }
+}
