@@ -13,7 +13,8 @@
 //! [`Sampler`](crate::Sampler) refreshes it every tick by default, and
 //! [`Sampler::set_tree_refresh_every`](crate::Sampler::set_tree_refresh_every) trades that for
 //! a delay in noticing new children. A process whose parent exits is reparented to init or a
-//! subreaper and leaves the tree, as it would in any tool that follows parent links.
+//! subreaper and leaves the tree, as it would in any tool that follows parent links. A child
+//! that exited stays in the tree as a zombie until its parent reaps it (it holds no memory).
 //!
 //! Descriptors opened under `/proc/PID/` stay bound to that process: after it exits they
 //! fail (`ESRCH`) even if the PID is reused, so a recycled PID never joins the tree by
@@ -177,7 +178,8 @@ impl ProcessTree {
         &self.pids
     }
 
-    /// Whether the target was there at the last refresh.
+    /// Whether the target was there at the last refresh. An exited target that its parent has
+    /// not reaped yet (a zombie) still counts as there: use [`is_alive`] to tell.
     pub fn target_alive(&self) -> bool {
         self.target_alive
     }

@@ -1,0 +1,164 @@
+//! The process tree and its memory, on real processes.
+#![allow(clippy::unwrap_used)]
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use watchdog_sampler::tree::{ProcessTree, TreeMemory, is_alive, parse_stat, process_start_time};
+use watchdog_sampler::{ResourceTable, Source, Tick};
+
+const PROC: &str = "/proc";
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        // Kill the whole process group the script made.
+        let pid = self.0.id() as i32;
+        // SAFETY: kill has no memory preconditions; the group is ours (setsid in the script).
+        unsafe { libc::kill(-pid, libc::SIGKILL) };
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs a Python script in its own session that prints "ready" when its children are up.
+fn python(script: &str) -> Killed {
+    let mut child = Command::new("setsid")
+        .args(["python3", "-c", script])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready", "script did not start");
+    Killed(child)
+}
+
+fn wait_for(tree: &mut ProcessTree, want: usize) -> Vec<u32> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        tree.refresh();
+        if tree.pids().len() == want || Instant::now() > deadline {
+            return tree.pids().to_vec();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn finds_children_grandchildren_and_children_of_threads() {
+    // main -> 2 sleeps; a worker thread -> 1 sleep; a child shell -> 1 grandchild sleep.
+    let target = python(
+        r#"
+import subprocess, threading, time, sys
+kids = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
+kids.append(subprocess.Popen(["sh", "-c", "sleep 60 & wait"]))
+def worker():
+    kids.append(subprocess.Popen(["sleep", "60"]))
+    time.sleep(60)
+threading.Thread(target=worker, daemon=True).start()
+time.sleep(0.3)
+print("ready", flush=True)
+time.sleep(60)
+"#,
+    );
+    let pid = target.0.id();
+    let mut tree = ProcessTree::new(Path::new(PROC), pid).unwrap();
+    let pids = wait_for(&mut tree, 6);
+    assert_eq!(pids[0], pid, "target first");
+    assert_eq!(pids.len(), 6, "{pids:?}");
+    // The thread's child is not in the main thread's children file: reading only that one
+    // would miss it.
+    let main_children =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
+    assert_eq!(
+        main_children.split_whitespace().count(),
+        3,
+        "{main_children}"
+    );
+
+    let mut table = ResourceTable::default();
+    let mut mem = TreeMemory::new(Path::new(PROC), Some(1 << 30), &mut table);
+    let mut got = Vec::new();
+    mem.sample(
+        &Tick {
+            now_ns: 5,
+            tree: tree.pids(),
+        },
+        &mut |s| got.push(s),
+    )
+    .unwrap();
+    assert_eq!(got.len(), 1);
+    assert!(
+        got[0].used > 4 << 20,
+        "python alone has more than 4 MiB resident"
+    );
+    assert_eq!(got[0].limit, 1 << 30);
+    let (_, counted) = mem.rss_sum(tree.pids());
+    assert_eq!(counted, 6);
+
+    // Kill the grandchild (found last, under the shell): the shell reaps it and exits, so it
+    // leaves the tree and its statm descriptor is closed. The shell stays, a zombie python
+    // has not reaped.
+    let victim = pids[5];
+    // SAFETY: kill has no memory preconditions; victim is our own grandchild.
+    unsafe { libc::kill(victim as i32, libc::SIGKILL) };
+    let pids = wait_for(&mut tree, 5);
+    assert!(!pids.contains(&victim), "{pids:?}");
+    let (_, counted) = mem.rss_sum(tree.pids());
+    assert_eq!(counted, 5);
+
+    drop(target);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while tree.refresh() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(!tree.target_alive());
+    assert!(tree.pids().is_empty());
+    assert!(!is_alive(Path::new(PROC), pid));
+    got.clear();
+    let outcome = mem
+        .sample(
+            &Tick {
+                now_ns: 6,
+                tree: tree.pids(),
+            },
+            &mut |s| got.push(s),
+        )
+        .unwrap();
+    assert_eq!(outcome, watchdog_sampler::Outcome::Idle);
+}
+
+#[test]
+fn hostile_process_name_parses_and_helpers_work() {
+    let target = python(
+        r#"
+import time
+open("/proc/self/comm", "w").write("foo) Z ")
+print("ready", flush=True)
+time.sleep(60)
+"#,
+    );
+    let pid = target.0.id();
+    let stat = std::fs::read(format!("/proc/{pid}/stat")).unwrap();
+    let parsed = parse_stat(&stat).unwrap();
+    assert_eq!(parsed.comm, b"foo) Z ");
+    assert_eq!(parsed.state, b'S');
+    assert!(is_alive(Path::new(PROC), pid));
+    let started = process_start_time(Path::new(PROC), pid).unwrap();
+    let age = std::time::SystemTime::now()
+        .duration_since(started)
+        .unwrap_or_default();
+    assert!(age < Duration::from_secs(30), "{age:?}");
+}
+
+#[test]
+fn a_missing_target_is_an_error_naming_the_path() {
+    let err = ProcessTree::new(Path::new(PROC), u32::MAX - 7).unwrap_err();
+    assert!(err.to_string().contains("/task"), "{err}");
+}
