@@ -1,0 +1,347 @@
+//! Running the predictor and the alert policy over a recorded trace.
+//!
+//! Pure: text in, a [`ReplayReport`] out. One [`ResourcePredictor`] per
+//! resource of the trace (its kind taken from the resource's name, see
+//! [`trace::kind_for_name`]), fed every sample in file order with times
+//! relative to the trace's first sample. `watchdog replay` prints
+//! [`ReplayReport::to_json_lines`].
+
+use std::fmt::Write as _;
+
+use watchdog_types::{AlertReason, ResourceKind};
+
+use crate::trace::{self, Trace, TraceError, TraceSample};
+use crate::{Decision, Observation, PredictorConfig, ResourcePredictor};
+
+/// One alert raised during the replay.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlertRecord {
+    /// Resource name as in the trace.
+    pub resource: String,
+    /// The resource's kind.
+    pub kind: ResourceKind,
+    /// Why it fired.
+    pub reason: AlertReason,
+    /// Seconds from the trace's first sample.
+    pub time_s: f64,
+    /// Predicted seconds to exhaustion at the alert (None when only the floor or step rule fired).
+    pub predicted_s: Option<f64>,
+    /// Usage at the alert.
+    pub used: u64,
+    /// Limit at the alert.
+    pub limit: u64,
+    /// Growth rate the prediction rested on, units per second.
+    pub rate_per_s: f64,
+    /// Confidence in [0, 1].
+    pub confidence: f64,
+}
+
+/// Per-resource totals.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResourceSummary {
+    /// Resource name as in the trace.
+    pub resource: String,
+    /// The resource's kind.
+    pub kind: ResourceKind,
+    /// Samples seen.
+    pub samples: usize,
+    /// Largest usage seen.
+    pub peak_used: u64,
+    /// The last limit seen.
+    pub limit: u64,
+    /// Alerts raised.
+    pub alerts: usize,
+    /// Re-arms (ends of alert episodes).
+    pub rearms: usize,
+    /// Seconds from the trace start when usage first reached the limit.
+    pub exhausted_at_s: Option<f64>,
+}
+
+/// Everything a replay found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplayReport {
+    /// Alerts, in time order.
+    pub alerts: Vec<AlertRecord>,
+    /// One summary per resource, in order of first appearance.
+    pub resources: Vec<ResourceSummary>,
+    /// Samples replayed.
+    pub samples: usize,
+    /// Seconds from the first to the last sample.
+    pub duration_s: f64,
+    /// Lead time used, seconds.
+    pub lead_s: f64,
+    /// Sampling interval used, seconds.
+    pub interval_s: f64,
+}
+
+/// Parses `text` and replays it with the given lead and interval (seconds; the
+/// floor stays at its default).
+pub fn run(text: &str, lead_s: f64, interval_s: f64) -> Result<ReplayReport, TraceError> {
+    let trace = trace::parse(text)?;
+    let config = PredictorConfig {
+        lead_s,
+        interval_s,
+        ..PredictorConfig::default()
+    };
+    Ok(run_trace(&trace, &config))
+}
+
+/// Replays a parsed trace with `config`.
+pub fn run_trace(trace: &Trace, config: &PredictorConfig) -> ReplayReport {
+    run_trace_with(trace, config, |_, _, _| {})
+}
+
+/// Replays a parsed trace, calling `inspect(sample, seconds_from_start, observation)`
+/// after every sample (the accuracy tools use it to read every forecast).
+pub fn run_trace_with<F>(trace: &Trace, config: &PredictorConfig, mut inspect: F) -> ReplayReport
+where
+    F: FnMut(&TraceSample, f64, &Observation),
+{
+    let start = trace.start_s();
+    let mut predictors: Vec<ResourcePredictor> = trace
+        .resources
+        .iter()
+        .map(|name| ResourcePredictor::new(trace::kind_for_name(name), config.clone()))
+        .collect();
+    let mut resources: Vec<ResourceSummary> = trace
+        .resources
+        .iter()
+        .map(|name| ResourceSummary {
+            resource: name.clone(),
+            kind: trace::kind_for_name(name),
+            samples: 0,
+            peak_used: 0,
+            limit: 0,
+            alerts: 0,
+            rearms: 0,
+            exhausted_at_s: None,
+        })
+        .collect();
+    let mut alerts = Vec::new();
+    let mut last_t = start;
+    for s in &trace.samples {
+        let (Some(p), Some(sum)) = (
+            predictors.get_mut(s.resource),
+            resources.get_mut(s.resource),
+        ) else {
+            continue;
+        };
+        let t = s.t_s - start;
+        last_t = last_t.max(s.t_s);
+        let obs = p.observe(t, s.used, s.limit);
+        sum.samples += 1;
+        sum.peak_used = sum.peak_used.max(s.used);
+        sum.limit = s.limit;
+        let limited = s.limit != 0 && s.limit != u64::MAX;
+        if limited && s.used >= s.limit && sum.exhausted_at_s.is_none() {
+            sum.exhausted_at_s = Some(t);
+        }
+        match obs.decision {
+            Decision::Alert(reason) => {
+                sum.alerts += 1;
+                alerts.push(AlertRecord {
+                    resource: sum.resource.clone(),
+                    kind: sum.kind,
+                    reason,
+                    time_s: t,
+                    predicted_s: obs.forecast.seconds_left,
+                    used: s.used,
+                    limit: s.limit,
+                    rate_per_s: obs.forecast.rate_per_s,
+                    confidence: obs.forecast.confidence,
+                });
+            }
+            Decision::Rearm => sum.rearms += 1,
+            Decision::Quiet => {}
+        }
+        inspect(s, t, &obs);
+    }
+    ReplayReport {
+        alerts,
+        resources,
+        samples: trace.samples.len(),
+        duration_s: last_t - start,
+        lead_s: config.lead_s,
+        interval_s: config.interval_s,
+    }
+}
+
+/// snake_case name of a kind, as serde writes it in the events log.
+pub fn kind_name(kind: ResourceKind) -> &'static str {
+    match kind {
+        ResourceKind::HostMemory => "host_memory",
+        ResourceKind::Swap => "swap",
+        ResourceKind::CgroupMemory => "cgroup_memory",
+        ResourceKind::TreeMemory => "tree_memory",
+        ResourceKind::DiskBytes => "disk_bytes",
+        ResourceKind::DiskInodes => "disk_inodes",
+        ResourceKind::Runtime => "runtime",
+        ResourceKind::GpuMemory => "gpu_memory",
+    }
+}
+
+/// snake_case name of a reason, as serde writes it in the events log.
+pub fn reason_name(reason: AlertReason) -> &'static str {
+    match reason {
+        AlertReason::Trend => "trend",
+        AlertReason::HeadroomFloor => "headroom_floor",
+        AlertReason::NextStep => "next_step",
+    }
+}
+
+impl ReplayReport {
+    /// One JSON object per line: every alert
+    /// (`{"event":"alert","resource":...,"time":...,"predicted_s":...,"used":...,"limit":...,...}`)
+    /// then `{"event":"summary",...}`. Each line ends with `\n`.
+    pub fn to_json_lines(&self) -> String {
+        let mut out = String::new();
+        for a in &self.alerts {
+            out.push_str("{\"event\":\"alert\",\"resource\":");
+            json_str(&mut out, &a.resource);
+            let _ = write!(
+                out,
+                ",\"kind\":\"{}\",\"reason\":\"{}\",\"time\":{},\"predicted_s\":{},\"used\":{},\"limit\":{},\"rate_per_s\":{},\"confidence\":{}}}",
+                kind_name(a.kind),
+                reason_name(a.reason),
+                json_f64(a.time_s, 3),
+                a.predicted_s
+                    .map_or_else(|| "null".to_string(), |p| json_f64(p, 3)),
+                a.used,
+                json_limit(a.limit),
+                json_f64(a.rate_per_s, 3),
+                json_f64(a.confidence, 3),
+            );
+            out.push('\n');
+        }
+        let _ = write!(
+            out,
+            "{{\"event\":\"summary\",\"samples\":{},\"duration_s\":{},\"lead_s\":{},\"interval_s\":{},\"alerts\":{},\"resources\":[",
+            self.samples,
+            json_f64(self.duration_s, 3),
+            json_f64(self.lead_s, 3),
+            json_f64(self.interval_s, 3),
+            self.alerts.len(),
+        );
+        for (i, r) in self.resources.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str("{\"resource\":");
+            json_str(&mut out, &r.resource);
+            let _ = write!(
+                out,
+                ",\"kind\":\"{}\",\"samples\":{},\"peak_used\":{},\"limit\":{},\"alerts\":{},\"rearms\":{},\"exhausted_at\":{}}}",
+                kind_name(r.kind),
+                r.samples,
+                r.peak_used,
+                json_limit(r.limit),
+                r.alerts,
+                r.rearms,
+                r.exhausted_at_s
+                    .map_or_else(|| "null".to_string(), |t| json_f64(t, 3)),
+            );
+        }
+        out.push_str("]}\n");
+        out
+    }
+}
+
+fn json_limit(limit: u64) -> String {
+    if limit == u64::MAX {
+        "null".to_string()
+    } else {
+        limit.to_string()
+    }
+}
+
+/// A finite number with at most `decimals` decimals (trailing zeros trimmed); `null` otherwise.
+fn json_f64(x: f64, decimals: usize) -> String {
+    if !x.is_finite() {
+        return "null".to_string();
+    }
+    let s = format!("{x:.decimals$}");
+    let s = if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    };
+    if s == "-0" { "0".to_string() } else { s }
+}
+
+fn json_str(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn leak_csv() -> String {
+        // 1 unit/s from 0 toward 500, one sample a second.
+        let mut s = String::from("time,used,limit,resource\n");
+        for t in 0..500 {
+            s.push_str(&format!("{t},{},500,cgroup_memory\n", t));
+        }
+        s
+    }
+
+    #[test]
+    fn replay_alerts_once_before_exhaustion() {
+        let r = run(&leak_csv(), 30.0, 1.0).unwrap();
+        assert_eq!(r.alerts.len(), 1, "{r:?}");
+        let a = &r.alerts[0];
+        assert_eq!(a.reason, AlertReason::Trend);
+        assert!((460.0..=470.0).contains(&a.time_s), "{a:?}");
+        assert_eq!(r.samples, 500);
+        let text = r.to_json_lines();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2);
+        assert!(lines[0].starts_with(
+            "{\"event\":\"alert\",\"resource\":\"cgroup_memory\",\"kind\":\"cgroup_memory\",\"reason\":\"trend\",\"time\":"
+        ));
+        assert!(
+            lines[1].starts_with("{\"event\":\"summary\",\"samples\":500,"),
+            "{}",
+            lines[1]
+        );
+        assert!(
+            lines[1].ends_with("\"exhausted_at\":null}]}"),
+            "{}",
+            lines[1]
+        );
+    }
+
+    #[test]
+    fn json_helpers() {
+        assert_eq!(json_f64(1.5, 3), "1.5");
+        assert_eq!(json_f64(2.0, 3), "2");
+        assert_eq!(json_f64(-0.0001, 3), "0");
+        assert_eq!(json_f64(f64::NAN, 3), "null");
+        let mut s = String::new();
+        json_str(&mut s, "a\"b\\c\n\u{1}");
+        assert_eq!(s, "\"a\\\"b\\\\c\\n\\u0001\"");
+    }
+
+    #[test]
+    fn malformed_trace_is_an_error() {
+        assert!(matches!(
+            run("time,used,limit\n0,x,1\n", 30.0, 0.1),
+            Err(TraceError::Malformed { line: 2, .. })
+        ));
+    }
+}
