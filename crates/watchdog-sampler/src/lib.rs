@@ -25,6 +25,10 @@ pub mod tree;
 
 pub use sampler::{Sampler, TickReport};
 
+/// GPU memory through NVML, polled on its own thread (feature `gpu`).
+#[cfg(feature = "gpu")]
+pub mod gpu;
+
 use watchdog_types::{Resource, ResourceId, ResourceKind, Sample};
 
 /// The resources known to one watchdog, indexed by [`ResourceId`].
