@@ -237,14 +237,12 @@ pub fn locate(
             mount_point: mount.mount_point.clone(),
         });
     }
-    if let (Some(path), Some(mount)) = (&proc_cgroup.v2, &mounts.v2) {
-        if v2_has_memory {
-            return Some(CgroupLocation {
-                version: CgroupVersion::V2,
-                dir: dir_in_mount(mount, path),
-                mount_point: mount.mount_point.clone(),
-            });
-        }
+    if let (Some(path), Some(mount), true) = (&proc_cgroup.v2, &mounts.v2, v2_has_memory) {
+        return Some(CgroupLocation {
+            version: CgroupVersion::V2,
+            dir: dir_in_mount(mount, path),
+            mount_point: mount.mount_point.clone(),
+        });
     }
     None
 }

@@ -188,6 +188,8 @@ impl Source for Filesystem {
 pub const TMPFS_MAGIC: i64 = 0x0102_1994;
 
 /// Whether `path` is on a tmpfs (`statfs` `f_type == TMPFS_MAGIC`); false when it cannot be read.
+// `f_type` is i64 on 64-bit targets and i32 on 32-bit ones.
+#[allow(clippy::useless_conversion)]
 pub fn is_tmpfs(path: &Path) -> bool {
     rustix::fs::statfs(path).is_ok_and(|s| i64::from(s.f_type) == TMPFS_MAGIC)
 }

@@ -170,7 +170,7 @@ mod tests {
         let info = parse_meminfo(CAPTURED);
         let total = info.mem_total.unwrap();
         let avail = info.mem_available.unwrap();
-        assert!(total > 0 && total % 1024 == 0);
+        assert!(total > 0 && total.is_multiple_of(1024));
         assert!(avail <= total);
         assert_eq!(info.host_memory(), Some((total - avail, total)));
     }

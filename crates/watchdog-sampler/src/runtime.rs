@@ -64,17 +64,17 @@ pub fn runtime_limit(
             format!("--deadline (in {})", human_duration(since(now, deadline))),
         ));
     }
-    if let Some(raw) = env_get(env, "SLURM_JOB_END_TIME") {
-        if let Ok(secs) = raw.trim().parse::<u64>() {
-            let end = SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
-            return Some((
-                since(target_start, end),
-                format!(
-                    "SLURM_JOB_END_TIME={secs} (the job ends in {})",
-                    human_duration(since(now, end))
-                ),
-            ));
-        }
+    if let Some(secs) =
+        env_get(env, "SLURM_JOB_END_TIME").and_then(|raw| raw.trim().parse::<u64>().ok())
+    {
+        let end = SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
+        return Some((
+            since(target_start, end),
+            format!(
+                "SLURM_JOB_END_TIME={secs} (the job ends in {})",
+                human_duration(since(now, end))
+            ),
+        ));
     }
     for var in ["COLAB_RELEASE_TAG", "COLAB_GPU"] {
         if env_get(env, var).is_some() {
@@ -166,6 +166,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::type_complexity)]
     fn limit_discovery_table() {
         let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_790_000_000);
         let now = t0 + Duration::from_secs(600);

@@ -85,7 +85,10 @@ impl Sampler {
 
     /// One sampling pass at `now_ns` (monotonic nanoseconds since the watchdog started).
     pub fn tick(&mut self, now_ns: u64) -> TickReport {
-        if self.ticks % u64::from(self.tree_refresh_every) == 0 {
+        if self
+            .ticks
+            .is_multiple_of(u64::from(self.tree_refresh_every))
+        {
             self.tree.refresh();
         }
         self.ticks += 1;
