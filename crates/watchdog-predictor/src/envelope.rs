@@ -197,7 +197,7 @@ impl Envelope {
         self.ring.get(i)
     }
 
-    /// Median of max-min over the last `n` filled closed buckets: the usage's own jitter.
+    /// Upper quartile of max-min over the last `n` filled closed buckets: the usage's own jitter.
     /// None until at least 4 such buckets exist.
     pub fn noise(&self, n: usize) -> Option<f64> {
         let mut spans = [0.0f64; 16];
@@ -218,7 +218,7 @@ impl Envelope {
         }
         let s = spans.get_mut(..count)?;
         s.sort_unstable_by(f64::total_cmp);
-        s.get(count / 2).copied()
+        s.get(count * 3 / 4).copied()
     }
 
     /// Refits every window and picks the most pessimistic credible trend against `limit`.

@@ -55,7 +55,7 @@ impl Default for PredictorConfig {
 }
 
 impl PredictorConfig {
-    /// Bucket width in seconds: an eighth of the lead, and at least two sampling intervals.
+    /// Bucket width in seconds: an eighth of the lead, and at least four sampling intervals.
     pub fn bucket_width_s(&self) -> f64 {
         let lead = if self.lead_s.is_finite() && self.lead_s > 0.0 {
             self.lead_s
@@ -67,7 +67,7 @@ impl PredictorConfig {
         } else {
             0.0
         };
-        (lead / BUCKETS_PER_LEAD).max(2.0 * interval)
+        (lead / BUCKETS_PER_LEAD).max(4.0 * interval)
     }
 }
 

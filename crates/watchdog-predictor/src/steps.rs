@@ -2,8 +2,9 @@
 //!
 //! A checkpoint file or an epoch's allocation shows up as a jump of the
 //! bucket *minimum* (the level the usage settles at) between neighbouring
-//! buckets, completed within at most [`MAX_STEP_BUCKETS`] buckets, and large
-//! against the usage's own jitter (the median bucket span). Growth spread over
+//! buckets, completed within at most [`MAX_STEP_BUCKETS`] buckets, large
+//! against the usage's own jitter (the upper quartile of the bucket spans),
+//! and still there one bucket later. Growth spread over
 //! more buckets is a trend, not a step, and is left to the envelope fit. The
 //! last [`KEPT`] step sizes are kept; the learned step is their maximum, once
 //! at least two steps have been seen (one jump alone is not a staircase).
@@ -31,21 +32,24 @@ pub(crate) struct StepLearner {
 }
 
 impl StepLearner {
-    /// Looks at the newest closed bucket against the one before it.
+    /// Looks at the second newest closed bucket against the one before it, and
+    /// keeps its rise only if the newest bucket stayed up (a step persists; noise
+    /// falls back).
     pub fn on_close(&mut self, env: &Envelope, limit: f64) {
-        let (Some(cur), Some(prev)) = (env.recent(0), env.recent(1)) else {
+        let (Some(cur), Some(prev), Some(before)) = (env.recent(0), env.recent(1), env.recent(2))
+        else {
             return;
         };
-        if !cur.filled || !prev.filled {
+        if !cur.filled || !prev.filled || !before.filled {
             self.end_run();
             return;
         }
         let Some(noise) = env.noise(NOISE_BUCKETS) else {
             return;
         };
-        let delta = cur.min - prev.min;
+        let delta = prev.min - before.min;
         let small = (2.0 * noise).max(limit * 1e-3);
-        if delta <= small {
+        if delta <= small || cur.min < prev.min - small {
             self.end_run();
             return;
         }

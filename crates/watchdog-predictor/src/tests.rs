@@ -290,7 +290,7 @@ fn disk_steps_next_step_reason_with_long_lead_gap() {
     let (t, r) = first.unwrap();
     assert_eq!(r, AlertReason::NextStep);
     // After the step at 1800 s the disk is at 65%: the next 20% still fits; after 2400 s (85%) it
-    // does not, and the step is learned within two buckets (1.25 s).
+    // does not, and the step is confirmed within three buckets (1.9 s).
     assert!((2400.0..2402.0).contains(&t), "{t}");
 }
 
@@ -416,6 +416,6 @@ fn exhausted_flat_is_a_floor_alert_with_zero_left() {
 #[test]
 fn bucket_width() {
     assert_eq!(cfg(30.0, 0.1).bucket_width_s(), 3.75);
-    assert_eq!(cfg(1.0, 0.1).bucket_width_s(), 0.2);
+    assert_eq!(cfg(1.0, 0.1).bucket_width_s(), 0.4);
     assert_eq!(cfg(f64::NAN, 0.1).bucket_width_s(), 3.75);
 }
