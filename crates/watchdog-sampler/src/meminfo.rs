@@ -75,6 +75,10 @@ pub fn parse_meminfo(text: &[u8]) -> MemInfo {
             None => (rest, 1),
         };
         *slot = parse_u64(number).and_then(|v| v.checked_mul(multiplier));
+        if info.swap_free.is_some() && info.mem_available.is_some() {
+            // SwapFree comes after the other four; the remaining ~40 lines are not needed.
+            break;
+        }
     }
     info
 }

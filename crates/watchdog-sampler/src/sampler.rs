@@ -6,7 +6,9 @@
 //! The binary collects the failures with [`Sampler::take_new_failures`] to emit one
 //! "unwatched" event each. Nothing in a tick allocates once the tree and the files are warm.
 
-use crate::ring::SampleWriter;
+use std::path::Path;
+
+use crate::ring::{SampleReader, SampleRing, SampleWriter};
 use crate::tree::ProcessTree;
 use crate::{Outcome, Source, SourceError, Tick};
 
@@ -67,6 +69,23 @@ impl Sampler {
             ticks: 0,
             tree_refresh_every: 1,
         }
+    }
+
+    /// The usual setup in one call: tracks `target`'s tree under `proc_root`, makes a ring of
+    /// `ring_capacity` samples, and adds `sources`. Returns the sampler and the ring's reader.
+    pub fn for_target(
+        proc_root: &Path,
+        target: u32,
+        sources: Vec<Box<dyn Source>>,
+        ring_capacity: usize,
+    ) -> Result<(Self, SampleReader), SourceError> {
+        let tree = ProcessTree::new(proc_root, target)?;
+        let (writer, reader) = SampleRing::new(ring_capacity);
+        let mut me = Self::new(tree, writer);
+        for s in sources {
+            me.add_source(s);
+        }
+        Ok((me, reader))
     }
 
     /// Adds a source; it is read from the next tick on.
@@ -181,8 +200,6 @@ mod tests {
     use super::*;
     use crate::ResourceTable;
     use crate::fake::{Scripted, ScriptedSource};
-    use crate::ring::SampleRing;
-    use std::path::Path;
     use watchdog_types::ResourceKind;
 
     #[test]
