@@ -1,0 +1,127 @@
+//! Replays every trace of the corpus in `tests/traces/` (generated and
+//! recorded) and checks the alert timing against the true exhaustion time
+//! each trace carries in its `# exhausts_at:` header.
+//!
+//! - A trace that exhausts: the first alert comes at least the lead before the
+//!   exhaustion (never late), and a trend alert no earlier than 3x the lead
+//!   plus 30 s (floor and next-step alerts fire on what the headroom is now,
+//!   not on a forecast, and are exempt when the headroom was below the floor
+//!   or the learned step).
+//! - A trace that never exhausts: no alert at all.
+#![allow(clippy::unwrap_used, clippy::print_stdout)]
+
+use std::path::PathBuf;
+
+use watchdog_predictor::PredictorConfig;
+use watchdog_predictor::replay::{self, ReplayReport};
+use watchdog_predictor::trace::{self, Trace};
+use watchdog_types::AlertReason;
+
+fn corpus_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/traces")
+}
+
+fn corpus() -> Vec<(String, Trace)> {
+    let mut out = Vec::new();
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(corpus_dir())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "csv"))
+        .collect();
+    paths.sort();
+    for p in paths {
+        let text = std::fs::read_to_string(&p).unwrap();
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        let trace = trace::parse(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        out.push((name, trace));
+    }
+    out
+}
+
+fn meta_f64(name: &str, t: &Trace, key: &str) -> f64 {
+    t.meta(key)
+        .unwrap_or_else(|| panic!("{name}: no '# {key}:' header"))
+        .parse()
+        .unwrap_or_else(|e| panic!("{name}: bad {key}: {e}"))
+}
+
+fn replay_trace(name: &str, t: &Trace) -> (ReplayReport, Option<f64>, f64) {
+    let lead = meta_f64(name, t, "lead_s");
+    let interval = meta_f64(name, t, "interval_s");
+    let exhausts = match t.meta("exhausts_at") {
+        Some("never") => None,
+        Some(v) => Some(v.parse::<f64>().unwrap()),
+        None => panic!("{name}: no '# exhausts_at:' header"),
+    };
+    let cfg = PredictorConfig {
+        lead_s: lead,
+        interval_s: interval,
+        ..PredictorConfig::default()
+    };
+    (replay::run_trace(t, &cfg), exhausts, lead)
+}
+
+#[test]
+fn corpus_is_not_empty_and_covers_both_outcomes() {
+    let c = corpus();
+    assert!(c.len() >= 14, "only {} traces", c.len());
+    let exhausting = c
+        .iter()
+        .filter(|(_, t)| t.meta("exhausts_at") != Some("never"))
+        .count();
+    assert!(exhausting >= 5 && exhausting < c.len());
+}
+
+#[test]
+fn alerts_come_in_time_and_only_when_needed() {
+    let mut failures = Vec::new();
+    for (name, t) in corpus() {
+        let (report, exhausts, lead) = replay_trace(&name, &t);
+        let floor = PredictorConfig::default().floor_percent / 100.0;
+        match exhausts {
+            None => {
+                if !report.alerts.is_empty() {
+                    failures.push(format!("{name}: false alarm {:?}", report.alerts[0]));
+                }
+            }
+            Some(at) => {
+                let Some(first) = report.alerts.first() else {
+                    failures.push(format!("{name}: no alert before exhaustion at {at}"));
+                    continue;
+                };
+                let before = at - first.time_s;
+                println!(
+                    "{name}: {:?} alert {before:.1}s before exhaustion (lead {lead})",
+                    first.reason
+                );
+                if before < lead {
+                    failures.push(format!(
+                        "{name}: alert only {before:.1}s before exhaustion at {at} (lead {lead}): {first:?}"
+                    ));
+                }
+                let headroom = first.limit.saturating_sub(first.used) as f64;
+                let floor_crossed = headroom < floor * first.limit as f64;
+                if first.reason == AlertReason::Trend
+                    && !floor_crossed
+                    && before > 3.0 * lead + 30.0
+                {
+                    failures.push(format!(
+                        "{name}: alert absurdly early, {before:.1}s before exhaustion at {at}: {first:?}"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn replay_of_every_trace_renders_json_lines() {
+    for (name, t) in corpus() {
+        let (report, _, _) = replay_trace(&name, &t);
+        let text = report.to_json_lines();
+        let last = text.lines().last().unwrap();
+        assert!(last.starts_with("{\"event\":\"summary\""), "{name}: {last}");
+        assert_eq!(text.lines().count(), report.alerts.len() + 1);
+    }
+}
