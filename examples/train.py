@@ -19,7 +19,7 @@ for step in range(steps):
     x = random.uniform(-1, 1)
     err = (w * x + b) - (3 * x + 1)  # learn y = 3x + 1 by SGD
     w, b = w - 0.1 * err * x, b - 0.1 * err
-    kept.append(bytearray(leak))  # a leak (a growing cache, say), when TRAIN_LEAK_MIB > 0
+    kept.append(b"\x01" * leak)  # a leak (a growing cache, say): pages really touched
     time.sleep(step_s)
     if tw.checkpoint_requested():
         req = tw.request() or {}

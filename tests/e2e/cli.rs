@@ -12,7 +12,11 @@ fn assert_usage_error(args: &[&str], fragments: &[&str]) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{args:?}: stderr {stderr}");
     let lines: Vec<&str> = stderr.lines().collect();
-    assert_eq!(lines.len(), 1, "{args:?}: expected one line, got {stderr:?}");
+    assert_eq!(
+        lines.len(),
+        1,
+        "{args:?}: expected one line, got {stderr:?}"
+    );
     for f in fragments {
         assert!(stderr.contains(f), "{args:?}: {stderr:?} lacks {f:?}");
     }
@@ -22,18 +26,48 @@ fn assert_usage_error(args: &[&str], fragments: &[&str]) {
 #[test]
 fn bad_values_are_one_line_errors_with_status_2() {
     let table: &[(&[&str], &[&str])] = &[
-        (&["--pid", "4194304"], &["no process with PID 4194304", "expected"]),
-        (&["--pid", "abc"], &["invalid PID 'abc'", "expected a positive process ID"]),
+        (
+            &["--pid", "4194304"],
+            &["no process with PID 4194304", "expected"],
+        ),
+        (
+            &["--pid", "abc"],
+            &["invalid PID 'abc'", "expected a positive process ID"],
+        ),
         (&["--pid", "0"], &["invalid PID '0'"]),
-        (&["--interval", "5x", "--pid", "1"], &["invalid duration '5x'", "expected"]),
-        (&["--lead", "-3s", "--pid", "1"], &["invalid duration '-3s'"]),
-        (&["--mem-limit", "12XB", "--pid", "1"], &["invalid size '12XB'", "expected"]),
-        (&["--signal", "KILL", "--pid", "1"], &["invalid signal 'KILL'", "expected"]),
-        (&["--deadline", "tomorrow", "--pid", "1"], &["invalid deadline 'tomorrow'", "RFC 3339"]),
+        (
+            &["--interval", "5x", "--pid", "1"],
+            &["invalid duration '5x'", "expected"],
+        ),
+        (
+            &["--lead", "-3s", "--pid", "1"],
+            &["invalid duration '-3s'"],
+        ),
+        (
+            &["--mem-limit", "12XB", "--pid", "1"],
+            &["invalid size '12XB'", "expected"],
+        ),
+        (
+            &["--signal", "KILL", "--pid", "1"],
+            &["invalid signal 'KILL'", "expected"],
+        ),
+        (
+            &["--deadline", "tomorrow", "--pid", "1"],
+            &["invalid deadline 'tomorrow'", "RFC 3339"],
+        ),
         (&["--gpu", "maybe", "--pid", "1"], &["maybe"]),
-        (&[], &["nothing to watch", "expected --pid PID or run -- CMD"]),
-        (&["--pid", "1", "run", "--", "true"], &["--pid cannot be used with run"]),
-        (&["replay", "/nonexistent/trace.csv"], &["cannot read trace '/nonexistent/trace.csv'"]),
+        (
+            &[],
+            &["nothing to watch", "expected --pid PID or run -- CMD"],
+        ),
+        (
+            &["--pid", "1", "run", "--", "true"],
+            &["--pid cannot be used with run"],
+        ),
+        (
+            &["replay", "/nonexistent/trace.csv"],
+            &["cannot read trace '/nonexistent/trace.csv'"],
+        ),
     ];
     for (args, fragments) in table {
         assert_usage_error(args, fragments);
@@ -67,10 +101,23 @@ fn bad_config_names_file_line_and_expectation() {
 fn documented_example_config_is_accepted() {
     let config = crate::support::repo().join("config/watchdog.toml");
     let out = bin()
-        .args(["--config", &config.display().to_string(), "--gpu", "off", "run", "--", "true"])
+        .args([
+            "--config",
+            &config.display().to_string(),
+            "--gpu",
+            "off",
+            "run",
+            "--",
+            "true",
+        ])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -139,10 +186,10 @@ fn run_forwards_sigterm_to_the_child() {
         .stdin(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    assert!(crate::support::wait_for(std::time::Duration::from_secs(10), || dir
-        .path()
-        .join("ready")
-        .exists()));
+    assert!(crate::support::wait_for(
+        std::time::Duration::from_secs(10),
+        || dir.path().join("ready").exists()
+    ));
     Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()

@@ -5,5 +5,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod cli;
+mod gpu;
 mod support;
 mod watching;

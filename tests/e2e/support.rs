@@ -29,7 +29,10 @@ pub fn repo() -> PathBuf {
 
 /// The test process script.
 pub fn hog() -> String {
-    repo().join("tests/e2e/scripts/hog.py").display().to_string()
+    repo()
+        .join("tests/e2e/scripts/hog.py")
+        .display()
+        .to_string()
 }
 
 /// Whether the environment demands every test run for real.
@@ -78,9 +81,10 @@ pub fn of_kind<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
 
 /// Reads a hog.py report.
 pub fn report(path: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap_or_else(|e| {
-        panic!("no report at {}: {e}", path.display())
-    }))
+    serde_json::from_str(
+        &std::fs::read_to_string(path)
+            .unwrap_or_else(|e| panic!("no report at {}: {e}", path.display())),
+    )
     .expect("report json")
 }
 

@@ -44,8 +44,20 @@ fn cgroup_leak_is_checkpointed_before_the_oom_kill() {
     // until the kernel kills it.
     let procs = cg.procs();
     let mut leaker = Command::new("sh")
-        .args(["-c", "echo $$ > \"$0\" && exec python3 \"$@\"", procs.to_str().unwrap()])
-        .args([&hog(), rep.to_str().unwrap(), "leak", "--step-mib", "4", "--every", "0.05"])
+        .args([
+            "-c",
+            "echo $$ > \"$0\" && exec python3 \"$@\"",
+            procs.to_str().unwrap(),
+        ])
+        .args([
+            &hog(),
+            rep.to_str().unwrap(),
+            "leak",
+            "--step-mib",
+            "4",
+            "--every",
+            "0.05",
+        ])
         .args(["--dir", dir.path().to_str().unwrap()])
         .env("WATCHDOG_REQUEST_FILE", &req)
         .env("WATCHDOG_SIGNAL", "SIGUSR1")
@@ -65,7 +77,11 @@ fn cgroup_leak_is_checkpointed_before_the_oom_kill() {
     let status = leaker.wait().unwrap();
     let out = watchdog.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(status.signal(), Some(9), "the kernel's OOM killer should end it; {stderr}");
+    assert_eq!(
+        status.signal(),
+        Some(9),
+        "the kernel's OOM killer should end it; {stderr}"
+    );
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let ev = events(&events);
     let alerts = of_kind(&ev, "alert");
@@ -77,7 +93,10 @@ fn cgroup_leak_is_checkpointed_before_the_oom_kill() {
     assert_eq!(ckpt.len(), 1, "checkpoint saved once: {r}");
     assert_eq!(ckpt[0]["resource"], "cgroup_memory");
     assert!(std::path::Path::new(ckpt[0]["path"].as_str().unwrap()).exists());
-    assert!(!of_kind(&ev, "ack").is_empty(), "the acknowledgment was not seen: {ev:?}");
+    assert!(
+        !of_kind(&ev, "ack").is_empty(),
+        "the acknowledgment was not seen: {ev:?}"
+    );
 }
 
 #[test]
@@ -90,9 +109,31 @@ fn mem_limit_leak_is_checkpointed_and_acknowledged() {
     );
     let out = bin()
         .args(base(&events, &req))
-        .args(["--lead", "1s", "--mem-limit", "300MiB", "run", "--", "python3", &hog()])
-        .args([rep.to_str().unwrap(), "leak", "--step-mib", "4", "--every", "0.04"])
-        .args(["--max-mib", "280", "--seconds", "20", "--stop-after-checkpoint"])
+        .args([
+            "--lead",
+            "1s",
+            "--mem-limit",
+            "300MiB",
+            "run",
+            "--",
+            "python3",
+            &hog(),
+        ])
+        .args([
+            rep.to_str().unwrap(),
+            "leak",
+            "--step-mib",
+            "4",
+            "--every",
+            "0.04",
+        ])
+        .args([
+            "--max-mib",
+            "280",
+            "--seconds",
+            "20",
+            "--stop-after-checkpoint",
+        ])
         .args(["--dir", dir.path().to_str().unwrap()])
         .output()
         .unwrap();
@@ -133,7 +174,14 @@ fn checkpoints_filling_a_tmpfs_are_stopped_before_it_is_full() {
     let out = bin()
         .args(base(&events, &req))
         .args(["--lead", "2s", "--disk", fs.path().to_str().unwrap()])
-        .args(["run", "--", "python3", &hog(), rep.to_str().unwrap(), "write"])
+        .args([
+            "run",
+            "--",
+            "python3",
+            &hog(),
+            rep.to_str().unwrap(),
+            "write",
+        ])
         .args(["--step-mib", "4", "--every", "0.1", "--seconds", "30"])
         .args(["--dir", fs.path().to_str().unwrap()])
         .output()
@@ -144,7 +192,10 @@ fn checkpoints_filling_a_tmpfs_are_stopped_before_it_is_full() {
     let ckpt = report_events(&r, "checkpoint");
     let full = report_events(&r, "enospc");
     assert!(!ckpt.is_empty(), "never asked to checkpoint: {r} {stderr}");
-    assert!(ckpt[0]["resource"].as_str().unwrap().starts_with("disk:"), "{r}");
+    assert!(
+        ckpt[0]["resource"].as_str().unwrap().starts_with("disk:"),
+        "{r}"
+    );
     if let Some(full) = full.first() {
         assert!(
             ckpt[0]["t"].as_f64().unwrap() < full["t"].as_f64().unwrap(),
@@ -163,8 +214,24 @@ fn max_runtime_fires_lead_seconds_before_the_limit() {
     );
     let out = bin()
         .args(base(&events, &req))
-        .args(["--lead", "2s", "--max-runtime", "5s", "run", "--", "python3", &hog()])
-        .args([rep.to_str().unwrap(), "wait", "--seconds", "4.5", "--every", "0.02"])
+        .args([
+            "--lead",
+            "2s",
+            "--max-runtime",
+            "5s",
+            "run",
+            "--",
+            "python3",
+            &hog(),
+        ])
+        .args([
+            rep.to_str().unwrap(),
+            "wait",
+            "--seconds",
+            "4.5",
+            "--every",
+            "0.02",
+        ])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -176,7 +243,10 @@ fn max_runtime_fires_lead_seconds_before_the_limit() {
     let t = ckpt[0]["t"].as_f64().unwrap();
     // The runtime counts from the process's start (before Python is up); the limit is
     // 5 s, the lead 2 s, so the request arrives about 3 s in.
-    assert!((2.4..=3.4).contains(&t), "checkpoint requested at {t:.2}s, expected about 3s");
+    assert!(
+        (2.4..=3.4).contains(&t),
+        "checkpoint requested at {t:.2}s, expected about 3s"
+    );
 }
 
 #[test]
@@ -189,8 +259,24 @@ fn a_stable_sawtooth_under_the_limit_raises_no_alert() {
     );
     let out = bin()
         .args(base(&events, &req))
-        .args(["--lead", "5s", "--mem-limit", "400MiB", "run", "--", "python3", &hog()])
-        .args([rep.to_str().unwrap(), "sawtooth", "--step-mib", "16", "--every", "0.03"])
+        .args([
+            "--lead",
+            "5s",
+            "--mem-limit",
+            "400MiB",
+            "run",
+            "--",
+            "python3",
+            &hog(),
+        ])
+        .args([
+            rep.to_str().unwrap(),
+            "sawtooth",
+            "--step-mib",
+            "16",
+            "--every",
+            "0.03",
+        ])
         .args(["--max-mib", "240", "--seconds", "8"])
         .output()
         .unwrap();
@@ -213,9 +299,29 @@ fn a_process_without_a_handler_is_not_signalled_and_survives() {
     let out = bin()
         .args(base(&events, &req))
         .args(["--lead", "1s", "--mem-limit", "200MiB"])
-        .args(["--on-alert", &format!("echo \"$WATCHDOG_RESOURCE\" > {}", hook_out.display())])
-        .args(["run", "--", "python3", &hog(), rep.to_str().unwrap(), "leak", "--no-handler"])
-        .args(["--step-mib", "4", "--every", "0.04", "--max-mib", "180", "--seconds", "5"])
+        .args([
+            "--on-alert",
+            &format!("echo \"$WATCHDOG_RESOURCE\" > {}", hook_out.display()),
+        ])
+        .args([
+            "run",
+            "--",
+            "python3",
+            &hog(),
+            rep.to_str().unwrap(),
+            "leak",
+            "--no-handler",
+        ])
+        .args([
+            "--step-mib",
+            "4",
+            "--every",
+            "0.04",
+            "--max-mib",
+            "180",
+            "--seconds",
+            "5",
+        ])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -225,10 +331,19 @@ fn a_process_without_a_handler_is_not_signalled_and_survives() {
     let alerts = of_kind(&ev, "alert");
     assert!(!alerts.is_empty(), "{stderr}");
     assert_eq!(alerts[0]["signalled"], serde_json::json!([]));
-    assert!(stderr.contains("install"), "the warning should say how to install a handler: {stderr}");
+    assert!(
+        stderr.contains("install"),
+        "the warning should say how to install a handler: {stderr}"
+    );
     assert!(req.exists(), "the request file is still written");
-    assert!(wait_for(Duration::from_secs(5), || hook_out.exists()), "hook not run");
-    assert_eq!(std::fs::read_to_string(&hook_out).unwrap().trim(), "tree_memory");
+    assert!(
+        wait_for(Duration::from_secs(5), || hook_out.exists()),
+        "hook not run"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&hook_out).unwrap().trim(),
+        "tree_memory"
+    );
     assert!(report_events(&report(&rep), "done").len() == 1);
 }
 
@@ -242,8 +357,25 @@ fn dry_run_sends_and_writes_nothing() {
     );
     let out = bin()
         .args(base(&events, &req))
-        .args(["--dry-run", "--lead", "1s", "--mem-limit", "200MiB", "run", "--", "python3"])
-        .args([&hog(), rep.to_str().unwrap(), "leak", "--step-mib", "4", "--every", "0.04"])
+        .args([
+            "--dry-run",
+            "--lead",
+            "1s",
+            "--mem-limit",
+            "200MiB",
+            "run",
+            "--",
+            "python3",
+        ])
+        .args([
+            &hog(),
+            rep.to_str().unwrap(),
+            "leak",
+            "--step-mib",
+            "4",
+            "--every",
+            "0.04",
+        ])
         .args(["--max-mib", "180", "--seconds", "5"])
         .output()
         .unwrap();

@@ -30,7 +30,12 @@ pub enum Command {
     /// Start CMD, watch it, forward SIGINT/SIGTERM/SIGHUP to it, exit with its status.
     Run {
         /// The command to run, after `--`.
-        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+        #[arg(
+            required = true,
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "CMD"
+        )]
         command: Vec<String>,
     },
     /// Run the predictor and alert policy over a recorded trace and print the alerts as JSON lines.

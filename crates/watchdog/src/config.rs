@@ -12,6 +12,7 @@ use watchdog_types::units;
 use crate::cli::{GpuMode, LogFormat, WatchOptions};
 
 /// Every key the config file accepts, in the order `config/watchdog.toml` documents them.
+#[cfg(test)]
 pub const KEYS: &[&str] = &[
     "interval",
     "lead",
@@ -135,11 +136,14 @@ impl Settings {
             gpu: flags.gpu.or(file.gpu).unwrap_or(GpuMode::Auto),
             nvml_library: file
                 .nvml_library
-                .or_else(|| std::env::var_os("WATCHDOG_NVML_LIBRARY").map(PathBuf::from)),
+                .or_else(|| std::env::var_os("WATCHDOG_NVML_LIB").map(PathBuf::from)),
             floor_percent: flags.floor.or(file.floor).unwrap_or(5.0),
             notify: !flags.no_notify && file.notify.unwrap_or(true),
             status: !flags.no_status && file.status.unwrap_or(true),
-            log_format: flags.log_format.or(file.log_format).unwrap_or(LogFormat::Text),
+            log_format: flags
+                .log_format
+                .or(file.log_format)
+                .unwrap_or(LogFormat::Text),
             verbosity: if flags.quiet {
                 -1
             } else {
@@ -228,7 +232,9 @@ fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::E
 
 fn de_size<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
     let s = NumOrStr::deserialize(d)?.text();
-    units::parse_size(&s).map(Some).map_err(serde::de::Error::custom)
+    units::parse_size(&s)
+        .map(Some)
+        .map_err(serde::de::Error::custom)
 }
 
 fn de_signal<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i32>, D::Error> {
@@ -296,13 +302,19 @@ mod tests {
     #[test]
     fn unknown_key_names_file_and_line() {
         let e = parse_file("lead = \"5s\"\nintervall = \"1s\"\n", Path::new("w.toml")).unwrap_err();
-        assert!(e.starts_with("config file w.toml:2: unknown field `intervall`"), "{e}");
+        assert!(
+            e.starts_with("config file w.toml:2: unknown field `intervall`"),
+            "{e}"
+        );
     }
 
     #[test]
     fn bad_value_names_file_line_and_expectation() {
         let e = parse_file("\n\nlead = \"5x\"\n", Path::new("w.toml")).unwrap_err();
-        assert!(e.starts_with("config file w.toml:3: invalid duration '5x': expected"), "{e}");
+        assert!(
+            e.starts_with("config file w.toml:3: invalid duration '5x': expected"),
+            "{e}"
+        );
         let e = parse_file("mem_limit = \"12XB\"\n", Path::new("w.toml")).unwrap_err();
         assert!(e.contains("invalid size '12XB'"), "{e}");
         let e = parse_file("gpu = \"maybe\"\n", Path::new("w.toml")).unwrap_err();
@@ -313,7 +325,11 @@ mod tests {
     fn flags_override_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("w.toml");
-        std::fs::write(&path, "lead = \"5s\"\ninterval = \"50ms\"\nsignal = \"USR2\"\n").unwrap();
+        std::fs::write(
+            &path,
+            "lead = \"5s\"\ninterval = \"50ms\"\nsignal = \"USR2\"\n",
+        )
+        .unwrap();
         let flags = WatchOptions {
             config: Some(path),
             lead: Some(Duration::from_secs(9)),

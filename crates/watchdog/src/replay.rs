@@ -10,7 +10,11 @@ use std::time::Duration;
 use crate::Failure;
 
 /// Replays `trace` and prints the alerts and the summary as JSON lines.
-pub fn run(trace: &Path, lead: Option<Duration>, interval: Option<Duration>) -> Result<ExitCode, Failure> {
+pub fn run(
+    trace: &Path,
+    lead: Option<Duration>,
+    interval: Option<Duration>,
+) -> Result<ExitCode, Failure> {
     let text = std::fs::read_to_string(trace).map_err(|e| {
         Failure::Usage(format!(
             "cannot read trace '{}': {e}; expected a readable CSV file",
@@ -18,7 +22,8 @@ pub fn run(trace: &Path, lead: Option<Duration>, interval: Option<Duration>) -> 
         ))
     })?;
     let lead_s = lead.unwrap_or(Duration::from_secs(30)).as_secs_f64();
-    let interval_s = interval.map(|d| d.as_secs_f64());
+    // Without --interval, the watchdog's default sampling period.
+    let interval_s = interval.map_or(0.1, |d| d.as_secs_f64());
     let report = watchdog_predictor::replay::run(&text, lead_s, interval_s)
         .map_err(|e| Failure::Usage(format!("trace {}:{e}", trace.display())))?;
     let mut out = std::io::stdout().lock();

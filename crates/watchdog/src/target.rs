@@ -73,9 +73,9 @@ impl Target {
 
     /// Starts `argv` with the extra environment and holds it as the target.
     pub fn spawn(argv: &[String], env: &[(String, String)]) -> Result<Target, Failure> {
-        let (program, args) = argv
-            .split_first()
-            .ok_or_else(|| Failure::Usage("run needs a command: expected run -- CMD [ARGS...]".into()))?;
+        let (program, args) = argv.split_first().ok_or_else(|| {
+            Failure::Usage("run needs a command: expected run -- CMD [ARGS...]".into())
+        })?;
         let mut cmd = Command::new(program);
         cmd.args(args);
         for (k, v) in env {
@@ -84,23 +84,23 @@ impl Target {
         let child = cmd.spawn().map_err(|e| {
             Failure::Spawn(
                 format!("cannot run '{program}': {e}"),
-                if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 },
+                if e.kind() == std::io::ErrorKind::NotFound {
+                    127
+                } else {
+                    126
+                },
             )
         })?;
         let pid = child.id();
-        let pidfd = PidFd::open(pid)
-            .map_err(|e| Failure::Runtime(format!("cannot open a pidfd for the child {pid}: {e}")))?;
+        let pidfd = PidFd::open(pid).map_err(|e| {
+            Failure::Runtime(format!("cannot open a pidfd for the child {pid}: {e}"))
+        })?;
         Ok(Target {
             pid,
             pidfd: Arc::new(pidfd),
             name: program.to_string(),
             child: Some(child),
         })
-    }
-
-    /// Whether the watchdog started this target (and so can read its exit status).
-    pub fn is_child(&self) -> bool {
-        self.child.is_some()
     }
 
     /// Collects the exit status once the pidfd says the target is gone.
@@ -158,7 +158,10 @@ pub fn forward_signals(pidfd: Arc<PidFd>) -> Result<(), Failure> {
             for info in signals.forever() {
                 let from_kernel = info.process.is_none();
                 if from_kernel && rustix::termios::isatty(std::io::stdin()) {
-                    tracing::debug!(signal = info.signal, "terminal signal already reached the target");
+                    tracing::debug!(
+                        signal = info.signal,
+                        "terminal signal already reached the target"
+                    );
                     continue;
                 }
                 let name = watchdog_types::units::signal_name(info.signal);

@@ -12,6 +12,8 @@ use std::time::{Duration, Instant, SystemTime};
 use watchdog_alerter::events::EventLog;
 use watchdog_alerter::request::{AckWatcher, AlertRequest};
 use watchdog_predictor::{Decision, PredictorConfig, ResourcePredictor};
+use watchdog_sampler::ring::{SampleReader, SampleRing};
+use watchdog_sampler::tree::ProcessTree;
 use watchdog_sampler::{ResourceTable, Sampler};
 use watchdog_types::units::{format_bytes, format_duration_s, signal_name};
 use watchdog_types::{AlertReason, Event, EventBody, Forecast, Resource, Sample, Unit};
@@ -33,8 +35,8 @@ const RING_CAPACITY: usize = 4096;
 
 /// `watchdog --pid PID`: watch a running process until it exits.
 pub fn attach(pid: u32, settings: Settings) -> Result<ExitCode, Failure> {
-    let prepared = Prepared::new(&settings)?;
     let target = Target::attach(pid)?;
+    let prepared = Prepared::new(&settings, Some(pid))?;
     let request_file = match &settings.request_file {
         Some(p) => p.clone(),
         None => default_request_file(pid, &target_cwd(pid)),
@@ -46,7 +48,7 @@ pub fn attach(pid: u32, settings: Settings) -> Result<ExitCode, Failure> {
 
 /// `watchdog run -- CMD`: start CMD, watch it, exit with its status.
 pub fn run_command(argv: &[String], settings: Settings) -> Result<ExitCode, Failure> {
-    let prepared = Prepared::new(&settings)?;
+    let prepared = Prepared::new(&settings, None)?;
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     let request_file = match &settings.request_file {
         Some(p) => p.clone(),
@@ -77,11 +79,12 @@ fn target_cwd(pid: u32) -> PathBuf {
 /// What is set up before the target is started, so bad input fails before a child runs.
 pub struct Prepared {
     events: Option<EventLog>,
+    table: ResourceTable,
     gpu: sources::GpuSetup,
 }
 
 impl Prepared {
-    fn new(settings: &Settings) -> Result<Prepared, Failure> {
+    fn new(settings: &Settings, pid: Option<u32>) -> Result<Prepared, Failure> {
         let events = match &settings.events {
             Some(path) => Some(EventLog::open(path).map_err(|e| {
                 Failure::Usage(format!(
@@ -91,8 +94,9 @@ impl Prepared {
             })?),
             None => None,
         };
-        let gpu = sources::GpuSetup::start(settings)?;
-        Ok(Prepared { events, gpu })
+        let mut table = ResourceTable::default();
+        let gpu = sources::GpuSetup::start(settings, &mut table, pid)?;
+        Ok(Prepared { events, table, gpu })
     }
 }
 
@@ -126,6 +130,7 @@ struct Watch {
     settings: Settings,
     target: Target,
     sampler: Sampler,
+    reader: Option<SampleReader>,
     states: Vec<ResourceState>,
     events: Option<EventLog>,
     request_file: PathBuf,
@@ -149,10 +154,19 @@ impl Watch {
         request_file: PathBuf,
     ) -> Result<Watch, Failure> {
         let start = Instant::now();
-        let Prepared { events, gpu } = prepared;
-        let mut table = ResourceTable::default();
+        let Prepared {
+            events,
+            mut table,
+            gpu,
+        } = prepared;
         let built = sources::build(&target, &settings, &mut table, gpu);
-        let sampler = Sampler::new(target.pid, built.sources, RING_CAPACITY);
+        let tree = ProcessTree::new(Path::new("/proc"), target.pid)
+            .map_err(|e| Failure::Usage(format!("cannot watch PID {}: {e}", target.pid)))?;
+        let (writer, reader) = SampleRing::new(RING_CAPACITY);
+        let mut sampler = Sampler::new(tree, writer);
+        for source in built.sources {
+            sampler.add_source(source);
+        }
         let config = PredictorConfig {
             lead_s: settings.lead.as_secs_f64(),
             interval_s: settings.interval.as_secs_f64(),
@@ -179,6 +193,7 @@ impl Watch {
             settings,
             target,
             sampler,
+            reader: Some(reader),
             states,
             events,
             request_file,
@@ -190,6 +205,11 @@ impl Watch {
             late_ticks: 0,
             last_alert_at: None,
         };
+        if !watch.settings.dry_run
+            && let Err(e) = watchdog_alerter::request::clear_request_files(&watch.request_file)
+        {
+            tracing::warn!("cannot remove an old request file: {e}");
+        }
         watch.announce_start(&built.unwatched);
         Ok(watch)
     }
@@ -203,7 +223,11 @@ impl Watch {
             format_duration_s(s.interval.as_secs_f64()),
             format_duration_s(s.lead.as_secs_f64()),
             self.request_file.display(),
-            if s.dry_run { " (dry run: nothing will be sent or written)" } else { "" }
+            if s.dry_run {
+                " (dry run: nothing will be sent or written)"
+            } else {
+                ""
+            }
         );
         self.emit(EventBody::Start {
             pid: self.target.pid,
@@ -213,7 +237,11 @@ impl Watch {
             dry_run: s.dry_run,
         });
         for (resource, reason) in unwatched {
-            tracing::warn!("{resource} is not watched: {reason}");
+            if resource == "gpu" {
+                tracing::info!("GPU memory is not watched: {reason}");
+            } else {
+                tracing::warn!("{resource} is not watched: {reason}");
+            }
             self.emit(EventBody::Unwatched {
                 resource: resource.clone(),
                 reason: reason.clone(),
@@ -247,7 +275,11 @@ impl Watch {
                 self.late_ticks += 1 + (behind.as_nanos() / interval.as_nanos().max(1)) as u64;
                 deadline = after;
             }
-            match self.target.pidfd.wait_exit(Some(deadline.saturating_duration_since(after))) {
+            match self
+                .target
+                .pidfd
+                .wait_exit(Some(deadline.saturating_duration_since(after)))
+            {
                 Ok(false) => {}
                 Ok(true) => break,
                 Err(e) => {
@@ -267,9 +299,16 @@ impl Watch {
         let t_ns = now.duration_since(self.start).as_nanos() as u64;
         self.ticks += 1;
         self.sampler.tick(t_ns);
-        let mut reader = self.sampler.take_reader();
-        reader.drain(|s| self.on_sample(s));
-        self.sampler.return_reader(reader);
+        let mut failures = Vec::new();
+        self.sampler
+            .take_new_failures(|name, e| failures.push((name.to_string(), e.to_string())));
+        for (resource, reason) in failures {
+            self.emit(EventBody::Unwatched { resource, reason });
+        }
+        if let Some(mut reader) = self.reader.take() {
+            reader.drain(|s| self.on_sample(s));
+            self.reader = Some(reader);
+        }
         if !self.pending.is_empty() {
             self.act();
         }
@@ -324,7 +363,11 @@ impl Watch {
         }
         tracing::info!(
             "{} {}: limit {} ({})",
-            if first { "watching" } else { "limit changed for" },
+            if first {
+                "watching"
+            } else {
+                "limit changed for"
+            },
             resource.name,
             format_amount(limit, unit),
             resource.source
@@ -355,7 +398,10 @@ impl Watch {
             self.seq += 1;
             let request = self.request_for(first);
             if dry_run {
-                tracing::info!("dry run: would write {} and signal the tree", self.request_file.display());
+                tracing::info!(
+                    "dry run: would write {} and signal the tree",
+                    self.request_file.display()
+                );
             } else {
                 match watchdog_alerter::request::write_request_file(&self.request_file, &request) {
                     Ok(()) => request_written = Some(self.request_file.display().to_string()),
@@ -370,13 +416,18 @@ impl Watch {
                 for (pid, why) in &report.failed {
                     tracing::warn!("could not signal PID {pid}: {why}");
                 }
-                if report.sent.is_empty() {
+                if report.none_catching() {
                     tracing::warn!("{}", watchdog_alerter::signal::no_handler_warning(signal));
                 }
                 signalled = report.sent;
                 if let Some(cmd) = &self.settings.on_alert {
-                    self.actions
-                        .hook(cmd.clone(), watchdog_alerter::hook::hook_env(&request, request_written.as_ref().map(Path::new)));
+                    self.actions.hook(
+                        cmd.clone(),
+                        watchdog_alerter::hook::hook_env(
+                            &request,
+                            request_written.as_ref().map(Path::new),
+                        ),
+                    );
                 }
             }
             self.actions.notify(
@@ -397,7 +448,11 @@ impl Watch {
                 } else if signalled.is_empty() {
                     "no process signalled".to_string()
                 } else {
-                    format!("sent {} to PID {}", signal_name(signal), join_pids(&signalled))
+                    format!(
+                        "sent {} to PID {}",
+                        signal_name(signal),
+                        join_pids(&signalled)
+                    )
                 }
             );
             self.alerts.push(AlertRecord {
@@ -448,16 +503,19 @@ impl Watch {
             return;
         };
         let checkpoint_s = self.last_alert_at.and_then(|(_, wall)| {
-            let alert_unix = wall.duration_since(SystemTime::UNIX_EPOCH).ok()?.as_secs_f64();
+            let alert_unix = wall
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .ok()?
+                .as_secs_f64();
             let d = ack.time_unix - alert_unix;
             (d >= 0.0).then_some(d)
         });
         if let Some(d) = checkpoint_s {
             for st in &mut self.states {
-                st.predictor
-                    .note_checkpoint_duration(d);
+                st.predictor.note_checkpoint_duration(d);
             }
-            let needed = d * watchdog_predictor::CHECKPOINT_SAFETY + self.settings.interval.as_secs_f64();
+            let needed = d * watchdog_predictor::DEFAULT_CHECKPOINT_SAFETY
+                + self.settings.interval.as_secs_f64();
             if needed > self.lead_s {
                 self.lead_s = needed;
                 tracing::info!(
@@ -470,7 +528,9 @@ impl Watch {
         tracing::info!(
             "checkpoint acknowledged (request {}){}",
             ack.seq,
-            checkpoint_s.map(|d| format!(", saved in {}", format_duration_s(d))).unwrap_or_default()
+            checkpoint_s
+                .map(|d| format!(", saved in {}", format_duration_s(d)))
+                .unwrap_or_default()
         );
         self.emit(EventBody::Ack {
             checkpoint_s,
@@ -501,7 +561,11 @@ impl Watch {
                 if st.forecast.rate_per_s.abs() >= 1.0 && unit != Unit::Millis {
                     part.push_str(&format!(
                         " {}{}/s",
-                        if st.forecast.rate_per_s >= 0.0 { "+" } else { "-" },
+                        if st.forecast.rate_per_s >= 0.0 {
+                            "+"
+                        } else {
+                            "-"
+                        },
                         format_amount(st.forecast.rate_per_s.abs() as u64, unit)
                     ));
                 }
@@ -528,7 +592,10 @@ impl Watch {
             if st.peak_limit != u64::MAX {
                 entry.insert("limit".into(), st.peak_limit.into());
             }
-            entry.insert("unit".into(), serde_json::to_value(unit).unwrap_or_default());
+            entry.insert(
+                "unit".into(),
+                serde_json::to_value(unit).unwrap_or_default(),
+            );
             peaks.insert(st.resource.name.clone(), entry.into());
             if st.peak_limit != u64::MAX && st.peak_limit > 0 {
                 peak_text.push(format!(
@@ -539,7 +606,11 @@ impl Watch {
                     st.peak as f64 * 100.0 / st.peak_limit as f64
                 ));
             } else {
-                peak_text.push(format!("{} {}", st.resource.name, format_amount(st.peak, unit)));
+                peak_text.push(format!(
+                    "{} {}",
+                    st.resource.name,
+                    format_amount(st.peak, unit)
+                ));
             }
         }
         let how = match exit {
@@ -574,7 +645,11 @@ impl Watch {
             self.target.pid,
             self.target.name,
             format_duration_s(elapsed),
-            if peak_text.is_empty() { "nothing sampled".to_string() } else { peak_text.join(", ") },
+            if peak_text.is_empty() {
+                "nothing sampled".to_string()
+            } else {
+                peak_text.join(", ")
+            },
         ));
         let (code, signal) = match exit {
             TargetExit::Code(c) => (Some(c), None),
@@ -627,5 +702,8 @@ fn format_amount(v: u64, unit: Unit) -> String {
 }
 
 fn join_pids(pids: &[u32]) -> String {
-    pids.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
+    pids.iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }

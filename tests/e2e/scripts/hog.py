@@ -26,9 +26,14 @@ p.add_argument("--seconds", type=float, default=60)
 p.add_argument("--dir", default=".")
 p.add_argument("--no-handler", action="store_true")
 p.add_argument("--stop-after-checkpoint", action="store_true")
+p.add_argument("--pidfile", help="write this process's PID here (for the fake NVML script)")
 args = p.parse_args()
 
 start = time.time()
+if args.pidfile:
+    with open(args.pidfile + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(args.pidfile + ".tmp", args.pidfile)
 report = {"pid": os.getpid(), "start": start, "events": []}
 
 

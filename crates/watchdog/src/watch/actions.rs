@@ -10,8 +10,14 @@ use std::time::Duration;
 const NOTIFY_TIMEOUT: Duration = Duration::from_secs(2);
 
 enum Action {
-    Hook { cmd: String, env: Vec<(String, String)> },
-    Notify { summary: String, body: String },
+    Hook {
+        cmd: String,
+        env: Vec<(String, String)>,
+    },
+    Notify {
+        summary: String,
+        body: String,
+    },
 }
 
 /// The queue to the action thread.
@@ -35,7 +41,9 @@ impl Actions {
                 notify,
             },
             Err(e) => {
-                tracing::warn!("cannot start the action thread, hooks and notifications are off: {e}");
+                tracing::warn!(
+                    "cannot start the action thread, hooks and notifications are off: {e}"
+                );
                 Actions {
                     tx: None,
                     thread: None,

@@ -26,7 +26,12 @@ pub struct Built {
 }
 
 /// Opens every source for `target`.
-pub fn build(target: &Target, settings: &Settings, table: &mut ResourceTable, gpu: GpuSetup) -> Built {
+pub fn build(
+    target: &Target,
+    settings: &Settings,
+    table: &mut ResourceTable,
+    gpu: GpuSetup,
+) -> Built {
     let proc_root = Path::new("/proc");
     let pid = target.pid;
     let mut sources: Vec<Box<dyn Source>> = Vec::new();
@@ -44,7 +49,11 @@ pub fn build(target: &Target, settings: &Settings, table: &mut ResourceTable, gp
         Err(e) => unwatched.push(("cgroup_memory".to_string(), e.to_string())),
     }
 
-    sources.push(Box::new(TreeMemory::new(proc_root, settings.mem_limit, table)));
+    sources.push(Box::new(TreeMemory::new(
+        proc_root,
+        settings.mem_limit,
+        table,
+    )));
 
     let target_is_root = tree::process_uids(proc_root, pid)
         .map(|u| u.effective == 0)
@@ -64,16 +73,23 @@ pub fn build(target: &Target, settings: &Settings, table: &mut ResourceTable, gp
                     u64::try_from(d.as_nanosecond()).unwrap_or(0),
                 ))
             });
-            if let Some((limit, origin)) =
-                runtime_limit(&env, SystemTime::now(), start, settings.max_runtime, deadline)
-            {
+            // With both --max-runtime and --deadline, the earlier limit wins.
+            let now = SystemTime::now();
+            let from_max = runtime_limit(&env, now, start, settings.max_runtime, None);
+            let from_deadline =
+                deadline.and_then(|d| runtime_limit(&env, now, start, None, Some(d)));
+            let chosen = match (from_max, from_deadline) {
+                (Some(a), Some(b)) => Some(if b.0 < a.0 { b } else { a }),
+                (a, b) => a.or(b),
+            };
+            if let Some((limit, origin)) = chosen {
                 sources.push(Box::new(Runtime::new(start, limit, origin, table)));
             }
         }
         Err(e) => unwatched.push(("runtime".to_string(), e.to_string())),
     }
 
-    gpu.add_to(&mut sources, table, &mut unwatched);
+    gpu.add_to(&mut sources, &mut unwatched);
     Built { sources, unwatched }
 }
 
@@ -94,7 +110,7 @@ fn disk_paths(settings: &Settings, proc_root: &Path, pid: u32) -> Vec<PathBuf> {
     paths
 }
 
-/// GPU watching, started before the target so `--gpu required` fails early.
+/// GPU watching, started before the target is spawned so `--gpu required` fails early.
 pub struct GpuSetup {
     #[cfg(feature = "gpu")]
     watch: Option<watchdog_sampler::gpu::GpuWatch>,
@@ -102,8 +118,14 @@ pub struct GpuSetup {
 }
 
 impl GpuSetup {
-    /// Starts NVML per `--gpu`; `required` without a usable GPU is an error (exit 2).
-    pub fn start(settings: &Settings) -> Result<GpuSetup, Failure> {
+    /// Starts NVML per `--gpu`, registering GPU resources in `table`; `pid_for_visibility`
+    /// is the target whose `CUDA_VISIBLE_DEVICES` counts (`None`: our own environment,
+    /// which a `run` child inherits). `required` without a usable GPU is an error (exit 2).
+    pub fn start(
+        settings: &Settings,
+        table: &mut ResourceTable,
+        pid_for_visibility: Option<u32>,
+    ) -> Result<GpuSetup, Failure> {
         if settings.gpu == GpuMode::Off {
             return Ok(GpuSetup {
                 #[cfg(feature = "gpu")]
@@ -113,29 +135,44 @@ impl GpuSetup {
         }
         #[cfg(feature = "gpu")]
         {
-            match watchdog_sampler::gpu::GpuWatch::start(
-                settings.nvml_library.as_deref(),
-                settings.interval,
-            ) {
-                Ok(watch) => Ok(GpuSetup {
+            use watchdog_sampler::gpu::{self, GpuConfig, GpuStart, GpuWatch, VisibleDevices};
+            let mode = match settings.gpu {
+                GpuMode::Required => gpu::GpuMode::Required,
+                _ => gpu::GpuMode::Auto,
+            };
+            let mut config = GpuConfig::new(mode, settings.interval);
+            if let Some(lib) = &settings.nvml_library {
+                config.lib_path = Some(lib.clone());
+            }
+            config.visible = match pid_for_visibility {
+                Some(pid) => VisibleDevices::of_process(Path::new("/proc"), pid),
+                None => VisibleDevices {
+                    cuda: std::env::var("CUDA_VISIBLE_DEVICES").ok(),
+                    nvidia: std::env::var("NVIDIA_VISIBLE_DEVICES").ok(),
+                },
+            };
+            match GpuWatch::start(&config, table) {
+                Ok(GpuStart::Watching(watch)) => Ok(GpuSetup {
                     watch: Some(watch),
                     reason: None,
                 }),
-                Err(reason) if settings.gpu == GpuMode::Required => Err(Failure::Usage(format!(
-                    "GPU memory cannot be watched: {reason}; expected an NVIDIA driver (or --gpu auto/off)"
-                ))),
-                Err(reason) => Ok(GpuSetup {
+                Ok(GpuStart::Unwatched(u)) => Ok(GpuSetup {
                     watch: None,
-                    reason: Some(reason.to_string()),
+                    reason: Some(u.reason),
                 }),
+                Err(e) => Err(Failure::Usage(format!(
+                    "{e}; expected a working NVIDIA driver (or --gpu auto or off)"
+                ))),
             }
         }
         #[cfg(not(feature = "gpu"))]
         {
-            let reason = "this watchdog was built without GPU support (the `gpu` feature)".to_string();
+            let _ = (table, pid_for_visibility);
+            let reason =
+                "this watchdog was built without GPU support (the `gpu` feature)".to_string();
             if settings.gpu == GpuMode::Required {
                 return Err(Failure::Usage(format!(
-                    "GPU memory cannot be watched: {reason}; expected a build with --features gpu"
+                    "--gpu required, but {reason}; expected a build with the gpu feature"
                 )));
             }
             Ok(GpuSetup {
@@ -144,20 +181,15 @@ impl GpuSetup {
         }
     }
 
-    fn add_to(
-        self,
-        sources: &mut Vec<Box<dyn Source>>,
-        table: &mut ResourceTable,
-        unwatched: &mut Vec<(String, String)>,
-    ) {
+    fn add_to(self, sources: &mut Vec<Box<dyn Source>>, unwatched: &mut Vec<(String, String)>) {
         if let Some(reason) = self.reason {
             unwatched.push(("gpu".to_string(), reason));
         }
         #[cfg(feature = "gpu")]
         if let Some(watch) = self.watch {
-            sources.push(Box::new(watch.into_source(table)));
+            sources.push(Box::new(watch));
         }
         #[cfg(not(feature = "gpu"))]
-        let _ = (sources, table);
+        let _ = sources;
     }
 }

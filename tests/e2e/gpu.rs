@@ -1,0 +1,127 @@
+//! GPU memory through the real NVML code: against a fake `libnvidia-ml.so.1` built by
+//! the test from `tests/fake-nvml/`, and, for real, the machine's own missing driver.
+
+use std::process::Command;
+
+use crate::support::*;
+
+/// Builds the fake NVML library into `dir` and returns its path.
+fn build_fake(dir: &std::path::Path) -> std::path::PathBuf {
+    let status = Command::new("bash")
+        .arg(repo().join("tests/fake-nvml/build.sh"))
+        .arg(dir)
+        .status()
+        .expect("run tests/fake-nvml/build.sh");
+    assert!(status.success(), "building the fake NVML library failed");
+    dir.join("libnvidia-ml.so.1")
+}
+
+#[test]
+fn a_growing_gpu_is_checkpointed_before_it_is_full() {
+    let dir = scratch();
+    let lib = build_fake(dir.path());
+    let pidfile = dir.path().join("train.pid");
+    let script = dir.path().join("nvml.script");
+    // One 1 GiB device (64 MiB reserved); the training process holds 400 MiB growing
+    // 100 MiB/s, so the device is full about 5.6 s after NVML is initialised.
+    std::fs::write(
+        &script,
+        format!(
+            "device Fake_A100 GPU-00000000-1111-2222-3333-444444444444 1024 0 0 64\nprocess 0 pidfile:{} 400 100\n",
+            pidfile.display()
+        ),
+    )
+    .unwrap();
+    let (events, req, rep) = (
+        dir.path().join("events.jsonl"),
+        dir.path().join("req.json"),
+        dir.path().join("report.json"),
+    );
+    let out = bin()
+        .env("WATCHDOG_NVML_LIB", &lib)
+        .env("FAKE_NVML_SCRIPT", &script)
+        .args(["--gpu", "required", "--interval", "20ms", "--lead", "2s"])
+        .args([
+            "--events",
+            events.to_str().unwrap(),
+            "--request-file",
+            req.to_str().unwrap(),
+        ])
+        .args([
+            "run",
+            "--",
+            "python3",
+            &hog(),
+            rep.to_str().unwrap(),
+            "wait",
+        ])
+        .args(["--pidfile", pidfile.to_str().unwrap(), "--seconds", "15"])
+        .args(["--every", "0.02", "--stop-after-checkpoint"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let ev = events(&events);
+    let limits = of_kind(&ev, "limit");
+    let gpu_limit = limits
+        .iter()
+        .find(|e| e["resource"] == "gpu0")
+        .expect("gpu0 limit event");
+    assert!(
+        gpu_limit["source"]
+            .as_str()
+            .unwrap()
+            .contains("GPU-00000000-1111"),
+        "{gpu_limit}"
+    );
+    let alerts = of_kind(&ev, "alert");
+    assert!(!alerts.is_empty(), "no alert: {stderr}");
+    assert_eq!(alerts[0]["resource"], "gpu0", "{alerts:?}");
+    let r = report(&rep);
+    let ckpt = report_events(&r, "checkpoint");
+    assert_eq!(ckpt.len(), 1, "{r}");
+    assert_eq!(ckpt[0]["resource"], "gpu0");
+    let t = ckpt[0]["t"].as_f64().unwrap();
+    assert!(
+        t < 5.0,
+        "checkpoint at {t:.2}s is too late for a device full at ~5.6s"
+    );
+}
+
+#[test]
+fn without_a_driver_auto_says_why_once_and_required_exits_2() {
+    // This machine has no NVIDIA driver: the real default library search fails.
+    let dir = scratch();
+    let events = dir.path().join("events.jsonl");
+    let out = bin()
+        .env_remove("WATCHDOG_NVML_LIB")
+        .args(["--events", events.to_str().unwrap(), "run", "--", "true"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let gpu_lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("GPU") || l.contains("gpu"))
+        .collect();
+    assert_eq!(gpu_lines.len(), 1, "one line about the GPU: {stderr}");
+    assert!(gpu_lines[0].contains("not watched"), "{stderr}");
+    let ev = events(&events);
+    assert_eq!(
+        of_kind(&ev, "unwatched")
+            .iter()
+            .filter(|e| e["resource"] == "gpu")
+            .count(),
+        1
+    );
+
+    let out = bin()
+        .env_remove("WATCHDOG_NVML_LIB")
+        .args(["--gpu", "required", "run", "--", "true"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("libnvidia-ml.so.1"), "{stderr}");
+}
