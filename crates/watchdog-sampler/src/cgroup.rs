@@ -28,6 +28,8 @@
 //!   of `memory.stat` (already the smallest over the ancestors), falling back to
 //!   `memory.limit_in_bytes`. Values of 2^62 and above mean "no limit" (the kernel writes
 //!   `PAGE_COUNTER_MAX` pages, 9223372036854771712 on 4 KiB pages). `memsw` limits are ignored.
+//!   `memory.usage_in_bytes` runs ahead of the exact charge by the per-CPU charge batches (a
+//!   few hundred KiB per CPU), the same figure kubelet and the OOM decision use.
 //!
 //! With no limit anywhere the resource still exists, with limit `u64::MAX`, so its peak is
 //! reported; the predictor does not predict against it. The OOM-kill counter, for diagnosing

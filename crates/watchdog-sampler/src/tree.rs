@@ -211,6 +211,10 @@ impl ProcessTree {
     /// Allocates only when processes or threads appeared since the last refresh (to open their
     /// files), never for a stable tree.
     pub fn refresh(&mut self) -> bool {
+        if !self.target_alive {
+            // Once gone, the target's PID may name another process: never look again.
+            return false;
+        }
         self.pids.clear();
         for p in &mut self.procs {
             p.seen = false;
@@ -231,44 +235,60 @@ impl ProcessTree {
             }
             i += 1;
         }
-        if !self.pids.is_empty() {
-            self.target_alive = true;
-        }
         self.procs.retain(|p| p.seen);
         self.target_alive
     }
 
-    /// Lists `pid`'s tasks, reads each task's children and appends new ones to `pids`.
-    fn visit(&mut self, pid: u32) -> Result<(), SourceError> {
-        let idx = match self.procs.binary_search_by_key(&pid, |p| p.pid) {
-            Ok(idx) => idx,
-            Err(idx) => {
-                let t = self.open_tracked(pid)?;
-                self.procs.insert(idx, t);
-                idx
-            }
-        };
-        let tracked = &mut self.procs[idx];
-        tracked.seen = true;
-
-        // List the tasks (threads) on the kept-open directory descriptor.
-        self.tids.clear();
+    /// Lists the task IDs of `tracked` into `tids`, sorted, through its kept-open directory.
+    /// Fails when the process has exited (no tasks left).
+    fn list_tasks(
+        tracked: &Tracked,
+        dirbuf: &mut [MaybeUninit<u8>],
+        tids: &mut Vec<u32>,
+    ) -> Result<(), SourceError> {
+        tids.clear();
         rustix::fs::seek(&tracked.task_dir, SeekFrom::Start(0))
             .map_err(|e| read_error(&tracked.task_dir_path, e))?;
-        let mut dir = RawDir::new(&tracked.task_dir, &mut self.dirbuf);
+        let mut dir = RawDir::new(&tracked.task_dir, dirbuf);
         while let Some(entry) = dir.next() {
             let entry = entry.map_err(|e| read_error(&tracked.task_dir_path, e))?;
             if let Some(tid) =
                 parse_u64(entry.file_name().to_bytes()).and_then(|t| u32::try_from(t).ok())
             {
-                self.tids.push(tid);
+                tids.push(tid);
             }
         }
-        if self.tids.is_empty() {
-            // An exited (reaped) process lists no tasks.
-            return Err(SourceError::Gone(format!("process {pid} exited")));
+        if tids.is_empty() {
+            return Err(SourceError::Gone(format!(
+                "{} lists no tasks: the process exited",
+                tracked.task_dir_path.display()
+            )));
         }
-        self.tids.sort_unstable();
+        tids.sort_unstable();
+        Ok(())
+    }
+
+    /// Lists `pid`'s tasks, reads each task's children and appends new ones to `pids`.
+    fn visit(&mut self, pid: u32) -> Result<(), SourceError> {
+        let (idx, fresh) = match self.procs.binary_search_by_key(&pid, |p| p.pid) {
+            Ok(idx) => (idx, false),
+            Err(idx) => {
+                let t = self.open_tracked(pid)?;
+                self.procs.insert(idx, t);
+                (idx, true)
+            }
+        };
+        let mut listed = Self::list_tasks(&self.procs[idx], &mut self.dirbuf, &mut self.tids);
+        if listed.is_err() && !fresh && pid != self.target {
+            // The descriptor belongs to an earlier process with this PID, which exited and was
+            // reaped; a live parent lists the PID again, so it names a new child: open it
+            // afresh. (Never for the target: its PID, once gone, may name a stranger.)
+            self.procs[idx] = self.open_tracked(pid)?;
+            listed = Self::list_tasks(&self.procs[idx], &mut self.dirbuf, &mut self.tids);
+        }
+        listed?;
+        let tracked = &mut self.procs[idx];
+        tracked.seen = true;
 
         // Bring the kept-open children files in line with the task list.
         let tids = &self.tids;
@@ -289,10 +309,18 @@ impl ProcessTree {
 
         let pids = &mut self.pids;
         for (_, file) in &mut tracked.tasks {
-            let Ok(text) = file.read() else {
-                continue; // the thread exited; its children went to another thread
-            };
-            parse_children(text, |child| {
+            if file.read().is_err() {
+                // The thread exited (its children went to another thread), or the TID was
+                // reused by a new thread since the listing: reopen once, rarely.
+                match KeptOpenFile::with_capacity(file.path().to_path_buf(), 256) {
+                    Ok(fresh) => *file = fresh,
+                    Err(_) => continue,
+                }
+                if file.read().is_err() {
+                    continue;
+                }
+            }
+            parse_children(file.last(), |child| {
                 if !pids.contains(&child) {
                     pids.push(child);
                 }
@@ -360,7 +388,18 @@ impl TreeMemory {
             };
             let (_, file, used) = &mut self.files[idx];
             *used = generation;
-            if let Some(pages) = file.read().ok().and_then(parse_statm_resident_pages) {
+            if file.read().is_err() {
+                // Exited, or the descriptor belongs to an earlier process with this PID that
+                // the tree has since replaced: reopen once.
+                match KeptOpenFile::with_capacity(file.path().to_path_buf(), 128) {
+                    Ok(fresh) => *file = fresh,
+                    Err(_) => continue,
+                }
+                if file.read().is_err() {
+                    continue;
+                }
+            }
+            if let Some(pages) = parse_statm_resident_pages(file.last()) {
                 sum = sum.saturating_add(pages.saturating_mul(self.page_size));
                 counted += 1;
             }

@@ -162,3 +162,59 @@ fn a_missing_target_is_an_error_naming_the_path() {
     let err = ProcessTree::new(Path::new(PROC), u32::MAX - 7).unwrap_err();
     assert!(err.to_string().contains("/task"), "{err}");
 }
+
+/// Builds a fake `/proc` with `/proc/PID/task/TID/children` files.
+fn fake_proc(dir: &Path, entries: &[(u32, u32, &str)]) {
+    for (pid, tid, children) in entries {
+        let task = dir.join(format!("{pid}/task/{tid}"));
+        std::fs::create_dir_all(&task).unwrap();
+        std::fs::write(task.join("children"), children).unwrap();
+    }
+}
+
+#[test]
+fn fixture_tree_follows_thread_children_and_reopens_a_reused_pid() {
+    let dir = tempfile::tempdir().unwrap();
+    let proc = dir.path();
+    // 100 has two threads; thread 101 forked 300; 200 forked 201.
+    fake_proc(
+        proc,
+        &[
+            (100, 100, "200 "),
+            (100, 101, "300 "),
+            (200, 200, "201 "),
+            (201, 201, ""),
+            (300, 300, ""),
+        ],
+    );
+    let mut tree = ProcessTree::new(proc, 100).unwrap();
+    assert_eq!(tree.pids(), &[100, 200, 300, 201]);
+
+    // 200 exits and is reaped (its directory goes away); later a new child of 100 gets PID
+    // 200 again, with a child of its own. The stale descriptor must not hide it.
+    std::fs::remove_dir_all(proc.join("200")).unwrap();
+    std::fs::write(proc.join("100/task/100/children"), "").unwrap();
+    assert!(tree.refresh());
+    assert_eq!(tree.pids(), &[100, 300]);
+    std::fs::write(proc.join("100/task/100/children"), "200 ").unwrap();
+    assert!(tree.refresh());
+    assert_eq!(tree.pids(), &[100, 300], "not yet created");
+    fake_proc(proc, &[(200, 200, "202 "), (202, 202, "")]);
+    assert!(tree.refresh());
+    assert_eq!(tree.pids(), &[100, 200, 300, 202]);
+
+    // Between two refreshes, 200 exits and a new process takes PID 200 under the same parent:
+    // the kept descriptor is stale and must be replaced.
+    std::fs::remove_dir_all(proc.join("200")).unwrap();
+    fake_proc(proc, &[(200, 200, "203 "), (203, 203, "")]);
+    assert!(tree.refresh());
+    assert_eq!(tree.pids(), &[100, 200, 300, 203]);
+
+    // The target goes: the tree empties and stays empty even if the PID comes back.
+    std::fs::remove_dir_all(proc.join("100")).unwrap();
+    assert!(!tree.refresh());
+    assert!(tree.pids().is_empty());
+    fake_proc(proc, &[(100, 100, "")]);
+    assert!(!tree.refresh());
+    assert!(tree.pids().is_empty());
+}
