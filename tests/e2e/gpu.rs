@@ -61,7 +61,7 @@ fn a_growing_gpu_is_checkpointed_before_it_is_full() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let ev = events(&events);
+    let ev = read_events(&events);
     let limits = of_kind(&ev, "limit");
     let gpu_limit = limits
         .iter()
@@ -106,7 +106,7 @@ fn without_a_driver_auto_says_why_once_and_required_exits_2() {
         .collect();
     assert_eq!(gpu_lines.len(), 1, "one line about the GPU: {stderr}");
     assert!(gpu_lines[0].contains("not watched"), "{stderr}");
-    let ev = events(&events);
+    let ev = read_events(&events);
     assert_eq!(
         of_kind(&ev, "unwatched")
             .iter()

@@ -66,7 +66,7 @@ pub fn scratch() -> tempfile::TempDir {
 }
 
 /// Reads a JSON-lines events file.
-pub fn events(path: &Path) -> Vec<Value> {
+pub fn read_events(path: &Path) -> Vec<Value> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()

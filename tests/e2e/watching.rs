@@ -83,7 +83,7 @@ fn cgroup_leak_is_checkpointed_before_the_oom_kill() {
         "the kernel's OOM killer should end it; {stderr}"
     );
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let ev = events(&events);
+    let ev = read_events(&events);
     let alerts = of_kind(&ev, "alert");
     assert!(!alerts.is_empty(), "no alert: {stderr}");
     assert_eq!(alerts[0]["resource"], "cgroup_memory", "{ev:?}");
@@ -139,7 +139,7 @@ fn mem_limit_leak_is_checkpointed_and_acknowledged() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let ev = events(&events);
+    let ev = read_events(&events);
     let alerts = of_kind(&ev, "alert");
     assert!(!alerts.is_empty(), "no alert: {stderr}");
     assert_eq!(alerts[0]["resource"], "tree_memory");
@@ -282,7 +282,7 @@ fn a_stable_sawtooth_under_the_limit_raises_no_alert() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let ev = events(&events);
+    let ev = read_events(&events);
     assert!(of_kind(&ev, "alert").is_empty(), "false alarm: {ev:?}");
     assert!(!req.exists(), "a request file was written");
 }
@@ -327,7 +327,7 @@ fn a_process_without_a_handler_is_not_signalled_and_survives() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     // It ran to its end: a SIGUSR1 would have killed it (status 138).
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let ev = events(&events);
+    let ev = read_events(&events);
     let alerts = of_kind(&ev, "alert");
     assert!(!alerts.is_empty(), "{stderr}");
     assert_eq!(alerts[0]["signalled"], serde_json::json!([]));
@@ -381,7 +381,7 @@ fn dry_run_sends_and_writes_nothing() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let ev = events(&events);
+    let ev = read_events(&events);
     let alerts = of_kind(&ev, "alert");
     assert!(!alerts.is_empty(), "{stderr}");
     assert_eq!(alerts[0]["dry_run"], true);

@@ -289,6 +289,10 @@ impl Watch {
             }
         }
         logging::clear_status();
+        if !self.alerts.is_empty() {
+            // A target that acknowledges and exits at once must still have its ack recorded.
+            self.check_ack();
+        }
         let exit = self.target.reap();
         self.finish(exit);
         exit
