@@ -39,10 +39,7 @@ fn bad_values_are_one_line_errors_with_status_2() {
             &["--interval", "5x", "--pid", "1"],
             &["invalid duration '5x'", "expected"],
         ),
-        (
-            &["--lead", "-3s", "--pid", "1"],
-            &["invalid duration '-3s'"],
-        ),
+        (&["--lead=-3s", "--pid", "1"], &["invalid duration '-3s'"]),
         (
             &["--mem-limit", "12XB", "--pid", "1"],
             &["invalid size '12XB'", "expected"],

@@ -111,6 +111,7 @@ pub fn wait_for(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
 /// A memory cgroup with a limit, removed on drop (v1 or v2, whichever is mounted).
 pub struct MemoryCgroup {
     pub dir: PathBuf,
+    /// Whether it is a cgroup v2 group (else v1).
     pub v2: bool,
 }
 
@@ -144,6 +145,11 @@ impl MemoryCgroup {
     /// The file a process's PID is written to, to move it in.
     pub fn procs(&self) -> PathBuf {
         self.dir.join("cgroup.procs")
+    }
+
+    /// Which cgroup version, for messages.
+    pub fn version(&self) -> &'static str {
+        if self.v2 { "v2" } else { "v1" }
     }
 }
 
@@ -191,15 +197,4 @@ fn rand_suffix() -> u32 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
         .unwrap_or(0)
-}
-
-/// Whether a process exists (and is not a zombie).
-pub fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| {
-            s.rsplit_once(')')
-                .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
-                .unwrap_or(false)
-        })
-        .unwrap_or(false)
 }

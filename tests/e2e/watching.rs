@@ -80,7 +80,8 @@ fn cgroup_leak_is_checkpointed_before_the_oom_kill() {
     assert_eq!(
         status.signal(),
         Some(9),
-        "the kernel's OOM killer should end it; {stderr}"
+        "the kernel's OOM killer should end it (cgroup {}); {stderr}",
+        cg.version()
     );
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let ev = read_events(&events);

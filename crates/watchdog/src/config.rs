@@ -91,6 +91,7 @@ pub struct Settings {
     /// GPU watching mode.
     pub gpu: GpuMode,
     /// A specific libnvidia-ml.so to load.
+    #[cfg_attr(not(feature = "gpu"), allow(dead_code))]
     pub nvml_library: Option<PathBuf>,
     /// Headroom floor in percent of the limit.
     pub floor_percent: f64,

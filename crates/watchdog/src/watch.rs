@@ -171,7 +171,6 @@ impl Watch {
             lead_s: settings.lead.as_secs_f64(),
             interval_s: settings.interval.as_secs_f64(),
             floor_percent: settings.floor_percent,
-            ..PredictorConfig::default()
         };
         let states = table
             .all()
