@@ -149,7 +149,11 @@ time.sleep(60)
     let parsed = parse_stat(&stat).unwrap();
     assert_eq!(parsed.comm, b"foo) Z ");
     // Running or about to sleep: the print races the sleep.
-    assert!(matches!(parsed.state, b'S' | b'R'), "{}", parsed.state as char);
+    assert!(
+        matches!(parsed.state, b'S' | b'R'),
+        "{}",
+        parsed.state as char
+    );
     assert!(is_alive(Path::new(PROC), pid));
     let started = process_start_time(Path::new(PROC), pid).unwrap();
     let age = std::time::SystemTime::now()
