@@ -101,6 +101,8 @@ pub struct ResourcePredictor {
     env: Envelope,
     steps: StepLearner,
     armed: bool,
+    /// Since when the re-arm condition has held (during an episode).
+    clear_since: Option<f64>,
     checkpoint_s: f64,
     checkpoint_safety: f64,
 }
@@ -115,6 +117,7 @@ impl ResourcePredictor {
             env,
             steps: StepLearner::default(),
             armed: true,
+            clear_since: None,
             checkpoint_s: 0.0,
             checkpoint_safety: DEFAULT_CHECKPOINT_SAFETY,
         }
@@ -201,7 +204,7 @@ impl ResourcePredictor {
             self.trend_forecast(t_s, used, limit, limited, headroom)
         };
         let decision = if limited {
-            self.decide(&forecast, used, limit)
+            self.decide(t_s, &forecast, used, limit)
         } else {
             Decision::Quiet
         };
@@ -245,7 +248,7 @@ impl ResourcePredictor {
         forecast
     }
 
-    fn decide(&mut self, fc: &Forecast, used: u64, limit: u64) -> Decision {
+    fn decide(&mut self, t_s: f64, fc: &Forecast, used: u64, limit: u64) -> Decision {
         let lead = self.effective_lead();
         let limitf = limit as f64;
         let headroom = limit.saturating_sub(used) as f64;
@@ -284,11 +287,23 @@ impl ResourcePredictor {
             let clear = headroom >= 2.0 * floor
                 && fc.seconds_left.is_none_or(|s| s > 2.0 * lead)
                 && (step <= 0.0 || headroom >= 2.0 * step);
-            if clear {
-                self.armed = true;
-                Decision::Rearm
-            } else {
-                Decision::Quiet
+            // The all-clear must hold for a whole lead time: a staircase or a noisy
+            // trend that flickers out of the alert zone for a moment does not re-arm.
+            match (clear, self.clear_since) {
+                (false, _) => {
+                    self.clear_since = None;
+                    Decision::Quiet
+                }
+                (true, None) => {
+                    self.clear_since = Some(t_s);
+                    Decision::Quiet
+                }
+                (true, Some(since)) if t_s - since >= lead => {
+                    self.armed = true;
+                    self.clear_since = None;
+                    Decision::Rearm
+                }
+                (true, Some(_)) => Decision::Quiet,
             }
         }
     }

@@ -1,0 +1,220 @@
+//! The accuracy table of `docs/prediction.md`: every trace of `tests/traces/`
+//! replayed through this crate's predictor and through a plain
+//! `predict_linear`-style least-squares fit over the last 4 lead times of raw
+//! samples, side by side.
+//!
+//!     cargo run -p watchdog-predictor --example accuracy --release              # print
+//!     cargo run -p watchdog-predictor --example accuracy --release -- --update-doc
+//!
+//! `--update-doc` rewrites the block between `<!-- accuracy:begin -->` and
+//! `<!-- accuracy:end -->` in `docs/prediction.md`.
+#![allow(clippy::print_stdout, clippy::unwrap_used)]
+
+use std::collections::VecDeque;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use watchdog_predictor::replay;
+use watchdog_predictor::trace::{self, Trace};
+use watchdog_predictor::{Decision, PredictorConfig};
+use watchdog_types::AlertReason;
+
+/// What one method did on one trace.
+#[derive(Default)]
+struct Outcome {
+    first_alert: Option<f64>,
+    /// (time, exempt from the "too early" rule: floor crossed or the next step does not fit).
+    alerts: Vec<(f64, bool)>,
+    /// (time, predicted seconds left) for every sample.
+    forecasts: Vec<(f64, Option<f64>)>,
+}
+
+/// Prometheus' `predict_linear(used[N], lead) >= limit` over the last `window_s` seconds.
+struct LinearBaseline {
+    window_s: f64,
+    points: VecDeque<(f64, f64)>,
+}
+
+impl LinearBaseline {
+    fn seconds_left(&mut self, t: f64, used: f64, limit: f64) -> Option<f64> {
+        self.points.push_back((t, used));
+        while self
+            .points
+            .front()
+            .is_some_and(|&(t0, _)| t0 < t - self.window_s)
+        {
+            self.points.pop_front();
+        }
+        let n = self.points.len() as f64;
+        if n < 2.0 {
+            return None;
+        }
+        let (mx, my) = self
+            .points
+            .iter()
+            .fold((0.0, 0.0), |(a, b), &(x, y)| (a + x / n, b + y / n));
+        let (mut sxx, mut sxy) = (0.0, 0.0);
+        for &(x, y) in &self.points {
+            sxx += (x - mx) * (x - mx);
+            sxy += (x - mx) * (y - my);
+        }
+        if sxx <= 0.0 {
+            return None;
+        }
+        let slope = sxy / sxx;
+        if slope <= 0.0 {
+            return None;
+        }
+        let fitted_now = my + slope * (t - mx);
+        Some(((limit - fitted_now) / slope).max(0.0))
+    }
+}
+
+fn run_ours(t: &Trace, cfg: &PredictorConfig) -> Outcome {
+    let mut o = Outcome::default();
+    replay::run_trace_with(t, cfg, |s, time, obs| {
+        if s.resource == 0 {
+            o.forecasts.push((time, obs.forecast.seconds_left));
+        }
+        if let Decision::Alert(reason) = obs.decision {
+            let below_floor = (s.limit.saturating_sub(s.used) as f64)
+                < s.limit as f64 * cfg.floor_percent / 100.0;
+            o.alerts.push((time, below_floor || reason == AlertReason::NextStep));
+            o.first_alert.get_or_insert(time);
+        }
+    });
+    o
+}
+
+fn run_baseline(t: &Trace, cfg: &PredictorConfig) -> Outcome {
+    let mut o = Outcome::default();
+    let start = t.start_s();
+    let mut b = LinearBaseline {
+        window_s: 4.0 * cfg.lead_s,
+        points: VecDeque::new(),
+    };
+    let mut armed = true;
+    for s in t.samples.iter().filter(|s| s.resource == 0) {
+        let time = s.t_s - start;
+        let left = b.seconds_left(time, s.used as f64, s.limit as f64);
+        o.forecasts.push((time, left));
+        let trigger = cfg.lead_s + cfg.interval_s;
+        if armed && left.is_some_and(|l| l < trigger) {
+            armed = false;
+            o.alerts.push((time, false));
+            o.first_alert.get_or_insert(time);
+        } else if !armed && left.is_none_or(|l| l > 2.0 * cfg.lead_s) {
+            armed = true;
+        }
+    }
+    o
+}
+
+fn fmt_err(o: &Outcome, exhausts: f64) -> String {
+    let mut parts = Vec::new();
+    for frac in [0.25, 0.5, 0.75] {
+        let at = frac * exhausts;
+        let f = o.forecasts.iter().rev().find(|(t, _)| *t <= at);
+        parts.push(match f {
+            Some(&(t, Some(pred))) => {
+                let truth = exhausts - t;
+                format!("{:+.0}%", 100.0 * (pred - truth) / truth)
+            }
+            _ => "none".to_string(),
+        });
+    }
+    parts.join(" / ")
+}
+
+fn fmt_lead(o: &Outcome, exhausts: Option<f64>) -> String {
+    match (exhausts, o.first_alert) {
+        (Some(e), Some(a)) if a <= e => format!("{:.1} s", e - a),
+        (Some(_), _) => "**missed**".to_string(),
+        (None, _) => "-".to_string(),
+    }
+}
+
+/// Alerts on a trace that never exhausts, and forecast alerts more than 3x the lead
+/// plus 30 s before the exhaustion.
+fn false_alarms(o: &Outcome, exhausts: Option<f64>, lead: f64) -> usize {
+    match exhausts {
+        None => o.alerts.len(),
+        Some(e) => o
+            .alerts
+            .iter()
+            .filter(|&&(t, exempt)| !exempt && e - t > 3.0 * lead + 30.0)
+            .count(),
+    }
+}
+
+fn main() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(root.join("tests/traces"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "csv"))
+        .collect();
+    paths.sort();
+    let mut table = String::new();
+    table.push_str(
+        "| trace | lead | exhausts at | ours: lead achieved | ours: false alarms | ours: error at 25 / 50 / 75% | predict_linear: lead achieved | predict_linear: false alarms | predict_linear: error at 25 / 50 / 75% |\n",
+    );
+    table.push_str("|---|---|---|---|---|---|---|---|---|\n");
+    let (mut ours_missed, mut base_missed, mut ours_false, mut base_false) = (0, 0, 0, 0);
+    for p in &paths {
+        let name = p.file_stem().unwrap().to_string_lossy().into_owned();
+        let text = std::fs::read_to_string(p).unwrap();
+        let t = trace::parse(&text).unwrap();
+        let lead: f64 = t.meta("lead_s").unwrap().parse().unwrap();
+        let interval: f64 = t.meta("interval_s").unwrap().parse().unwrap();
+        let exhausts = t.meta("exhausts_at").and_then(|v| v.parse::<f64>().ok());
+        let cfg = PredictorConfig {
+            lead_s: lead,
+            interval_s: interval,
+            ..PredictorConfig::default()
+        };
+        let ours = run_ours(&t, &cfg);
+        let base = run_baseline(&t, &cfg);
+        let err = |o: &Outcome| exhausts.map_or("-".to_string(), |e| fmt_err(o, e));
+        for (o, missed) in [(&ours, &mut ours_missed), (&base, &mut base_missed)] {
+            if exhausts.is_some_and(|e| o.first_alert.is_none_or(|a| e - a < lead)) {
+                *missed += 1;
+            }
+        }
+        ours_false += false_alarms(&ours, exhausts, lead);
+        base_false += false_alarms(&base, exhausts, lead);
+        let _ = writeln!(
+            table,
+            "| {name} | {lead} s | {} | {} | {} | {} | {} | {} | {} |",
+            exhausts.map_or("never".to_string(), |e| format!("{e:.1} s")),
+            fmt_lead(&ours, exhausts),
+            false_alarms(&ours, exhausts, lead),
+            err(&ours),
+            fmt_lead(&base, exhausts),
+            false_alarms(&base, exhausts, lead),
+            err(&base),
+        );
+    }
+    let _ = writeln!(
+        table,
+        "\nTotals over {} traces: ours {} late or missed, {} false alarms; predict_linear {} late or missed, {} false alarms.",
+        paths.len(),
+        ours_missed,
+        ours_false,
+        base_missed,
+        base_false
+    );
+    print!("{table}");
+    if std::env::args().any(|a| a == "--update-doc") {
+        let doc_path = root.join("docs/prediction.md");
+        let doc = std::fs::read_to_string(&doc_path).unwrap();
+        let (begin, end) = ("<!-- accuracy:begin -->", "<!-- accuracy:end -->");
+        let (Some(b), Some(e)) = (doc.find(begin), doc.find(end)) else {
+            eprintln!("{}: no accuracy markers", doc_path.display());
+            std::process::exit(2);
+        };
+        let updated = format!("{}{begin}\n{table}{}", &doc[..b], &doc[e..]);
+        std::fs::write(&doc_path, updated).unwrap();
+        eprintln!("updated {}", doc_path.display());
+    }
+}
