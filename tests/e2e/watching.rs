@@ -188,7 +188,10 @@ fn checkpoints_filling_a_tmpfs_are_stopped_before_it_is_full() {
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    // The writer keeps writing after its checkpoint until ENOSPC kills it (status 1).
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let ev = read_events(&events);
+    assert_eq!(of_kind(&ev, "exit")[0]["verdict"], "disk_full", "{ev:?}");
     let r = report(&rep);
     let ckpt = report_events(&r, "checkpoint");
     let full = report_events(&r, "enospc");
@@ -213,7 +216,7 @@ fn max_runtime_fires_lead_seconds_before_the_limit() {
         dir.path().join("req.json"),
         dir.path().join("report.json"),
     );
-    let out = bin()
+    let watchdog = bin()
         .args(base(&events, &req))
         .args([
             "--lead",
@@ -229,14 +232,24 @@ fn max_runtime_fires_lead_seconds_before_the_limit() {
             rep.to_str().unwrap(),
             "wait",
             "--seconds",
-            "4.5",
+            "30",
             "--every",
             "0.02",
         ])
-        .output()
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
+    // Play the platform: end the session once the 5 s limit has passed.
+    assert!(wait_for(Duration::from_secs(10), || rep.exists()));
+    let pid = report(&rep)["pid"].as_u64().unwrap();
+    std::thread::sleep(Duration::from_millis(5_300));
+    Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    let out = watchdog.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(out.status.code(), Some(128 + 15), "{stderr}");
     let r = report(&rep);
     let ckpt = report_events(&r, "checkpoint");
     assert_eq!(ckpt.len(), 1, "{r} {stderr}");
@@ -247,6 +260,12 @@ fn max_runtime_fires_lead_seconds_before_the_limit() {
     assert!(
         (2.4..=3.4).contains(&t),
         "checkpoint requested at {t:.2}s, expected about 3s"
+    );
+    let ev = read_events(&events);
+    assert_eq!(
+        of_kind(&ev, "exit")[0]["verdict"],
+        "runtime_limit",
+        "{ev:?}"
     );
 }
 
@@ -285,6 +304,9 @@ fn a_stable_sawtooth_under_the_limit_raises_no_alert() {
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let ev = read_events(&events);
     assert!(of_kind(&ev, "alert").is_empty(), "false alarm: {ev:?}");
+    let exit = of_kind(&ev, "exit");
+    assert_eq!(exit[0]["verdict"], "exited", "{exit:?}");
+    assert_eq!(exit[0]["code"], 0);
     assert!(!req.exists(), "a request file was written");
 }
 

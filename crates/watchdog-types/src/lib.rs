@@ -226,6 +226,16 @@ pub enum EventBody {
         peaks: serde_json::Map<String, serde_json::Value>,
         /// Number of alerts sent.
         alerts: u32,
+        /// Why the run ended: `exited`, `oom_kill`, `signal`, `disk_full`, `runtime_limit`,
+        /// `gpu_oom` or `unknown`.
+        #[serde(default)]
+        verdict: Option<String>,
+        /// The verdict in one sentence.
+        #[serde(default)]
+        summary: Option<String>,
+        /// The figures and times behind the verdict.
+        #[serde(default)]
+        evidence: Vec<String>,
     },
 }
 

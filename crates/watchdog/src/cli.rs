@@ -38,6 +38,15 @@ pub enum Command {
         )]
         command: Vec<String>,
     },
+    /// Draw a recording as a self-contained HTML page or SVG image.
+    Report {
+        /// A recording written by the watchdog (or any CSV trace).
+        #[arg(value_name = "RECORDING")]
+        recording: PathBuf,
+        /// Output file: FILE.html or FILE.svg.
+        #[arg(short, long, value_name = "FILE")]
+        output: PathBuf,
+    },
     /// Run the predictor and alert policy over a recorded trace and print the alerts as JSON lines.
     Replay {
         /// A CSV trace (time,used,limit[,resource]), nvidia-smi CSV, or a watchdog recording.
@@ -112,6 +121,13 @@ pub struct WatchOptions {
     /// Run CMD through `sh -c` on every alert, with WATCHDOG_* variables describing it.
     #[arg(long, value_name = "CMD", global = true)]
     pub on_alert: Option<String>,
+    /// Where the flight recording is written (on every alert, at exit, on SIGUSR2)
+    /// [default: beside the request file, watchdog-PID.recording.csv].
+    #[arg(long, value_name = "PATH", global = true)]
+    pub record: Option<PathBuf>,
+    /// How much history the flight recorder keeps [default: 10m].
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, global = true)]
+    pub record_window: Option<Duration>,
     /// Sample, predict and log what would be done; send and write nothing.
     #[arg(long, global = true)]
     pub dry_run: bool,

@@ -24,6 +24,8 @@ pub const KEYS: &[&str] = &[
     "request_file",
     "events",
     "on_alert",
+    "record",
+    "record_window",
     "dry_run",
     "gpu",
     "nvml_library",
@@ -53,6 +55,9 @@ pub struct FileConfig {
     request_file: Option<PathBuf>,
     events: Option<PathBuf>,
     on_alert: Option<String>,
+    record: Option<PathBuf>,
+    #[serde(deserialize_with = "de_duration")]
+    record_window: Option<Duration>,
     dry_run: Option<bool>,
     gpu: Option<GpuMode>,
     nvml_library: Option<PathBuf>,
@@ -86,6 +91,10 @@ pub struct Settings {
     pub events: Option<PathBuf>,
     /// Hook run on every alert.
     pub on_alert: Option<String>,
+    /// Where the flight recording goes; `None` means beside the request file.
+    pub record: Option<PathBuf>,
+    /// History the flight recorder keeps.
+    pub record_window: Duration,
     /// Send and write nothing.
     pub dry_run: bool,
     /// GPU watching mode.
@@ -133,6 +142,11 @@ impl Settings {
             request_file: flags.request_file.clone().or(file.request_file),
             events: flags.events.clone().or(file.events),
             on_alert: flags.on_alert.clone().or(file.on_alert),
+            record: flags.record.clone().or(file.record),
+            record_window: flags
+                .record_window
+                .or(file.record_window)
+                .unwrap_or(Duration::from_secs(600)),
             dry_run: flags.dry_run || file.dry_run.unwrap_or(false),
             gpu: flags.gpu.or(file.gpu).unwrap_or(GpuMode::Auto),
             nvml_library: file

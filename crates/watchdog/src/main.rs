@@ -7,8 +7,10 @@
 mod cli;
 mod config;
 mod logging;
+mod recorder;
 mod replay;
 mod target;
+mod verdict;
 mod watch;
 
 use std::process::ExitCode;
@@ -61,6 +63,10 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             lead,
             interval,
         }) => replay::run(&trace, lead, interval),
+        Some(Command::Report { recording, output }) => {
+            let _ = (recording, output);
+            Err(Failure::Runtime("report is not built yet".into()))
+        }
         Some(Command::Run { command }) => {
             if cli.pid.is_some() {
                 return Err(Failure::Usage(

@@ -18,12 +18,20 @@ use watchdog_sampler::{ResourceTable, Sampler};
 use watchdog_types::units::{format_bytes, format_duration_s, signal_name};
 use watchdog_types::{AlertReason, Event, EventBody, Forecast, Resource, Sample, Unit};
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use watchdog_sampler::cgroup::OomKillCounter;
+
 use crate::Failure;
 use crate::config::Settings;
 use crate::logging;
+use crate::recorder::{self, FlightRecorder};
 use crate::target::{self, Target, TargetExit};
+use crate::verdict::{self, ExitFacts, ResourceEnd};
 
 mod actions;
+mod kmsg;
 mod sources;
 
 /// How often the acknowledgment file is checked while an alert is outstanding.
@@ -32,6 +40,8 @@ const ACK_CHECK_EVERY: Duration = Duration::from_millis(100);
 const STATUS_EVERY: Duration = Duration::from_millis(250);
 /// Ring buffer capacity in samples: enough for many ticks of every resource.
 const RING_CAPACITY: usize = 4096;
+/// How far back "just before the exit" reaches for the verdict.
+const RECENT_MS: u32 = 3_000;
 
 /// `watchdog --pid PID`: watch a running process until it exits.
 pub fn attach(pid: u32, settings: Settings) -> Result<ExitCode, Failure> {
@@ -70,6 +80,20 @@ fn default_request_file(pid: u32, cwd: &Path) -> PathBuf {
         Some(dir) if dir.is_dir() => dir.join(name),
         _ => cwd.join(name),
     }
+}
+
+/// The default recording path: beside the request file, `watchdog-PID.recording.csv`.
+fn recording_path(request_file: &Path) -> PathBuf {
+    let name = request_file
+        .file_name()
+        .map(|n| n.to_string_lossy().replace(".request.json", ""))
+        .unwrap_or_else(|| "watchdog".to_string());
+    let name = if name.ends_with(".json") || name.is_empty() {
+        "watchdog".to_string()
+    } else {
+        name
+    };
+    request_file.with_file_name(format!("{name}.recording.csv"))
 }
 
 fn target_cwd(pid: u32) -> PathBuf {
@@ -144,6 +168,11 @@ struct Watch {
     late_ticks: u64,
     lead_s: f64,
     last_alert_at: Option<(Instant, SystemTime)>,
+    recorder: FlightRecorder,
+    record_path: Option<PathBuf>,
+    record_now: Arc<AtomicBool>,
+    oom_counter: Option<(OomKillCounter, u64)>,
+    kmsg: Option<kmsg::Kmsg>,
 }
 
 impl Watch {
@@ -172,6 +201,33 @@ impl Watch {
             interval_s: settings.interval.as_secs_f64(),
             floor_percent: settings.floor_percent,
         };
+        let start_wall = SystemTime::now();
+        let recorder = FlightRecorder::new(
+            table.all().to_vec(),
+            recorder::Meta {
+                pid: target.pid,
+                command: target.name.clone(),
+                start: watchdog_alerter::events::format_rfc3339_ms(start_wall),
+                start_unix: watchdog_alerter::events::unix_time_s(start_wall),
+                interval_s: settings.interval.as_secs_f64(),
+                lead_s: settings.lead.as_secs_f64(),
+                watchdog_version: env!("CARGO_PKG_VERSION").to_string(),
+            },
+            settings.record_window.as_secs_f64(),
+        );
+        // In a dry run nothing is written unless a recording was asked for by name.
+        let record_path = match (&settings.record, settings.dry_run) {
+            (Some(p), _) => Some(p.clone()),
+            (None, true) => None,
+            (None, false) => Some(recording_path(&request_file)),
+        };
+        let record_now = Arc::new(AtomicBool::new(false));
+        if let Err(e) = signal_hook::flag::register(libc::SIGUSR2, record_now.clone()) {
+            tracing::debug!("SIGUSR2 will not write the recording: {e}");
+        }
+        let oom_counter = built
+            .oom_counter
+            .and_then(|mut c| c.read().ok().map(|n| (c, n)));
         let states = table
             .all()
             .iter()
@@ -203,6 +259,11 @@ impl Watch {
             ticks: 0,
             late_ticks: 0,
             last_alert_at: None,
+            recorder,
+            record_path,
+            record_now,
+            oom_counter,
+            kmsg: kmsg::Kmsg::open_at_end(),
         };
         if !watch.settings.dry_run
             && let Err(e) = watchdog_alerter::request::clear_request_files(&watch.request_file)
@@ -314,6 +375,24 @@ impl Watch {
         }
         if !self.pending.is_empty() {
             self.act();
+            self.save_recording_in_background("alert");
+        }
+        if self.record_now.swap(false, Ordering::Relaxed) {
+            self.save_recording_in_background("SIGUSR2");
+        }
+    }
+
+    /// Hands a copy of the flight recorder to the action thread to write.
+    fn save_recording_in_background(&mut self, why: &str) {
+        match &self.record_path {
+            Some(path) => {
+                tracing::debug!("writing the recording {} ({why})", path.display());
+                self.actions.record(path.clone(), self.recorder.snapshot());
+            }
+            None if why == "SIGUSR2" => {
+                tracing::info!("dry run: no recording written (give --record PATH to have one)")
+            }
+            None => {}
         }
     }
 
@@ -325,6 +404,7 @@ impl Watch {
             st.peak = s.used;
             st.peak_limit = s.limit;
         }
+        self.recorder.observe(&s);
         st.last = Some(s);
         if st.announced_limit != Some(s.limit) {
             let first = st.announced_limit.is_none();
@@ -542,15 +622,63 @@ impl Watch {
     }
 
     fn emit(&mut self, body: EventBody) {
-        if let Some(log) = &mut self.events {
-            let event = Event {
-                time: watchdog_alerter::events::now_rfc3339(),
-                body,
-            };
-            if let Err(e) = log.append(&event) {
-                tracing::warn!("cannot append to the events file: {e}");
-            }
+        let event = Event {
+            time: watchdog_alerter::events::now_rfc3339(),
+            body,
+        };
+        if let Ok(json) = serde_json::to_value(&event) {
+            self.recorder
+                .event(self.start.elapsed().as_secs_f64(), json);
         }
+        if let Some(log) = &mut self.events
+            && let Err(e) = log.append(&event)
+        {
+            tracing::warn!("cannot append to the events file: {e}");
+        }
+    }
+
+    /// Gathers what the verdict looks at and decides.
+    fn diagnose(&mut self, exit: TargetExit) -> verdict::Verdict {
+        let now_ms = self.start.elapsed().as_millis().min(u32::MAX as u128) as u32;
+        let resources = self
+            .states
+            .iter()
+            .enumerate()
+            .filter_map(|(i, st)| {
+                let last = st.last?;
+                Some(ResourceEnd {
+                    name: st.resource.name.clone(),
+                    kind: st.resource.kind,
+                    recent_peak: self
+                        .recorder
+                        .recent_peak(i, now_ms, RECENT_MS)
+                        .unwrap_or(last.used)
+                        .max(last.used),
+                    last_used: last.used,
+                    limit: last.limit,
+                    age_s: (now_ms as f64 / 1e3 - last.t_ns as f64 / 1e9).max(0.0),
+                })
+            })
+            .collect();
+        let oom_kills = self
+            .oom_counter
+            .as_mut()
+            .and_then(|(c, before)| c.read().ok().map(|after| (*before, after)));
+        let mut pids = self.sampler.tree_pids().to_vec();
+        pids.push(self.target.pid);
+        let kernel_oom_line = self
+            .kmsg
+            .as_mut()
+            .and_then(|k| verdict::find_oom_line(&k.read_new(), &pids));
+        verdict::diagnose(&ExitFacts {
+            exit: match exit {
+                TargetExit::Unknown => None,
+                known => Some(known),
+            },
+            oom_kills,
+            kernel_oom_line,
+            resources,
+        })
     }
 
     fn status_line(&self) -> String {
@@ -616,10 +744,12 @@ impl Watch {
                 ));
             }
         }
-        let how = match exit {
-            TargetExit::Code(c) => format!("exited with status {c}"),
-            TargetExit::Signal(s) => format!("was killed by {}", signal_name(s)),
-            TargetExit::Unknown => "exited".to_string(),
+        let verdict = self.diagnose(exit);
+        let how = verdict.summary.clone();
+        let evidence = if verdict.evidence.is_empty() {
+            String::new()
+        } else {
+            format!(" Evidence: {}.", verdict.evidence.join("; "))
         };
         let alerts = if self.alerts.is_empty() {
             "No alerts were sent.".to_string()
@@ -644,7 +774,7 @@ impl Watch {
             String::new()
         };
         logging::print_block(&format!(
-            "watchdog: PID {} ({}) {how} after {}. Peak usage: {}. {alerts}{late}",
+            "watchdog: PID {} ({}) {how}, after {}.{evidence} Peak usage: {}. {alerts}{late}",
             self.target.pid,
             self.target.name,
             format_duration_s(elapsed),
@@ -664,8 +794,17 @@ impl Watch {
             signal,
             peaks,
             alerts: self.alerts.len() as u32,
+            verdict: Some(verdict.kind.name().to_string()),
+            summary: Some(verdict.summary.clone()),
+            evidence: verdict.evidence.clone(),
         });
         self.actions.finish(Duration::from_secs(3));
+        if let Some(path) = &self.record_path {
+            match recorder::write(path, &self.recorder.snapshot()) {
+                Ok(()) => tracing::info!("recording written to {}", path.display()),
+                Err(e) => tracing::warn!("{e}"),
+            }
+        }
     }
 }
 

@@ -96,7 +96,7 @@ while time.time() < deadline:
         except OSError as e:
             if e.errno == errno.ENOSPC:
                 note("enospc", files=n)
-                break
+                sys.exit("checkpoint writer: %s" % e)  # a training script dies here
             raise
         n += 1
     time.sleep(args.every)

@@ -18,6 +18,10 @@ enum Action {
         summary: String,
         body: String,
     },
+    Record {
+        path: std::path::PathBuf,
+        snapshot: Box<crate::recorder::Snapshot>,
+    },
 }
 
 /// The queue to the action thread.
@@ -65,6 +69,14 @@ impl Actions {
         }
     }
 
+    /// Queues writing a flight recording.
+    pub fn record(&self, path: std::path::PathBuf, snapshot: crate::recorder::Snapshot) {
+        self.send(Action::Record {
+            path,
+            snapshot: Box::new(snapshot),
+        });
+    }
+
     fn send(&self, action: Action) {
         if let Some(tx) = &self.tx {
             let _ = tx.send(action);
@@ -95,6 +107,10 @@ fn serve(rx: mpsc::Receiver<Action>) {
                     tracing::warn!("{e}");
                 }
             }
+            Action::Record { path, snapshot } => match crate::recorder::write(&path, &snapshot) {
+                Ok(()) => tracing::debug!("recording written to {}", path.display()),
+                Err(e) => tracing::warn!("{e}"),
+            },
             Action::Notify { summary, body } => {
                 if runtime.is_none() {
                     runtime = tokio::runtime::Builder::new_current_thread()

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use watchdog_sampler::cgroup::{CgroupMemory, CgroupMounts};
+use watchdog_sampler::cgroup::{CgroupMemory, CgroupMounts, OomKillCounter};
 use watchdog_sampler::disk::{Filesystem, is_tmpfs};
 use watchdog_sampler::meminfo::HostMemory;
 use watchdog_sampler::runtime::{Runtime, runtime_limit};
@@ -23,6 +23,8 @@ pub struct Built {
     pub sources: Vec<Box<dyn Source>>,
     /// `(resource, reason)` for each resource that is not watched.
     pub unwatched: Vec<(String, String)>,
+    /// The memory cgroup's OOM-kill counter, for the verdict.
+    pub oom_counter: Option<OomKillCounter>,
 }
 
 /// Opens every source for `target`.
@@ -44,8 +46,12 @@ pub fn build(
 
     let mounts = CgroupMounts::read(proc_root)
         .unwrap_or_else(|_| CgroupMounts::standard(Path::new("/sys/fs/cgroup")));
+    let mut oom_counter = None;
     match CgroupMemory::for_pid(proc_root, pid, &mounts, table) {
-        Ok(s) => sources.push(Box::new(s)),
+        Ok(s) => {
+            oom_counter = s.oom_kill_counter().ok();
+            sources.push(Box::new(s));
+        }
         Err(e) => unwatched.push(("cgroup_memory".to_string(), e.to_string())),
     }
 
@@ -90,7 +96,11 @@ pub fn build(
     }
 
     gpu.add_to(&mut sources, &mut unwatched);
-    Built { sources, unwatched }
+    Built {
+        sources,
+        unwatched,
+        oom_counter,
+    }
 }
 
 /// The filesystems to watch: the configured ones, else the target's working directory

@@ -1,0 +1,276 @@
+//! The flight recorder: the last minutes of every resource at full rate, kept in
+//! memory and written as a recording (docs/recording.md) on every alert, at exit and on
+//! SIGUSR2. Rows are kept only when a figure changes (and once a second regardless), so
+//! flat resources cost nothing; the window is bounded in time and in rows, so memory is
+//! bounded whatever the run does.
+
+use std::collections::VecDeque;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use watchdog_types::{Resource, Sample};
+
+/// Most rows kept in memory (24 bytes each: 3 MiB).
+pub const MAX_ROWS: usize = 131_072;
+/// A row is written at least this often per resource, even when nothing changed.
+const HEARTBEAT_NS: u64 = 1_000_000_000;
+/// Most events kept.
+const MAX_EVENTS: usize = 1_000;
+
+/// One kept row.
+#[derive(Clone, Copy, Debug)]
+struct Row {
+    t_ms: u32,
+    resource: u16,
+    used: u64,
+    limit: u64,
+}
+
+/// What the recording's meta line says.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Meta {
+    /// Target PID.
+    pub pid: u32,
+    /// Its command name.
+    pub command: String,
+    /// Wall-clock start, RFC 3339.
+    pub start: String,
+    /// Wall-clock start, Unix seconds.
+    pub start_unix: f64,
+    /// Sampling interval, seconds.
+    pub interval_s: f64,
+    /// Lead time, seconds.
+    pub lead_s: f64,
+    /// The watchdog's version.
+    pub watchdog_version: String,
+}
+
+/// The in-memory window.
+pub struct FlightRecorder {
+    window_ms: u32,
+    rows: VecDeque<Row>,
+    last: Vec<Option<(u64, u64, u64)>>,
+    events: VecDeque<(f64, serde_json::Value)>,
+    resources: Vec<Resource>,
+    meta: Meta,
+}
+
+/// A copy of the window, to be written away from the poll loop.
+#[derive(Clone)]
+pub struct Snapshot {
+    rows: Vec<Row>,
+    events: Vec<(f64, serde_json::Value)>,
+    resources: Vec<Resource>,
+    meta: Meta,
+}
+
+impl FlightRecorder {
+    /// A recorder keeping `window_s` seconds of `resources`.
+    pub fn new(resources: Vec<Resource>, meta: Meta, window_s: f64) -> FlightRecorder {
+        let window_ms = (window_s * 1e3).clamp(1_000.0, u32::MAX as f64 / 2.0) as u32;
+        FlightRecorder {
+            window_ms,
+            // Reserved up front so the poll loop never reallocates; pages are only
+            // touched as rows arrive.
+            rows: VecDeque::with_capacity(MAX_ROWS),
+            last: vec![None; resources.len()],
+            events: VecDeque::new(),
+            resources,
+            meta,
+        }
+    }
+
+    /// Keeps `s` if its figures changed or its heartbeat is due.
+    pub fn observe(&mut self, s: &Sample) {
+        let idx = s.resource.0 as usize;
+        let Some(last) = self.last.get_mut(idx) else {
+            return;
+        };
+        if let Some((used, limit, t)) = *last
+            && used == s.used
+            && limit == s.limit
+            && s.t_ns.saturating_sub(t) < HEARTBEAT_NS
+        {
+            return;
+        }
+        *last = Some((s.used, s.limit, s.t_ns));
+        let t_ms = (s.t_ns / 1_000_000).min(u32::MAX as u64) as u32;
+        while self.rows.len() >= MAX_ROWS
+            || self
+                .rows
+                .front()
+                .is_some_and(|r| t_ms.saturating_sub(r.t_ms) > self.window_ms)
+        {
+            self.rows.pop_front();
+        }
+        self.rows.push_back(Row {
+            t_ms,
+            resource: s.resource.0,
+            used: s.used,
+            limit: s.limit,
+        });
+    }
+
+    /// Keeps an event (`t_s`: seconds since the start).
+    pub fn event(&mut self, t_s: f64, event: serde_json::Value) {
+        if self.events.len() >= MAX_EVENTS {
+            self.events.pop_front();
+        }
+        self.events.push_back((t_s, event));
+    }
+
+    /// The highest usage of resource `idx` in the last `within_ms` before `now_ms`.
+    pub fn recent_peak(&self, idx: usize, now_ms: u32, within_ms: u32) -> Option<u64> {
+        self.rows
+            .iter()
+            .rev()
+            .take_while(|r| now_ms.saturating_sub(r.t_ms) <= within_ms)
+            .filter(|r| r.resource as usize == idx)
+            .map(|r| r.used)
+            .max()
+    }
+
+    /// A copy of the window for writing.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            rows: self.rows.iter().copied().collect(),
+            events: self.events.iter().cloned().collect(),
+            resources: self.resources.clone(),
+            meta: self.meta.clone(),
+        }
+    }
+}
+
+impl Snapshot {
+    /// The recording's text.
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(64 + self.rows.len() * 40);
+        out.push_str("# watchdog recording v1\n");
+        let meta = serde_json::json!({ "meta": self.meta });
+        let _ = writeln!(out, "#{meta}");
+        for r in &self.resources {
+            let line = serde_json::json!({"resource": {
+                "name": r.name, "kind": r.kind, "unit": r.kind.unit(), "source": r.source,
+            }});
+            let _ = writeln!(out, "#{line}");
+        }
+        for (t, e) in &self.events {
+            let mut e = e.clone();
+            if let Some(obj) = e.as_object_mut() {
+                obj.insert("t".into(), serde_json::json!((t * 1e3).round() / 1e3));
+            }
+            let _ = writeln!(out, "#{e}");
+        }
+        out.push_str("time,resource,used,limit\n");
+        for row in &self.rows {
+            let name = self
+                .resources
+                .get(row.resource as usize)
+                .map_or("?", |r| r.name.as_str());
+            let _ = writeln!(
+                out,
+                "{}.{:03},{name},{},{}",
+                row.t_ms / 1000,
+                row.t_ms % 1000,
+                row.used,
+                row.limit
+            );
+        }
+        out
+    }
+}
+
+/// Writes `snapshot` to `path` atomically, unless the filesystem there is nearly full.
+pub fn write(path: &Path, snapshot: &Snapshot) -> Result<(), String> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if let Ok(vfs) = rustix::fs::statvfs(dir) {
+        let total = vfs.f_blocks.saturating_mul(vfs.f_frsize);
+        let free = vfs.f_bavail.saturating_mul(vfs.f_frsize);
+        if free < (64 << 20).min(total / 4) || (free as f64) < total as f64 * 0.05 {
+            return Err(format!(
+                "not writing the recording {}: its filesystem is nearly full ({} free)",
+                path.display(),
+                watchdog_types::units::format_bytes(free)
+            ));
+        }
+    }
+    watchdog_alerter::request::write_atomic(path, snapshot.render().as_bytes())
+        .map_err(|e| format!("cannot write the recording: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use watchdog_types::{ResourceId, ResourceKind};
+
+    fn recorder(window_s: f64) -> FlightRecorder {
+        let resources = vec![Resource {
+            id: ResourceId(0),
+            kind: ResourceKind::CgroupMemory,
+            name: "cgroup_memory".into(),
+            source: "x".into(),
+        }];
+        let meta = Meta {
+            pid: 1,
+            command: "python3".into(),
+            start: "2026-01-01T00:00:00.000Z".into(),
+            start_unix: 0.0,
+            interval_s: 0.1,
+            lead_s: 30.0,
+            watchdog_version: "0".into(),
+        };
+        FlightRecorder::new(resources, meta, window_s)
+    }
+
+    fn sample(t_ms: u64, used: u64) -> Sample {
+        Sample {
+            resource: ResourceId(0),
+            t_ns: t_ms * 1_000_000,
+            used,
+            limit: 100,
+        }
+    }
+
+    #[test]
+    fn keeps_changes_and_heartbeats_only() {
+        let mut r = recorder(600.0);
+        for t in 0..50 {
+            r.observe(&sample(t * 100, 10));
+        }
+        // 5 s of a flat series at 10 Hz: the first row plus one heartbeat a second.
+        assert_eq!(r.rows.len(), 5);
+        r.observe(&sample(5_000, 11));
+        assert_eq!(r.rows.len(), 6);
+    }
+
+    #[test]
+    fn window_is_bounded_in_time() {
+        let mut r = recorder(2.0);
+        for t in 0..100 {
+            r.observe(&sample(t * 100, t));
+        }
+        let first = r.rows.front().unwrap().t_ms;
+        assert!(first >= 9_900 - 2_000, "{first}");
+        assert_eq!(r.recent_peak(0, 9_900, 500), Some(99));
+    }
+
+    #[test]
+    fn recording_parses_as_a_trace() {
+        let mut r = recorder(600.0);
+        for t in 0..30 {
+            r.observe(&sample(t * 100, t * 2));
+        }
+        r.event(
+            1.5,
+            serde_json::json!({"event": "alert", "resource": "cgroup_memory"}),
+        );
+        let text = r.snapshot().render();
+        assert!(text.starts_with("# watchdog recording v1\n"));
+        let trace = watchdog_predictor::trace::parse(&text).unwrap();
+        assert_eq!(trace.samples.len(), 30);
+    }
+}

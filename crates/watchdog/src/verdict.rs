@@ -1,0 +1,424 @@
+//! Why the run ended: a pure function from what the watchdog saw (the exit status, the
+//! cgroup's OOM-kill counter, the kernel's log, each resource's last figures) to a
+//! verdict with its evidence. It never guesses: without evidence it says so.
+
+use watchdog_types::ResourceKind;
+use watchdog_types::units::{format_bytes, format_duration_s, signal_name};
+
+use crate::target::TargetExit;
+
+/// The kinds of verdict, as written in the `exit` event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VerdictKind {
+    /// Exited on its own (any status) with no resource exhausted.
+    Exited,
+    /// Killed by the kernel's OOM killer.
+    OomKill,
+    /// Killed by a signal, no resource exhausted.
+    Signal,
+    /// A watched filesystem was full at the end.
+    DiskFull,
+    /// The runtime limit was reached.
+    RuntimeLimit,
+    /// A GPU was at its memory limit just before the exit.
+    GpuOom,
+    /// Gone, with no status and no evidence.
+    Unknown,
+}
+
+impl VerdictKind {
+    /// The name in events and recordings.
+    pub fn name(self) -> &'static str {
+        match self {
+            VerdictKind::Exited => "exited",
+            VerdictKind::OomKill => "oom_kill",
+            VerdictKind::Signal => "signal",
+            VerdictKind::DiskFull => "disk_full",
+            VerdictKind::RuntimeLimit => "runtime_limit",
+            VerdictKind::GpuOom => "gpu_oom",
+            VerdictKind::Unknown => "unknown",
+        }
+    }
+}
+
+/// The last figures of one resource before the exit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResourceEnd {
+    /// Resource name (`cgroup_memory`, `disk:/data`, `gpu0`).
+    pub name: String,
+    /// Its kind.
+    pub kind: ResourceKind,
+    /// Highest usage in the last few seconds before the exit.
+    pub recent_peak: u64,
+    /// Usage at the last sample.
+    pub last_used: u64,
+    /// Limit at the last sample (`u64::MAX`: none).
+    pub limit: u64,
+    /// Seconds before the exit that the last sample was taken.
+    pub age_s: f64,
+}
+
+impl ResourceEnd {
+    fn fraction(&self, used: u64) -> f64 {
+        if self.limit == 0 || self.limit == u64::MAX {
+            0.0
+        } else {
+            used as f64 / self.limit as f64
+        }
+    }
+}
+
+/// Everything the diagnosis looks at.
+#[derive(Debug, Clone, Default)]
+pub struct ExitFacts {
+    /// How the target ended (`None`: not known).
+    pub exit: Option<TargetExit>,
+    /// The memory cgroup's OOM-kill counter at the start and at the end.
+    pub oom_kills: Option<(u64, u64)>,
+    /// A kernel log line about an OOM kill of a process of the tree.
+    pub kernel_oom_line: Option<String>,
+    /// Each resource's last figures.
+    pub resources: Vec<ResourceEnd>,
+}
+
+/// The diagnosis.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verdict {
+    /// What ended the run.
+    pub kind: VerdictKind,
+    /// One sentence for people.
+    pub summary: String,
+    /// The figures and times behind it.
+    pub evidence: Vec<String>,
+}
+
+/// Usage at or above this fraction of the limit counts as "at the limit".
+const AT_LIMIT: f64 = 0.95;
+/// Headroom below this fraction of a filesystem counts as full (or below 1 MiB).
+const DISK_FULL: f64 = 0.005;
+
+/// Decides why the run ended.
+pub fn diagnose(f: &ExitFacts) -> Verdict {
+    let mut evidence = Vec::new();
+    let killed_by = match f.exit {
+        Some(TargetExit::Signal(s)) => Some(s),
+        _ => None,
+    };
+    let sigkill = killed_by == Some(libc::SIGKILL);
+    let status_unknown = matches!(f.exit, None | Some(TargetExit::Unknown));
+
+    // 1. The kernel's OOM killer: its own counter or its log line is proof.
+    let oom_rose = f.oom_kills.filter(|(a, b)| b > a);
+    if let Some((a, b)) = oom_rose {
+        evidence.push(format!(
+            "the memory cgroup's oom_kill counter rose from {a} to {b} during the run"
+        ));
+    }
+    if let Some(line) = &f.kernel_oom_line {
+        evidence.push(format!("kernel log: {line}"));
+    }
+    let memory_at_limit: Vec<&ResourceEnd> = f
+        .resources
+        .iter()
+        .filter(|r| {
+            matches!(
+                r.kind,
+                ResourceKind::CgroupMemory | ResourceKind::HostMemory
+            ) && r.fraction(r.recent_peak) >= AT_LIMIT
+        })
+        .collect();
+    for r in &memory_at_limit {
+        evidence.push(format!(
+            "{} was at {} of its {} limit ({:.0}%) {} before the exit",
+            r.name,
+            format_bytes(r.recent_peak),
+            format_bytes(r.limit),
+            r.fraction(r.recent_peak) * 100.0,
+            format_duration_s(r.age_s)
+        ));
+    }
+    let proof = oom_rose.is_some() || f.kernel_oom_line.is_some();
+    if (sigkill || status_unknown) && proof
+        || sigkill && !memory_at_limit.is_empty() && f.oom_kills.is_none()
+    {
+        if sigkill {
+            evidence.push("the process was killed by SIGKILL".to_string());
+        }
+        let summary = if proof {
+            "killed by the kernel's OOM killer".to_string()
+        } else {
+            "killed by SIGKILL with memory at its limit: most likely the kernel's OOM killer"
+                .to_string()
+        };
+        return Verdict {
+            kind: VerdictKind::OomKill,
+            summary,
+            evidence,
+        };
+    }
+    evidence.clear();
+
+    // 2. The runtime limit.
+    if let Some(r) = f.resources.iter().find(|r| {
+        r.kind == ResourceKind::Runtime && r.limit != u64::MAX && r.last_used + 1000 >= r.limit
+    }) {
+        evidence.push(format!(
+            "it had run {} of its {} limit",
+            format_duration_s(r.last_used as f64 / 1e3),
+            format_duration_s(r.limit as f64 / 1e3)
+        ));
+        push_status(&mut evidence, f.exit);
+        return Verdict {
+            kind: VerdictKind::RuntimeLimit,
+            summary: "the runtime limit was reached".to_string(),
+            evidence,
+        };
+    }
+
+    let failed = !matches!(f.exit, Some(TargetExit::Code(0)));
+
+    // 3. A full filesystem.
+    let full: Vec<&ResourceEnd> = f
+        .resources
+        .iter()
+        .filter(|r| {
+            matches!(r.kind, ResourceKind::DiskBytes | ResourceKind::DiskInodes)
+                && r.limit != u64::MAX
+                && r.limit > 0
+                && {
+                    let free = r.limit.saturating_sub(r.recent_peak);
+                    (free as f64) < r.limit as f64 * DISK_FULL
+                        || (r.kind == ResourceKind::DiskBytes && free < 1 << 20)
+                }
+        })
+        .collect();
+    if failed && !full.is_empty() {
+        for r in &full {
+            let free = r.limit.saturating_sub(r.recent_peak);
+            evidence.push(if r.kind == ResourceKind::DiskBytes {
+                format!("{} had {} free at the end", r.name, format_bytes(free))
+            } else {
+                format!("{} had {free} inodes free at the end", r.name)
+            });
+        }
+        push_status(&mut evidence, f.exit);
+        return Verdict {
+            kind: VerdictKind::DiskFull,
+            summary: format!("the disk was full ({})", full[0].name),
+            evidence,
+        };
+    }
+
+    // 4. A GPU at its memory limit just before a failed exit: a likely CUDA OOM.
+    if failed
+        && let Some(r) = f
+            .resources
+            .iter()
+            .find(|r| r.kind == ResourceKind::GpuMemory && r.fraction(r.recent_peak) >= AT_LIMIT)
+    {
+        evidence.push(format!(
+            "{} was at {} of {} ({:.0}%) just before the exit",
+            r.name,
+            format_bytes(r.recent_peak),
+            format_bytes(r.limit),
+            r.fraction(r.recent_peak) * 100.0
+        ));
+        push_status(&mut evidence, f.exit);
+        return Verdict {
+            kind: VerdictKind::GpuOom,
+            summary: format!(
+                "{} was out of memory: most likely a CUDA out-of-memory error",
+                r.name
+            ),
+            evidence,
+        };
+    }
+
+    // 5. No resource explains it.
+    match f.exit {
+        Some(TargetExit::Code(c)) => Verdict {
+            kind: VerdictKind::Exited,
+            summary: if c == 0 {
+                "exited normally (status 0)".to_string()
+            } else {
+                format!("exited with status {c}; no watched resource was exhausted")
+            },
+            evidence: vec![format!("exit status {c}")],
+        },
+        Some(TargetExit::Signal(s)) => Verdict {
+            kind: VerdictKind::Signal,
+            summary: format!(
+                "killed by {}; no watched resource was exhausted, so another process or the user sent it",
+                signal_name(s)
+            ),
+            evidence: vec![format!("terminated by signal {s} ({})", signal_name(s))],
+        },
+        Some(TargetExit::Unknown) | None => Verdict {
+            kind: VerdictKind::Unknown,
+            summary: "exited; the watchdog did not start it, so its exit status is not visible, and no watched resource was exhausted"
+                .to_string(),
+            evidence: Vec::new(),
+        },
+    }
+}
+
+fn push_status(evidence: &mut Vec<String>, exit: Option<TargetExit>) {
+    match exit {
+        Some(TargetExit::Code(c)) => evidence.push(format!("exit status {c}")),
+        Some(TargetExit::Signal(s)) => {
+            evidence.push(format!("terminated by signal {s} ({})", signal_name(s)))
+        }
+        _ => {}
+    }
+}
+
+/// Finds a kernel log line about an OOM kill of one of `pids` in `/dev/kmsg` records.
+pub fn find_oom_line(records: &str, pids: &[u32]) -> Option<String> {
+    records.lines().find_map(|record| {
+        // A /dev/kmsg record is "prio,seq,usec,flags;message".
+        let msg = record.split_once(';').map_or(record, |(_, m)| m).trim();
+        let lower = msg.to_ascii_lowercase();
+        let about_oom = lower.contains("killed process") || lower.contains("oom-kill");
+        let names_pid = pids.iter().any(|p| {
+            msg.contains(&format!("Killed process {p} ")) || msg.contains(&format!(",pid={p},"))
+        });
+        (about_oom && names_pid).then(|| msg.to_string())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn res(name: &str, kind: ResourceKind, used: u64, limit: u64) -> ResourceEnd {
+        ResourceEnd {
+            name: name.into(),
+            kind,
+            recent_peak: used,
+            last_used: used,
+            limit,
+            age_s: 0.05,
+        }
+    }
+
+    fn facts(exit: Option<TargetExit>, resources: Vec<ResourceEnd>) -> ExitFacts {
+        ExitFacts {
+            exit,
+            oom_kills: Some((0, 0)),
+            kernel_oom_line: None,
+            resources,
+        }
+    }
+
+    #[test]
+    fn table() {
+        let cg_full = res(
+            "cgroup_memory",
+            ResourceKind::CgroupMemory,
+            254 * MIB,
+            256 * MIB,
+        );
+        let cg_low = res(
+            "cgroup_memory",
+            ResourceKind::CgroupMemory,
+            20 * MIB,
+            256 * MIB,
+        );
+        let disk_full = res(
+            "disk:/ckpt",
+            ResourceKind::DiskBytes,
+            64 * MIB - 4096,
+            64 * MIB,
+        );
+        let gpu_full = res("gpu0", ResourceKind::GpuMemory, 959 * MIB, 960 * MIB);
+        let runtime_done = res("runtime", ResourceKind::Runtime, 5_000, 5_000);
+        let kill = Some(TargetExit::Signal(libc::SIGKILL));
+        let cases: Vec<(&str, ExitFacts, VerdictKind)> = vec![
+            (
+                "normal",
+                facts(Some(TargetExit::Code(0)), vec![cg_low.clone()]),
+                VerdictKind::Exited,
+            ),
+            (
+                "failed, no cause",
+                facts(Some(TargetExit::Code(1)), vec![cg_low.clone()]),
+                VerdictKind::Exited,
+            ),
+            (
+                "oom counter rose",
+                ExitFacts {
+                    oom_kills: Some((0, 1)),
+                    ..facts(kill, vec![cg_full.clone()])
+                },
+                VerdictKind::OomKill,
+            ),
+            (
+                "SIGKILL but counter flat and memory low",
+                facts(kill, vec![cg_low.clone()]),
+                VerdictKind::Signal,
+            ),
+            (
+                "SIGKILL at the limit, no counter to read",
+                ExitFacts {
+                    oom_kills: None,
+                    ..facts(kill, vec![cg_full.clone()])
+                },
+                VerdictKind::OomKill,
+            ),
+            (
+                "attached, kernel log names the pid",
+                ExitFacts {
+                    kernel_oom_line: Some("Killed process 42 (python3)".into()),
+                    ..facts(None, vec![cg_low.clone()])
+                },
+                VerdictKind::OomKill,
+            ),
+            (
+                "disk full",
+                facts(Some(TargetExit::Code(1)), vec![disk_full.clone()]),
+                VerdictKind::DiskFull,
+            ),
+            (
+                "disk full but exited 0",
+                facts(Some(TargetExit::Code(0)), vec![disk_full]),
+                VerdictKind::Exited,
+            ),
+            (
+                "gpu full",
+                facts(Some(TargetExit::Code(1)), vec![gpu_full]),
+                VerdictKind::GpuOom,
+            ),
+            (
+                "runtime",
+                facts(Some(TargetExit::Signal(libc::SIGTERM)), vec![runtime_done]),
+                VerdictKind::RuntimeLimit,
+            ),
+            (
+                "SIGTERM",
+                facts(Some(TargetExit::Signal(libc::SIGTERM)), vec![cg_low]),
+                VerdictKind::Signal,
+            ),
+            (
+                "attached, no evidence",
+                facts(None, vec![]),
+                VerdictKind::Unknown,
+            ),
+        ];
+        for (name, f, want) in cases {
+            let v = diagnose(&f);
+            assert_eq!(v.kind, want, "{name}: {v:?}");
+            assert!(!v.summary.is_empty());
+        }
+    }
+
+    #[test]
+    fn kernel_oom_line_must_name_a_pid_of_the_tree() {
+        let kmsg = "6,1234,5678,-;Memory cgroup out of memory: Killed process 77 (python3) total-vm:1kB\n\
+                    6,1235,5679,-;oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/x,task_memcg=/x,task=python3,pid=42,uid=0\n";
+        assert_eq!(find_oom_line(kmsg, &[5]), None);
+        assert!(find_oom_line(kmsg, &[77]).is_some_and(|l| l.contains("Killed process 77")));
+        assert!(find_oom_line(kmsg, &[42]).is_some_and(|l| l.contains("pid=42,")));
+    }
+}
