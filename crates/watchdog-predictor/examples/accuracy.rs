@@ -79,7 +79,8 @@ fn run_ours(t: &Trace, cfg: &PredictorConfig) -> Outcome {
         if let Decision::Alert(reason) = obs.decision {
             let below_floor = (s.limit.saturating_sub(s.used) as f64)
                 < s.limit as f64 * cfg.floor_percent / 100.0;
-            o.alerts.push((time, below_floor || reason == AlertReason::NextStep));
+            o.alerts
+                .push((time, below_floor || reason == AlertReason::NextStep));
             o.first_alert.get_or_insert(time);
         }
     });

@@ -108,6 +108,8 @@ pub(crate) struct Envelope {
     origin: f64,
     started: bool,
     cur_idx: i64,
+    /// Start time of the next bucket: samples before it go in the current one.
+    next_edge: f64,
     cur: Bucket,
     ring: [Bucket; RING],
     /// Index in `ring` where the next closed bucket goes.
@@ -133,6 +135,7 @@ impl Envelope {
             origin: 0.0,
             started: false,
             cur_idx: 0,
+            next_edge: f64::NEG_INFINITY,
             cur: Bucket::EMPTY,
             ring: [Bucket::EMPTY; RING],
             head: 0,
@@ -145,10 +148,19 @@ impl Envelope {
     /// Adds one sample; returns true when at least one bucket closed (the caller then refits).
     #[inline]
     pub fn push(&mut self, t: f64, v: f64) -> bool {
+        // Fast path: still inside the current bucket (or a clock that went backwards).
+        if t < self.next_edge {
+            self.cur.add(t, v);
+            return false;
+        }
         if !self.started {
+            if !t.is_finite() {
+                return false;
+            }
             self.started = true;
             self.origin = t;
             self.cur_idx = 0;
+            self.next_edge = t + self.width;
             self.cur.add(t, v);
             return false;
         }
@@ -169,6 +181,7 @@ impl Envelope {
             self.store(Bucket::EMPTY);
         }
         self.cur_idx = idx;
+        self.next_edge = self.origin + (idx + 1) as f64 * self.width;
         self.cur = Bucket::EMPTY;
         self.cur.add(t, v);
         true
