@@ -24,6 +24,10 @@ pub(crate) const BUCKETS_PER_LEAD: f64 = 8.0;
 /// the window is taken to be levelling off.
 const RECENT_GROWTH: f64 = 0.75;
 
+/// A window is fitted once this fraction of its buckets hold samples.
+const MIN_FILL_NUM: usize = 1;
+const MIN_FILL_DEN: usize = 2;
+
 /// Minimum t-statistic of a window's slope for it to count as a trend.
 const MIN_T_STAT: f64 = 3.0;
 
@@ -263,7 +267,7 @@ impl Envelope {
 
     /// Least squares on the bucket maxima of the last `w` closed buckets, with the credibility checks.
     pub(crate) fn fit_window(&self, w: usize) -> Option<WindowFit> {
-        if self.len < (w * 3 / 4).max(4) {
+        if self.len < (w * MIN_FILL_NUM / MIN_FILL_DEN).max(4) {
             return None;
         }
         let latest = self.recent(0)?;
@@ -311,7 +315,7 @@ impl Envelope {
                 }
             }
         }
-        let min_n = (w * 3 / 4).max(4) as f64;
+        let min_n = (w * MIN_FILL_NUM / MIN_FILL_DEN).max(4) as f64;
         if n < min_n {
             return None;
         }
