@@ -7,4 +7,4 @@ cd "$(dirname "$0")/.."
 cargo build --workspace --all-targets
 cargo test --workspace --no-fail-fast -- --test-threads=2
 cargo test -p watchdog-sampler --no-default-features
-python3 -m unittest discover -s python/tests -t python -v
+WATCHDOG_BIN="$PWD/target/debug/watchdog" python3 -m unittest discover -s python/tests -v

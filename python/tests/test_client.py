@@ -258,7 +258,7 @@ class AttachTests(Base):
             self.assertEqual(argv[-2:], ["--lead", "60s"])
             self.assertEqual(os.environ["WATCHDOG_REQUEST_FILE"], h.request_file)
             self.assertEqual(os.environ["WATCHDOG_SIGNAL"], "SIGUSR1")
-            self.assertEqual(os.environ["WATCHDOG_PID"], str(os.getpid()))
+            self.assertEqual(os.environ["WATCHDOG_PID"], str(h.process.pid))
             self.assertIs(signal.getsignal(signal.SIGUSR1), tw._handler)
             # Own session: the kernel's Ctrl-C does not reach it.
             self.assertEqual(os.getsid(h.process.pid), h.process.pid)

@@ -341,7 +341,6 @@ def attach(watchdog="watchdog", args=(), request_file=None, sig=None):
 
     os.environ["WATCHDOG_SIGNAL"] = signame
     os.environ["WATCHDOG_REQUEST_FILE"] = request_file
-    os.environ["WATCHDOG_PID"] = str(pid)
     install(signum)
 
     with open(log_path, "wb") as log:
@@ -353,6 +352,7 @@ def attach(watchdog="watchdog", args=(), request_file=None, sig=None):
             start_new_session=True,
             close_fds=True,
         )
+    os.environ["WATCHDOG_PID"] = str(process.pid)  # the watchdog's PID, as `watchdog run` sets it
     handle = WatchdogHandle(process, log_path, request_file, command)
     deadline = time.monotonic() + 0.5
     while time.monotonic() < deadline and process.poll() is None:
