@@ -24,9 +24,11 @@ pub(crate) const BUCKETS_PER_LEAD: f64 = 8.0;
 /// the window is taken to be levelling off.
 const RECENT_GROWTH: f64 = 0.75;
 
-/// A window is fitted once this fraction of its buckets hold samples.
+/// A window is fitted once this fraction of its buckets hold samples ...
 const MIN_FILL_NUM: usize = 1;
 const MIN_FILL_DEN: usize = 2;
+/// ... and at least this many (four noisy maxima pass a t-test too easily).
+const MIN_POINTS: usize = 6;
 
 /// Minimum t-statistic of a window's slope for it to count as a trend.
 const MIN_T_STAT: f64 = 3.0;
@@ -267,7 +269,7 @@ impl Envelope {
 
     /// Least squares on the bucket maxima of the last `w` closed buckets, with the credibility checks.
     pub(crate) fn fit_window(&self, w: usize) -> Option<WindowFit> {
-        if self.len < (w * MIN_FILL_NUM / MIN_FILL_DEN).max(4) {
+        if self.len < (w * MIN_FILL_NUM / MIN_FILL_DEN).max(MIN_POINTS) {
             return None;
         }
         let latest = self.recent(0)?;
@@ -283,6 +285,8 @@ impl Envelope {
         let mut first_y: Option<f64> = None;
         let mut cummax = f64::NEG_INFINITY;
         let mut largest_inc = 0.0f64;
+        let mut spans = [0.0f64; RING];
+        let mut n_spans = 0usize;
         // Oldest to newest.
         for k in (0..w).rev() {
             let Some(b) = self.recent(k) else { continue };
@@ -291,6 +295,10 @@ impl Envelope {
             }
             let x = b.t_max - t_ref;
             let y = b.max;
+            if let Some(slot) = spans.get_mut(n_spans) {
+                *slot = b.max - b.min;
+                n_spans += 1;
+            }
             n += 1.0;
             sx += x;
             sy += y;
@@ -315,7 +323,7 @@ impl Envelope {
                 }
             }
         }
-        let min_n = (w * MIN_FILL_NUM / MIN_FILL_DEN).max(4) as f64;
+        let min_n = (w * MIN_FILL_NUM / MIN_FILL_DEN).max(MIN_POINTS) as f64;
         if n < min_n {
             return None;
         }
@@ -363,7 +371,19 @@ impl Envelope {
             }
         }
         let new_highs = prev_peak == f64::NEG_INFINITY || cummax - prev_peak >= 0.5 * slope * span;
-        fit.credible = significant && recent_growth && spread && new_highs;
+        // The drift over the window must stand out of the usage's own jitter inside a
+        // bucket (median span): random noise fails, and so does a leak smaller than
+        // the saw-tooth it hides under, in the windows too short to see it.
+        let jitter = spans
+            .get_mut(..n_spans)
+            .and_then(|sp| {
+                let mid = sp.len() / 2;
+                sp.select_nth_unstable_by(mid, f64::total_cmp);
+                sp.get(mid).copied()
+            })
+            .unwrap_or(0.0);
+        let above_jitter = slope * span >= jitter;
+        fit.credible = significant && recent_growth && spread && new_highs && above_jitter;
         if !fit.credible {
             return Some(fit);
         }
