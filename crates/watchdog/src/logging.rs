@@ -13,6 +13,8 @@ use crate::config::Settings;
 
 /// Whether a status line is on screen (and must be erased before the next line).
 static STATUS_SHOWN: AtomicBool = AtomicBool::new(false);
+/// Whether logs are JSON lines.
+static JSON: AtomicBool = AtomicBool::new(false);
 
 /// Sets up the `tracing` subscriber on stderr.
 pub fn init(settings: &Settings) {
@@ -27,6 +29,7 @@ pub fn init(settings: &Settings) {
             "{level},watchdog={level},watchdog_sampler={level},watchdog_alerter={level},zbus=warn"
         ))
     });
+    JSON.store(settings.log_format == LogFormat::Json, Ordering::Relaxed);
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(StderrWriter)
@@ -45,10 +48,14 @@ pub fn error_line(msg: &str) {
     let _ = writeln!(std::io::stderr(), "watchdog: error: {msg}");
 }
 
-/// Prints a block of text for people (the summary) on stderr.
-pub fn print_block(text: &str) {
-    clear_status();
-    let _ = writeln!(std::io::stderr(), "{text}");
+/// The closing summary: a paragraph for people, or one JSON log line under `--log-format json`.
+pub fn summary(text: &str) {
+    if JSON.load(Ordering::Relaxed) {
+        tracing::info!(summary = true, "{text}");
+    } else {
+        clear_status();
+        let _ = writeln!(std::io::stderr(), "{text}");
+    }
 }
 
 /// Whether a live status line should be drawn.

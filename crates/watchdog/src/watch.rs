@@ -440,7 +440,7 @@ impl Watch {
         let unit = resource.kind.unit();
         if limit == u64::MAX {
             if first {
-                tracing::info!("watching {} ({}): no limit", resource.name, resource.source);
+                tracing::info!("watching {}: no limit ({})", resource.name, resource.source);
             }
             return;
         }
@@ -746,11 +746,12 @@ impl Watch {
         }
         let verdict = self.diagnose(exit);
         let how = verdict.summary.clone();
-        let evidence = if verdict.evidence.is_empty() {
-            String::new()
-        } else {
-            format!(" Evidence: {}.", verdict.evidence.join("; "))
-        };
+        let evidence =
+            if verdict.evidence.is_empty() || verdict.kind == verdict::VerdictKind::Exited {
+                String::new()
+            } else {
+                format!(" Evidence: {}.", verdict.evidence.join("; "))
+            };
         let alerts = if self.alerts.is_empty() {
             "No alerts were sent.".to_string()
         } else {
@@ -773,7 +774,7 @@ impl Watch {
         } else {
             String::new()
         };
-        logging::print_block(&format!(
+        logging::summary(&format!(
             "watchdog: PID {} ({}) {how}, after {}.{evidence} Peak usage: {}. {alerts}{late}",
             self.target.pid,
             self.target.name,
