@@ -1,0 +1,151 @@
+//! Reads a watchdog flight recording and renders it as a report a person can read.
+//!
+//! `watchdog report RECORDING -o report.html|report.svg` is [`write_report`]: it
+//! parses the recording ([`recording::parse`], the format of `docs/recording.md`,
+//! or any plain `time,used,limit[,resource]` CSV trace) and draws, per resource,
+//! usage and limit over time, each alert with its projection to the predicted
+//! exhaustion point, acknowledgments and the exit, under the verdict as the title
+//! ([`render::render_svg`], [`render::render_html`]).
+//!
+//! The output is one self-contained file: the HTML page has its SVG and CSS inline
+//! and no scripts, so it can be attached to a bug report or shown in a notebook
+//! (`IPython.display.HTML(open("report.html").read())` or
+//! `IPython.display.SVG("report.svg")`).
+//!
+//! # Elements a reader or test can rely on
+//!
+//! - `<svg id="watchdog-report">`, whose first `<text class="verdict">` is the title;
+//! - per resource `<g class="panel" data-resource="NAME" data-unit="bytes|count|millis">`
+//!   holding `<path class="usage">` (and `usage-area`), `<path class="limit">` (dashed;
+//!   absent when unlimited), `<line class="alert">`, `<circle class="alert-marker">`,
+//!   `<line class="projection">`, `<circle class="exhaustion">`, `<line class="ack">`,
+//!   `<line class="exit">` (the lines carry `data-t`, seconds since the start), and
+//!   labels `alert-label`, `ack-label`, `exit-label`, `exhaustion-label`;
+//! - in the HTML page, `<table class="events">` and `<ul class="evidence">`.
+#![deny(missing_docs)]
+
+pub mod recording;
+pub mod render;
+
+use std::path::{Path, PathBuf};
+
+pub use recording::{ParseError, Recording};
+pub use render::{render_html, render_svg};
+
+/// What a report is written as, from the output file's extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// A standalone SVG image.
+    Svg,
+    /// A self-contained HTML page.
+    Html,
+}
+
+impl Format {
+    /// The format for `path`'s extension (`.svg`, `.html` or `.htm`, any case).
+    pub fn from_path(path: &Path) -> Result<Format, ReportError> {
+        let ext = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(str::to_ascii_lowercase);
+        match ext.as_deref() {
+            Some("svg") => Ok(Format::Svg),
+            Some("html" | "htm") => Ok(Format::Html),
+            _ => Err(ReportError::UnsupportedOutput {
+                path: path.to_path_buf(),
+            }),
+        }
+    }
+}
+
+/// Why a report could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    /// The output's extension is neither `.html` nor `.svg`.
+    #[error("cannot write a report to '{}': expected -o FILE.html or FILE.svg", path.display())]
+    UnsupportedOutput {
+        /// The output path given.
+        path: PathBuf,
+    },
+    /// The recording could not be read.
+    #[error("cannot read recording {}: {source}", path.display())]
+    Read {
+        /// The recording's path.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The recording is not valid UTF-8.
+    #[error("cannot read recording {}: not UTF-8 text (line {line}): expected a watchdog recording or a CSV trace", path.display())]
+    NotText {
+        /// The recording's path.
+        path: PathBuf,
+        /// 1-based line of the first invalid byte.
+        line: usize,
+    },
+    /// The recording is malformed.
+    #[error("invalid recording {}: {source}", path.display())]
+    Parse {
+        /// The recording's path.
+        path: PathBuf,
+        /// What is wrong, with the line number.
+        source: ParseError,
+    },
+    /// The report could not be written.
+    #[error("cannot write report {}: {source}", path.display())]
+    Write {
+        /// The output path.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+/// Reads and parses the recording at `path`.
+pub fn read_recording(path: &Path) -> Result<Recording, ReportError> {
+    let bytes = std::fs::read(path).map_err(|source| ReportError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        let valid = e.utf8_error().valid_up_to();
+        let line = e
+            .as_bytes()
+            .get(..valid)
+            .map_or(0, |b| b.iter().filter(|&&c| c == b'\n').count())
+            + 1;
+        ReportError::NotText {
+            path: path.to_path_buf(),
+            line,
+        }
+    })?;
+    recording::parse(&text).map_err(|source| ReportError::Parse {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Renders the recording at `recording_path` to `out`, as SVG or HTML by `out`'s
+/// extension (anything else is [`ReportError::UnsupportedOutput`], checked before
+/// the recording is read). The file is written to a temporary name beside `out`
+/// and renamed, so a reader never sees half a report.
+pub fn write_report(recording_path: &Path, out: &Path) -> Result<(), ReportError> {
+    let format = Format::from_path(out)?;
+    let rec = read_recording(recording_path)?;
+    let body = match format {
+        Format::Svg => render_svg(&rec),
+        Format::Html => render_html(&rec),
+    };
+    let write_err = |source| ReportError::Write {
+        path: out.to_path_buf(),
+        source,
+    };
+    let mut tmp_name = out.file_name().unwrap_or_default().to_os_string();
+    tmp_name.push(format!(".tmp{}", std::process::id()));
+    let tmp = out.with_file_name(tmp_name);
+    std::fs::write(&tmp, body).map_err(write_err)?;
+    std::fs::rename(&tmp, out).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        write_err(e)
+    })
+}
