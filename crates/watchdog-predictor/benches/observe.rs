@@ -57,3 +57,30 @@ fn observe_batch(bencher: Bencher, kind: ResourceKind) {
         .counter(ItemsCount::new(data.len()))
         .bench(|| replay(kind, black_box(&data)));
 }
+
+/// `replay::run` on the text of one hour of 100 Hz samples (360 000 CSV lines):
+/// parsing plus prediction, what `watchdog replay` spends per trace hour.
+#[divan::bench(sample_count = 10)]
+fn replay_text_1h_100hz(bencher: Bencher) {
+    use std::fmt::Write as _;
+    let mut text = String::from("time,used,limit,resource\n");
+    for (t, used) in samples(3600 * 100) {
+        let _ = writeln!(text, "{t:.2},{used},{LIMIT},cgroup_memory");
+    }
+    bencher
+        .counter(ItemsCount::new(3600usize * 100))
+        .bench(|| watchdog_predictor::replay::run(black_box(&text), 30.0, 0.01).unwrap());
+}
+
+/// `trace::parse` alone on the same hour of text.
+#[divan::bench(sample_count = 10)]
+fn parse_text_1h_100hz(bencher: Bencher) {
+    use std::fmt::Write as _;
+    let mut text = String::from("time,used,limit,resource\n");
+    for (t, used) in samples(3600 * 100) {
+        let _ = writeln!(text, "{t:.2},{used},{LIMIT},cgroup_memory");
+    }
+    bencher
+        .counter(ItemsCount::new(3600usize * 100))
+        .bench(|| watchdog_predictor::trace::parse(black_box(&text)).unwrap());
+}

@@ -208,16 +208,20 @@ pub fn parse(text: &str) -> Result<Trace, TraceError> {
             header = Some(parse_header(line, lineno)?);
             continue;
         };
-        let fields: Vec<&str> = line
-            .split(',')
-            .map(|f| f.trim().trim_matches('"'))
-            .collect();
-        if fields.len() < cols.width {
+        // Up to MAX_FIELDS fields on the stack: no allocation per line.
+        let mut fields = [""; MAX_FIELDS];
+        let mut n_fields = 0usize;
+        for f in line.split(',') {
+            if let Some(slot) = fields.get_mut(n_fields) {
+                *slot = f.trim().trim_matches('"');
+            }
+            n_fields += 1;
+        }
+        if n_fields < cols.width {
             return Err(TraceError::Malformed {
                 line: lineno,
                 message: format!(
-                    "found {} fields in '{line}': expected {} as in the header",
-                    fields.len(),
+                    "found {n_fields} fields in '{line}': expected {} as in the header",
                     cols.width
                 ),
             });
@@ -247,7 +251,7 @@ pub fn parse(text: &str) -> Result<Trace, TraceError> {
                 ),
             }
         })?;
-        let name = if let Some(ix) = cols.index {
+        let resource = if let Some(ix) = cols.index {
             let idx = field(ix);
             if idx.is_empty() || !idx.chars().all(|c| c.is_ascii_digit()) {
                 return Err(TraceError::Malformed {
@@ -255,7 +259,11 @@ pub fn parse(text: &str) -> Result<Trace, TraceError> {
                     message: format!("invalid GPU index '{idx}': expected a number like 0"),
                 });
             }
-            format!("gpu{idx}")
+            intern(
+                &mut resources,
+                |r| r.strip_prefix("gpu") == Some(idx),
+                || format!("gpu{idx}"),
+            )
         } else if let Some(rc) = cols.resource {
             let r = field(rc);
             if r.is_empty() {
@@ -265,18 +273,13 @@ pub fn parse(text: &str) -> Result<Trace, TraceError> {
                         .to_string(),
                 });
             }
-            r.to_string()
+            intern(&mut resources, |x| x == r, || r.to_string())
         } else {
-            meta.iter()
+            let default = meta
+                .iter()
                 .find(|(k, _)| k == "resource")
-                .map_or_else(|| "memory".to_string(), |(_, v)| v.clone())
-        };
-        let resource = match resources.iter().position(|r| *r == name) {
-            Some(p) => p,
-            None => {
-                resources.push(name);
-                resources.len() - 1
-            }
+                .map_or("memory", |(_, v)| v.as_str());
+            intern(&mut resources, |x| x == default, || default.to_string())
         };
         samples.push(TraceSample {
             resource,
@@ -296,6 +299,22 @@ pub fn parse(text: &str) -> Result<Trace, TraceError> {
     })
 }
 
+/// Most fields a data line may have (more are counted, not kept).
+const MAX_FIELDS: usize = 32;
+
+/// Index of the resource `is` matches, adding `make()` when there is none.
+fn intern(
+    resources: &mut Vec<String>,
+    is: impl Fn(&str) -> bool,
+    make: impl FnOnce() -> String,
+) -> usize {
+    if let Some(p) = resources.iter().position(|r| is(r)) {
+        return p;
+    }
+    resources.push(make());
+    resources.len() - 1
+}
+
 fn parse_amount(s: &str, scale: f64) -> Option<u64> {
     let s = s.trim();
     if s.is_empty() {
@@ -312,9 +331,15 @@ fn parse_amount(s: &str, scale: f64) -> Option<u64> {
 }
 
 fn parse_limit(s: &str, scale: f64) -> Option<u64> {
-    match s.trim().to_ascii_lowercase().as_str() {
-        "" | "inf" | "max" | "unlimited" | "none" => Some(u64::MAX),
-        _ => parse_amount(s, scale),
+    let t = s.trim();
+    let unlimited = t.is_empty()
+        || ["inf", "max", "unlimited", "none"]
+            .iter()
+            .any(|w| t.eq_ignore_ascii_case(w));
+    if unlimited {
+        Some(u64::MAX)
+    } else {
+        parse_amount(t, scale)
     }
 }
 
@@ -324,6 +349,9 @@ pub fn parse_time(s: &str) -> Option<f64> {
     if s.is_empty() {
         return None;
     }
+    if let Some(v) = parse_plain_decimal(s) {
+        return Some(v);
+    }
     if s.bytes().all(|b| {
         b.is_ascii_digit() || b == b'.' || b == b'-' || b == b'+' || b == b'e' || b == b'E'
     }) && let Ok(v) = s.parse::<f64>()
@@ -331,6 +359,39 @@ pub fn parse_time(s: &str) -> Option<f64> {
         return v.is_finite().then_some(v);
     }
     parse_datetime(s)
+}
+
+/// Fast path for `123` / `123.456` (at most 15 significant digits): the digits as an
+/// integer divided by a power of ten. Both are exact in f64, so the one division is
+/// correctly rounded and equals what `str::parse::<f64>` returns.
+fn parse_plain_decimal(s: &str) -> Option<f64> {
+    const POW10: [f64; 16] = [
+        1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+    ];
+    let mut mantissa: u64 = 0;
+    let mut n_digits = 0usize;
+    let mut frac_digits: Option<usize> = None;
+    for b in s.bytes() {
+        match b {
+            b'0'..=b'9' => {
+                mantissa = mantissa * 10 + u64::from(b - b'0');
+                n_digits += 1;
+                if let Some(f) = frac_digits.as_mut() {
+                    *f += 1;
+                }
+            }
+            b'.' if frac_digits.is_none() => frac_digits = Some(0),
+            _ => return None,
+        }
+        if n_digits > 15 {
+            return None;
+        }
+    }
+    if n_digits == 0 {
+        return None;
+    }
+    let scale = POW10.get(frac_digits.unwrap_or(0))?;
+    Some(mantissa as f64 / scale)
 }
 
 fn digits(s: &str, n: usize) -> Option<(i64, &str)> {
@@ -511,6 +572,20 @@ mod tests {
         assert_eq!(parse_time("2024-13-01T00:00:00Z"), None);
         assert_eq!(parse_time("2024-01-01T00:00:00Q"), None);
         assert_eq!(parse_time("12.25"), Some(12.25));
+        for text in [
+            "0.1",
+            "0.30",
+            "123456.789",
+            "7",
+            "1705314225.123",
+            "99999999999999.9",
+        ] {
+            assert_eq!(parse_time(text), text.parse::<f64>().ok(), "{text}");
+        }
+        assert_eq!(parse_time("1.2.3"), None);
+        assert_eq!(parse_time("."), None);
+        assert_eq!(parse_time("-2.5"), Some(-2.5));
+        assert_eq!(parse_time("1e3"), Some(1000.0));
     }
 
     #[test]
