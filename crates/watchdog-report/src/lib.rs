@@ -149,3 +149,71 @@ pub fn write_report(recording_path: &Path, out: &Path) -> Result<(), ReportError
         write_err(e)
     })
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/cgroup_oom.rec");
+
+    #[test]
+    fn writes_svg_and_html_by_extension() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, start) in [
+            ("r.svg", "<svg"),
+            ("r.html", "<!DOCTYPE html>"),
+            ("R.HTM", "<!DOCTYPE html>"),
+        ] {
+            let out = dir.path().join(name);
+            write_report(Path::new(FIXTURE), &out).unwrap();
+            let text = std::fs::read_to_string(&out).unwrap();
+            assert!(text.starts_with(start), "{name}");
+        }
+        // Only the reports: no temporary files left behind.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 3);
+    }
+
+    #[test]
+    fn other_extensions_are_refused_before_reading() {
+        let err = write_report(Path::new("/nonexistent.rec"), Path::new("out.png")).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "cannot write a report to 'out.png': expected -o FILE.html or FILE.svg"
+        );
+        assert!(matches!(
+            write_report(Path::new(FIXTURE), Path::new("report")),
+            Err(ReportError::UnsupportedOutput { .. })
+        ));
+    }
+
+    #[test]
+    fn errors_name_the_file_and_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("r.svg");
+        let err = write_report(&dir.path().join("missing.rec"), &out).unwrap_err();
+        assert!(matches!(err, ReportError::Read { .. }));
+        assert!(err.to_string().contains("missing.rec"), "{err}");
+
+        let bad = dir.path().join("bad.rec");
+        std::fs::write(
+            &bad,
+            "# watchdog recording v1\ntime,used,limit\n0,1,2\n1,lots,2\n",
+        )
+        .unwrap();
+        let err = write_report(&bad, &out).unwrap_err().to_string();
+        assert!(
+            err.contains("bad.rec: line 4: invalid used 'lots'"),
+            "{err}"
+        );
+        assert!(!out.exists(), "no report from a bad recording");
+
+        std::fs::write(&bad, b"time,used,limit\n0,1,2\n\xff\n").unwrap();
+        let err = write_report(&bad, &out).unwrap_err().to_string();
+        assert!(err.contains("not UTF-8 text (line 3)"), "{err}");
+
+        let err =
+            write_report(Path::new(FIXTURE), &dir.path().join("no/such/dir/r.svg")).unwrap_err();
+        assert!(matches!(err, ReportError::Write { .. }), "{err}");
+    }
+}

@@ -991,48 +991,4 @@ fn event_details(e: &crate::recording::Event) -> String {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn wrap_splits_at_spaces() {
-        assert_eq!(wrap("a bb ccc dddd", 6), ["a bb", "ccc", "dddd"]);
-        assert!(wrap("", 10).is_empty());
-    }
-
-    #[test]
-    fn labels_that_would_overlap_go_to_new_rows() {
-        let xs = Scale::new(0.0, 100.0, 0.0, 1000.0);
-        let m = |t: f64, label: &str| Marker {
-            class: "alert",
-            t_s: t,
-            color: COLOR_ALERT,
-            label: label.to_string(),
-            tooltip: String::new(),
-            point_at: None,
-        };
-        let markers = [
-            m(10.0, "alert (trend)"),
-            m(11.0, "ack, checkpoint 0.66 s"),
-            m(50.0, "exit: oom_kill"),
-            m(99.0, "exit at the edge"),
-        ];
-        let (placed, rows) = place_labels(&markers, &xs, 1000.0);
-        assert_eq!(rows, 2);
-        assert_eq!(placed[0].row, 0);
-        assert_eq!(placed[1].row, 1);
-        assert_eq!(placed[2].row, 0);
-        assert!(placed[3].anchor_end);
-    }
-
-    #[test]
-    fn title_falls_back() {
-        let mut rec = Recording::default();
-        assert_eq!(title(&rec), "watchdog recording");
-        rec.verdict = Some("oom_kill".into());
-        assert!(title(&rec).contains("OOM killer"));
-        rec.verdict_summary = Some("killed by the OOM killer at 36.3 s".into());
-        assert_eq!(title(&rec), "killed by the OOM killer at 36.3 s");
-    }
-}
+mod tests;
