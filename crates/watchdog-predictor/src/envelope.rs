@@ -187,7 +187,7 @@ impl Envelope {
             self.store(Bucket::EMPTY);
         }
         self.cur_idx = idx;
-        self.next_edge = self.origin + (idx + 1) as f64 * self.width;
+        self.next_edge = self.origin + idx.saturating_add(1) as f64 * self.width;
         self.cur = Bucket::EMPTY;
         self.cur.add(t, v);
         true

@@ -419,3 +419,45 @@ fn bucket_width() {
     assert_eq!(cfg(1.0, 0.1).bucket_width_s(), 0.4);
     assert_eq!(cfg(f64::NAN, 0.1).bucket_width_s(), 3.75);
 }
+
+#[test]
+fn hostile_inputs_do_not_panic() {
+    for kind in [ResourceKind::CgroupMemory, ResourceKind::DiskBytes, ResourceKind::Runtime] {
+        let mut p = ResourcePredictor::new(kind, cfg(30.0, 0.1));
+        let times = [
+            f64::NAN,
+            0.0,
+            -5.0,
+            1.0,
+            f64::INFINITY,
+            1e300,
+            f64::NEG_INFINITY,
+            2.0,
+            1e18,
+            1e18 + 1.0,
+            f64::MAX,
+            f64::NAN,
+        ];
+        let values = [(0, 0), (u64::MAX, 1), (1, u64::MAX), (u64::MAX, u64::MAX), (5, 3)];
+        for (i, &t) in times.iter().enumerate() {
+            for &(used, limit) in &values {
+                let o = p.observe(t + i as f64, used, limit);
+                if let Some(s) = o.forecast.seconds_left {
+                    assert!(s >= 0.0, "{s}");
+                }
+                assert!((0.0..=1.0).contains(&o.forecast.confidence));
+            }
+        }
+        // And it still works afterwards on a sane series (no panic is the point).
+        for i in 0..1000u64 {
+            let _ = p.observe(2e18 + i as f64, i, 1000);
+        }
+    }
+    let mut p = ResourcePredictor::new(ResourceKind::CgroupMemory, cfg(f64::NAN, -1.0));
+    p.set_lead(f64::INFINITY);
+    p.set_lead(-3.0);
+    p.note_checkpoint_duration(f64::INFINITY);
+    for i in 0..100u64 {
+        let _ = p.observe(i as f64, i, 100);
+    }
+}
