@@ -117,6 +117,16 @@ fn wrap(text: &str, max_chars: usize) -> Vec<String> {
     lines
 }
 
+/// `text` cut to at most `max` characters, ending in `…` when cut.
+fn truncate(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
 fn px(v: f64) -> f64 {
     (v * 10.0).round() / 10.0
 }
@@ -199,6 +209,12 @@ fn place_labels(markers: &[Marker], xs: &Scale, plot_right: f64) -> (Vec<PlacedL
 fn time_domain(rec: &Recording) -> (f64, f64) {
     let Some((t0, t1)) = rec.time_range() else {
         return (0.0, 1.0);
+    };
+    // A recording that starts within the first few percent of its span starts the axis at 0.
+    let t0 = if t0 > 0.0 && t0 <= (t1 - t0) * 0.05 {
+        0.0
+    } else {
+        t0
     };
     let span = (t1 - t0).max(1.0);
     let cap = t1 + span * MAX_PROJECTION_FRACTION;
@@ -490,12 +506,17 @@ fn panel(rec: &Recording, plan: &PanelPlan, xs_domain: (f64, f64), top: f64) -> 
     let mut g = Group::new()
         .set("class", "panel")
         .set("data-resource", res.name.as_str())
-        .set("data-unit", unit_name(res.unit));
+        .set("data-unit", unit_name(res.unit))
+        .add(Title::new(match &res.source {
+            Some(src) => format!("{} ({}): {src}", res.name, res.kind),
+            None => format!("{} ({})", res.name, res.kind),
+        }));
 
     // Title line: name, kind, source, peak against the limit.
     let mut info = vec![res.kind.clone()];
     if let Some(s) = &res.source {
-        info.push(s.clone());
+        // A long source (a cgroup path with a note) is cut to fit; the tooltip has all of it.
+        info.push(truncate(s, 64));
     }
     if !series.is_empty() {
         let peak_text = match last_limit {

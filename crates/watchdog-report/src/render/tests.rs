@@ -220,3 +220,15 @@ fn long_recording_renders_fast_and_small() {
     // Generous for a debug build on a busy 2-core machine.
     assert!(took.as_secs_f64() < 5.0, "{took:?}");
 }
+
+/// docs/report-example.svg (shown in the README) is this fixture's rendering: it
+/// must not drift from what the code draws.
+#[test]
+fn docs_example_is_current() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/report-example.svg");
+    let committed = std::fs::read_to_string(path).unwrap();
+    assert!(
+        committed == render_svg(&fixture()),
+        "docs/report-example.svg is stale: regenerate it with\n  cargo run -p watchdog-report --example report -- crates/watchdog-report/tests/fixtures/cgroup_oom.rec docs/report-example.svg\nand docs/report-example.png with chromium --headless --screenshot (see crates/watchdog-report/README.md)"
+    );
+}
