@@ -1,8 +1,10 @@
 //! The [`Sampler`]: one tick reads every source and pushes their samples into the ring.
 //!
 //! It owns the sources, the [`ProcessTree`] and the ring's writing end. A tick refreshes the
-//! tree (every tick by default), then asks each enabled source for its samples. A source that
-//! fails is logged once, in one sentence with the reason, and disabled; the others go on.
+//! tree (every tick by default: a walk only when `/proc/loadavg` says a process or thread was
+//! created or reaped, and in full at least once a second), then asks each enabled source for
+//! its samples. A source that fails is logged once, in one sentence with the reason, and
+//! disabled; the others go on.
 //! The binary collects the failures with [`Sampler::take_new_failures`] to emit one
 //! "unwatched" event each. Nothing in a tick allocates once the tree and the files are warm.
 
@@ -40,7 +42,13 @@ pub struct Sampler {
     writer: SampleWriter,
     ticks: u64,
     tree_refresh_every: u32,
+    /// When the tree was last walked in full, ignoring the change gate.
+    last_full_refresh_ns: Option<u64>,
 }
+
+/// The longest a tree refresh relies on the `/proc/loadavg` change gate
+/// ([`ProcessTree::refresh_if_changed`]) before walking in full anyway.
+pub const TREE_FULL_REFRESH_NS: u64 = 1_000_000_000;
 
 impl std::fmt::Debug for Sampler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -68,6 +76,7 @@ impl Sampler {
             writer,
             ticks: 0,
             tree_refresh_every: 1,
+            last_full_refresh_ns: None,
         }
     }
 
@@ -108,7 +117,15 @@ impl Sampler {
             .ticks
             .is_multiple_of(u64::from(self.tree_refresh_every))
         {
-            self.tree.refresh();
+            let full_due = self
+                .last_full_refresh_ns
+                .is_none_or(|t| now_ns.saturating_sub(t) >= TREE_FULL_REFRESH_NS);
+            if full_due {
+                self.tree.refresh();
+                self.last_full_refresh_ns = Some(now_ns);
+            } else {
+                self.tree.refresh_if_changed();
+            }
         }
         self.ticks += 1;
         let mut report = TickReport {

@@ -19,6 +19,19 @@
 //! subreaper and leaves the tree, as it would in any tool that follows parent links. A child
 //! that exited stays in the tree as a zombie until its parent reaps it (it holds no memory).
 //!
+//! Most ticks nothing has forked or exited anywhere, and even the walk above (about 40
+//! syscalls for 10 processes) is wasted. [`ProcessTree::refresh_if_changed`] first re-reads
+//! `/proc/loadavg` (one `pread`), whose last two fields are the number of threads on the
+//! system and the last PID allocated in this PID namespace
+//! (<https://docs.kernel.org/filesystems/proc.html#kernel-data>): a fork or clone anywhere
+//! changes the second, a reaped process or an exited thread the first. When both are as they
+//! were before the last walk, no process or thread can have joined or left the tree, and the
+//! walk is skipped. The one change it cannot see is a process in the tree that exited and is
+//! not reaped yet, whose children were reparented out: they stay counted (an overestimate,
+//! never a missed child) until the next full [`refresh`](ProcessTree::refresh), which the
+//! [`Sampler`](crate::Sampler) does at least once a second. New children, where memory
+//! growth comes from, are never delayed.
+//!
 //! Descriptors opened under `/proc/PID/` stay bound to that process: after it exits they
 //! fail (`ESRCH`) even if the PID is reused, so a recycled PID never joins the tree by
 //! accident. Descriptors of exited processes are closed on the next refresh.
@@ -147,6 +160,25 @@ pub struct ProcessTree {
     dirbuf: Vec<MaybeUninit<u8>>,
     tids: Vec<u32>,
     target_alive: bool,
+    /// `/proc/loadavg`, the change gate of [`refresh_if_changed`](Self::refresh_if_changed);
+    /// `None` when it cannot be opened (a fixture tree): then every refresh walks.
+    loadavg: Option<KeptOpenFile>,
+    /// `(threads on the system, last PID allocated)` read just before the last walk.
+    walked_at: Option<(u64, u64)>,
+    walks: u64,
+}
+
+/// Parses `/proc/loadavg` (`0.86 1.30 0.95 2/102 15967`) into `(threads on the system, last
+/// PID allocated)`, fields 4 (after the `/`) and 5.
+pub fn parse_loadavg_change_key(text: &[u8]) -> Option<(u64, u64)> {
+    let mut fields = text
+        .split(|b| b.is_ascii_whitespace())
+        .filter(|f| !f.is_empty());
+    let running_total = fields.nth(3)?;
+    let slash = running_total.iter().position(|&b| b == b'/')?;
+    let threads = parse_u64(&running_total[slash + 1..])?;
+    let last_pid = parse_u64(fields.next()?)?;
+    Some((threads, last_pid))
 }
 
 impl ProcessTree {
@@ -163,6 +195,9 @@ impl ProcessTree {
             dirbuf: vec![MaybeUninit::uninit(); DIRBUF_BYTES],
             tids: Vec::with_capacity(256),
             target_alive: true,
+            loadavg: KeptOpenFile::with_capacity(proc_root.join("loadavg"), 128).ok(),
+            walked_at: None,
+            walks: 0,
         };
         let first = me.open_tracked(target)?;
         me.procs.push(first);
@@ -206,6 +241,17 @@ impl ProcessTree {
         })
     }
 
+    /// How many times the tree has been walked (skipped refreshes do not count).
+    pub fn walks(&self) -> u64 {
+        self.walks
+    }
+
+    /// `(threads on the system, last PID allocated)` now, or `None` when unknown.
+    fn change_key(&mut self) -> Option<(u64, u64)> {
+        let file = self.loadavg.as_mut()?;
+        parse_loadavg_change_key(file.read().ok()?)
+    }
+
     /// Re-reads the tree from the target down. Returns whether the target is still there.
     ///
     /// Allocates only when processes or threads appeared since the last refresh (to open their
@@ -215,6 +261,28 @@ impl ProcessTree {
             // Once gone, the target's PID may name another process: never look again.
             return false;
         }
+        // Read before the walk: a fork during the walk shows at the next check.
+        self.walked_at = self.change_key();
+        self.walk()
+    }
+
+    /// Like [`refresh`](Self::refresh), but skips the walk when no process or thread has been
+    /// created or reaped on the system since the last walk (see the module documentation for
+    /// the one change this misses until the next full refresh).
+    pub fn refresh_if_changed(&mut self) -> bool {
+        if !self.target_alive {
+            return false;
+        }
+        let key = self.change_key();
+        if key.is_some() && key == self.walked_at {
+            return true;
+        }
+        self.walked_at = key;
+        self.walk()
+    }
+
+    fn walk(&mut self) -> bool {
+        self.walks += 1;
         self.pids.clear();
         for p in &mut self.procs {
             p.seen = false;
@@ -630,6 +698,87 @@ mod tests {
         let s = parse_stat(&text).unwrap();
         assert_eq!(s.pid, std::process::id());
         assert!(s.num_threads >= 1);
+    }
+
+    #[test]
+    fn loadavg_change_key() {
+        assert_eq!(
+            parse_loadavg_change_key(b"0.86 1.30 0.95 2/102 15967\n"),
+            Some((102, 15967))
+        );
+        assert_eq!(parse_loadavg_change_key(b"0.86 1.30 0.95 2/102\n"), None);
+        assert_eq!(parse_loadavg_change_key(b"0.86 1.30 0.95 2-102 7\n"), None);
+        assert_eq!(parse_loadavg_change_key(b""), None);
+    }
+
+    #[test]
+    fn the_walk_is_skipped_only_while_loadavg_is_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let proc = dir.path();
+        let task = |pid: u32, children: &str| {
+            let d = proc.join(format!("{pid}/task/{pid}"));
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("children"), children).unwrap();
+        };
+        task(100, "200 ");
+        task(200, "");
+        std::fs::write(proc.join("loadavg"), "0.00 0.00 0.00 1/90 500\n").unwrap();
+        let mut tree = ProcessTree::new(proc, 100).unwrap();
+        assert_eq!((tree.pids(), tree.walks()), (&[100, 200][..], 1));
+
+        // Nothing created or reaped: no walk, same tree.
+        assert!(tree.refresh_if_changed());
+        assert_eq!((tree.pids(), tree.walks()), (&[100, 200][..], 1));
+
+        // A fork (last PID moves): the new child is found at once.
+        task(200, "300 ");
+        task(300, "");
+        std::fs::write(proc.join("loadavg"), "0.00 0.00 0.00 1/91 501\n").unwrap();
+        assert!(tree.refresh_if_changed());
+        assert_eq!((tree.pids(), tree.walks()), (&[100, 200, 300][..], 2));
+
+        // A reap with no fork (thread count falls): 300 leaves.
+        std::fs::remove_dir_all(proc.join("300")).unwrap();
+        task(200, "");
+        std::fs::write(proc.join("loadavg"), "0.00 0.00 0.00 1/90 501\n").unwrap();
+        assert!(tree.refresh_if_changed());
+        assert_eq!((tree.pids(), tree.walks()), (&[100, 200][..], 3));
+
+        // A full refresh always walks; without a readable loadavg every refresh walks.
+        assert!(tree.refresh());
+        assert_eq!(tree.walks(), 4);
+        std::fs::remove_file(proc.join("loadavg")).unwrap();
+        let mut blind = ProcessTree::new(proc, 100).unwrap();
+        assert!(blind.refresh_if_changed());
+        assert_eq!(blind.walks(), 2);
+    }
+
+    #[test]
+    fn a_real_child_is_found_through_the_gate() {
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "read x; sleep 5 & wait"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut tree = ProcessTree::new(Path::new("/proc"), child.id()).unwrap();
+        assert_eq!(tree.pids(), &[child.id()]);
+        let mut stdin = child.stdin.take().unwrap();
+        std::io::Write::write_all(&mut stdin, b"go\n").unwrap();
+        let mut found = false;
+        for _ in 0..500 {
+            tree.refresh_if_changed();
+            if tree.pids().len() == 2 {
+                found = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        for &pid in tree.pids().iter().rev() {
+            // SAFETY: kill has no memory preconditions; these are our child and grandchild.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+        let _ = child.wait();
+        assert!(found, "the sleep child never showed: {:?}", tree.pids());
     }
 
     #[test]
