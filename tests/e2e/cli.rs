@@ -209,3 +209,33 @@ fn pid_mode_exits_0_with_a_summary_when_the_target_exits() {
     assert!(stderr.contains(&format!("PID {}", target.id())), "{stderr}");
     assert!(stderr.contains("Peak usage"), "{stderr}");
 }
+
+#[test]
+fn sigusr2_writes_the_recording_on_demand() {
+    let dir = scratch();
+    let rec = dir.path().join("on-demand.csv");
+    let mut target = Command::new("sleep").arg("4").spawn().unwrap();
+    let mut watchdog = bin()
+        .args(["--gpu", "off", "--record", rec.to_str().unwrap()])
+        .args(["--pid", &target.id().to_string()])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    Command::new("kill")
+        .args(["-USR2", &watchdog.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(
+        crate::support::wait_for(std::time::Duration::from_secs(3), || rec.exists()),
+        "no recording after SIGUSR2"
+    );
+    assert!(
+        watchdog.try_wait().unwrap().is_none(),
+        "SIGUSR2 must not stop the watchdog"
+    );
+    let text = std::fs::read_to_string(&rec).unwrap();
+    assert!(text.contains("host_memory"), "{text}");
+    target.wait().unwrap();
+    assert!(watchdog.wait().unwrap().success());
+}

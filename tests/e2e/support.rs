@@ -198,3 +198,40 @@ fn rand_suffix() -> u32 {
         .map(|d| d.subsec_nanos())
         .unwrap_or(0)
 }
+
+/// Headless Chromium's DOM of `page` (a file path), or None (after printing why) when
+/// Chromium is not installed outside CI; panics in CI without it.
+pub fn chromium_dom(page: &Path) -> Option<String> {
+    let bin = Path::new("/usr/bin/chromium");
+    if !require(
+        bin.exists(),
+        "headless Chromium (/usr/bin/chromium, Debian package chromium)",
+    ) {
+        return None;
+    }
+    let profile = scratch();
+    let out = Command::new("timeout")
+        .arg("120")
+        .arg(bin)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg("--dump-dom")
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .expect("run chromium");
+    assert!(
+        out.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(String::from_utf8_lossy(&out.stdout).into_owned())
+}

@@ -98,6 +98,60 @@ fn cgroup_leak_is_checkpointed_before_the_oom_kill() {
         !of_kind(&ev, "ack").is_empty(),
         "the acknowledgment was not seen: {ev:?}"
     );
+    let exit = of_kind(&ev, "exit");
+    assert_eq!(exit[0]["verdict"], "oom_kill", "{exit:?}");
+    assert!(stderr.contains("OOM killer"), "{stderr}");
+    // The flight recording was written beside the request file, and replays.
+    let recording = dir.path().join("watchdog.recording.csv");
+    let text = std::fs::read_to_string(&recording).expect("recording written at exit");
+    assert!(text.starts_with("# watchdog recording v1"));
+    assert!(
+        text.contains("\"verdict\":\"oom_kill\""),
+        "exit event in the recording"
+    );
+    let replay = run(&["replay", recording.to_str().unwrap(), "--lead", "1s"]);
+    assert_eq!(replay.status.code(), Some(0));
+    let lines = String::from_utf8_lossy(&replay.stdout);
+    assert!(
+        lines
+            .lines()
+            .any(|l| l.contains("\"alert\"") && l.contains("cgroup_memory")),
+        "{lines}"
+    );
+    // The report of that real recording renders in a browser with the verdict as title.
+    let html = dir.path().join("report.html");
+    let made = run(&[
+        "report",
+        recording.to_str().unwrap(),
+        "-o",
+        html.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        made.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let svg = dir.path().join("report.svg");
+    let made = run(&[
+        "report",
+        recording.to_str().unwrap(),
+        "-o",
+        svg.to_str().unwrap(),
+    ]);
+    assert_eq!(made.status.code(), Some(0));
+    if let Some(dom) = chromium_dom(&html) {
+        assert!(dom.contains("id=\"watchdog-report\""), "no plot in the DOM");
+        assert!(
+            dom.contains("data-resource=\"cgroup_memory\""),
+            "no cgroup panel"
+        );
+        assert!(dom.contains("class=\"alert\""), "no alert marker");
+        assert!(
+            dom.to_lowercase().contains("oom killer"),
+            "verdict title missing"
+        );
+    }
 }
 
 #[test]

@@ -64,8 +64,9 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             interval,
         }) => replay::run(&trace, lead, interval),
         Some(Command::Report { recording, output }) => {
-            let _ = (recording, output);
-            Err(Failure::Runtime("report is not built yet".into()))
+            watchdog_report::write_report(&recording, &output)
+                .map_err(|e| Failure::Usage(e.to_string()))?;
+            Ok(ExitCode::SUCCESS)
         }
         Some(Command::Run { command }) => {
             if cli.pid.is_some() {
