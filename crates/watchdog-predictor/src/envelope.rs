@@ -151,6 +151,11 @@ impl Envelope {
         }
     }
 
+    /// Bucket width in seconds.
+    pub fn width(&self) -> f64 {
+        self.width
+    }
+
     /// Adds one sample; returns true when at least one bucket closed (the caller then refits).
     #[inline]
     pub fn push(&mut self, t: f64, v: f64) -> bool {

@@ -33,6 +33,16 @@ use watchdog_types::{AlertReason, Forecast, ResourceKind};
 /// [`ResourcePredictor::note_checkpoint_duration`]).
 pub const DEFAULT_CHECKPOINT_SAFETY: f64 = 1.5;
 
+/// A step is confirmed this many bucket widths after it lands, at most.
+const STEP_CONFIRM_BUCKETS: f64 = 3.0;
+
+/// The step forecast replaces the envelope trend when the trend is at most this
+/// multiple of the staircase's own rate (step size / step interval).
+const STEP_EXPLAINS: f64 = 1.5;
+
+/// Confidence reported for a forecast that rests on the learned staircase.
+const STEP_CONFIDENCE: f64 = 0.75;
+
 /// Settings shared by every resource's predictor.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PredictorConfig {
@@ -242,6 +252,29 @@ impl ResourcePredictor {
                 forecast.seconds_left = Some((limitf - level).max(0.0) / tr.slope);
             }
         }
+        if limited
+            && self.kind.grows_in_steps()
+            && let Some((left, rate, steps)) = self.steps.forecast(
+                t_s,
+                usedf,
+                headroom as f64,
+                STEP_CONFIRM_BUCKETS * self.env.width(),
+            )
+            && (forecast.seconds_left.is_none_or(|s| left < s)
+                || (steps >= 3
+                    && self
+                        .env
+                        .trend
+                        .is_some_and(|tr| tr.slope <= STEP_EXPLAINS * rate)))
+        {
+            // A regular staircase: the step that will not fit comes sooner than the trend
+            // says, or (three steps or more) the trend is nothing but the steps (the
+            // envelope's upper line runs through the corners of the stairs and is a whole
+            // step too pessimistic).
+            forecast.seconds_left = Some(left);
+            forecast.rate_per_s = rate;
+            forecast.confidence = STEP_CONFIDENCE;
+        }
         if limited && headroom == 0 {
             forecast.seconds_left = Some(0.0);
         }
@@ -253,7 +286,9 @@ impl ResourcePredictor {
         let limitf = limit as f64;
         let headroom = limit.saturating_sub(used) as f64;
         let floor = limitf * self.config.floor_percent.max(0.0) / 100.0;
-        let has_trend = self.kind == ResourceKind::Runtime || self.env.trend.is_some();
+        let has_trend = self.kind == ResourceKind::Runtime
+            || self.env.trend.is_some()
+            || fc.confidence == STEP_CONFIDENCE;
         let step = if self.kind.grows_in_steps() {
             self.steps.learned()
         } else {

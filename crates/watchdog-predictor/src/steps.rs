@@ -26,7 +26,17 @@ pub(crate) struct StepLearner {
     run_sum: f64,
     run_len: u32,
     run_slot: Option<usize>,
+    /// When the current run started (seconds, at most one bucket early).
+    run_start: f64,
+    /// Usage level before the current run.
+    run_base: f64,
     sizes: [f64; KEPT],
+    /// When each kept step happened (seconds, caller's clock; at most one bucket early).
+    times: [f64; KEPT],
+    /// Usage level before each kept step (the lower bucket's minimum).
+    bases: [f64; KEPT],
+    /// Usage level each kept step settled at.
+    tops: [f64; KEPT],
     head: usize,
     count: u32,
 }
@@ -48,10 +58,19 @@ impl StepLearner {
             return;
         };
         let delta = prev.min - before.min;
+        // The step landed inside `before` (its span holds most of it) or at its end; a
+        // bucket's t_max is its last sample at the maximum, so step back one bucket to
+        // stay at or before the real time (an early estimate only makes forecasts
+        // pessimistic).
         let small = (2.0 * noise).max(limit * 1e-3);
         if delta <= small || cur.min < prev.min - small {
             self.end_run();
             return;
+        }
+        if self.run_len == 0 {
+            let inside = before.max - before.min >= 0.5 * delta;
+            self.run_start = if inside { before.t_max } else { prev.t_max } - env.width();
+            self.run_base = before.min;
         }
         self.run_sum += delta;
         self.run_len += 1;
@@ -80,6 +99,13 @@ impl StepLearner {
             if let Some(s) = self.sizes.get_mut(slot) {
                 *s = self.run_sum;
             }
+            if let (Some(t), Some(b)) = (self.times.get_mut(slot), self.bases.get_mut(slot)) {
+                *t = self.run_start;
+                *b = self.run_base;
+            }
+            if let Some(top) = self.tops.get_mut(slot) {
+                *top = prev.min;
+            }
         }
     }
 
@@ -92,6 +118,76 @@ impl StepLearner {
     /// Number of steps seen (saturating).
     pub fn count(&self) -> u32 {
         self.count
+    }
+
+    /// Time left until the step that will not fit, if steps come regularly: the last
+    /// step time plus as many of the shortest recent step intervals as the headroom holds
+    /// of the largest recent step. Returns `(seconds_left, units_per_second, steps_used)`; None with
+    /// fewer than two steps, or when no step came for two intervals (the staircase stopped).
+    ///
+    /// `used` is the current usage and `lag` how late a step is confirmed (seconds): a
+    /// step that already happened but is not learned yet counts as just taken, and a
+    /// staircase whose usage did not keep (checkpoints deleted as new ones come) has no
+    /// step forecast.
+    pub fn forecast(
+        &self,
+        now: f64,
+        used: f64,
+        headroom: f64,
+        lag: f64,
+    ) -> Option<(f64, f64, usize)> {
+        let mut newest: Option<f64> = None;
+        let mut newest_top = 0.0f64;
+        let mut newest_size = 0.0f64;
+        let mut oldest_base = 0.0f64;
+        let mut total = 0.0f64;
+        let mut prev_t: Option<f64> = None;
+        let mut period = f64::INFINITY;
+        let mut size = 0.0f64;
+        let mut n = 0;
+        for k in 1..=KEPT {
+            let slot = (self.head + KEPT - k) % KEPT;
+            let (Some(&s), Some(&t)) = (self.sizes.get(slot), self.times.get(slot)) else {
+                continue;
+            };
+            if s <= 0.0 || !t.is_finite() {
+                continue;
+            }
+            n += 1;
+            size = size.max(s);
+            total += s;
+            if newest.is_none() {
+                newest = Some(t);
+                newest_top = self.tops.get(slot).copied().unwrap_or(0.0);
+                newest_size = s;
+            }
+            oldest_base = self.bases.get(slot).copied().unwrap_or(0.0);
+            if let Some(p) = prev_t
+                && p > t
+            {
+                period = period.min(p - t);
+            }
+            prev_t = Some(t);
+        }
+        let mut last = newest?;
+        if n < 2 || !period.is_finite() || period <= 0.0 || size <= 0.0 {
+            return None;
+        }
+        if used - oldest_base < 0.5 * total || used < newest_top - 0.5 * newest_size {
+            // The steps did not add up, or usage fell below the last step's level: old
+            // checkpoints are being deleted, this is not a staircase (any more).
+            return None;
+        }
+        if used >= newest_top + 0.5 * size {
+            // Another step has landed and is not confirmed yet.
+            last = last.max(now - lag);
+        }
+        if now - last > 2.0 * period {
+            return None;
+        }
+        let steps = (headroom / size).ceil().max(1.0);
+        let left = (last + steps * period - now).max(0.0);
+        Some((left, size / period, n))
     }
 
     /// The step to expect next: the largest recent one, once two or more were seen; else 0.
