@@ -39,6 +39,23 @@ pub(crate) struct StepLearner {
     tops: [f64; KEPT],
     head: usize,
     count: u32,
+    /// Summary of the kept steps, refreshed at every bucket close.
+    plan: Option<Plan>,
+    /// The largest kept step once two were seen, else 0.
+    learned: f64,
+}
+
+/// What the kept steps say, for the per-sample forecast.
+#[derive(Clone, Copy, Debug)]
+struct Plan {
+    last: f64,
+    period: f64,
+    size: f64,
+    total: f64,
+    oldest_base: f64,
+    newest_top: f64,
+    newest_size: f64,
+    steps: usize,
 }
 
 impl StepLearner {
@@ -46,6 +63,16 @@ impl StepLearner {
     /// keeps its rise only if the newest bucket stayed up (a step persists; noise
     /// falls back).
     pub fn on_close(&mut self, env: &Envelope, limit: f64) {
+        self.update(env, limit);
+        self.plan = self.make_plan();
+        self.learned = if self.count < 2 {
+            0.0
+        } else {
+            self.sizes.iter().copied().fold(0.0, f64::max)
+        };
+    }
+
+    fn update(&mut self, env: &Envelope, limit: f64) {
         let (Some(cur), Some(prev), Some(before)) = (env.recent(0), env.recent(1), env.recent(2))
         else {
             return;
@@ -120,22 +147,8 @@ impl StepLearner {
         self.count
     }
 
-    /// Time left until the step that will not fit, if steps come regularly: the last
-    /// step time plus as many of the shortest recent step intervals as the headroom holds
-    /// of the largest recent step. Returns `(seconds_left, units_per_second, steps_used)`; None with
-    /// fewer than two steps, or when no step came for two intervals (the staircase stopped).
-    ///
-    /// `used` is the current usage and `lag` how late a step is confirmed (seconds): a
-    /// step that already happened but is not learned yet counts as just taken, and a
-    /// staircase whose usage did not keep (checkpoints deleted as new ones come) has no
-    /// step forecast.
-    pub fn forecast(
-        &self,
-        now: f64,
-        used: f64,
-        headroom: f64,
-        lag: f64,
-    ) -> Option<(f64, f64, usize)> {
+    /// The staircase summary the per-sample forecast works from, recomputed when a bucket closes.
+    fn make_plan(&self) -> Option<Plan> {
         let mut newest: Option<f64> = None;
         let mut newest_top = 0.0f64;
         let mut newest_size = 0.0f64;
@@ -169,32 +182,62 @@ impl StepLearner {
             }
             prev_t = Some(t);
         }
-        let mut last = newest?;
+        let last = newest?;
         if n < 2 || !period.is_finite() || period <= 0.0 || size <= 0.0 {
             return None;
         }
-        if used - oldest_base < 0.5 * total || used < newest_top - 0.5 * newest_size {
+        Some(Plan {
+            last,
+            period,
+            size,
+            total,
+            oldest_base,
+            newest_top,
+            newest_size,
+            steps: n,
+        })
+    }
+
+    /// Time left until the step that will not fit, if steps come regularly: the last
+    /// step time plus as many of the shortest recent step intervals as the headroom holds
+    /// of the largest recent step. Returns `(seconds_left, units_per_second, steps_used)`;
+    /// None with fewer than two steps, or when no step came for two intervals (the
+    /// staircase stopped).
+    ///
+    /// `used` is the current usage and `lag` how late a step is confirmed (seconds): a
+    /// step that already happened but is not learned yet counts as just taken, and a
+    /// staircase whose usage did not keep (checkpoints deleted as new ones come) has no
+    /// step forecast.
+    #[inline]
+    pub fn forecast(
+        &self,
+        now: f64,
+        used: f64,
+        headroom: f64,
+        lag: f64,
+    ) -> Option<(f64, f64, usize)> {
+        let p = self.plan.as_ref()?;
+        if used - p.oldest_base < 0.5 * p.total || used < p.newest_top - 0.5 * p.newest_size {
             // The steps did not add up, or usage fell below the last step's level: old
             // checkpoints are being deleted, this is not a staircase (any more).
             return None;
         }
-        if used >= newest_top + 0.5 * size {
+        let mut last = p.last;
+        if used >= p.newest_top + 0.5 * p.size {
             // Another step has landed and is not confirmed yet.
             last = last.max(now - lag);
         }
-        if now - last > 2.0 * period {
+        if now - last > 2.0 * p.period {
             return None;
         }
-        let steps = (headroom / size).ceil().max(1.0);
-        let left = (last + steps * period - now).max(0.0);
-        Some((left, size / period, n))
+        let steps = (headroom / p.size).ceil().max(1.0);
+        let left = (last + steps * p.period - now).max(0.0);
+        Some((left, p.size / p.period, p.steps))
     }
 
     /// The step to expect next: the largest recent one, once two or more were seen; else 0.
+    #[inline]
     pub fn learned(&self) -> f64 {
-        if self.count < 2 {
-            return 0.0;
-        }
-        self.sizes.iter().copied().fold(0.0, f64::max)
+        self.learned
     }
 }
