@@ -11,9 +11,10 @@
 //! envelope, so a saw-tooth is judged by its peaks) over three windows (1, 4
 //! and 16 lead times); windows whose growth is not credible (insignificant,
 //! already levelled off, one jump, or only recovering an old peak) are
-//! dropped, and the most pessimistic of the rest gives the time left. Resources
-//! that grow in steps (disks, GPU memory) also learn the step size and alert
-//! when the next step will not fit. The runtime resource grows at exactly
+//! dropped, and the most pessimistic of the rest gives the time left. Every
+//! resource also learns the size and rhythm of the steps it grows by (a
+//! regular staircase gets its own forecast), and resources that grow in steps
+//! (disks, GPU memory) alert when the next step will not fit. The runtime resource grows at exactly
 //! 1000 ms per second, so its forecast is exact.
 //!
 //! The [`trace`] module parses recorded traces and [`replay`] runs this
@@ -183,14 +184,14 @@ impl ResourcePredictor {
         }
     }
 
-    /// The step size learned so far (0 until two steps were seen, and always 0
-    /// for kinds that do not grow in steps).
+    /// The step size learned so far (0 until two steps were seen). Every kind but
+    /// runtime learns it; only kinds that grow in steps alert on it.
     pub fn learned_step(&self) -> u64 {
         let s = self.steps.learned();
         if s > 0.0 { s as u64 } else { 0 }
     }
 
-    /// How many steps have been learned so far (kinds that grow in steps only).
+    /// How many steps have been learned so far.
     pub fn steps_seen(&self) -> u32 {
         self.steps.count()
     }
@@ -234,9 +235,9 @@ impl ResourcePredictor {
         let limitf = if limited { limit as f64 } else { f64::MAX };
         if self.env.push(t_s, usedf) {
             self.env.refit(limitf);
-            if self.kind.grows_in_steps() {
-                self.steps.on_close(&self.env, limitf);
-            }
+            // Every kind learns its steps (memory that grows per epoch is a staircase
+            // too); only kinds that grow in steps alert on `NextStep`.
+            self.steps.on_close(&self.env, limitf);
         }
         let mut forecast = Forecast {
             seconds_left: None,
@@ -253,7 +254,6 @@ impl ResourcePredictor {
             }
         }
         if limited
-            && self.kind.grows_in_steps()
             && let Some((left, rate, steps)) = self.steps.forecast(
                 t_s,
                 usedf,

@@ -154,8 +154,7 @@ impl StepLearner {
         let mut newest_size = 0.0f64;
         let mut oldest_base = 0.0f64;
         let mut total = 0.0f64;
-        let mut prev_t: Option<f64> = None;
-        let mut period = f64::INFINITY;
+        let mut oldest = 0.0f64;
         let mut size = 0.0f64;
         let mut n = 0;
         for k in 1..=KEPT {
@@ -175,14 +174,16 @@ impl StepLearner {
                 newest_size = s;
             }
             oldest_base = self.bases.get(slot).copied().unwrap_or(0.0);
-            if let Some(p) = prev_t
-                && p > t
-            {
-                period = period.min(p - t);
-            }
-            prev_t = Some(t);
+            oldest = t;
         }
         let last = newest?;
+        // The mean interval: step times are known to a bucket, and averaging over the
+        // kept steps divides that error instead of picking its worst case.
+        let period = if n >= 2 {
+            (last - oldest) / (n - 1) as f64
+        } else {
+            0.0
+        };
         if n < 2 || !period.is_finite() || period <= 0.0 || size <= 0.0 {
             return None;
         }
@@ -199,8 +200,8 @@ impl StepLearner {
     }
 
     /// Time left until the step that will not fit, if steps come regularly: the last
-    /// step time plus as many of the shortest recent step intervals as the headroom holds
-    /// of the largest recent step. Returns `(seconds_left, units_per_second, steps_used)`;
+    /// step time plus as many mean recent step intervals as the headroom holds of the
+    /// largest recent step. Returns `(seconds_left, units_per_second, steps_used)`;
     /// None with fewer than two steps, or when no step came for two intervals (the
     /// staircase stopped).
     ///
