@@ -239,3 +239,83 @@ fn sigusr2_writes_the_recording_on_demand() {
     target.wait().unwrap();
     assert!(watchdog.wait().unwrap().success());
 }
+
+#[test]
+fn replay_prints_alerts_and_a_summary_as_json_lines() {
+    let dir = scratch();
+    let trace = dir.path().join("leak.csv");
+    // 1 MiB/s into a 100 MiB limit from 10 MiB: exhausted at t = 90 s.
+    let mut csv = String::from("time,used,limit,resource\n");
+    for i in 0..=900 {
+        let t = i as f64 * 0.1;
+        csv.push_str(&format!(
+            "{t:.1},{},{},cgroup_memory\n",
+            (10.0 + t) as u64 * 1048576,
+            100u64 << 20
+        ));
+    }
+    std::fs::write(&trace, csv).unwrap();
+    let out = run(&[
+        "replay",
+        trace.to_str().unwrap(),
+        "--lead",
+        "10s",
+        "--interval",
+        "100ms",
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let alert = &lines[0];
+    assert_eq!(alert["event"], "alert");
+    assert_eq!(alert["resource"], "cgroup_memory");
+    let t = alert["time"].as_f64().unwrap();
+    assert!(
+        (50.0..=80.0).contains(&t),
+        "alert at {t}s for exhaustion at 90s with a 10s lead"
+    );
+    assert!(alert["predicted_s"].as_f64().unwrap() > 0.0);
+    assert_eq!(lines.last().unwrap()["event"], "summary");
+
+    let bad = dir.path().join("bad.csv");
+    std::fs::write(&bad, "time,used,limit\n0,1,x\n").unwrap();
+    let out = run(&["replay", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("line 2") && stderr.contains("expected"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn sigterm_stops_a_pid_watch_with_a_summary_and_leaves_the_target() {
+    let dir = scratch();
+    let events = dir.path().join("events.jsonl");
+    let mut target = Command::new("sleep").arg("30").spawn().unwrap();
+    let watchdog = bin()
+        .args(["--gpu", "off", "--events", events.to_str().unwrap()])
+        .args(["--pid", &target.id().to_string()])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    Command::new("kill")
+        .args(["-TERM", &watchdog.id().to_string()])
+        .status()
+        .unwrap();
+    let out = watchdog.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(143), "{stderr}");
+    assert!(stderr.contains("still running"), "{stderr}");
+    assert!(
+        target.try_wait().unwrap().is_none(),
+        "the target must be left alone"
+    );
+    let ev = crate::support::read_events(&events);
+    assert_eq!(crate::support::of_kind(&ev, "stop").len(), 1, "{ev:?}");
+    target.kill().unwrap();
+    target.wait().unwrap();
+}

@@ -11,7 +11,9 @@ use serde_json::Value;
 /// The watchdog binary under test.
 pub fn bin() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_watchdog"));
-    cmd.env_remove("XDG_RUNTIME_DIR")
+    // Default request files and recordings land in the working directory: not the repo.
+    cmd.current_dir(std::env::temp_dir())
+        .env_remove("XDG_RUNTIME_DIR")
         .env_remove("DBUS_SESSION_BUS_ADDRESS")
         .env_remove("WATCHDOG_LOG");
     cmd

@@ -216,6 +216,11 @@ pub enum EventBody {
         /// The lead time now in force, in seconds.
         lead_s: f64,
     },
+    /// The watchdog was stopped by a signal while the target runs on.
+    Stop {
+        /// The signal number.
+        signal: i32,
+    },
     /// The target exited.
     Exit {
         /// Exit code, when it exited normally and the code is known.

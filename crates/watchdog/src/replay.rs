@@ -25,7 +25,7 @@ pub fn run(
     // Without --interval, the watchdog's default sampling period.
     let interval_s = interval.map_or(0.1, |d| d.as_secs_f64());
     let report = watchdog_predictor::replay::run(&text, lead_s, interval_s)
-        .map_err(|e| Failure::Usage(format!("trace {}:{e}", trace.display())))?;
+        .map_err(|e| Failure::Usage(format!("trace {}: {e}", trace.display())))?;
     let mut out = std::io::stdout().lock();
     out.write_all(report.to_json_lines().as_bytes())
         .and_then(|()| out.flush())

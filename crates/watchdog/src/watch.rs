@@ -19,7 +19,7 @@ use watchdog_types::units::{format_bytes, format_duration_s, signal_name};
 use watchdog_types::{AlertReason, Event, EventBody, Forecast, Resource, Sample, Unit};
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use watchdog_sampler::cgroup::OomKillCounter;
 
@@ -52,8 +52,27 @@ pub fn attach(pid: u32, settings: Settings) -> Result<ExitCode, Failure> {
         None => default_request_file(pid, &target_cwd(pid)),
     };
     let mut watch = Watch::new(target, settings, prepared, request_file)?;
-    watch.run();
-    Ok(ExitCode::SUCCESS)
+    // Stopping the watchdog (Ctrl-C, kill) ends the watch with a summary, not silently.
+    let stop = Arc::new(AtomicUsize::new(0));
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        if let Err(e) = signal_hook::flag::register_usize(sig, stop.clone(), sig as usize) {
+            tracing::debug!("cannot catch signal {sig}: {e}");
+        }
+    }
+    watch.stop = Some(stop);
+    match watch.run() {
+        Ended::Target(_) => Ok(ExitCode::SUCCESS),
+        Ended::Stopped(sig) => Ok(ExitCode::from((128 + sig).clamp(0, 255) as u8)),
+    }
+}
+
+/// Why the watch ended.
+#[derive(Debug, Clone, Copy)]
+enum Ended {
+    /// The target exited.
+    Target(TargetExit),
+    /// The watchdog was asked to stop by this signal; the target runs on.
+    Stopped(i32),
 }
 
 /// `watchdog run -- CMD`: start CMD, watch it, exit with its status.
@@ -68,8 +87,10 @@ pub fn run_command(argv: &[String], settings: Settings) -> Result<ExitCode, Fail
     let target = Target::spawn(argv, &env)?;
     target::forward_signals(target.pidfd.clone())?;
     let mut watch = Watch::new(target, settings, prepared, request_file)?;
-    let exit = watch.run();
-    Ok(ExitCode::from(exit.shell_status()))
+    match watch.run() {
+        Ended::Target(exit) => Ok(ExitCode::from(exit.shell_status())),
+        Ended::Stopped(sig) => Ok(ExitCode::from((128 + sig).clamp(0, 255) as u8)),
+    }
 }
 
 /// The request file's default place: `$XDG_RUNTIME_DIR` (a tmpfs that a full data disk
@@ -173,6 +194,7 @@ struct Watch {
     record_now: Arc<AtomicBool>,
     oom_counter: Option<(OomKillCounter, u64)>,
     kmsg: Option<kmsg::Kmsg>,
+    stop: Option<Arc<AtomicUsize>>,
 }
 
 impl Watch {
@@ -264,6 +286,7 @@ impl Watch {
             record_now,
             oom_counter,
             kmsg: kmsg::Kmsg::open_at_end(),
+            stop: None,
         };
         if !watch.settings.dry_run
             && let Err(e) = watchdog_alerter::request::clear_request_files(&watch.request_file)
@@ -310,13 +333,18 @@ impl Watch {
     }
 
     /// Runs until the target exits; returns how it ended.
-    fn run(&mut self) -> TargetExit {
+    fn run(&mut self) -> Ended {
         let interval = self.settings.interval;
         let show_status = logging::status_wanted(&self.settings);
         let mut deadline = Instant::now();
         let mut next_ack = deadline;
         let mut next_status = deadline + STATUS_EVERY;
         loop {
+            if let Some(sig) = self.stop.as_ref().map(|s| s.load(Ordering::Relaxed))
+                && sig != 0
+            {
+                return self.stopped(sig as i32);
+            }
             let now = Instant::now();
             self.tick(now);
             if !self.alerts.is_empty() && now >= next_ack {
@@ -355,7 +383,28 @@ impl Watch {
         }
         let exit = self.target.reap();
         self.finish(exit);
-        exit
+        Ended::Target(exit)
+    }
+
+    /// Ends the watch on the watchdog's own SIGINT/SIGTERM/SIGHUP, the target still running.
+    fn stopped(&mut self, sig: i32) -> Ended {
+        logging::clear_status();
+        let alerts = self.alerts.len();
+        logging::summary(&format!(
+            "watchdog: stopped by {} after {}; PID {} ({}) is still running. {alerts} alert(s) sent.",
+            signal_name(sig),
+            format_duration_s(self.start.elapsed().as_secs_f64()),
+            self.target.pid,
+            self.target.name,
+        ));
+        self.emit(EventBody::Stop { signal: sig });
+        self.actions.finish(Duration::from_secs(3));
+        if let Some(path) = &self.record_path
+            && let Err(e) = recorder::write(path, &self.recorder.snapshot())
+        {
+            tracing::warn!("{e}");
+        }
+        Ended::Stopped(sig)
     }
 
     /// One sampling period: sample, predict, act.
