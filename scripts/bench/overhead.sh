@@ -64,7 +64,7 @@ fi
 
 # --- measurement helpers ----------------------------------------------------------------
 cpu_ns() { # sum of on-CPU nanoseconds over the threads of $1
-    cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%d\n", s}'
+    cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%.0f\n", s}'  # %.0f: mawk's %d stops at 2^31
 }
 stat_ticks() { # utime + stime in clock ticks (whole process)
     awk '{ sub(/^.*\) /, ""); print $12 + $13 }' /proc/"$1"/stat 2>/dev/null || echo 0
