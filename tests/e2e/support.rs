@@ -67,6 +67,36 @@ pub fn scratch() -> tempfile::TempDir {
         .expect("tempdir")
 }
 
+/// One watched run's scratch directory and the files the watchdog and hog.py write there.
+pub struct Scene {
+    pub dir: tempfile::TempDir,
+    pub events: PathBuf,
+    pub req: PathBuf,
+    pub rep: PathBuf,
+}
+
+impl Scene {
+    pub fn new() -> Scene {
+        let dir = scratch();
+        Scene {
+            events: dir.path().join("events.jsonl"),
+            req: dir.path().join("req.json"),
+            rep: dir.path().join("report.json"),
+            dir,
+        }
+    }
+
+    /// The watchdog with the common flags: fast sampling, no GPU, this scene's files.
+    pub fn watchdog(&self) -> Command {
+        let mut cmd = bin();
+        cmd.args(["--gpu", "off", "--interval", "20ms", "--events"])
+            .arg(&self.events)
+            .arg("--request-file")
+            .arg(&self.req);
+        cmd
+    }
+}
+
 /// Reads a JSON-lines events file.
 pub fn read_events(path: &Path) -> Vec<Value> {
     std::fs::read_to_string(path)

@@ -10,20 +10,6 @@ use crate::support::*;
 
 const MIB: u64 = 1024 * 1024;
 
-/// Common flags: fast sampling, no GPU, an events file.
-fn base(events: &std::path::Path, req: &std::path::Path) -> Vec<String> {
-    vec![
-        "--gpu".into(),
-        "off".into(),
-        "--interval".into(),
-        "20ms".into(),
-        "--events".into(),
-        events.display().to_string(),
-        "--request-file".into(),
-        req.display().to_string(),
-    ]
-}
-
 #[test]
 fn cgroup_leak_is_checkpointed_before_the_oom_kill() {
     if !require(is_root(), "root (to create a memory cgroup)") {
@@ -34,12 +20,8 @@ fn cgroup_leak_is_checkpointed_before_the_oom_kill() {
         eprintln!("SKIPPED: cannot create a memory cgroup here");
         return;
     };
-    let dir = scratch();
-    let (events, req, rep) = (
-        dir.path().join("events.jsonl"),
-        dir.path().join("req.json"),
-        dir.path().join("report.json"),
-    );
+    let scene = Scene::new();
+    let (dir, events, req, rep) = (&scene.dir, &scene.events, &scene.req, &scene.rep);
     // The leaker moves itself into the cgroup, then execs Python, which grows ~80 MiB/s
     // until the kernel kills it.
     let procs = cg.procs();
@@ -68,8 +50,8 @@ fn cgroup_leak_is_checkpointed_before_the_oom_kill() {
     assert!(wait_for(Duration::from_secs(5), || {
         std::fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|c| c.contains(&cg_name))
     }));
-    let watchdog = bin()
-        .args(base(&events, &req))
+    let watchdog = scene
+        .watchdog()
         .args(["--lead", "1s", "--pid", &pid.to_string()])
         .stderr(Stdio::piped())
         .spawn()
@@ -84,12 +66,12 @@ fn cgroup_leak_is_checkpointed_before_the_oom_kill() {
         cg.version()
     );
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let ev = read_events(&events);
+    let ev = read_events(events);
     let alerts = of_kind(&ev, "alert");
     assert!(!alerts.is_empty(), "no alert: {stderr}");
     assert_eq!(alerts[0]["resource"], "cgroup_memory", "{ev:?}");
     assert_eq!(alerts[0]["signalled"], serde_json::json!([pid]));
-    let r = report(&rep);
+    let r = report(rep);
     let ckpt = report_events(&r, "checkpoint");
     assert_eq!(ckpt.len(), 1, "checkpoint saved once: {r}");
     assert_eq!(ckpt[0]["resource"], "cgroup_memory");
@@ -156,14 +138,10 @@ fn cgroup_leak_is_checkpointed_before_the_oom_kill() {
 
 #[test]
 fn mem_limit_leak_is_checkpointed_and_acknowledged() {
-    let dir = scratch();
-    let (events, req, rep) = (
-        dir.path().join("events.jsonl"),
-        dir.path().join("req.json"),
-        dir.path().join("report.json"),
-    );
-    let out = bin()
-        .args(base(&events, &req))
+    let scene = Scene::new();
+    let (dir, events, req, rep) = (&scene.dir, &scene.events, &scene.req, &scene.rep);
+    let out = scene
+        .watchdog()
         .args([
             "--lead",
             "1s",
@@ -194,11 +172,11 @@ fn mem_limit_leak_is_checkpointed_and_acknowledged() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let ev = read_events(&events);
+    let ev = read_events(events);
     let alerts = of_kind(&ev, "alert");
     assert!(!alerts.is_empty(), "no alert: {stderr}");
     assert_eq!(alerts[0]["resource"], "tree_memory");
-    let r = report(&rep);
+    let r = report(rep);
     let ckpt = report_events(&r, "checkpoint");
     assert_eq!(ckpt.len(), 1, "{r}");
     let held = ckpt[0]["held_mib"].as_f64().unwrap();
@@ -220,14 +198,10 @@ fn checkpoints_filling_a_tmpfs_are_stopped_before_it_is_full() {
         eprintln!("SKIPPED: cannot mount a tmpfs here");
         return;
     };
-    let dir = scratch();
-    let (events, req, rep) = (
-        dir.path().join("events.jsonl"),
-        dir.path().join("req.json"),
-        dir.path().join("report.json"),
-    );
-    let out = bin()
-        .args(base(&events, &req))
+    let scene = Scene::new();
+    let (events, rep) = (&scene.events, &scene.rep);
+    let out = scene
+        .watchdog()
         .args(["--lead", "2s", "--disk", fs.path().to_str().unwrap()])
         .args([
             "run",
@@ -244,9 +218,9 @@ fn checkpoints_filling_a_tmpfs_are_stopped_before_it_is_full() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     // The writer keeps writing after its checkpoint until ENOSPC kills it (status 1).
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    let ev = read_events(&events);
+    let ev = read_events(events);
     assert_eq!(of_kind(&ev, "exit")[0]["verdict"], "disk_full", "{ev:?}");
-    let r = report(&rep);
+    let r = report(rep);
     let ckpt = report_events(&r, "checkpoint");
     let full = report_events(&r, "enospc");
     assert!(!ckpt.is_empty(), "never asked to checkpoint: {r} {stderr}");
@@ -264,14 +238,10 @@ fn checkpoints_filling_a_tmpfs_are_stopped_before_it_is_full() {
 
 #[test]
 fn max_runtime_fires_lead_seconds_before_the_limit() {
-    let dir = scratch();
-    let (events, req, rep) = (
-        dir.path().join("events.jsonl"),
-        dir.path().join("req.json"),
-        dir.path().join("report.json"),
-    );
-    let watchdog = bin()
-        .args(base(&events, &req))
+    let scene = Scene::new();
+    let (events, rep) = (&scene.events, &scene.rep);
+    let watchdog = scene
+        .watchdog()
         .args([
             "--lead",
             "2s",
@@ -295,7 +265,7 @@ fn max_runtime_fires_lead_seconds_before_the_limit() {
         .unwrap();
     // Play the platform: end the session once the 5 s limit has passed.
     assert!(wait_for(Duration::from_secs(10), || rep.exists()));
-    let pid = report(&rep)["pid"].as_u64().unwrap();
+    let pid = report(rep)["pid"].as_u64().unwrap();
     std::thread::sleep(Duration::from_millis(5_300));
     Command::new("kill")
         .args(["-TERM", &pid.to_string()])
@@ -304,7 +274,7 @@ fn max_runtime_fires_lead_seconds_before_the_limit() {
     let out = watchdog.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(128 + 15), "{stderr}");
-    let r = report(&rep);
+    let r = report(rep);
     let ckpt = report_events(&r, "checkpoint");
     assert_eq!(ckpt.len(), 1, "{r} {stderr}");
     assert_eq!(ckpt[0]["resource"], "runtime");
@@ -315,7 +285,7 @@ fn max_runtime_fires_lead_seconds_before_the_limit() {
         (2.4..=3.4).contains(&t),
         "checkpoint requested at {t:.2}s, expected about 3s"
     );
-    let ev = read_events(&events);
+    let ev = read_events(events);
     assert_eq!(
         of_kind(&ev, "exit")[0]["verdict"],
         "runtime_limit",
@@ -325,14 +295,10 @@ fn max_runtime_fires_lead_seconds_before_the_limit() {
 
 #[test]
 fn a_stable_sawtooth_under_the_limit_raises_no_alert() {
-    let dir = scratch();
-    let (events, req, rep) = (
-        dir.path().join("events.jsonl"),
-        dir.path().join("req.json"),
-        dir.path().join("report.json"),
-    );
-    let out = bin()
-        .args(base(&events, &req))
+    let scene = Scene::new();
+    let (events, req, rep) = (&scene.events, &scene.req, &scene.rep);
+    let out = scene
+        .watchdog()
         .args([
             "--lead",
             "5s",
@@ -356,7 +322,7 @@ fn a_stable_sawtooth_under_the_limit_raises_no_alert() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let ev = read_events(&events);
+    let ev = read_events(events);
     assert!(of_kind(&ev, "alert").is_empty(), "false alarm: {ev:?}");
     let exit = of_kind(&ev, "exit");
     assert_eq!(exit[0]["verdict"], "exited", "{exit:?}");
@@ -366,15 +332,11 @@ fn a_stable_sawtooth_under_the_limit_raises_no_alert() {
 
 #[test]
 fn a_process_without_a_handler_is_not_signalled_and_survives() {
-    let dir = scratch();
-    let (events, req, rep) = (
-        dir.path().join("events.jsonl"),
-        dir.path().join("req.json"),
-        dir.path().join("report.json"),
-    );
+    let scene = Scene::new();
+    let (dir, events, req, rep) = (&scene.dir, &scene.events, &scene.req, &scene.rep);
     let hook_out = dir.path().join("hook.txt");
-    let out = bin()
-        .args(base(&events, &req))
+    let out = scene
+        .watchdog()
         .args(["--lead", "1s", "--mem-limit", "200MiB"])
         .args([
             "--on-alert",
@@ -404,7 +366,7 @@ fn a_process_without_a_handler_is_not_signalled_and_survives() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     // It ran to its end: a SIGUSR1 would have killed it (status 138).
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let ev = read_events(&events);
+    let ev = read_events(events);
     let alerts = of_kind(&ev, "alert");
     assert!(!alerts.is_empty(), "{stderr}");
     assert_eq!(alerts[0]["signalled"], serde_json::json!([]));
@@ -421,19 +383,15 @@ fn a_process_without_a_handler_is_not_signalled_and_survives() {
         std::fs::read_to_string(&hook_out).unwrap().trim(),
         "tree_memory"
     );
-    assert!(report_events(&report(&rep), "done").len() == 1);
+    assert!(report_events(&report(rep), "done").len() == 1);
 }
 
 #[test]
 fn dry_run_sends_and_writes_nothing() {
-    let dir = scratch();
-    let (events, req, rep) = (
-        dir.path().join("events.jsonl"),
-        dir.path().join("req.json"),
-        dir.path().join("report.json"),
-    );
-    let out = bin()
-        .args(base(&events, &req))
+    let scene = Scene::new();
+    let (events, req, rep) = (&scene.events, &scene.req, &scene.rep);
+    let out = scene
+        .watchdog()
         .args([
             "--dry-run",
             "--lead",
@@ -458,10 +416,10 @@ fn dry_run_sends_and_writes_nothing() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let ev = read_events(&events);
+    let ev = read_events(events);
     let alerts = of_kind(&ev, "alert");
     assert!(!alerts.is_empty(), "{stderr}");
     assert_eq!(alerts[0]["dry_run"], true);
     assert!(!req.exists());
-    assert!(report_events(&report(&rep), "checkpoint").is_empty());
+    assert!(report_events(&report(rep), "checkpoint").is_empty());
 }

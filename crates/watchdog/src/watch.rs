@@ -377,6 +377,10 @@ impl Watch {
             }
         }
         logging::clear_status();
+        // One last look for the verdict: a full disk stays full after the writer died.
+        // Nothing is acted on: the target is gone.
+        self.sample(Instant::now());
+        self.pending.clear();
         if !self.alerts.is_empty() {
             // A target that acknowledges and exits at once must still have its ack recorded.
             self.check_ack();
@@ -409,6 +413,18 @@ impl Watch {
 
     /// One sampling period: sample, predict, act.
     fn tick(&mut self, now: Instant) {
+        self.sample(now);
+        if !self.pending.is_empty() {
+            self.act();
+            self.save_recording_in_background("alert");
+        }
+        if self.record_now.swap(false, Ordering::Relaxed) {
+            self.save_recording_in_background("SIGUSR2");
+        }
+    }
+
+    /// Samples every source and runs the predictors; decisions wait in `pending`.
+    fn sample(&mut self, now: Instant) {
         let t_ns = now.duration_since(self.start).as_nanos() as u64;
         self.ticks += 1;
         self.sampler.tick(t_ns);
@@ -421,13 +437,6 @@ impl Watch {
         if let Some(mut reader) = self.reader.take() {
             reader.drain(|s| self.on_sample(s));
             self.reader = Some(reader);
-        }
-        if !self.pending.is_empty() {
-            self.act();
-            self.save_recording_in_background("alert");
-        }
-        if self.record_now.swap(false, Ordering::Relaxed) {
-            self.save_recording_in_background("SIGUSR2");
         }
     }
 
