@@ -41,7 +41,7 @@ fn cgroup_leak_is_checkpointed_before_the_oom_kill() {
             "0.05",
         ])
         .args(["--dir", dir.path().to_str().unwrap()])
-        .env("WATCHDOG_REQUEST_FILE", &req)
+        .env("WATCHDOG_REQUEST_FILE", req)
         .env("WATCHDOG_SIGNAL", "SIGUSR1")
         .spawn()
         .unwrap();
@@ -183,7 +183,7 @@ fn mem_limit_leak_is_checkpointed_and_acknowledged() {
     assert!(held < 300.0, "checkpoint came after the limit: {held} MiB");
     assert!(!of_kind(&ev, "ack").is_empty(), "ack not recorded: {ev:?}");
     let request: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&req).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(req).unwrap()).unwrap();
     assert_eq!(request["resource"], "tree_memory");
     assert!(request["limit"].as_u64().unwrap() == 300 * MIB);
 }
