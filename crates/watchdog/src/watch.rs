@@ -739,32 +739,35 @@ impl Watch {
         })
     }
 
+    /// The live status: every limited resource as `name used% [+rate/s] [time left]`,
+    /// the most urgent first, so what matters survives a narrow terminal.
     fn status_line(&self) -> String {
-        let mut parts = Vec::new();
+        let mut rows: Vec<(f64, f64, String)> = Vec::new();
         for st in &self.states {
             let Some(s) = st.last else { continue };
-            let unit = st.resource.kind.unit();
-            let mut part = format!("{} {}", st.resource.name, format_amount(s.used, unit));
-            if s.is_limited() {
-                part.push_str(&format!("/{}", format_amount(s.limit, unit)));
-                if st.forecast.rate_per_s.abs() >= 1.0 && unit != Unit::Millis {
-                    part.push_str(&format!(
-                        " {}{}/s",
-                        if st.forecast.rate_per_s >= 0.0 {
-                            "+"
-                        } else {
-                            "-"
-                        },
-                        format_amount(st.forecast.rate_per_s.abs() as u64, unit)
-                    ));
-                }
-                if let Some(left) = st.forecast.seconds_left {
-                    part.push_str(&format!(" {} left", format_duration_s(left)));
-                }
+            if !s.is_limited() {
+                continue;
             }
-            parts.push(part);
+            let unit = st.resource.kind.unit();
+            let fraction = s.used as f64 / s.limit as f64;
+            let mut part = format!("{} {:.0}%", st.resource.name, fraction * 100.0);
+            if st.forecast.rate_per_s >= 1.0 && unit != Unit::Millis {
+                part.push_str(&format!(
+                    " +{}/s",
+                    format_amount(st.forecast.rate_per_s as u64, unit)
+                ));
+            }
+            let left = st.forecast.seconds_left.unwrap_or(f64::INFINITY);
+            if left.is_finite() {
+                part.push_str(&format!(" {} left", format_duration_s(left)));
+            }
+            rows.push((left, -fraction, part));
         }
-        parts.join(" | ")
+        rows.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
+        rows.into_iter()
+            .map(|r| r.2)
+            .collect::<Vec<_>>()
+            .join(" | ")
     }
 
     fn finish(&mut self, exit: TargetExit) {
