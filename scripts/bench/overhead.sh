@@ -8,6 +8,8 @@
 #       --gpu off --no-notify --no-status   (host memory, cgroup, tree, 2 filesystems, runtime)
 #   - scripts/bench/psutil_watcher.py at the same rate (host memory, cgroup file, tree RSS
 #       with children, 2 disk_usage calls)
+#   - scripts/bench/floor_loop.c (compiled here with cc): a minimal C loop making the same
+#       system calls per tick and nothing else, the floor the watchdog is compared with
 #   - at 10 Hz only: earlyoom --dryrun -r 0, its threshold set ~500 MiB below the current
 #       MemAvailable so that it sleeps its minimum 100 ms (see shared/notes/measurements.md);
 #       earlyoom has no rate option.
@@ -62,6 +64,13 @@ if [ "$EARLYOOM" = 1 ] && ! command -v earlyoom >/dev/null; then
     command -v earlyoom >/dev/null || { echo "earlyoom is not installed (not root, or apt-get failed): skipping it" >&2; EARLYOOM=0; }
 fi
 
+FLOOR=0
+if command -v cc >/dev/null && cc -O2 -o "$WORK/floor_loop" scripts/bench/floor_loop.c 2>/dev/null; then
+    FLOOR=1
+else
+    echo "cannot compile scripts/bench/floor_loop.c with cc: skipping the C floor" >&2
+fi
+
 # --- measurement helpers ----------------------------------------------------------------
 cpu_ns() { # sum of on-CPU nanoseconds over the threads of $1
     cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%.0f\n", s}'  # %.0f: mawk's %d stops at 2^31
@@ -100,15 +109,21 @@ measure_once() { # $1 target kind, $2 rate, $3 run number
     python3 scripts/bench/psutil_watcher.py --pid "$t" --hz "$hz" --disk / --disk /dev/shm \
         2>"$WORK/ps.err" &
     ps=$!
+    local fl=""
+    if [ "$FLOOR" = 1 ]; then
+        "$WORK/floor_loop" "$t" "$hz" / /dev/shm 2>"$WORK/fl.err" &
+        fl=$!
+    fi
     if [ "$hz" = 10 ] && [ "$EARLYOOM" = 1 ]; then
         local avail
         avail=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)
         earlyoom -r 0 --dryrun -M $((avail - 512000)) >"$WORK/eo.out" 2>&1 &
         eo=$!
     fi
-    PIDS+=("$wd" "$ps" "$eo")
+    PIDS+=("$wd" "$ps" "$eo" "$fl")
     sleep "$WARMUP"
     local tools=("watchdog:$wd" "psutil:$ps")
+    [ -n "$fl" ] && tools+=("c-floor:$fl")
     [ -n "$eo" ] && tools+=("earlyoom:$eo")
     local -A c0 s0 v0
     local load0 tp name pid
@@ -134,11 +149,12 @@ measure_once() { # $1 target kind, $2 rate, $3 run number
     kill -- "-$t" 2>/dev/null || true
     wait "$wd" 2>/dev/null || true
     wait "$ps" 2>/dev/null || true
+    [ -n "$fl" ] && { wait "$fl" 2>/dev/null || true; }
     [ -n "$eo" ] && { wait "$eo" 2>/dev/null || true; }
     wait "$t" 2>/dev/null || true
     local late
     late=$(grep -o '[0-9]* of [0-9]* ticks ran late' "$WORK/wd.err" || echo "0 ticks ran late")
-    echo "# $kind ${hz} Hz run $run: watchdog: $late; $(cat "$WORK/ps.err" 2>/dev/null | tail -1)" >&2
+    echo "# $kind ${hz} Hz run $run: watchdog: $late; $(tail -1 "$WORK/ps.err" 2>/dev/null); $(tail -1 "$WORK/fl.err" 2>/dev/null)" >&2
     PIDS=()
 }
 
@@ -166,10 +182,10 @@ def med(rs, k):
 def spread(rs, k):
     v = sorted(float(r[k]) for r in rs)
     return f"{v[0]:.3f}-{v[-1]:.3f}" if len(v) > 1 else ""
-print(f"{'target':6} {'rate':>6} {'tool':9} {'CPU s':>8} {'CPU %':>7} {'(min-max %)':>13} {'peak RSS':>10} {'wakeups/s':>9}  {'wd/psutil':>9} {'wd/earlyoom':>11}")
-for (kind, hz, tool) in sorted(groups, key=lambda g: (g[0], g[1], ["watchdog", "psutil", "earlyoom"].index(g[2]))):
+print(f"{'target':6} {'rate':>7} {'tool':9} {'CPU s':>8} {'CPU %':>7} {'(min-max %)':>13} {'peak RSS':>10} {'wakeups/s':>9}  {'wd/psutil':>9} {'wd/earlyoom':>11} {'wd/c-floor':>10}")
+for (kind, hz, tool) in sorted(groups, key=lambda g: (g[0], g[1], ["watchdog", "psutil", "earlyoom", "c-floor"].index(g[2]))):
     rs = groups[(kind, hz, tool)]
-    line = (f"{kind:6} {str(hz)+' Hz':>6} {tool:9} {med(rs,'cpu_s'):8.3f} {med(rs,'cpu_pct'):7.3f} "
+    line = (f"{kind:6} {str(hz)+' Hz':>7} {tool:9} {med(rs,'cpu_s'):8.3f} {med(rs,'cpu_pct'):7.3f} "
             f"{spread(rs,'cpu_pct'):>13} {med(rs,'peak_rss_kib')/1024:7.1f} MiB {med(rs,'wakeups_per_s'):9.1f}")
     if tool == "watchdog":
         wd = med(rs, "cpu_s")
@@ -177,6 +193,8 @@ for (kind, hz, tool) in sorted(groups, key=lambda g: (g[0], g[1], ["watchdog", "
         eo = groups.get((kind, hz, "earlyoom"))
         line += f"  {wd/med(ps,'cpu_s'):9.3f}" if ps and med(ps, "cpu_s") > 0 else f"  {'-':>9}"
         line += f" {wd/med(eo,'cpu_s'):11.2f}" if eo and med(eo, "cpu_s") > 0 else f" {'-':>11}"
+        fl = groups.get((kind, hz, "c-floor"))
+        line += f" {wd/med(fl,'cpu_s'):10.2f}" if fl and med(fl, "cpu_s") > 0 else f" {'-':>10}"
     print(line)
-print(f"(CPU over {sys.argv[1] and ''}the measured window; ratios are watchdog CPU / other CPU, medians over runs)")
+print("(CPU over the measured window; ratios are watchdog CPU / other CPU, medians over runs)")
 EOF
