@@ -54,6 +54,19 @@ fn bad_values_are_one_line_errors_with_status_2() {
         ),
         (&["--gpu", "maybe", "--pid", "1"], &["maybe"]),
         (
+            &["--disk", "/nonexistent/dir", "--pid", "1"],
+            &["cannot watch disk '/nonexistent/dir'", "expected"],
+        ),
+        (
+            &["--request-file", "/nonexistent/dir/r.json", "--pid", "1"],
+            &["invalid request file", "expected"],
+        ),
+        (
+            &["--events", "/nonexistent/dir/e.jsonl", "--pid", "1"],
+            &["invalid events file", "expected"],
+        ),
+        (&["run"], &["CMD"]),
+        (
             &[],
             &["nothing to watch", "expected --pid PID or run -- CMD"],
         ),

@@ -185,6 +185,32 @@ impl Settings {
         if self.mem_limit == Some(0) {
             return Err("invalid mem-limit '0': expected a positive size such as 8GiB".into());
         }
+        for disk in &self.disks {
+            if let Err(e) = std::fs::metadata(disk) {
+                return Err(format!(
+                    "cannot watch disk '{}': {e}; expected an existing path on the filesystem to watch",
+                    disk.display()
+                ));
+            }
+        }
+        for (what, path) in [
+            ("request file", &self.request_file),
+            ("events file", &self.events),
+            ("recording", &self.record),
+        ] {
+            if let Some(path) = path {
+                let dir = match path.parent() {
+                    Some(d) if !d.as_os_str().is_empty() => d,
+                    _ => Path::new("."),
+                };
+                if !dir.is_dir() {
+                    return Err(format!(
+                        "invalid {what} '{}': its directory does not exist; expected a path in an existing directory",
+                        path.display()
+                    ));
+                }
+            }
+        }
         if self.max_runtime == Some(Duration::ZERO) {
             return Err("invalid max-runtime '0': expected a positive duration such as 12h".into());
         }
