@@ -172,14 +172,14 @@ impl Settings {
     fn validate(&self) -> Result<(), String> {
         if self.interval < MIN_INTERVAL {
             return Err(format!(
-                "invalid interval '{:?}': expected at least 1ms",
-                self.interval
+                "invalid interval '{}': expected at least 1ms",
+                watchdog_types::units::format_duration_s(self.interval.as_secs_f64())
             ));
         }
         if self.interval > Duration::from_secs(60) {
             return Err(format!(
-                "invalid interval '{:?}': expected at most 60s (the watchdog must sample to predict)",
-                self.interval
+                "invalid interval '{}': expected at most 60s (the watchdog must sample to predict)",
+                watchdog_types::units::format_duration_s(self.interval.as_secs_f64())
             ));
         }
         if self.mem_limit == Some(0) {
