@@ -135,7 +135,7 @@ pub fn ack_path(request_file: &Path) -> PathBuf {
 pub fn write_request_file(path: &Path, req: &AlertRequest) -> Result<(), RequestError> {
     let mut json = serde_json::to_vec_pretty(req)?;
     json.push(b'\n');
-    write_atomic(path, &json)
+    write_atomic_with(path, &json, Durability::Visible)
 }
 
 /// Writes an acknowledgment to `<request_file>.ack` atomically (what the Python client does; for tests and other clients).
@@ -160,8 +160,29 @@ pub fn clear_request_files(request_file: &Path) -> io::Result<()> {
 
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
+/// Whether a write must survive a crash of the machine (fsync) or only be seen whole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// Seen whole by readers (rename), without waiting for the disk: the request file,
+    /// which matters only while the run lives and must not delay the signal (an fsync
+    /// on ext4 costs milliseconds).
+    Visible,
+    /// Also on disk before returning (fsync of the file and its directory): recordings.
+    Durable,
+}
+
 /// Atomic replace of `path` with `data`: temp file (O_EXCL|O_NOFOLLOW) + fsync + rename + fsync of the directory.
 pub fn write_atomic(path: &Path, data: &[u8]) -> Result<(), RequestError> {
+    write_atomic_with(path, data, Durability::Durable)
+}
+
+/// Atomic replace of `path` with `data`, fsynced or not as `durability` says.
+pub fn write_atomic_with(
+    path: &Path,
+    data: &[u8],
+    durability: Durability,
+) -> Result<(), RequestError> {
+    let durable = durability == Durability::Durable;
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_symlink() => {
             return Err(RequestError::Symlink {
@@ -202,7 +223,9 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> Result<(), RequestError> {
         .mode(0o644)
         .open(&tmp)
         .map_err(write_err)?;
-    let written = f.write_all(data).and_then(|()| f.sync_all());
+    let written = f
+        .write_all(data)
+        .and_then(|()| if durable { f.sync_all() } else { Ok(()) });
     drop(f);
     if let Err(e) = written {
         let _ = std::fs::remove_file(&tmp);
@@ -217,7 +240,7 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> Result<(), RequestError> {
         });
     }
     // Make the rename itself durable; failure here does not undo the write, so it is not an error.
-    if let Ok(d) = File::open(dir) {
+    if durable && let Ok(d) = File::open(dir) {
         let _ = d.sync_all();
     }
     Ok(())

@@ -89,7 +89,7 @@ pub struct WatchOptions {
     /// TOML config file with the same settings (flags override it).
     #[arg(long, value_name = "FILE", global = true)]
     pub config: Option<PathBuf>,
-    /// Sampling period [default: 100ms; 10ms and up].
+    /// Sampling period [default: 100ms; down to 1ms].
     #[arg(long, value_name = "DUR", value_parser = parse_duration, global = true)]
     pub interval: Option<Duration>,
     /// Alert when the predicted time to exhaustion falls below this [default: 30s].

@@ -830,11 +830,13 @@ impl Watch {
                 .collect();
             format!("{} alert(s): {}.", self.alerts.len(), list.join(", "))
         };
-        let late = if self.late_ticks > 0 {
-            format!(" {} of {} ticks ran late.", self.late_ticks, self.ticks)
-        } else {
-            String::new()
-        };
+        let late = format!(
+            " Sampled {} times every {} ({} late, {} samples dropped).",
+            self.ticks,
+            format_duration_s(self.settings.interval.as_secs_f64()),
+            self.late_ticks,
+            self.sampler.dropped()
+        );
         logging::summary(&format!(
             "watchdog: PID {} ({}) {how}, after {}.{evidence} Peak usage: {}. {alerts}{late}",
             self.target.pid,
