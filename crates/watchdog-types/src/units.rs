@@ -1,8 +1,9 @@
 //! Parsers for the human units on the command line and in the config file:
 //! durations (`10ms`, `5s`, `2m`, `12h`, `1h30m`), sizes (`512MiB`, `1.5G`,
-//! `1000000`) and signals (`USR1`, `SIGUSR1`, `10`), with error messages that
-//! quote the bad value and say what was expected.
+//! `1000000`) and signals (`USR1`, `SIGUSR1`, `10`, `RTMIN+2`), with error messages
+//! that quote the bad value and say what was expected.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 /// A value that did not parse; the message is one line, fit to show a user.
@@ -14,20 +15,23 @@ pub struct UnitError {
     /// The text as given.
     pub value: String,
     /// What would have been accepted.
-    pub expected: &'static str,
+    pub expected: Cow<'static, str>,
 }
 
 const DURATION_EXPECTED: &str =
     "a number with a unit (ms, s, m, h, d), e.g. 10ms, 5s, 2m, 12h or 1h30m";
 const SIZE_EXPECTED: &str = "a number of bytes with an optional unit (B, K, KB, KiB, M, MB, MiB, G, GB, GiB, T, TB, TiB), e.g. 512MiB, 1.5G or 1000000";
-const SIGNAL_EXPECTED: &str = "a signal name or number, e.g. USR1, SIGUSR1, 10 (one of HUP INT QUIT USR1 USR2 TERM ALRM CONT WINCH, or 1-64)";
+const SIZE_TOO_LARGE: &str =
+    "a size below 16 EiB (at most 18446744073709551615 bytes); this one is too large";
+const SIZE_WHOLE_BYTES_EXPECTED: &str =
+    "a whole number of bytes, or a unit such as 1.5GiB for a fraction";
 
 /// Parses a duration such as `10ms`, `1.5s`, `2m`, `12h` or `1h30m`; a bare `0` is zero.
 pub fn parse_duration(text: &str) -> Result<Duration, UnitError> {
     let err = || UnitError {
         what: "duration",
         value: text.to_string(),
-        expected: DURATION_EXPECTED,
+        expected: Cow::Borrowed(DURATION_EXPECTED),
     };
     let s = text.trim();
     if s == "0" {
@@ -67,91 +71,186 @@ pub fn parse_duration(text: &str) -> Result<Duration, UnitError> {
     Ok(Duration::from_secs_f64(total))
 }
 
-/// Parses a size such as `512MiB`, `2GiB`, `1.5G` or `1000000` (bytes); `K`/`M`/`G` alone are powers of 1024.
+/// Parses a size such as `512MiB`, `2GiB`, `1.5G` or `1000000` (bytes); `K`/`M`/`G`/`T` alone are powers of 1024.
+///
+/// Exact: the number is parsed as decimal digits, never through `f64`, so every `u64`
+/// is representable and a value that does not fit in one is refused as too large. A
+/// fraction needs a unit (`1.5G`) and is rounded to whole bytes (half up); a fractional
+/// number of plain bytes (`1.5`, `1.5B`) is refused.
 pub fn parse_size(text: &str) -> Result<u64, UnitError> {
-    let err = || UnitError {
+    let err = |expected: &'static str| UnitError {
         what: "size",
         value: text.to_string(),
-        expected: SIZE_EXPECTED,
+        expected: Cow::Borrowed(expected),
     };
     let s = text.trim();
     let num_end = s
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(s.len());
     let (num, unit) = s.split_at(num_end);
-    if num.is_empty() {
-        return Err(err());
+    let (int_digits, frac_digits) = num.split_once('.').unwrap_or((num, ""));
+    if int_digits.is_empty() && frac_digits.is_empty() || frac_digits.contains('.') {
+        return Err(err(SIZE_EXPECTED));
     }
-    let value: f64 = num.parse().map_err(|_| err())?;
-    let scale: f64 = match unit.trim() {
-        "" | "B" | "b" => 1.0,
-        "K" | "k" | "KiB" | "kiB" => 1024.0,
-        "KB" | "kB" => 1e3,
-        "M" | "MiB" => 1024.0 * 1024.0,
-        "MB" => 1e6,
-        "G" | "GiB" => 1024.0 * 1024.0 * 1024.0,
-        "GB" => 1e9,
-        "T" | "TiB" => 1024f64.powi(4),
-        "TB" => 1e12,
-        _ => return Err(err()),
+    let scale: u64 = match unit.trim() {
+        "" | "B" | "b" => 1,
+        "K" | "k" | "KiB" | "kiB" => 1 << 10,
+        "KB" | "kB" => 1_000,
+        "M" | "MiB" => 1 << 20,
+        "MB" => 1_000_000,
+        "G" | "GiB" => 1 << 30,
+        "GB" => 1_000_000_000,
+        "T" | "TiB" => 1 << 40,
+        "TB" => 1_000_000_000_000,
+        _ => return Err(err(SIZE_EXPECTED)),
     };
-    let bytes = value * scale;
-    if !bytes.is_finite() || bytes >= u64::MAX as f64 {
-        return Err(err());
+    let fraction_bytes = rounded_fraction(frac_digits, scale);
+    if scale == 1 && frac_digits.bytes().any(|b| b != b'0') {
+        return Err(err(SIZE_WHOLE_BYTES_EXPECTED));
     }
-    Ok(bytes.round() as u64)
+    // Only digits remain in `int_digits`, so parsing fails only on overflow.
+    let int: u64 = if int_digits.is_empty() {
+        0
+    } else {
+        int_digits.parse().map_err(|_| err(SIZE_TOO_LARGE))?
+    };
+    int.checked_mul(scale)
+        .and_then(|b| b.checked_add(fraction_bytes))
+        .ok_or_else(|| err(SIZE_TOO_LARGE))
 }
 
+/// `0.<digits>` times `scale`, rounded half up to an integer, computed exactly for any
+/// number of digits (0 when there are none).
+///
+/// Horner's rule from the last digit, with floor division at every step (nested floor
+/// divisions by integers equal one floor division), gives `floor(x)` and `floor(2x)`;
+/// `round(x) = floor(2x) - floor(x)`.
+fn rounded_fraction(digits: &str, scale: u64) -> u64 {
+    let floor_times = |m: u128| {
+        digits
+            .bytes()
+            .rev()
+            .fold(0u128, |acc, d| (u128::from(d - b'0') * m + acc) / 10)
+    };
+    let m = u128::from(scale);
+    let rounded = floor_times(2 * m) - floor_times(m);
+    // rounded <= scale, so it fits; saturating keeps an impossible overflow an error for the caller.
+    u64::try_from(rounded).unwrap_or(u64::MAX)
+}
+
+/// The standard signals by their number on Linux, all named; [`parse_signal`] refuses KILL and STOP.
 const SIGNALS: &[(&str, i32)] = &[
-    ("HUP", 1),
-    ("INT", 2),
-    ("QUIT", 3),
-    ("USR1", 10),
-    ("USR2", 12),
-    ("ALRM", 14),
-    ("TERM", 15),
-    ("CONT", 18),
-    ("WINCH", 28),
+    ("HUP", libc::SIGHUP),
+    ("INT", libc::SIGINT),
+    ("QUIT", libc::SIGQUIT),
+    ("ILL", libc::SIGILL),
+    ("TRAP", libc::SIGTRAP),
+    ("ABRT", libc::SIGABRT),
+    ("BUS", libc::SIGBUS),
+    ("FPE", libc::SIGFPE),
+    ("KILL", libc::SIGKILL),
+    ("USR1", libc::SIGUSR1),
+    ("SEGV", libc::SIGSEGV),
+    ("USR2", libc::SIGUSR2),
+    ("PIPE", libc::SIGPIPE),
+    ("ALRM", libc::SIGALRM),
+    ("TERM", libc::SIGTERM),
+    ("STKFLT", libc::SIGSTKFLT),
+    ("CHLD", libc::SIGCHLD),
+    ("CONT", libc::SIGCONT),
+    ("STOP", libc::SIGSTOP),
+    ("TSTP", libc::SIGTSTP),
+    ("TTIN", libc::SIGTTIN),
+    ("TTOU", libc::SIGTTOU),
+    ("URG", libc::SIGURG),
+    ("XCPU", libc::SIGXCPU),
+    ("XFSZ", libc::SIGXFSZ),
+    ("VTALRM", libc::SIGVTALRM),
+    ("PROF", libc::SIGPROF),
+    ("WINCH", libc::SIGWINCH),
+    ("IO", libc::SIGIO),
+    ("PWR", libc::SIGPWR),
+    ("SYS", libc::SIGSYS),
 ];
 
-/// Parses a signal given as `USR1`, `SIGUSR1`, `sigusr1` or `10`; returns its number.
+/// Whether `num` is a signal a process can catch and the C library lets applications use:
+/// a standard signal but KILL and STOP, or a real-time one in `SIGRTMIN()..=SIGRTMAX()`
+/// (glibc keeps 32 and 33 for itself, so `SIGRTMIN()` is 34 there; it is read at run time).
+fn is_usable_signal(num: i32) -> bool {
+    let standard = SIGNALS.iter().any(|(_, n)| *n == num);
+    (standard && num != libc::SIGKILL && num != libc::SIGSTOP)
+        || (libc::SIGRTMIN()..=libc::SIGRTMAX()).contains(&num)
+}
+
+fn signal_expected() -> String {
+    format!(
+        "a signal name or number that can be caught, e.g. USR1, SIGUSR1, 10 or RTMIN+2 \
+         (HUP INT QUIT ILL TRAP ABRT BUS FPE USR1 SEGV USR2 PIPE ALRM TERM STKFLT CHLD CONT TSTP \
+         TTIN TTOU URG XCPU XFSZ VTALRM PROF WINCH IO PWR SYS, RTMIN, RTMIN+n, RTMAX-n, RTMAX; \
+         or 1-31 but 9 and 19, or {}-{}; KILL and STOP cannot be caught)",
+        libc::SIGRTMIN(),
+        libc::SIGRTMAX()
+    )
+}
+
+/// Parses a signal given as `USR1`, `SIGUSR1`, `sigusr1`, `10`, `RTMIN+2` or `SIGRTMAX-1`; returns its number.
+///
+/// Refuses what a training process cannot catch or the C library reserves: 0, KILL (9),
+/// STOP (19), 32 up to `SIGRTMIN()-1`, and anything above `SIGRTMAX()`. The real-time
+/// names are computed from `SIGRTMIN()`/`SIGRTMAX()` at run time.
 pub fn parse_signal(text: &str) -> Result<i32, UnitError> {
     let err = || UnitError {
         what: "signal",
         value: text.to_string(),
-        expected: SIGNAL_EXPECTED,
+        expected: Cow::Owned(signal_expected()),
     };
     let s = text.trim();
-    if let Ok(n) = s.parse::<i32>() {
-        return if (1..=64).contains(&n) && n != 9 && n != 19 {
-            Ok(n)
-        } else {
-            Err(err())
+    let num = if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+        s.parse::<i32>().map_err(|_| err())?
+    } else {
+        let upper = s.to_ascii_uppercase();
+        let name = upper.strip_prefix("SIG").unwrap_or(&upper);
+        let offset = |rest: &str| -> Option<i32> {
+            if rest.is_empty() || !rest.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            rest.parse().ok()
         };
-    }
-    let upper = s.to_ascii_uppercase();
-    let name = upper.strip_prefix("SIG").unwrap_or(&upper);
-    if let Some(rest) = name.strip_prefix("RTMIN+") {
-        let n: i32 = rest.parse().map_err(|_| err())?;
-        return if (0..=30).contains(&n) {
-            Ok(34 + n)
+        if name == "RTMIN" {
+            libc::SIGRTMIN()
+        } else if name == "RTMAX" {
+            libc::SIGRTMAX()
+        } else if let Some(rest) = name.strip_prefix("RTMIN+") {
+            offset(rest)
+                .and_then(|n| libc::SIGRTMIN().checked_add(n))
+                .ok_or_else(err)?
+        } else if let Some(rest) = name.strip_prefix("RTMAX-") {
+            offset(rest)
+                .and_then(|n| libc::SIGRTMAX().checked_sub(n))
+                .ok_or_else(err)?
         } else {
-            Err(err())
-        };
+            SIGNALS
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, num)| *num)
+                .ok_or_else(err)?
+        }
+    };
+    if is_usable_signal(num) {
+        Ok(num)
+    } else {
+        Err(err())
     }
-    SIGNALS
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, num)| *num)
-        .ok_or_else(err)
 }
 
-/// The conventional name of a signal number (`SIGUSR1`), or `SIG<n>` for others.
+/// The conventional name of a signal number: `SIGUSR1`, `SIGKILL`, `SIGRTMIN` and
+/// `SIGRTMIN+n` for real-time signals (from `SIGRTMIN()` at run time), `SIG<n>` for others.
 pub fn signal_name(num: i32) -> String {
+    let rtmin = libc::SIGRTMIN();
     match SIGNALS.iter().find(|(_, n)| *n == num) {
         Some((name, _)) => format!("SIG{name}"),
-        None if num == 9 => "SIGKILL".to_string(),
-        None if (34..=64).contains(&num) => format!("SIGRTMIN+{}", num - 34),
+        None if num == rtmin => "SIGRTMIN".to_string(),
+        None if (rtmin..=libc::SIGRTMAX()).contains(&num) => format!("SIGRTMIN+{}", num - rtmin),
         None => format!("SIG{num}"),
     }
 }
@@ -193,6 +292,7 @@ pub fn format_duration_s(secs: f64) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -232,14 +332,208 @@ mod tests {
 
     #[test]
     fn signals_parse() {
+        let rtmin = libc::SIGRTMIN();
         assert_eq!(parse_signal("USR1"), Ok(10));
         assert_eq!(parse_signal("SIGUSR1"), Ok(10));
         assert_eq!(parse_signal("sigusr2"), Ok(12));
         assert_eq!(parse_signal("10"), Ok(10));
-        assert_eq!(parse_signal("SIGRTMIN+2"), Ok(36));
-        for bad in ["", "KILL", "9", "0", "65", "USR3"] {
+        assert_eq!(parse_signal("SIGRTMIN+2"), Ok(rtmin + 2));
+        for bad in [
+            "",
+            "KILL",
+            "9",
+            "0",
+            "65",
+            "USR3",
+            "+10",
+            "-1",
+            "SIG",
+            "99999999999",
+        ] {
             assert!(parse_signal(bad).is_err(), "{bad} should not parse");
         }
         assert_eq!(signal_name(10), "SIGUSR1");
+    }
+
+    /// 32 and 33 (up to SIGRTMIN()-1) belong to glibc's threading; sending one to a
+    /// training process would break it, and numbers were once accepted up to 64 blindly.
+    #[test]
+    fn signals_reserved_by_glibc_are_refused() {
+        for n in 32..libc::SIGRTMIN() {
+            let e = parse_signal(&n.to_string()).expect_err("reserved");
+            assert!(
+                e.to_string()
+                    .starts_with(&format!("invalid signal '{n}': expected "))
+            );
+        }
+        for n in [0, 9, 19, libc::SIGRTMAX() + 1, 1000, -3] {
+            assert!(
+                parse_signal(&n.to_string()).is_err(),
+                "{n} should not parse"
+            );
+        }
+        assert_eq!(
+            parse_signal(&libc::SIGRTMIN().to_string()),
+            Ok(libc::SIGRTMIN())
+        );
+        assert_eq!(
+            parse_signal(&libc::SIGRTMAX().to_string()),
+            Ok(libc::SIGRTMAX())
+        );
+    }
+
+    /// RTMIN+n used to be computed from a hard-coded 34 and RTMAX-n was not accepted.
+    #[test]
+    fn realtime_signal_names_follow_sigrtmin_at_run_time() {
+        let (lo, hi) = (libc::SIGRTMIN(), libc::SIGRTMAX());
+        let table: &[(&str, i32)] = &[
+            ("RTMIN", lo),
+            ("SIGRTMIN", lo),
+            ("sigrtmin+0", lo),
+            ("rtmin+3", lo + 3),
+            ("SIGRTMAX", hi),
+            ("RTMAX-0", hi),
+            ("SigRtMax-2", hi - 2),
+        ];
+        for (text, want) in table {
+            assert_eq!(parse_signal(text), Ok(*want), "{text}");
+        }
+        let span = hi - lo;
+        for bad in [
+            format!("RTMIN+{}", span + 1),
+            format!("RTMAX-{}", span + 1),
+            "RTMIN-1".to_string(),
+            "RTMAX+1".to_string(),
+            "RTMIN+".to_string(),
+            "RTMIN+-1".to_string(),
+            "RTMIN+ 1".to_string(),
+            "RTMIN+99999999999".to_string(),
+        ] {
+            assert!(parse_signal(&bad).is_err(), "{bad} should not parse");
+        }
+        assert_eq!(signal_name(lo), "SIGRTMIN");
+        assert_eq!(signal_name(lo + 2), "SIGRTMIN+2");
+        assert_eq!(signal_name(hi), format!("SIGRTMIN+{span}"));
+        // Every usable number names itself in a way that parses back.
+        for n in (1..32).chain(lo..=hi) {
+            if n == libc::SIGKILL || n == libc::SIGSTOP {
+                continue;
+            }
+            assert_eq!(parse_signal(&signal_name(n)), Ok(n), "{n}");
+        }
+        assert_eq!(signal_name(32), "SIG32");
+        assert_eq!(signal_name(0), "SIG0");
+    }
+
+    /// Only nine standard signals had names; SEGV, CHLD, PIPE... came out as `SIG11`.
+    #[test]
+    fn every_standard_signal_is_named() {
+        let names = [
+            "HUP", "INT", "QUIT", "ILL", "TRAP", "ABRT", "BUS", "FPE", "KILL", "USR1", "SEGV",
+            "USR2", "PIPE", "ALRM", "TERM", "STKFLT", "CHLD", "CONT", "STOP", "TSTP", "TTIN",
+            "TTOU", "URG", "XCPU", "XFSZ", "VTALRM", "PROF", "WINCH", "IO", "PWR", "SYS",
+        ];
+        for (i, name) in names.iter().enumerate() {
+            let n = i32::try_from(i).unwrap() + 1;
+            assert_eq!(signal_name(n), format!("SIG{name}"));
+            if *name != "KILL" && *name != "STOP" {
+                assert_eq!(parse_signal(name), Ok(n), "{name}");
+                assert_eq!(parse_signal(&format!("sig{name}")), Ok(n), "{name}");
+            }
+        }
+    }
+
+    /// KILL and STOP cannot be caught, so they can never ask for a checkpoint.
+    #[test]
+    fn kill_and_stop_are_refused_with_one_line_message() {
+        for bad in ["KILL", "SIGKILL", "sigstop", "STOP", "9", "19"] {
+            let e = parse_signal(bad).expect_err("uncatchable").to_string();
+            assert!(
+                e.starts_with(&format!("invalid signal '{bad}': expected ")),
+                "{e}"
+            );
+            assert!(!e.contains('\n'), "{e}");
+            assert!(e.contains("KILL and STOP cannot be caught"), "{e}");
+        }
+    }
+
+    /// Plain integers went through f64 and were rounded above 2^53.
+    #[test]
+    fn plain_integers_above_2_pow_53_parse_exactly() {
+        assert_eq!(parse_size("9007199254740993"), Ok(9_007_199_254_740_993));
+        assert_eq!(parse_size("18446744073709551615"), Ok(u64::MAX));
+        assert_eq!(parse_size("18446744073709551615B"), Ok(u64::MAX));
+        assert_eq!(parse_size("16777215T"), Ok(16_777_215 << 40));
+        assert_eq!(
+            parse_size("9007199254740993K"),
+            Ok(9_007_199_254_740_993 << 10)
+        );
+        assert_eq!(
+            parse_size("18014398509481984K"), // 2^54 KiB = 2^64 bytes
+            Err(too_large("18014398509481984K"))
+        );
+    }
+
+    fn too_large(value: &str) -> UnitError {
+        UnitError {
+            what: "size",
+            value: value.to_string(),
+            expected: Cow::Borrowed(SIZE_TOO_LARGE),
+        }
+    }
+
+    /// A size that did not fit in u64 used to say only "expected a number...", as if the syntax were wrong.
+    #[test]
+    fn size_overflow_says_too_large() {
+        for big in [
+            "18446744073709551616",
+            "16777216T",
+            "16777216TiB",
+            "99999999999999999999999",
+            "18446744073709551615.5K",
+        ] {
+            let e = parse_size(big).expect_err("too large");
+            assert_eq!(e, too_large(big));
+            let msg = e.to_string();
+            assert!(
+                msg.starts_with(&format!("invalid size '{big}': expected ")),
+                "{msg}"
+            );
+            assert!(msg.contains("16 EiB") && msg.contains("too large"), "{msg}");
+        }
+    }
+
+    /// `1.5` bytes was silently rounded to 2 and `0.4` to 0.
+    #[test]
+    fn fractional_plain_bytes_are_refused() {
+        for bad in ["1.5", "0.4", "1.5B", ".5", "1.05b"] {
+            let e = parse_size(bad).expect_err("fractional bytes").to_string();
+            assert_eq!(
+                e,
+                format!("invalid size '{bad}': expected {SIZE_WHOLE_BYTES_EXPECTED}")
+            );
+            assert!(e.contains("1.5GiB"), "{e}");
+        }
+        // A zero fraction is still a whole number of bytes.
+        assert_eq!(parse_size("12.0"), Ok(12));
+        assert_eq!(parse_size("12."), Ok(12));
+    }
+
+    #[test]
+    fn fractional_sizes_with_unit_round_to_whole_bytes() {
+        assert_eq!(parse_size("1.5G"), Ok(3 << 29));
+        assert_eq!(parse_size("0.4K"), Ok(410)); // 409.6
+        assert_eq!(parse_size("0.0001K"), Ok(0)); // 0.1024
+        assert_eq!(parse_size("0.00048828125K"), Ok(1)); // exactly 0.5: half up
+        assert_eq!(parse_size("0.000488281249999999999999K"), Ok(0)); // just under 0.5
+        assert_eq!(parse_size(".5KB"), Ok(500));
+        assert_eq!(
+            parse_size("1.999999999999999999999999999999999999999999G"),
+            Ok(2 << 30)
+        );
+        assert_eq!(parse_size("2.5TB"), Ok(2_500_000_000_000));
+        for bad in [".", "1.2.3G", "..5G", "1.5XB"] {
+            assert!(parse_size(bad).is_err(), "{bad} should not parse");
+        }
     }
 }
