@@ -332,3 +332,67 @@ fn sigterm_stops_a_pid_watch_with_a_summary_and_leaves_the_target() {
     target.kill().unwrap();
     target.wait().unwrap();
 }
+
+#[test]
+fn an_existing_file_that_is_not_a_request_is_never_used_or_removed() {
+    let dir = scratch();
+    let precious = dir.path().join("train.py");
+    std::fs::write(&precious, "print('my training script')\n").unwrap();
+    let out = run(&[
+        "--request-file",
+        precious.to_str().unwrap(),
+        "run",
+        "--",
+        "true",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("refusing to use"), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(&precious).unwrap(),
+        "print('my training script')\n"
+    );
+}
+
+#[test]
+fn a_closed_stderr_does_not_stop_the_watchdog() {
+    let mut target = Command::new("sleep").arg("1.5").spawn().unwrap();
+    let mut watchdog = bin()
+        .args(["--gpu", "off", "--interval", "10ms", "-v"])
+        .args(["--pid", &target.id().to_string()])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader goes away at once, as `watchdog ... 2>&1 | head -1` would.
+    drop(watchdog.stderr.take());
+    target.wait().unwrap();
+    let status = watchdog.wait().unwrap();
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "the watchdog died on a closed stderr"
+    );
+}
+
+#[test]
+fn unlimited_resources_get_a_limit_event_with_null() {
+    let dir = scratch();
+    let events = dir.path().join("events.jsonl");
+    let out = run(&[
+        "--gpu",
+        "off",
+        "--events",
+        events.to_str().unwrap(),
+        "run",
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let ev = crate::support::read_events(&events);
+    let tree = crate::support::of_kind(&ev, "limit")
+        .into_iter()
+        .find(|e| e["resource"] == "tree_memory")
+        .cloned()
+        .expect("a limit event for tree_memory");
+    assert!(tree["limit"].is_null(), "{tree}");
+}

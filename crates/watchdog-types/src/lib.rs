@@ -165,11 +165,11 @@ pub enum EventBody {
         resource: String,
         /// What kind of resource.
         kind: ResourceKind,
-        /// The limit, in the resource's unit.
-        limit: u64,
+        /// The limit, in the resource's unit; `None` (null) when it has none.
+        limit: Option<u64>,
         /// The resource's unit.
         unit: Unit,
-        /// Where the limit comes from.
+        /// Where the figure and the limit come from.
         source: String,
     },
     /// A resource could not be watched.

@@ -165,57 +165,117 @@ impl Settings {
                 flags.verbose.min(2) as i8
             },
         };
-        settings.validate()?;
+        settings.validate().map_err(|(key, msg)| {
+            // A bad value from the file is reported at its line there.
+            let from_flag = match key {
+                "interval" => flags.interval.is_some(),
+                "mem_limit" => flags.mem_limit.is_some(),
+                "disks" => !flags.disks.is_empty(),
+                "request_file" => flags.request_file.is_some(),
+                "events" => flags.events.is_some(),
+                "record" => flags.record.is_some(),
+                "max_runtime" => flags.max_runtime.is_some(),
+                "deadline" => flags.deadline.is_some(),
+                _ => true,
+            };
+            match (&flags.config, from_flag) {
+                (Some(path), false) => {
+                    let text = std::fs::read_to_string(path).unwrap_or_default();
+                    match key_line(&text, key) {
+                        Some(line) => format!("config file {}:{line}: {msg}", path.display()),
+                        None => format!("config file {}: {msg}", path.display()),
+                    }
+                }
+                _ => msg,
+            }
+        })?;
         Ok(settings)
     }
 
-    fn validate(&self) -> Result<(), String> {
+    /// Checks values that parse but cannot be used; the error names the config key.
+    fn validate(&self) -> Result<(), (&'static str, String)> {
+        let interval = watchdog_types::units::format_duration_s(self.interval.as_secs_f64());
         if self.interval < MIN_INTERVAL {
-            return Err(format!(
-                "invalid interval '{}': expected at least 1ms",
-                watchdog_types::units::format_duration_s(self.interval.as_secs_f64())
+            return Err((
+                "interval",
+                format!("invalid interval '{interval}': expected at least 1ms"),
             ));
         }
         if self.interval > Duration::from_secs(60) {
-            return Err(format!(
-                "invalid interval '{}': expected at most 60s (the watchdog must sample to predict)",
-                watchdog_types::units::format_duration_s(self.interval.as_secs_f64())
+            return Err((
+                "interval",
+                format!(
+                    "invalid interval '{interval}': expected at most 60s (the watchdog must sample to predict)"
+                ),
             ));
         }
         if self.mem_limit == Some(0) {
-            return Err("invalid mem-limit '0': expected a positive size such as 8GiB".into());
+            return Err((
+                "mem_limit",
+                "invalid mem-limit '0': expected a positive size such as 8GiB".into(),
+            ));
         }
         for disk in &self.disks {
             if let Err(e) = std::fs::metadata(disk) {
-                return Err(format!(
-                    "cannot watch disk '{}': {e}; expected an existing path on the filesystem to watch",
-                    disk.display()
+                return Err((
+                    "disks",
+                    format!(
+                        "cannot watch disk '{}': {e}; expected an existing path on the filesystem to watch",
+                        disk.display()
+                    ),
                 ));
             }
         }
-        for (what, path) in [
-            ("request file", &self.request_file),
-            ("events file", &self.events),
-            ("recording", &self.record),
+        for (key, what, path) in [
+            ("request_file", "request file", &self.request_file),
+            ("events", "events file", &self.events),
+            ("record", "recording", &self.record),
         ] {
             if let Some(path) = path {
                 let dir = match path.parent() {
                     Some(d) if !d.as_os_str().is_empty() => d,
                     _ => Path::new("."),
                 };
-                if !dir.is_dir() {
-                    return Err(format!(
-                        "invalid {what} '{}': its directory does not exist; expected a path in an existing directory",
-                        path.display()
+                if path.as_os_str().is_empty() || path.file_name().is_none() || !dir.is_dir() {
+                    return Err((
+                        key,
+                        format!(
+                            "invalid {what} '{}': expected a file path in an existing directory",
+                            path.display()
+                        ),
                     ));
                 }
             }
         }
         if self.max_runtime == Some(Duration::ZERO) {
-            return Err("invalid max-runtime '0': expected a positive duration such as 12h".into());
+            return Err((
+                "max_runtime",
+                "invalid max-runtime '0': expected a positive duration such as 12h".into(),
+            ));
+        }
+        if let Some(deadline) = self.deadline
+            && deadline <= jiff::Timestamp::now()
+        {
+            return Err((
+                "deadline",
+                format!(
+                    "invalid deadline '{deadline}': it has passed; expected a time in the future"
+                ),
+            ));
         }
         Ok(())
     }
+}
+
+/// The 1-based line where `key` is set in config `text`, if it is.
+fn key_line(text: &str, key: &str) -> Option<usize> {
+    text.lines()
+        .position(|l| {
+            let l = l.trim_start();
+            l.strip_prefix(key)
+                .is_some_and(|rest| rest.trim_start().starts_with('='))
+        })
+        .map(|i| i + 1)
 }
 
 /// Reads and parses a config file, with errors naming the file and line.
@@ -286,7 +346,17 @@ fn de_signal<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i32>, D::Error> {
 }
 
 fn de_deadline<'de, D: Deserializer<'de>>(d: D) -> Result<Option<jiff::Timestamp>, D::Error> {
-    let s = String::deserialize(d)?;
+    // A quoted RFC 3339 string, or TOML's own (unquoted) offset date-time.
+    let s = match toml::Value::deserialize(d)? {
+        toml::Value::String(s) => s,
+        toml::Value::Datetime(dt) => dt.to_string(),
+        other => {
+            return Err(serde::de::Error::custom(format!(
+                "invalid deadline (a {}): expected an RFC 3339 time such as \"2026-11-23T08:00:00Z\"",
+                other.type_str()
+            )));
+        }
+    };
     crate::cli::parse_deadline(&s)
         .map(Some)
         .map_err(serde::de::Error::custom)
@@ -360,6 +430,31 @@ mod tests {
         assert!(e.contains("invalid size '12XB'"), "{e}");
         let e = parse_file("gpu = \"maybe\"\n", Path::new("w.toml")).unwrap_err();
         assert!(e.starts_with("config file w.toml:1:"), "{e}");
+    }
+
+    #[test]
+    fn a_value_that_fails_validation_names_its_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.toml");
+        std::fs::write(&path, "lead = \"5s\"\n\nmem_limit = 0\n").unwrap();
+        let flags = WatchOptions {
+            config: Some(path.clone()),
+            ..Default::default()
+        };
+        let e = Settings::resolve(&flags).unwrap_err();
+        assert_eq!(
+            e,
+            format!(
+                "config file {}:3: invalid mem-limit '0': expected a positive size such as 8GiB",
+                path.display()
+            )
+        );
+    }
+
+    #[test]
+    fn deadline_may_be_a_toml_datetime() {
+        let c = parse_file("deadline = 2099-01-01T00:00:00Z\n", Path::new("w.toml")).unwrap();
+        assert!(c.deadline.is_some());
     }
 
     #[test]

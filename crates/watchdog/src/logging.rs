@@ -33,7 +33,9 @@ pub fn init(settings: &Settings) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(StderrWriter)
-        .with_target(false);
+        .with_target(false)
+        // A closed stderr (a pipe whose reader went away) must not stop the watchdog.
+        .log_internal_errors(false);
     let _ = match settings.log_format {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
         LogFormat::Text => builder
@@ -108,7 +110,11 @@ struct StderrLine;
 
 impl Write for StderrLine {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        std::io::stderr().write(buf)
+        match std::io::stderr().write(buf) {
+            // Nobody reads our stderr any more: drop the line and keep watching.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(buf.len()),
+            other => other,
+        }
     }
     fn flush(&mut self) -> std::io::Result<()> {
         std::io::stderr().flush()

@@ -74,6 +74,11 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
                     "--pid cannot be used with run: expected either --pid PID or run -- CMD".into(),
                 ));
             }
+            if let Some(flag) = command.first().filter(|c| c.starts_with('-')) {
+                return Err(Failure::Usage(format!(
+                    "unexpected option '{flag}' after run: expected watchdog's options before `run` and the command after `--`"
+                )));
+            }
             let settings = Settings::resolve(&cli.options).map_err(Failure::Usage)?;
             logging::init(&settings);
             watch::run_command(&command, settings)

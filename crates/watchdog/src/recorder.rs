@@ -17,7 +17,7 @@ const HEARTBEAT_NS: u64 = 1_000_000_000;
 /// Most events kept.
 const MAX_EVENTS: usize = 1_000;
 
-/// One kept row.
+/// One kept row; `t_ms` counts from the recorder's `base_ms`, so it fits 32 bits.
 #[derive(Clone, Copy, Debug)]
 struct Row {
     t_ms: u32,
@@ -48,6 +48,9 @@ pub struct Meta {
 /// The in-memory window.
 pub struct FlightRecorder {
     window_ms: u32,
+    /// Milliseconds since the start that row times count from; moved forward (and the
+    /// rows with it) before 32 bits run out, after about 24 days.
+    base_ms: u64,
     rows: VecDeque<Row>,
     last: Vec<Option<(u64, u64, u64)>>,
     events: VecDeque<(f64, serde_json::Value)>,
@@ -58,6 +61,7 @@ pub struct FlightRecorder {
 /// A copy of the window, to be written away from the poll loop.
 #[derive(Clone)]
 pub struct Snapshot {
+    base_ms: u64,
     rows: Vec<Row>,
     events: Vec<(f64, serde_json::Value)>,
     resources: Vec<Resource>,
@@ -70,6 +74,7 @@ impl FlightRecorder {
         let window_ms = (window_s * 1e3).clamp(1_000.0, u32::MAX as f64 / 2.0) as u32;
         FlightRecorder {
             window_ms,
+            base_ms: 0,
             // Reserved up front so the poll loop never reallocates; pages are only
             // touched as rows arrive.
             rows: VecDeque::with_capacity(MAX_ROWS),
@@ -94,7 +99,11 @@ impl FlightRecorder {
             return;
         }
         *last = Some((s.used, s.limit, s.t_ns));
-        let t_ms = (s.t_ns / 1_000_000).min(u32::MAX as u64) as u32;
+        let abs_ms = s.t_ns / 1_000_000;
+        if abs_ms.saturating_sub(self.base_ms) > u64::from(u32::MAX / 2) {
+            self.rebase(abs_ms);
+        }
+        let t_ms = abs_ms.saturating_sub(self.base_ms) as u32;
         while self.rows.len() >= MAX_ROWS
             || self
                 .rows
@@ -111,6 +120,17 @@ impl FlightRecorder {
         });
     }
 
+    /// Moves `base_ms` to the start of the window ending at `now_ms`, dropping older rows.
+    fn rebase(&mut self, now_ms: u64) {
+        let new_base = now_ms.saturating_sub(u64::from(self.window_ms));
+        let shift = new_base.saturating_sub(self.base_ms);
+        self.rows.retain(|r| u64::from(r.t_ms) >= shift);
+        for r in &mut self.rows {
+            r.t_ms -= shift as u32;
+        }
+        self.base_ms = new_base;
+    }
+
     /// Keeps an event (`t_s`: seconds since the start).
     pub fn event(&mut self, t_s: f64, event: serde_json::Value) {
         if self.events.len() >= MAX_EVENTS {
@@ -120,7 +140,8 @@ impl FlightRecorder {
     }
 
     /// The highest usage of resource `idx` in the last `within_ms` before `now_ms`.
-    pub fn recent_peak(&self, idx: usize, now_ms: u32, within_ms: u32) -> Option<u64> {
+    pub fn recent_peak(&self, idx: usize, now_ms: u64, within_ms: u32) -> Option<u64> {
+        let now_ms = now_ms.saturating_sub(self.base_ms).min(u64::from(u32::MAX)) as u32;
         self.rows
             .iter()
             .rev()
@@ -133,6 +154,7 @@ impl FlightRecorder {
     /// A copy of the window for writing.
     pub fn snapshot(&self) -> Snapshot {
         Snapshot {
+            base_ms: self.base_ms,
             rows: self.rows.iter().copied().collect(),
             events: self.events.iter().cloned().collect(),
             resources: self.resources.clone(),
@@ -167,11 +189,12 @@ impl Snapshot {
                 .resources
                 .get(row.resource as usize)
                 .map_or("?", |r| r.name.as_str());
+            let t_ms = self.base_ms + u64::from(row.t_ms);
             let _ = writeln!(
                 out,
                 "{}.{:03},{name},{},{}",
-                row.t_ms / 1000,
-                row.t_ms % 1000,
+                t_ms / 1000,
+                t_ms % 1000,
                 row.used,
                 row.limit
             );
@@ -256,6 +279,29 @@ mod tests {
         let first = r.rows.front().unwrap().t_ms;
         assert!(first >= 9_900 - 2_000, "{first}");
         assert_eq!(r.recent_peak(0, 9_900, 500), Some(99));
+    }
+
+    #[test]
+    fn times_past_49_days_do_not_wrap() {
+        let mut r = recorder(60.0);
+        let day_ms = 86_400_000u64;
+        for t in [0, 30 * day_ms, 60 * day_ms, 60 * day_ms + 500] {
+            r.observe(&sample(t, t));
+        }
+        let text = r.snapshot().render();
+        let last = text.lines().last().unwrap();
+        assert_eq!(
+            last,
+            format!(
+                "{}.500,cgroup_memory,{},100",
+                60 * 86_400,
+                60 * day_ms + 500
+            )
+        );
+        assert_eq!(
+            r.recent_peak(0, 60 * day_ms + 500, 1_000),
+            Some(60 * day_ms + 500)
+        );
     }
 
     #[test]

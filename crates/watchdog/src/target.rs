@@ -40,6 +40,8 @@ pub struct Target {
     /// Its command name (`comm`), for messages.
     pub name: String,
     child: Option<Child>,
+    /// The working directory it started in, when the watchdog started it (it inherits ours).
+    start_cwd: Option<std::path::PathBuf>,
 }
 
 impl Target {
@@ -68,6 +70,7 @@ impl Target {
             pidfd: Arc::new(pidfd),
             name,
             child: None,
+            start_cwd: None,
         })
     }
 
@@ -100,7 +103,16 @@ impl Target {
             pidfd: Arc::new(pidfd),
             name: program.to_string(),
             child: Some(child),
+            start_cwd: std::env::current_dir().ok(),
         })
+    }
+
+    /// Its working directory: the one it was started in (`run`), else `/proc/PID/cwd`.
+    pub fn cwd(&self) -> std::io::Result<std::path::PathBuf> {
+        match &self.start_cwd {
+            Some(dir) => Ok(dir.clone()),
+            None => std::fs::read_link(format!("/proc/{}/cwd", self.pid)),
+        }
     }
 
     /// Collects the exit status once the pidfd says the target is gone.
@@ -143,15 +155,21 @@ pub fn comm(pid: u32) -> String {
         .unwrap_or_else(|_| "?".to_string())
 }
 
+/// The signals `run` forwards, caught before the command starts.
+pub type Forwarded =
+    signal_hook::iterator::SignalsInfo<signal_hook::iterator::exfiltrator::WithOrigin>;
+
+/// Catches SIGINT, SIGTERM and SIGHUP (to forward them once the command runs).
+pub fn catch_forwarded_signals() -> Result<Forwarded, Failure> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    Forwarded::new([SIGINT, SIGTERM, SIGHUP])
+        .map_err(|e| Failure::Runtime(format!("cannot install signal handlers: {e}")))
+}
+
 /// Forwards SIGINT, SIGTERM and SIGHUP sent to the watchdog by another process to the
 /// target. Signals the kernel sends for a terminal (Ctrl-C, hangup) already reach the
 /// target, which shares the terminal's process group, so they are not sent twice.
-pub fn forward_signals(pidfd: Arc<PidFd>) -> Result<(), Failure> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    use signal_hook::iterator::SignalsInfo;
-    use signal_hook::iterator::exfiltrator::WithOrigin;
-    let mut signals = SignalsInfo::<WithOrigin>::new([SIGINT, SIGTERM, SIGHUP])
-        .map_err(|e| Failure::Runtime(format!("cannot install signal handlers: {e}")))?;
+pub fn forward_signals(mut signals: Forwarded, pidfd: Arc<PidFd>) -> Result<(), Failure> {
     std::thread::Builder::new()
         .name("watchdog-signals".into())
         .spawn(move || {

@@ -159,9 +159,16 @@ pub fn diagnose(f: &ExitFacts) -> Verdict {
     evidence.clear();
 
     // 2. The runtime limit.
+    // A run that exits 0 past its limit ended on its own; one killed (or gone without a
+    // status) at the limit was ended by the platform.
+    let clean_exit = matches!(f.exit, Some(TargetExit::Code(0)));
     if let Some(r) = f.resources.iter().find(|r| {
-        r.kind == ResourceKind::Runtime && r.limit != u64::MAX && r.last_used + 1000 >= r.limit
-    }) {
+        r.kind == ResourceKind::Runtime
+            && r.limit != u64::MAX
+            && r.limit > 0
+            && r.last_used.saturating_add(1000) >= r.limit
+    }) && !clean_exit
+    {
         evidence.push(format!(
             "it had run {} of its {} limit",
             format_duration_s(r.last_used as f64 / 1e3),
@@ -389,6 +396,11 @@ mod tests {
                 "gpu full",
                 facts(Some(TargetExit::Code(1)), vec![gpu_full]),
                 VerdictKind::GpuOom,
+            ),
+            (
+                "runtime passed but exited 0 on its own",
+                facts(Some(TargetExit::Code(0)), vec![runtime_done.clone()]),
+                VerdictKind::Exited,
             ),
             (
                 "runtime",

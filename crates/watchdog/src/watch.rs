@@ -45,24 +45,65 @@ const RECENT_MS: u32 = 3_000;
 
 /// `watchdog --pid PID`: watch a running process until it exits.
 pub fn attach(pid: u32, settings: Settings) -> Result<ExitCode, Failure> {
-    let target = Target::attach(pid)?;
-    let prepared = Prepared::new(&settings, Some(pid))?;
-    let request_file = match &settings.request_file {
-        Some(p) => p.clone(),
-        None => default_request_file(pid, &target_cwd(pid)),
-    };
-    let mut watch = Watch::new(target, settings, prepared, request_file)?;
-    // Stopping the watchdog (Ctrl-C, kill) ends the watch with a summary, not silently.
+    // Signals first: from here on, SIGUSR2 and a stop request are ours to handle.
+    let record_now = catch_record_signal();
     let stop = Arc::new(AtomicUsize::new(0));
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         if let Err(e) = signal_hook::flag::register_usize(sig, stop.clone(), sig as usize) {
             tracing::debug!("cannot catch signal {sig}: {e}");
         }
     }
+    let target = Target::attach(pid)?;
+    let request_file = match &settings.request_file {
+        Some(p) => p.clone(),
+        None => default_request_file(pid, &target_cwd(&target)),
+    };
+    check_request_file(&request_file)?;
+    let prepared = Prepared::new(&settings, Some(pid))?;
+    let mut watch = Watch::new(target, settings, prepared, request_file, record_now)?;
+    // Stopping the watchdog (Ctrl-C, kill) ends the watch with a summary, not silently.
     watch.stop = Some(stop);
     match watch.run() {
         Ended::Target(_) => Ok(ExitCode::SUCCESS),
         Ended::Stopped(sig) => Ok(ExitCode::from((128 + sig).clamp(0, 255) as u8)),
+    }
+}
+
+/// Registers SIGUSR2 as "write the recording now".
+fn catch_record_signal() -> Arc<AtomicBool> {
+    let flag = Arc::new(AtomicBool::new(false));
+    if let Err(e) = signal_hook::flag::register(libc::SIGUSR2, flag.clone()) {
+        tracing::debug!("SIGUSR2 will not write the recording: {e}");
+    }
+    flag
+}
+
+/// Refuses a request-file path that holds something other than an old request: the
+/// watchdog removes an old request at start and must never remove anything else.
+fn check_request_file(path: &Path) -> Result<(), Failure> {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return Ok(());
+    };
+    let refuse = |why: &str| {
+        Failure::Usage(format!(
+            "refusing to use '{}' as the request file: {why}; expected a new path or an old watchdog request file",
+            path.display()
+        ))
+    };
+    if meta.file_type().is_symlink() {
+        return Err(refuse("it is a symbolic link"));
+    }
+    if !meta.is_file() {
+        return Err(refuse("it is not a regular file"));
+    }
+    let is_request = std::fs::read(path)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<AlertRequest>(&b).ok())
+        .is_some();
+    if is_request {
+        Ok(())
+    } else {
+        Err(refuse("it exists and is not a watchdog request"))
     }
 }
 
@@ -77,16 +118,32 @@ enum Ended {
 
 /// `watchdog run -- CMD`: start CMD, watch it, exit with its status.
 pub fn run_command(argv: &[String], settings: Settings) -> Result<ExitCode, Failure> {
-    let prepared = Prepared::new(&settings, None)?;
-    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    // Signals first, so none can kill the watchdog between the spawn and the watch.
+    let record_now = catch_record_signal();
+    let forwarded = target::catch_forwarded_signals()?;
+    let cwd = std::env::current_dir().map_err(|e| {
+        Failure::Usage(format!(
+            "cannot read the current directory: {e}; expected to run from an existing directory"
+        ))
+    })?;
     let request_file = match &settings.request_file {
         Some(p) => p.clone(),
         None => default_request_file(std::process::id(), &cwd),
     };
+    check_request_file(&request_file)?;
+    let prepared = Prepared::new(&settings, None)?;
     let env = target::child_env(settings.signal, &request_file);
     let target = Target::spawn(argv, &env)?;
-    target::forward_signals(target.pidfd.clone())?;
-    let mut watch = Watch::new(target, settings, prepared, request_file)?;
+    target::forward_signals(forwarded, target.pidfd.clone())?;
+    let pidfd = target.pidfd.clone();
+    let mut watch = match Watch::new(target, settings, prepared, request_file, record_now) {
+        Ok(w) => w,
+        Err(e) => {
+            // Never leave the command running unwatched.
+            let _ = pidfd.send_signal(libc::SIGKILL);
+            return Err(e);
+        }
+    };
     match watch.run() {
         Ended::Target(exit) => Ok(ExitCode::from(exit.shell_status())),
         Ended::Stopped(sig) => Ok(ExitCode::from((128 + sig).clamp(0, 255) as u8)),
@@ -117,8 +174,12 @@ fn recording_path(request_file: &Path) -> PathBuf {
     request_file.with_file_name(format!("{name}.recording.csv"))
 }
 
-fn target_cwd(pid: u32) -> PathBuf {
-    std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap_or_else(|_| PathBuf::from("."))
+/// The target's working directory, or ours when its cannot be read (always absolute).
+fn target_cwd(target: &Target) -> PathBuf {
+    target
+        .cwd()
+        .or_else(|_| std::env::current_dir())
+        .unwrap_or_else(|_| std::env::temp_dir())
 }
 
 /// What is set up before the target is started, so bad input fails before a child runs.
@@ -203,6 +264,7 @@ impl Watch {
         settings: Settings,
         prepared: Prepared,
         request_file: PathBuf,
+        record_now: Arc<AtomicBool>,
     ) -> Result<Watch, Failure> {
         let start = Instant::now();
         let Prepared {
@@ -243,10 +305,6 @@ impl Watch {
             (None, true) => None,
             (None, false) => Some(recording_path(&request_file)),
         };
-        let record_now = Arc::new(AtomicBool::new(false));
-        if let Err(e) = signal_hook::flag::register(libc::SIGUSR2, record_now.clone()) {
-            tracing::debug!("SIGUSR2 will not write the recording: {e}");
-        }
         let oom_counter = built
             .oom_counter
             .and_then(|mut c| c.read().ok().map(|n| (c, n)));
@@ -494,29 +552,29 @@ impl Watch {
         }
     }
 
+    /// Logs and records a resource's limit when first seen and whenever it changes
+    /// (`limit: null` in the event for a resource with no limit).
     fn announce_limit(&mut self, resource: &Resource, limit: u64, first: bool) {
         let unit = resource.kind.unit();
+        let verb = if first {
+            "watching"
+        } else {
+            "limit changed for"
+        };
         if limit == u64::MAX {
-            if first {
-                tracing::info!("watching {}: no limit ({})", resource.name, resource.source);
-            }
-            return;
+            tracing::info!("{verb} {}: no limit ({})", resource.name, resource.source);
+        } else {
+            tracing::info!(
+                "{verb} {}: limit {} ({})",
+                resource.name,
+                format_amount(limit, unit),
+                resource.source
+            );
         }
-        tracing::info!(
-            "{} {}: limit {} ({})",
-            if first {
-                "watching"
-            } else {
-                "limit changed for"
-            },
-            resource.name,
-            format_amount(limit, unit),
-            resource.source
-        );
         self.emit(EventBody::Limit {
             resource: resource.name.clone(),
             kind: resource.kind,
-            limit,
+            limit: (limit != u64::MAX).then_some(limit),
             unit,
             source: resource.source.clone(),
         });
@@ -697,7 +755,7 @@ impl Watch {
 
     /// Gathers what the verdict looks at and decides.
     fn diagnose(&mut self, exit: TargetExit) -> verdict::Verdict {
-        let now_ms = self.start.elapsed().as_millis().min(u32::MAX as u128) as u32;
+        let now_ms = self.start.elapsed().as_millis().min(u64::MAX as u128) as u64;
         let resources = self
             .states
             .iter()

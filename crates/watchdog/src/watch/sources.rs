@@ -64,7 +64,7 @@ pub fn build(
     let target_is_root = tree::process_uids(proc_root, pid)
         .map(|u| u.effective == 0)
         .unwrap_or(false);
-    for path in disk_paths(settings, proc_root, pid) {
+    for path in disk_paths(settings, target, &mut unwatched) {
         match Filesystem::new(&path, target_is_root, table) {
             Ok(s) => sources.push(Box::new(s)),
             Err(e) => unwatched.push((format!("disk:{}", path.display()), e.to_string())),
@@ -74,10 +74,11 @@ pub fn build(
     match tree::process_start_time(proc_root, pid) {
         Ok(start) => {
             let env = tree::process_environ(proc_root, pid).unwrap_or_default();
+            // Deadlines are checked to be in the future, so after 1970; one too far
+            // ahead for the clock to hold is no limit at all.
             let deadline = settings.deadline.and_then(|d| {
-                SystemTime::UNIX_EPOCH.checked_add(std::time::Duration::from_nanos(
-                    u64::try_from(d.as_nanosecond()).unwrap_or(0),
-                ))
+                let secs = u64::try_from(d.as_second()).ok()?;
+                SystemTime::UNIX_EPOCH.checked_add(std::time::Duration::from_secs(secs))
             });
             // With both --max-runtime and --deadline, the earlier limit wins.
             let now = SystemTime::now();
@@ -105,13 +106,21 @@ pub fn build(
 
 /// The filesystems to watch: the configured ones, else the target's working directory
 /// and `/dev/shm` when it is a tmpfs.
-fn disk_paths(settings: &Settings, proc_root: &Path, pid: u32) -> Vec<PathBuf> {
+fn disk_paths(
+    settings: &Settings,
+    target: &Target,
+    unwatched: &mut Vec<(String, String)>,
+) -> Vec<PathBuf> {
     if !settings.disks.is_empty() {
         return settings.disks.clone();
     }
     let mut paths = Vec::new();
-    if let Ok(cwd) = tree::process_cwd(proc_root, pid) {
-        paths.push(cwd);
+    match target.cwd() {
+        Ok(cwd) => paths.push(cwd),
+        Err(e) => unwatched.push((
+            "disk:<working directory>".to_string(),
+            format!("the target's working directory cannot be read: {e}"),
+        )),
     }
     let shm = Path::new("/dev/shm");
     if is_tmpfs(shm) {
