@@ -36,6 +36,13 @@
 //! fail (`ESRCH`) even if the PID is reused, so a recycled PID never joins the tree by
 //! accident. Descriptors of exited processes are closed on the next refresh.
 //!
+//! The watchdog itself may run inside its target's tree: Python's `attach()` starts
+//! `watchdog --pid <the notebook kernel>` as a child of the kernel. Its own memory and its
+//! hook children (`sh -c ...`) are not the run's, and it must never signal itself, so the walk
+//! skips one excluded process and everything below it: by default the watchdog's own PID
+//! ([`ProcessTree::new`]), changed with [`ProcessTree::exclude_subtree_of`]. The target itself
+//! is never excluded.
+//!
 //! [`TreeMemory`] sums RSS (`resident` of `/proc/PID/statm`, in pages) over the tree against
 //! `--mem-limit`. RSS counts shared pages once per process (forked workers share their
 //! parent's pages copy-on-write), so the sum overestimates; PSS from `smaps_rollup` would be
@@ -154,6 +161,8 @@ const DIRBUF_BYTES: usize = 8192;
 pub struct ProcessTree {
     proc_root: PathBuf,
     target: u32,
+    /// A process whose subtree the walk skips (the watchdog itself by default); never the target.
+    excluded: Option<u32>,
     pids: Vec<u32>,
     /// Sorted by pid.
     procs: Vec<Tracked>,
@@ -182,14 +191,28 @@ pub fn parse_loadavg_change_key(text: &[u8]) -> Option<(u64, u64)> {
 }
 
 impl ProcessTree {
-    /// Starts tracking `target` under `proc_root` and does a first refresh.
+    /// Starts tracking `target` under `proc_root` and does a first refresh, leaving out the
+    /// calling process (`std::process::id()`) and its descendants when they are in the
+    /// target's tree: the watchdog and its hooks are not part of the run it watches.
     ///
     /// Fails when the target's task directory cannot be opened (no such process, or `/proc`
     /// mounted with `hidepid`).
     pub fn new(proc_root: &Path, target: u32) -> Result<Self, SourceError> {
+        Self::with_excluded(proc_root, target, Some(std::process::id()))
+    }
+
+    /// Like [`new`](Self::new), leaving out `excluded` and its descendants instead of the
+    /// calling process (`None`: leave out nothing, e.g. on a fixture tree whose PIDs are not
+    /// this system's). The target is never left out, even when it is `excluded`.
+    pub fn with_excluded(
+        proc_root: &Path,
+        target: u32,
+        excluded: Option<u32>,
+    ) -> Result<Self, SourceError> {
         let mut me = Self {
             proc_root: proc_root.to_path_buf(),
             target,
+            excluded: excluded.filter(|&p| p != target),
             pids: Vec::with_capacity(64),
             procs: Vec::with_capacity(64),
             dirbuf: vec![MaybeUninit::uninit(); DIRBUF_BYTES],
@@ -208,6 +231,19 @@ impl ProcessTree {
     /// The target's PID.
     pub fn target(&self) -> u32 {
         self.target
+    }
+
+    /// The process whose subtree the walk leaves out, if any.
+    pub fn excluded(&self) -> Option<u32> {
+        self.excluded
+    }
+
+    /// Leaves `pid` and its descendants out of the tree from now on (`None`: leave out
+    /// nothing), replacing the previous exclusion, and walks the tree again. Excluding the
+    /// target has no effect: the target is always watched.
+    pub fn exclude_subtree_of(&mut self, pid: Option<u32>) {
+        self.excluded = pid.filter(|&p| p != self.target);
+        self.refresh();
     }
 
     /// The tree as of the last refresh: the target first, then descendants breadth-first.
@@ -376,6 +412,7 @@ impl ProcessTree {
         }
 
         let pids = &mut self.pids;
+        let excluded = self.excluded;
         for (_, file) in &mut tracked.tasks {
             if file.read().is_err() {
                 // The thread exited (its children went to another thread), or the TID was
@@ -389,7 +426,8 @@ impl ProcessTree {
                 }
             }
             parse_children(file.last(), |child| {
-                if !pids.contains(&child) {
+                // Not following the excluded process leaves its whole subtree out.
+                if Some(child) != excluded && !pids.contains(&child) {
                     pids.push(child);
                 }
             });
@@ -723,7 +761,7 @@ mod tests {
         task(100, "200 ");
         task(200, "");
         std::fs::write(proc.join("loadavg"), "0.00 0.00 0.00 1/90 500\n").unwrap();
-        let mut tree = ProcessTree::new(proc, 100).unwrap();
+        let mut tree = ProcessTree::with_excluded(proc, 100, None).unwrap();
         assert_eq!((tree.pids(), tree.walks()), (&[100, 200][..], 1));
 
         // Nothing created or reaped: no walk, same tree.
@@ -748,7 +786,7 @@ mod tests {
         assert!(tree.refresh());
         assert_eq!(tree.walks(), 4);
         std::fs::remove_file(proc.join("loadavg")).unwrap();
-        let mut blind = ProcessTree::new(proc, 100).unwrap();
+        let mut blind = ProcessTree::with_excluded(proc, 100, None).unwrap();
         assert!(blind.refresh_if_changed());
         assert_eq!(blind.walks(), 2);
     }

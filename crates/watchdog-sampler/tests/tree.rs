@@ -134,6 +134,84 @@ time.sleep(60)
     assert_eq!(outcome, watchdog_sampler::Outcome::Idle);
 }
 
+/// Regression: a watchdog started inside its target (`attach()` in a notebook kernel runs
+/// `watchdog --pid <kernel>`) counted itself and its hook children in `tree_memory` and
+/// could signal them.
+#[test]
+fn a_watchdog_inside_its_target_leaves_itself_and_its_hooks_out_of_the_tree() {
+    // target -> sibling sleep, and the "watchdog" shell -> its "hook" sleep.
+    let target = python(
+        r#"
+import subprocess, time
+sibling = subprocess.Popen(["sleep", "60"])
+dog = subprocess.Popen(["sh", "-c", "sleep 60 & echo $!; wait"], stdout=subprocess.PIPE)
+dog.stdout.readline()  # the hook is forked
+print("ready", flush=True)
+time.sleep(60)
+"#,
+    );
+    let pid = target.0.id();
+    // The sibling is the `sleep` child, the dog the `sh` child.
+    let children: Vec<u32> = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap()
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    let comm = |p: u32| {
+        std::fs::read_to_string(format!("/proc/{p}/comm"))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    let sibling = *children.iter().find(|&&p| comm(p) == "sleep").unwrap();
+    let dog = *children.iter().find(|&&p| comm(p) == "sh").unwrap();
+    let hook: u32 = std::fs::read_to_string(format!("/proc/{dog}/task/{dog}/children"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+
+    let mut everything = ProcessTree::with_excluded(Path::new(PROC), pid, None).unwrap();
+    let all = wait_for(&mut everything, 4);
+    assert_eq!(all.len(), 4, "{all:?}");
+
+    let mut tree = ProcessTree::with_excluded(Path::new(PROC), pid, Some(dog)).unwrap();
+    assert_eq!(tree.excluded(), Some(dog));
+    assert!(tree.refresh());
+    assert_eq!(tree.pids(), &[pid, sibling], "dog {dog}, hook {hook}");
+
+    // Changing the exclusion takes effect at once; the target is never excluded.
+    everything.exclude_subtree_of(Some(dog));
+    assert_eq!(everything.pids(), &[pid, sibling]);
+    everything.exclude_subtree_of(Some(pid));
+    assert_eq!(everything.excluded(), None);
+    assert_eq!(everything.pids().len(), 4, "{:?}", everything.pids());
+
+    // Its memory is not counted either.
+    let mut table = ResourceTable::default();
+    let mut mem = TreeMemory::new(Path::new(PROC), None, &mut table);
+    assert_eq!(mem.rss_sum(tree.pids()).1, 2);
+}
+
+/// The default: the calling process (the watchdog) is left out of a target that contains it.
+#[test]
+fn new_leaves_the_calling_process_out_of_a_target_that_contains_it() {
+    let me = std::process::id();
+    // SAFETY: getppid has no preconditions.
+    let parent = unsafe { libc::getppid() } as u32;
+    let mut tree = ProcessTree::new(Path::new(PROC), parent).unwrap();
+    assert_eq!(tree.excluded(), Some(me));
+    assert!(tree.refresh());
+    assert_eq!(tree.pids()[0], parent);
+    assert!(!tree.pids().contains(&me), "{:?}", tree.pids());
+    let mut with_me = ProcessTree::with_excluded(Path::new(PROC), parent, None).unwrap();
+    assert!(with_me.refresh());
+    assert!(with_me.pids().contains(&me), "{:?}", with_me.pids());
+    // The target itself is never left out.
+    let own = ProcessTree::new(Path::new(PROC), me).unwrap();
+    assert_eq!((own.excluded(), own.pids()[0]), (None, me));
+}
+
 #[test]
 fn hostile_process_name_parses_and_helpers_work() {
     let target = python(
@@ -192,7 +270,8 @@ fn fixture_tree_follows_thread_children_and_reopens_a_reused_pid() {
             (300, 300, ""),
         ],
     );
-    let mut tree = ProcessTree::new(proc, 100).unwrap();
+    // Fixture PIDs are not this system's: exclude nothing (the test's own PID could be 200).
+    let mut tree = ProcessTree::with_excluded(proc, 100, None).unwrap();
     assert_eq!(tree.pids(), &[100, 200, 300, 201]);
 
     // 200 exits and is reaped (its directory goes away); later a new child of 100 gets PID
