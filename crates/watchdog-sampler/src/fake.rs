@@ -13,8 +13,11 @@ pub enum Scripted {
     Sample(ResourceId, u64, u64),
     /// Push nothing ([`Outcome::Idle`]).
     Idle,
-    /// Fail with [`SourceError::Gone`] and this message.
+    /// Fail for good with [`SourceError::Gone`] and this message.
     Fail(String),
+    /// Fail once with a transient [`SourceError::Read`] (`EINTR`, path = the source's name)
+    /// and this message: the sampler retries it.
+    Error(String),
 }
 
 /// A source that plays a script.
@@ -62,6 +65,10 @@ impl Source for ScriptedSource {
             }
             Scripted::Idle => Ok(Outcome::Idle),
             Scripted::Fail(msg) => Err(SourceError::Gone(msg.clone())),
+            Scripted::Error(msg) => Err(SourceError::Read {
+                path: self.name.clone(),
+                source: std::io::Error::new(std::io::ErrorKind::Interrupted, msg.clone()),
+            }),
         }
     }
 }

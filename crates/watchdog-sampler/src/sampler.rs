@@ -3,10 +3,17 @@
 //! It owns the sources, the [`ProcessTree`] and the ring's writing end. A tick refreshes the
 //! tree (every tick by default: a walk only when `/proc/loadavg` says a process or thread was
 //! created or reaped, and in full at least once a second), then asks each enabled source for
-//! its samples. A source that fails is logged once, in one sentence with the reason, and
-//! disabled; the others go on.
-//! The binary collects the failures with [`Sampler::take_new_failures`] to emit one
-//! "unwatched" event each. Nothing in a tick allocates once the tree and the files are warm.
+//! its samples; the others go on when one fails.
+//!
+//! A failed read is usually transient (`EINTR`, a cgroup being migrated, a network filesystem
+//! briefly unreachable), so a failing source is not given up: it is logged once, in one
+//! sentence with the reason, skipped, and tried again after 1 s, 2 s, 4 s ... at most 60 s
+//! apart ([`retry_delay_ns`]); the first read that works again logs one "watching X again"
+//! line. Only [`SourceError::Gone`] (a device fell off the bus, a filesystem was unmounted)
+//! stops a source for good. The binary collects each failure once with
+//! [`Sampler::take_new_failures`] to emit one "unwatched" event, and each recovery with
+//! [`Sampler::take_recoveries`]. Nothing in a tick allocates once the tree and the files are
+//! warm (a retry allocates only what the failing source does to build its error).
 
 use std::path::Path;
 
@@ -16,8 +23,36 @@ use crate::{Outcome, Source, SourceError, Tick};
 
 struct Slot {
     source: Box<dyn Source>,
+    /// The latest error while the source fails; `None` while it works.
     error: Option<SourceError>,
+    /// Whether the current failure was handed out by `take_new_failures`.
     reported: bool,
+    /// Whether a recovery from a reported failure waits for `take_recoveries`.
+    recovered: bool,
+    /// The source said [`SourceError::Gone`]: never read again.
+    gone: bool,
+    /// Failed reads in a row (0 while it works).
+    failures: u32,
+    /// While failing, when to try again (the tick's monotonic nanoseconds).
+    retry_at_ns: u64,
+}
+
+/// The first retry of a failed source comes this long after the failure ...
+pub const RETRY_FIRST_NS: u64 = 1_000_000_000;
+/// ... each later one twice as long after the previous, but never more than this.
+pub const RETRY_MAX_NS: u64 = 60_000_000_000;
+
+/// How long to wait before the next read of a source that has failed `failures` times in a
+/// row (1 s, 2 s, 4 s ... capped at 60 s). Pure.
+pub fn retry_delay_ns(failures: u32) -> u64 {
+    let mut delay = RETRY_FIRST_NS;
+    for _ in 1..failures {
+        delay = delay.saturating_mul(2);
+        if delay >= RETRY_MAX_NS {
+            break;
+        }
+    }
+    delay.min(RETRY_MAX_NS)
 }
 
 /// What one tick did.
@@ -27,8 +62,10 @@ pub struct TickReport {
     pub pushed: u32,
     /// Samples dropped because the ring was full.
     pub dropped: u32,
-    /// Sources disabled during this tick.
+    /// Sources that started failing during this tick (retried later unless gone for good).
     pub newly_failed: u32,
+    /// Sources that read again during this tick after failing.
+    pub recovered: u32,
     /// Whether the target was alive at this tick's tree refresh (or the last one).
     pub target_alive: bool,
     /// Whether the ring is at least three quarters full: wake the reader.
@@ -103,6 +140,10 @@ impl Sampler {
             source,
             error: None,
             reported: false,
+            recovered: false,
+            gone: false,
+            failures: 0,
+            retry_at_ns: 0,
         });
     }
 
@@ -139,7 +180,8 @@ impl Sampler {
         let writer = &mut self.writer;
         let (mut pushed, mut dropped) = (0u32, 0u32);
         for slot in &mut self.slots {
-            if slot.error.is_some() {
+            let failing = slot.error.is_some();
+            if slot.gone || (failing && now_ns < slot.retry_at_ns) {
                 continue;
             }
             let result = slot.source.sample(&tick, &mut |s| {
@@ -150,15 +192,47 @@ impl Sampler {
                 }
             });
             match result {
-                Ok(Outcome::Sampled | Outcome::Idle) => {}
+                Ok(Outcome::Sampled | Outcome::Idle) => {
+                    if failing {
+                        tracing::info!(
+                            source = slot.source.name(),
+                            "watching {} again (after {} failed reads)",
+                            slot.source.name(),
+                            slot.failures
+                        );
+                        slot.error = None;
+                        slot.failures = 0;
+                        // A failure nobody heard of needs no recovery announced.
+                        slot.recovered = slot.reported;
+                        slot.reported = false;
+                        report.recovered += 1;
+                    }
+                }
                 Err(e) => {
-                    tracing::warn!(
-                        source = slot.source.name(),
-                        "stopped watching {}: {e}",
-                        slot.source.name()
-                    );
+                    slot.failures = slot.failures.saturating_add(1);
+                    let delay = retry_delay_ns(slot.failures);
+                    slot.retry_at_ns = now_ns.saturating_add(delay);
+                    slot.gone = matches!(e, SourceError::Gone(_));
+                    let name = slot.source.name();
+                    if slot.gone {
+                        tracing::warn!(source = name, "stopped watching {name}: {e}");
+                    } else if !failing {
+                        tracing::warn!(
+                            source = name,
+                            "cannot read {name}, retrying in {} s and less often after that (at most every {} s): {e}",
+                            delay / 1_000_000_000,
+                            RETRY_MAX_NS / 1_000_000_000
+                        );
+                    } else {
+                        tracing::debug!(source = name, "{name} still fails: {e}");
+                    }
+                    if !failing {
+                        report.newly_failed += 1;
+                        // Failed again before its recovery was collected: to the collector
+                        // it never stopped failing, so there is nothing new to report.
+                        slot.reported = std::mem::take(&mut slot.recovered);
+                    }
                     slot.error = Some(e);
-                    report.newly_failed += 1;
                 }
             }
         }
@@ -183,19 +257,32 @@ impl Sampler {
         &mut self.tree
     }
 
-    /// Every source with its error, `None` while it works.
+    /// Every source with its latest error while it fails (being retried, or gone for good when
+    /// the error is [`SourceError::Gone`]), `None` while it works.
     pub fn sources(&self) -> impl Iterator<Item = (&str, Option<&SourceError>)> {
         self.slots
             .iter()
             .map(|s| (s.source.name(), s.error.as_ref()))
     }
 
-    /// Calls `f` once for each source that failed since the last call, with its error.
+    /// Calls `f` once for each source that started failing since the last call, with its
+    /// error. A source that recovers and fails again is reported again; one that failed and
+    /// recovered between two calls is not reported (its log lines remain).
     pub fn take_new_failures(&mut self, mut f: impl FnMut(&str, &SourceError)) {
         for slot in &mut self.slots {
             if let (Some(e), false) = (&slot.error, slot.reported) {
                 slot.reported = true;
                 f(slot.source.name(), e);
+            }
+        }
+    }
+
+    /// Calls `f` once for each source that reads again since the last call after a failure
+    /// that [`take_new_failures`](Self::take_new_failures) reported.
+    pub fn take_recoveries(&mut self, mut f: impl FnMut(&str)) {
+        for slot in &mut self.slots {
+            if std::mem::take(&mut slot.recovered) {
+                f(slot.source.name());
             }
         }
     }
@@ -220,7 +307,7 @@ mod tests {
     use watchdog_types::ResourceKind;
 
     #[test]
-    fn a_failing_source_is_disabled_and_reported_once_while_others_go_on() {
+    fn a_gone_source_is_stopped_for_good_and_reported_once_while_others_go_on() {
         let mut table = ResourceTable::default();
         let a = table.register(ResourceKind::HostMemory, "a".into(), "test".into());
         let b = table.register(ResourceKind::HostMemory, "b".into(), "test".into());
@@ -278,5 +365,136 @@ mod tests {
         assert_eq!(reports.iter().map(|r| r.dropped).sum::<u32>(), 2);
         assert!(reports[3].wake_reader);
         assert_eq!(sampler.dropped(), 2);
+    }
+
+    const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn retry_delays_double_from_one_second_up_to_a_minute() {
+        for (failures, delay_s) in [
+            (0, 1),
+            (1, 1),
+            (2, 2),
+            (3, 4),
+            (6, 32),
+            (7, 60),
+            (8, 60),
+            (100, 60),
+            (u32::MAX, 60),
+        ] {
+            assert_eq!(retry_delay_ns(failures), delay_s * S, "{failures}");
+        }
+    }
+
+    /// Regression: one transient read error (EINTR, a cgroup migration, a filesystem briefly
+    /// unreachable) stopped watching the resource for the rest of the run.
+    #[test]
+    fn a_transient_read_error_no_longer_stops_the_source_for_the_rest_of_the_run() {
+        let mut table = ResourceTable::default();
+        let a = table.register(ResourceKind::HostMemory, "a".into(), "test".into());
+        let b = table.register(ResourceKind::HostMemory, "b".into(), "test".into());
+        let tree = ProcessTree::new(Path::new("/proc"), std::process::id()).unwrap();
+        let (w, mut r) = SampleRing::new(64);
+        let mut sampler = Sampler::new(tree, w);
+        sampler.add_source(Box::new(ScriptedSource::new(
+            "good",
+            vec![Scripted::Sample(a, 1, 10)],
+        )));
+        sampler.add_source(Box::new(ScriptedSource::new(
+            "flaky",
+            vec![
+                Scripted::Error("interrupted".into()),
+                Scripted::Error("again".into()),
+                Scripted::Sample(b, 7, 10),
+            ],
+        )));
+        let failed = sampler.tick(0);
+        assert_eq!((failed.pushed, failed.newly_failed), (1, 1));
+        let mut failures = Vec::new();
+        sampler.take_new_failures(|name, e| failures.push(format!("{name}: {e}")));
+        assert_eq!(failures, vec!["flaky: cannot read flaky: interrupted"]);
+        sampler.take_recoveries(|_| panic!("nothing recovered yet"));
+
+        // Not retried before 1 s; retried at 1 s, fails again: next try 2 s later.
+        let t = sampler.tick(S / 2);
+        assert_eq!((t.pushed, t.newly_failed, t.recovered), (1, 0, 0));
+        let t = sampler.tick(S);
+        assert_eq!((t.pushed, t.newly_failed, t.recovered), (1, 0, 0));
+        let t = sampler.tick(3 * S - 1);
+        assert_eq!((t.pushed, t.recovered), (1, 0));
+        let e = sampler
+            .sources()
+            .nth(1)
+            .and_then(|(_, e)| e.map(|e| e.to_string()));
+        assert_eq!(e.as_deref(), Some("cannot read flaky: again"));
+        sampler.take_new_failures(|_, _| panic!("one failure is reported once"));
+
+        // Reads again at 3 s, and on every tick after that.
+        let t = sampler.tick(3 * S);
+        assert_eq!((t.pushed, t.newly_failed, t.recovered), (2, 0, 1));
+        let mut recovered = Vec::new();
+        sampler.take_recoveries(|name| recovered.push(name.to_string()));
+        assert_eq!(recovered, vec!["flaky"]);
+        sampler.take_recoveries(|_| panic!("one recovery is reported once"));
+        let t = sampler.tick(3 * S + 1);
+        assert_eq!((t.pushed, t.recovered), (2, 0));
+        assert!(sampler.sources().all(|(_, e)| e.is_none()));
+        let mut flaky = Vec::new();
+        r.drain(|s| {
+            if s.resource == b {
+                flaky.push((s.t_ns, s.used));
+            }
+        });
+        assert_eq!(flaky, vec![(3 * S, 7), (3 * S + 1, 7)]);
+    }
+
+    #[test]
+    fn a_source_failing_again_after_recovering_is_reported_again_with_a_fresh_backoff() {
+        let mut table = ResourceTable::default();
+        let b = table.register(ResourceKind::HostMemory, "b".into(), "test".into());
+        let tree = ProcessTree::new(Path::new("/proc"), std::process::id()).unwrap();
+        let (w, _r) = SampleRing::new(64);
+        let mut sampler = Sampler::new(tree, w);
+        sampler.add_source(Box::new(ScriptedSource::new(
+            "flaky",
+            vec![
+                Scripted::Error("one".into()),
+                Scripted::Sample(b, 1, 10),
+                Scripted::Error("two".into()),
+                Scripted::Sample(b, 2, 10),
+            ],
+        )));
+        let mut events = Vec::new();
+        let collect = |sampler: &mut Sampler, events: &mut Vec<String>| {
+            sampler.take_new_failures(|n, e| events.push(format!("failed {n}: {e}")));
+            sampler.take_recoveries(|n| events.push(format!("back {n}")));
+        };
+        for t in [0, S, 2 * S, 3 * S] {
+            sampler.tick(t);
+            collect(&mut sampler, &mut events);
+        }
+        assert_eq!(
+            events,
+            vec![
+                "failed flaky: cannot read flaky: one",
+                "back flaky",
+                "failed flaky: cannot read flaky: two",
+                "back flaky",
+            ]
+        );
+
+        // Failing and recovering between two collections reports nothing.
+        let mut quiet = Sampler::new(
+            ProcessTree::new(Path::new("/proc"), std::process::id()).unwrap(),
+            SampleRing::new(8).0,
+        );
+        quiet.add_source(Box::new(ScriptedSource::new(
+            "blip",
+            vec![Scripted::Error("blip".into()), Scripted::Idle],
+        )));
+        assert_eq!(quiet.tick(0).newly_failed, 1);
+        assert_eq!(quiet.tick(S).recovered, 1);
+        quiet.take_new_failures(|_, _| panic!("recovered before it was collected"));
+        quiet.take_recoveries(|_| panic!("its failure was never reported"));
     }
 }
