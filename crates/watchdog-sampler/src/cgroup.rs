@@ -31,6 +31,15 @@
 //!   `memory.usage_in_bytes` runs ahead of the exact charge by the per-CPU charge batches (a
 //!   few hundred KiB per CPU), the same figure kubelet and the OOM decision use.
 //!
+//! Following a move: a job scheduler, systemd or a user may move the target to another cgroup
+//! mid-run (`echo PID > .../cgroup.procs`). The old cgroup then either keeps existing (and
+//! its numbers no longer include the target) or is removed (and reading it fails). A source
+//! made by [`CgroupMemory::for_pid`] keeps `/proc/PID/cgroup` open and re-reads it (one
+//! `pread`, compared with the text it was located from) at most once a second and whenever a
+//! read fails; when it names another cgroup, [`CgroupMemory::relocate`] reopens the source
+//! there and logs the move once. The registered resource keeps its id and its description
+//! (resource descriptions are fixed at registration).
+//!
 //! With no limit anywhere the resource still exists, with limit `u64::MAX`, so its peak is
 //! reported; the predictor does not predict against it. The OOM-kill counter, for diagnosing
 //! a death afterwards, is read separately through [`OomKillCounter`].
@@ -255,8 +264,23 @@ pub fn locate_for_pid(
     pid: u32,
     mounts: &CgroupMounts,
 ) -> Result<CgroupLocation, SourceError> {
-    let path = proc_root.join(pid.to_string()).join("cgroup");
-    let proc_cgroup = parse_proc_cgroup(&read_to_string(&path)?);
+    let path = proc_cgroup_path(proc_root, pid);
+    locate_from_text(&read_to_string(&path)?, &path, pid, mounts)
+}
+
+fn proc_cgroup_path(proc_root: &Path, pid: u32) -> PathBuf {
+    proc_root.join(pid.to_string()).join("cgroup")
+}
+
+/// [`locate`] on the text of `/proc/PID/cgroup` (read from `path`), asking the unified
+/// hierarchy whether it carries the memory controller.
+fn locate_from_text(
+    text: &str,
+    path: &Path,
+    pid: u32,
+    mounts: &CgroupMounts,
+) -> Result<CgroupLocation, SourceError> {
+    let proc_cgroup = parse_proc_cgroup(text);
     let v2_has_memory = match &mounts.v2 {
         Some(m) => std::fs::read_to_string(m.mount_point.join("cgroup.controllers"))
             .map(|t| t.split_whitespace().any(|c| c == "memory"))
@@ -325,6 +349,22 @@ impl CgroupReading {
     }
 }
 
+/// How often a [`CgroupMemory`] made for a PID re-reads `/proc/PID/cgroup` to notice a move
+/// (it also does on every failed read).
+pub const RELOCATE_CHECK_NS: u64 = 1_000_000_000;
+
+/// What a [`CgroupMemory`] needs to follow its process to another cgroup.
+#[derive(Debug)]
+struct Follow {
+    pid: u32,
+    mounts: CgroupMounts,
+    /// `/proc/PID/cgroup`, kept open: bound to the process, it fails once the process is gone.
+    file: KeptOpenFile,
+    /// Its text when the current location was found.
+    known: Vec<u8>,
+    next_check_ns: u64,
+}
+
 /// The `cgroup_memory` source.
 #[derive(Debug)]
 pub struct CgroupMemory {
@@ -335,6 +375,8 @@ pub struct CgroupMemory {
     /// only when `memory.stat` lacks `hierarchical_memory_limit`.
     limits: Vec<KeptOpenFile>,
     id: Option<ResourceId>,
+    /// Set by [`for_pid`](Self::for_pid): the process to follow when it changes cgroups.
+    follow: Option<Follow>,
 }
 
 impl CgroupMemory {
@@ -378,21 +420,82 @@ impl CgroupMemory {
             stat,
             limits,
             id: None,
+            follow: None,
         };
         me.read()?;
         Ok(me)
     }
 
-    /// Finds `pid`'s memory cgroup, opens it and registers `cgroup_memory` in `table`.
+    /// Finds `pid`'s memory cgroup, opens it and registers `cgroup_memory` in `table`. The
+    /// source follows `pid` when it moves to another cgroup (see [`relocate`](Self::relocate)).
     pub fn for_pid(
         proc_root: &Path,
         pid: u32,
         mounts: &CgroupMounts,
         table: &mut ResourceTable,
     ) -> Result<Self, SourceError> {
-        let mut me = Self::open(locate_for_pid(proc_root, pid, mounts)?)?;
+        let path = proc_cgroup_path(proc_root, pid);
+        let mut file = KeptOpenFile::with_capacity(&path, 1024)?;
+        let known = file.read()?.to_vec();
+        let location = locate_from_text(&String::from_utf8_lossy(&known), &path, pid, mounts)?;
+        let mut me = Self::open(location)?;
+        me.follow = Some(Follow {
+            pid,
+            mounts: mounts.clone(),
+            file,
+            known,
+            next_check_ns: 0,
+        });
         me.register(table)?;
         Ok(me)
+    }
+
+    /// Re-reads the followed process's `/proc/PID/cgroup` and, when it names another memory
+    /// cgroup than the one being read, reopens this source there (same resource id) and logs
+    /// the move once. Returns whether it moved.
+    ///
+    /// Nothing to do (`Ok(false)`) for a source made by [`open`](Self::open), which follows no
+    /// process, when the text is unchanged (one `pread`, no allocation), or when the process
+    /// is gone (its kept-open file fails). Fails when the new cgroup cannot be opened; the
+    /// move is then looked at again on the next call.
+    pub fn relocate(&mut self) -> Result<bool, SourceError> {
+        let Some(follow) = &mut self.follow else {
+            return Ok(false);
+        };
+        let Ok(text) = follow.file.read() else {
+            return Ok(false);
+        };
+        if text == follow.known.as_slice() {
+            return Ok(false);
+        }
+        let text = text.to_vec();
+        let location = locate_from_text(
+            &String::from_utf8_lossy(&text),
+            follow.file.path(),
+            follow.pid,
+            &follow.mounts,
+        )?;
+        if location == self.location {
+            // Another hierarchy changed (cpu, pids ...): the memory cgroup is the same.
+            follow.known = text;
+            return Ok(false);
+        }
+        let pid = follow.pid;
+        let fresh = Self::open(location)?;
+        tracing::info!(
+            "process {pid} moved from cgroup {} to {}: watching {} now",
+            self.location.dir.display(),
+            fresh.location.dir.display(),
+            fresh.location.dir.display()
+        );
+        self.location = fresh.location;
+        self.usage = fresh.usage;
+        self.stat = fresh.stat;
+        self.limits = fresh.limits;
+        if let Some(follow) = &mut self.follow {
+            follow.known = text;
+        }
+        Ok(true)
     }
 
     /// Registers the `cgroup_memory` resource, its source saying where the limit comes from.
@@ -414,7 +517,7 @@ impl CgroupMemory {
         Ok(id)
     }
 
-    /// Where the cgroup is.
+    /// Where the cgroup is (the one being read now, after any [`relocate`](Self::relocate)).
     pub fn location(&self) -> &CgroupLocation {
         &self.location
     }
@@ -494,7 +597,20 @@ impl Source for CgroupMemory {
         let Some(id) = self.id else {
             return Ok(Outcome::Idle);
         };
-        let r = self.read()?;
+        if let Some(follow) = &mut self.follow
+            && tick.now_ns >= follow.next_check_ns
+        {
+            follow.next_check_ns = tick.now_ns.saturating_add(RELOCATE_CHECK_NS);
+            self.relocate()?;
+        }
+        let r = match self.read() {
+            Ok(r) => r,
+            // The old cgroup may have been removed after the target moved out: look now.
+            Err(e) => match self.relocate() {
+                Ok(true) => self.read()?,
+                Ok(false) | Err(_) => return Err(e),
+            },
+        };
         out(Sample {
             resource: id,
             t_ns: tick.now_ns,

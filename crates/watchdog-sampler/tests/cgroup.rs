@@ -268,3 +268,122 @@ fn real_memory_cgroup_limit_usage_and_oom_kill_counter() {
         eprintln!("the hog was not OOM-killed ({status}); swap may have absorbed it");
     }
 }
+
+/// Two sibling memory cgroups `wd-move-PID/{a,b}` with different limits, and a process to
+/// move between them; all removed on drop.
+struct TwoCgroups {
+    outer: PathBuf,
+    a: PathBuf,
+    b: PathBuf,
+    child: Child,
+}
+
+impl Drop for TwoCgroups {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        for dir in [&self.a, &self.b, &self.outer] {
+            for _ in 0..50 {
+                if std::fs::remove_dir(dir).is_ok() || !dir.exists() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+fn make_two_cgroups(limit_a: u64, limit_b: u64) -> Result<(TwoCgroups, CgroupVersion), String> {
+    if !is_root() {
+        return Err("the cgroup-move test needs root to create memory cgroups".into());
+    }
+    let mounts = CgroupMounts::read(Path::new("/proc")).map_err(|e| e.to_string())?;
+    let own = locate_for_pid(Path::new("/proc"), std::process::id(), &mounts)
+        .map_err(|e| format!("no memory cgroup for the test itself: {e}"))?;
+    let name = format!("wd-move-{}", std::process::id());
+    let (outer, limit_file) = match own.version {
+        CgroupVersion::V1 => (own.dir.join(name), "memory.limit_in_bytes"),
+        CgroupVersion::V2 => (own.mount_point.join(name), "memory.max"),
+    };
+    std::fs::create_dir(&outer).map_err(|e| format!("mkdir {}: {e}", outer.display()))?;
+    let child = Command::new("sleep").arg("60").spawn().unwrap();
+    let cgs = TwoCgroups {
+        a: outer.join("a"),
+        b: outer.join("b"),
+        outer,
+        child,
+    };
+    if own.version == CgroupVersion::V2 {
+        let _ = std::fs::write(cgs.outer.join("cgroup.subtree_control"), "+memory");
+    }
+    for (dir, limit) in [(&cgs.a, limit_a), (&cgs.b, limit_b)] {
+        std::fs::create_dir(dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
+        std::fs::write(dir.join(limit_file), limit.to_string())
+            .map_err(|e| format!("cannot set {limit_file}: {e}"))?;
+    }
+    Ok((cgs, own.version))
+}
+
+fn sample_at(src: &mut CgroupMemory, now_ns: u64) -> Result<u64, String> {
+    let mut limit = None;
+    src.sample(&Tick { now_ns, tree: &[] }, &mut |s| limit = Some(s.limit))
+        .map_err(|e| e.to_string())?;
+    limit.ok_or_else(|| "no sample".into())
+}
+
+/// Regression: a target moved to another cgroup mid-run went on being read in its old
+/// cgroup, whose numbers no longer include it, or stopped being watched once the old one was
+/// removed.
+#[test]
+fn a_target_moved_to_another_cgroup_is_watched_in_the_new_one() {
+    const A: u64 = 256 << 20;
+    const B: u64 = 128 << 20;
+    const S: u64 = 1_000_000_000;
+    let (cgs, version) = match make_two_cgroups(A, B) {
+        Ok(c) => c,
+        Err(reason) => return unavailable(&reason),
+    };
+    let pid = cgs.child.id();
+    let move_to = |dir: &Path| {
+        std::fs::write(dir.join("cgroup.procs"), pid.to_string()).unwrap();
+    };
+    move_to(&cgs.a);
+    let mounts = CgroupMounts::read(Path::new("/proc")).unwrap();
+    let mut table = ResourceTable::default();
+    let mut src = CgroupMemory::for_pid(Path::new("/proc"), pid, &mounts, &mut table).unwrap();
+    let id = src.id();
+    assert_eq!(src.location().dir, cgs.a);
+    assert_eq!(sample_at(&mut src, S), Ok(A));
+
+    // Moved while A stays: noticed at the next check (at most a second later), not before.
+    move_to(&cgs.b);
+    assert_eq!(sample_at(&mut src, S + S / 2), Ok(A));
+    assert_eq!(src.location().dir, cgs.a);
+    assert_eq!(sample_at(&mut src, 2 * S), Ok(B));
+    assert_eq!(
+        (src.location().dir.as_path(), src.id()),
+        (cgs.b.as_path(), id)
+    );
+    assert_eq!(table.all().len(), 1, "no new resource");
+
+    // Moved back and the old cgroup removed: the failed read looks again at once.
+    move_to(&cgs.a);
+    let mut removed = false;
+    for _ in 0..50 {
+        if std::fs::remove_dir(&cgs.b).is_ok() {
+            removed = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(removed, "cannot remove {}", cgs.b.display());
+    let after_removal = sample_at(&mut src, 2 * S + 1);
+    if version == CgroupVersion::V1 {
+        // v1 fails reads of a removed cgroup's kept-open files (ENODEV): before the next
+        // periodic check, the failure itself finds A again.
+        assert_eq!(after_removal, Ok(A));
+        assert_eq!(src.location().dir, cgs.a);
+    }
+    assert_eq!(sample_at(&mut src, 3 * S), Ok(A));
+    assert_eq!(src.location().dir, cgs.a);
+}
