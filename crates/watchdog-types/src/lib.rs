@@ -179,6 +179,11 @@ pub enum EventBody {
         /// Why, in one sentence.
         reason: String,
     },
+    /// A resource that could not be read is being read again.
+    Resumed {
+        /// Resource name or source name.
+        resource: String,
+    },
     /// The watchdog asked the target to checkpoint.
     Alert {
         /// Resource name.

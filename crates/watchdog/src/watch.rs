@@ -492,6 +492,12 @@ impl Watch {
         for (resource, reason) in failures {
             self.emit(EventBody::Unwatched { resource, reason });
         }
+        let mut recovered = Vec::new();
+        self.sampler
+            .take_recoveries(|name| recovered.push(name.to_string()));
+        for resource in recovered {
+            self.emit(EventBody::Resumed { resource });
+        }
         if let Some(mut reader) = self.reader.take() {
             reader.drain(|s| self.on_sample(s));
             self.reader = Some(reader);
