@@ -5,6 +5,12 @@
 //! a reader never sees half a line (short of a full disk). The parent directory must
 //! exist: it is not created, and the error says so.
 //!
+//! The log may be opened with more privileges than the user who chose its path, so it is
+//! opened with `O_NOFOLLOW` (a symlink planted at the path is refused, not written
+//! through) and `O_NONBLOCK` (opening a FIFO cannot hang), and whatever was opened must be
+//! a regular file (checked with `fstat` on the open descriptor, so it cannot be swapped
+//! after the check); a directory, FIFO or device is refused.
+//!
 //! [`format_rfc3339_ms`] turns a `SystemTime` into `2026-11-22T20:31:05.123Z` with the
 //! civil-from-days algorithm (Howard Hinnant, <https://howardhinnant.github.io/date_algorithms.html>).
 
@@ -28,6 +34,24 @@ pub enum EventLogError {
         path: PathBuf,
         /// The missing directory.
         dir: PathBuf,
+    },
+    /// The path is a symbolic link; the log is never written through one.
+    #[error(
+        "refusing to open event log {path}: it is a symbolic link (remove it or choose another --events path)"
+    )]
+    Symlink {
+        /// The log path.
+        path: PathBuf,
+    },
+    /// The path exists and is not a regular file (a directory, a FIFO, a device...).
+    #[error(
+        "refusing to open event log {path}: it is a {kind}, expected a regular file (or a path that does not exist yet)"
+    )]
+    NotAFile {
+        /// The log path.
+        path: PathBuf,
+        /// What it is instead: `directory`, `FIFO`, `socket`, `character device`, `block device`.
+        kind: &'static str,
     },
     /// Opening failed for another reason.
     #[error("cannot open event log {path}: {source}")]
@@ -61,30 +85,35 @@ pub struct EventLog {
 
 impl EventLog {
     /// Opens (creating when missing, mode 0644) `path` for appending.
+    ///
+    /// Refuses a symlink ([`EventLogError::Symlink`]) and anything that is not a regular
+    /// file ([`EventLogError::NotAFile`]); see the module documentation.
     pub fn open(path: &Path) -> Result<Self, EventLogError> {
-        let file = OpenOptions::new()
+        let opened = OpenOptions::new()
             .append(true)
             .create(true)
-            .custom_flags(libc::O_CLOEXEC)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .mode(0o644)
-            .open(path)
-            .map_err(|source| {
-                let dir = match path.parent() {
-                    Some(d) if !d.as_os_str().is_empty() => d,
-                    _ => Path::new("."),
-                };
-                if source.kind() == io::ErrorKind::NotFound && !dir.exists() {
-                    EventLogError::NoDir {
-                        path: path.to_path_buf(),
-                        dir: dir.to_path_buf(),
-                    }
-                } else {
-                    EventLogError::Open {
-                        path: path.to_path_buf(),
-                        source,
-                    }
-                }
-            })?;
+            .open(path);
+        let file = match opened {
+            Ok(f) => f,
+            Err(source) => return Err(open_error(path, source)),
+        };
+        let open_err = |source: io::Error| EventLogError::Open {
+            path: path.to_path_buf(),
+            source,
+        };
+        let ft = file.metadata().map_err(open_err)?.file_type();
+        if !ft.is_file() {
+            return Err(EventLogError::NotAFile {
+                path: path.to_path_buf(),
+                kind: file_kind(ft),
+            });
+        }
+        // O_NONBLOCK was only for the open; appends to a regular file should block as usual.
+        let flags = rustix::fs::fcntl_getfl(&file).map_err(|e| open_err(e.into()))?;
+        rustix::fs::fcntl_setfl(&file, flags - rustix::fs::OFlags::NONBLOCK)
+            .map_err(|e| open_err(e.into()))?;
         Ok(EventLog {
             file,
             path: path.to_path_buf(),
@@ -120,6 +149,60 @@ impl EventLog {
             time: now_rfc3339(),
             body,
         })
+    }
+}
+
+/// Explains a failed `open` of the log: a symlink (`ELOOP` from `O_NOFOLLOW`), something
+/// that is not a file (`EISDIR`, `ENXIO` for a FIFO without a reader), a missing directory.
+fn open_error(path: &Path, source: io::Error) -> EventLogError {
+    if let Ok(m) = std::fs::symlink_metadata(path) {
+        let ft = m.file_type();
+        if ft.is_symlink() {
+            return EventLogError::Symlink {
+                path: path.to_path_buf(),
+            };
+        }
+        if !ft.is_file() {
+            return EventLogError::NotAFile {
+                path: path.to_path_buf(),
+                kind: file_kind(ft),
+            };
+        }
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if source.kind() == io::ErrorKind::NotFound && !dir.exists() {
+        EventLogError::NoDir {
+            path: path.to_path_buf(),
+            dir: dir.to_path_buf(),
+        }
+    } else {
+        EventLogError::Open {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+/// A word for a file type that is not a regular file, for [`EventLogError::NotAFile`].
+fn file_kind(ft: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if ft.is_dir() {
+        "directory"
+    } else if ft.is_fifo() {
+        "FIFO"
+    } else if ft.is_socket() {
+        "socket"
+    } else if ft.is_char_device() {
+        "character device"
+    } else if ft.is_block_device() {
+        "block device"
+    } else if ft.is_symlink() {
+        "symbolic link"
+    } else {
+        "special file"
     }
 }
 
@@ -209,5 +292,87 @@ mod tests {
         let err = EventLog::open(&dir.path().join("nope/events.jsonl")).unwrap_err();
         assert!(matches!(err, EventLogError::NoDir { .. }), "{err}");
         assert!(err.to_string().contains("does not exist"), "{err}");
+    }
+
+    /// The log followed a symlink planted at its path and appended to the file it pointed at.
+    #[test]
+    fn symlink_is_refused_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "keep").unwrap();
+        let p = dir.path().join("events.jsonl");
+        std::os::unix::fs::symlink(&victim, &p).unwrap();
+        let err = EventLog::open(&p).unwrap_err();
+        assert!(matches!(err, EventLogError::Symlink { .. }), "{err}");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("symbolic link") && msg.contains(&*p.to_string_lossy()),
+            "{msg}"
+        );
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+        // A dangling symlink is not followed to create its target either.
+        let p2 = dir.path().join("dangling.jsonl");
+        std::os::unix::fs::symlink(dir.path().join("nowhere"), &p2).unwrap();
+        assert!(matches!(
+            EventLog::open(&p2),
+            Err(EventLogError::Symlink { .. })
+        ));
+        assert!(!dir.path().join("nowhere").exists());
+    }
+
+    /// A directory or FIFO at the path was accepted (or, for a FIFO, hung the open).
+    #[test]
+    fn directory_and_fifo_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = EventLog::open(dir.path()).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                EventLogError::NotAFile {
+                    kind: "directory",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("expected a regular file"), "{err}");
+
+        let fifo = dir.path().join("events.fifo");
+        rustix::fs::mkfifoat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+        )
+        .unwrap();
+        // Without a reader (ENXIO on open).
+        let err = EventLog::open(&fifo).unwrap_err();
+        assert!(
+            matches!(err, EventLogError::NotAFile { kind: "FIFO", .. }),
+            "{err}"
+        );
+        // With a reader the open succeeds; fstat must still refuse it.
+        let _reader = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo)
+            .unwrap();
+        let err = EventLog::open(&fifo).unwrap_err();
+        assert!(
+            matches!(err, EventLogError::NotAFile { kind: "FIFO", .. }),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn regular_file_appends_and_blocks_normally() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("events.jsonl");
+        std::fs::write(&p, "old\n").unwrap();
+        let log = EventLog::open(&p).unwrap();
+        let flags = rustix::fs::fcntl_getfl(&log.file).unwrap();
+        assert!(!flags.contains(rustix::fs::OFlags::NONBLOCK));
+        assert!(flags.contains(rustix::fs::OFlags::APPEND));
+        drop(log);
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "old\n");
     }
 }

@@ -24,8 +24,8 @@ pub use hook::{HookError, HookHandle, hook_env, run_hook};
 pub use notify::{NotifyError, NotifyOutcome, notify_desktop, spawn_notify};
 pub use pidfd::{PidFd, PidFdError};
 pub use request::{
-    Ack, AckWatcher, AlertRequest, RequestError, ack_path, clear_request_files, read_ack,
-    serde_name, write_ack, write_request_file,
+    Ack, AckWatcher, AlertRequest, RequestError, ack_path, clear_request_files, is_request_file,
+    read_ack, serde_name, write_ack, write_request_file,
 };
 pub use sigcgt::{catches, parse_sigcgt};
-pub use signal::{SignalReport, no_handler_warning, signal_tree};
+pub use signal::{SignalReport, no_handler_warning, signal_tree, signal_tree_with_target};

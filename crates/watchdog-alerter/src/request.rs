@@ -3,9 +3,13 @@
 //! On every alert the watchdog writes an [`AlertRequest`] as JSON to the request file
 //! (`--request-file`). The write is atomic: a temp file in the same directory, created
 //! with `O_CREAT|O_EXCL|O_NOFOLLOW` (never following a symlink, never reusing a file
-//! someone planted), fsynced, then renamed over the destination. `rename(2)` replaces a
-//! directory entry and does not follow a symlink at the destination, but a symlink there
-//! means someone expects us to write through it, so [`write_request_file`] refuses it.
+//! someone planted), then renamed over the destination ([`Durability::Visible`]): a
+//! reader sees the old request or the new one, whole, never a torn one. It is not
+//! fsynced: the file matters only while the run lives, and an fsync on ext4 delayed the
+//! signal by milliseconds; after a machine crash the request may be lost, which is
+//! harmless. `rename(2)` replaces a directory entry and does not follow a symlink at the
+//! destination, but a symlink there means someone expects us to write through it, so
+//! [`write_request_file`] refuses it.
 //!
 //! ## Acknowledgment protocol
 //! After saving its checkpoint, the client writes `<request file>.ack` atomically (temp +
@@ -15,11 +19,13 @@
 //! changed). A request is pending for the client while there is no ack with the same
 //! `seq` and a `time_unix` at or after the request's `time_unix` (so an ack left by an
 //! earlier watchdog run does not count). The watchdog should call [`clear_request_files`]
-//! when it starts, so a stale request does not look like a new one.
+//! when it starts, so a stale request does not look like a new one, after checking with
+//! [`is_request_file`] that what is there is a request (and not a file the user pointed
+//! `--request-file` at by mistake).
 
 use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -143,6 +149,36 @@ pub fn write_ack(request_file: &Path, ack: &Ack) -> Result<(), RequestError> {
     let mut json = serde_json::to_vec(ack)?;
     json.push(b'\n');
     write_atomic(&ack_path(request_file), &json)
+}
+
+/// Largest file [`is_request_file`] reads; a request is well under 1 KiB.
+const MAX_REQUEST_BYTES: u64 = 64 * 1024;
+
+/// Whether `path` is an existing regular file whose content parses as an [`AlertRequest`]
+/// (a request left by an earlier run, safe to delete). `false` when it is missing, a
+/// symlink (not followed, even to a request), a directory, FIFO or device, larger than
+/// 64 KiB, unreadable, or anything but a request's JSON.
+pub fn is_request_file(path: &Path) -> bool {
+    // O_NOFOLLOW refuses a symlink; O_NONBLOCK keeps a FIFO from blocking the open.
+    let Ok(f) = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+    else {
+        return false;
+    };
+    match f.metadata() {
+        Ok(m) if m.file_type().is_file() && m.len() <= MAX_REQUEST_BYTES => {}
+        _ => return false,
+    }
+    let mut bytes = Vec::new();
+    if io::Read::take(f, MAX_REQUEST_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .is_err()
+    {
+        return false;
+    }
+    serde_json::from_slice::<AlertRequest>(&bytes).is_ok()
 }
 
 /// Removes a stale request file and its `.ack` (call when the watchdog starts). Missing files are fine.
@@ -479,6 +515,50 @@ mod tests {
         assert_eq!(w.check(), None);
         std::fs::write(ack_path(&req), "{\"seq\": 3, \"time_unix\": 5.5}").unwrap();
         assert_eq!(w.check().map(|a| a.seq), Some(3));
+    }
+
+    /// The binary deleted whatever `--request-file` named at start, even a file that was
+    /// not a request (a typo could point it at a dataset or a checkpoint).
+    #[test]
+    fn is_request_file_only_for_a_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let req = dir.path().join("req.json");
+        assert!(!is_request_file(&req), "missing");
+        write_request_file(&req, &sample()).unwrap();
+        assert!(is_request_file(&req));
+
+        let table: &[(&str, &[u8])] = &[
+            ("empty", b""),
+            ("text", b"epoch 3 loss 0.2\n"),
+            ("other json", b"{\"seq\": 1, \"time_unix\": 2.0}\n"), // an ack
+            ("array", b"[1, 2, 3]"),
+            ("binary", &[0u8, 159, 146, 150, 255]),
+        ];
+        for (what, content) in table {
+            let p = dir.path().join(what);
+            std::fs::write(&p, content).unwrap();
+            assert!(!is_request_file(&p), "{what}");
+        }
+        // A request padded past the size limit is not read.
+        let big = dir.path().join("big.json");
+        let mut json = serde_json::to_vec(&sample()).unwrap();
+        json.resize(usize::try_from(MAX_REQUEST_BYTES).unwrap() + 10, b' ');
+        std::fs::write(&big, &json).unwrap();
+        assert!(!is_request_file(&big));
+
+        // Not followed: a symlink, even to a request; not a regular file: a directory, a FIFO.
+        let link = dir.path().join("link.json");
+        std::os::unix::fs::symlink(&req, &link).unwrap();
+        assert!(!is_request_file(&link));
+        assert!(!is_request_file(dir.path()));
+        let fifo = dir.path().join("fifo");
+        rustix::fs::mkfifoat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+        )
+        .unwrap();
+        assert!(!is_request_file(&fifo));
     }
 
     #[test]

@@ -1,22 +1,41 @@
 //! Signal every process of the watched tree that catches the signal, and no other.
 //!
-//! For each PID of the tree, [`signal_tree`]:
-//! 1. opens a pidfd first, which pins the process: from then on a signal through it can
-//!    only reach that process, even if the PID is recycled;
-//! 2. reads `<proc_root>/PID/status` for `Tgid`, `PPid` and `SigCgt`;
-//! 3. checks through the pidfd that the process has not exited. The pidfd was opened
-//!    before the read and the PID is not freed before the process exits, so a process
-//!    still alive after the read is the one whose status we read: a recycled PID cannot
-//!    slip in between (the check would see the exit);
-//! 4. decides with the pure [`decide`]: send only when the process catches the signal
-//!    (SIGUSR1's default action terminates, so a process without a handler would be
-//!    killed by the warning), when it is a process (not a thread), and — for any PID
-//!    but the target — when its parent is in the tree. The parent check catches a PID
-//!    that was recycled between the caller's listing of the tree and our `pidfd_open`;
-//! 5. sends through the pidfd.
+//! [`signal_tree_with_target`] is the entry point while watching: it takes the target's
+//! pidfd, opened when the watch started, and signals the target only through it.
+//! [`signal_tree`] does the same after opening a pidfd for the target PID now.
 //!
-//! Nothing outside `tree` is ever signalled, and when no process catches the signal
-//! nothing is sent; the caller logs [`no_handler_warning`].
+//! What is guaranteed:
+//! - **The target** (root of the tree) is signalled only through the pidfd it is given.
+//!   With [`signal_tree_with_target`] that pidfd was opened when the watch began, so once
+//!   the target has exited a process that got its PID later is never signalled, however
+//!   long the watch ran. (With [`signal_tree`] the pidfd is opened at call time: it pins
+//!   whatever process has the PID then.)
+//! - **Each descendant** is pinned at signal time. For each PID of the tree:
+//!   1. a pidfd is opened first, which pins the process: from then on a signal through it
+//!      can only reach that process, even if the PID is recycled;
+//!   2. `<proc_root>/PID/status` is read for `Tgid`, `PPid` and `SigCgt`;
+//!   3. the pidfd is checked: the process has not exited. The pidfd was opened before the
+//!      read and a PID is not freed before its process exits, so a process still alive
+//!      after the read is the one whose status we read;
+//!   4. the pure [`decide`] sends only when the process catches the signal (SIGUSR1's
+//!      default action terminates, so a process without a handler would be killed by the
+//!      warning), when it is a process (not a thread), and when its parent is in the
+//!      tree. The parent check catches a PID recycled between the caller's listing of the
+//!      tree and our `pidfd_open`: a stranger's parent is not in the tree. The target's PID
+//!      counts as a parent only while the target's pidfd says it is alive (checked after
+//!      the status read), so children of a process that reused the target's PID are not
+//!      taken for the target's;
+//!   5. the signal is sent through the pidfd.
+//!
+//!   So a descendant is signalled only if it is alive at signal time and its parent is a
+//!   PID of the tree; the guarantee rests on the tree listing being recent (the caller
+//!   lists it every tick), not on a handle held since the start.
+//! - **The calling process** (`std::process::id()`) is never signalled, even when it is in
+//!   the tree: the watchdog can be a descendant of its target (Python's `attach()` starts
+//!   it as a child of the training process).
+//!
+//! Nothing outside `tree` (plus the target) is ever signalled, and when no process catches
+//! the signal nothing is sent; the caller logs [`no_handler_warning`].
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -25,7 +44,7 @@ use crate::pidfd::PidFd;
 use crate::sigcgt::{catches, parse_status, read_status};
 use watchdog_types::units::signal_name;
 
-/// What [`signal_tree`] did, per PID.
+/// What [`signal_tree_with_target`] (or [`signal_tree`]) did, per PID.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SignalReport {
     /// PIDs the signal was sent to.
@@ -110,22 +129,77 @@ pub fn no_handler_warning(sig: i32) -> String {
 
 /// Sends `sig` to every process in `tree` that catches it, through a pidfd, and to no other process.
 ///
-/// `proc_root` is normally `/proc`. The target is handled first, then the others in the
-/// order given; duplicates are ignored. See the module documentation for the checks.
+/// Opens a pidfd for `target_pid` now and calls [`signal_tree_with_target`]; prefer that
+/// function with the pidfd opened when the watch started. If the target's pidfd cannot be
+/// opened, the target is reported gone (or failed) and the rest of the tree is handled
+/// without counting the target's PID as a parent.
 pub fn signal_tree(proc_root: &Path, tree: &[u32], target_pid: u32, sig: i32) -> SignalReport {
-    let set: BTreeSet<u32> = tree.iter().copied().collect();
-    let mut order: Vec<u32> = Vec::with_capacity(set.len());
-    if set.contains(&target_pid) {
-        order.push(target_pid);
-    }
-    for &pid in tree {
-        if !order.contains(&pid) {
-            order.push(pid);
+    match PidFd::open(target_pid) {
+        Ok(fd) => signal_tree_with_target(proc_root, tree, &fd, sig),
+        Err(e) => {
+            let mut report = SignalReport::default();
+            if target_pid == std::process::id() {
+                tracing::debug!(target_pid, "not signalling the watchdog itself");
+            } else if e.is_gone() {
+                report.gone.push(target_pid);
+            } else {
+                report.failed.push((target_pid, e.to_string()));
+            }
+            signal_descendants(proc_root, tree, target_pid, None, sig, &mut report);
+            report
         }
     }
+}
 
+/// Sends `sig` to every process of the tree that catches it: the target through `target`,
+/// the pidfd the caller has held since the watch started, and every other PID of `tree`
+/// through a pidfd opened now. Never signals the calling process.
+///
+/// `proc_root` is normally `/proc`. The target is handled first (whether or not `tree`
+/// lists it), then the others in the order given; duplicates are ignored. See the module
+/// documentation for what is guaranteed.
+pub fn signal_tree_with_target(
+    proc_root: &Path,
+    tree: &[u32],
+    target: &PidFd,
+    sig: i32,
+) -> SignalReport {
+    let target_pid = target.pid();
     let mut report = SignalReport::default();
-    for pid in order {
+    if target_pid == std::process::id() {
+        tracing::debug!(target_pid, "not signalling the watchdog itself");
+    } else {
+        let mut parents: BTreeSet<u32> = tree.iter().copied().collect();
+        parents.insert(target_pid);
+        signal_one(proc_root, target, target_pid, &parents, sig, &mut report);
+    }
+    signal_descendants(proc_root, tree, target_pid, Some(target), sig, &mut report);
+    report
+}
+
+/// Handles every PID of `tree` but the target and the calling process. `target` is the
+/// target's pidfd; `None` means it could not be opened, so its PID is not a valid parent.
+fn signal_descendants(
+    proc_root: &Path,
+    tree: &[u32],
+    target_pid: u32,
+    target: Option<&PidFd>,
+    sig: i32,
+    report: &mut SignalReport,
+) {
+    let me = std::process::id();
+    let mut parents: BTreeSet<u32> = tree.iter().copied().collect();
+    parents.insert(target_pid);
+    let mut target_alive = target.is_some();
+    let mut done: BTreeSet<u32> = [target_pid].into_iter().collect();
+    for &pid in tree {
+        if !done.insert(pid) {
+            continue;
+        }
+        if pid == me {
+            tracing::debug!(pid, "not signalling the watchdog itself");
+            continue;
+        }
         let fd = match PidFd::open(pid) {
             Ok(fd) => fd,
             Err(e) if e.is_gone() => {
@@ -137,50 +211,98 @@ pub fn signal_tree(proc_root: &Path, tree: &[u32], target_pid: u32, sig: i32) ->
                 continue;
             }
         };
-        let text = match read_status(proc_root, pid) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                report.gone.push(pid);
-                continue;
-            }
-            Err(e) => {
-                report.failed.push((
-                    pid,
-                    format!(
-                        "cannot read {}: {e}",
-                        crate::sigcgt::status_path(proc_root, pid).display()
-                    ),
-                ));
-                continue;
-            }
+        let Some(text) = read_status_checked(proc_root, &fd, pid, report) else {
+            continue;
         };
-        // The status we read belongs to the pidfd's process only if that process was still alive after the read.
-        match fd.is_exited() {
-            Ok(false) => {}
-            Ok(true) => {
-                report.gone.push(pid);
-                continue;
-            }
-            Err(e) => {
-                report.failed.push((pid, e.to_string()));
-                continue;
+        // The status was read before this check: if the target is alive now, a PPid equal
+        // to its PID in that status meant the target, not a process that reused its PID.
+        if target_alive {
+            target_alive = target.is_some_and(|t| matches!(t.is_exited(), Ok(false)));
+            if !target_alive {
+                parents.remove(&target_pid);
             }
         }
-        match decide(pid, target_pid, &text, &set, sig) {
-            Decision::Send => match fd.send_signal(sig) {
-                Ok(()) => report.sent.push(pid),
-                Err(e) if e.is_gone() => report.gone.push(pid),
-                Err(e) => report.failed.push((pid, e.to_string())),
-            },
-            Decision::NotCatching => report.not_catching.push(pid),
-            Decision::NotInTree(why) => {
-                tracing::debug!(pid, "not signalling: {why}");
-                report.gone.push(pid);
-            }
-            Decision::Unreadable(why) => report.failed.push((pid, why)),
+        act(&fd, pid, target_pid, &text, &parents, sig, report);
+    }
+}
+
+/// Reads, checks, decides and sends for one process already pinned by `fd`.
+fn signal_one(
+    proc_root: &Path,
+    fd: &PidFd,
+    target_pid: u32,
+    parents: &BTreeSet<u32>,
+    sig: i32,
+    report: &mut SignalReport,
+) {
+    let pid = fd.pid();
+    if let Some(text) = read_status_checked(proc_root, fd, pid, report) {
+        act(fd, pid, target_pid, &text, parents, sig, report);
+    }
+}
+
+/// The status text of `pid`, or `None` (with the report updated) when it cannot be read
+/// or the pidfd's process exited before the read was done.
+fn read_status_checked(
+    proc_root: &Path,
+    fd: &PidFd,
+    pid: u32,
+    report: &mut SignalReport,
+) -> Option<String> {
+    let text = match read_status(proc_root, pid) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            report.gone.push(pid);
+            return None;
+        }
+        Err(e) => {
+            report.failed.push((
+                pid,
+                format!(
+                    "cannot read {}: {e}",
+                    crate::sigcgt::status_path(proc_root, pid).display()
+                ),
+            ));
+            return None;
+        }
+    };
+    // The status we read belongs to the pidfd's process only if that process was still alive after the read.
+    match fd.is_exited() {
+        Ok(false) => Some(text),
+        Ok(true) => {
+            report.gone.push(pid);
+            None
+        }
+        Err(e) => {
+            report.failed.push((pid, e.to_string()));
+            None
         }
     }
-    report
+}
+
+/// Decides from the status text and sends through `fd` when [`decide`] says so.
+fn act(
+    fd: &PidFd,
+    pid: u32,
+    target_pid: u32,
+    text: &str,
+    parents: &BTreeSet<u32>,
+    sig: i32,
+    report: &mut SignalReport,
+) {
+    match decide(pid, target_pid, text, parents, sig) {
+        Decision::Send => match fd.send_signal(sig) {
+            Ok(()) => report.sent.push(pid),
+            Err(e) if e.is_gone() => report.gone.push(pid),
+            Err(e) => report.failed.push((pid, e.to_string())),
+        },
+        Decision::NotCatching => report.not_catching.push(pid),
+        Decision::NotInTree(why) => {
+            tracing::debug!(pid, "not signalling: {why}");
+            report.gone.push(pid);
+        }
+        Decision::Unreadable(why) => report.failed.push((pid, why)),
+    }
 }
 
 #[cfg(test)]
@@ -241,25 +363,143 @@ mod tests {
         assert!(w.contains("signal.signal(signal.SIGUSR1, handler)"), "{w}");
     }
 
-    /// The status comes from the given proc root: a fake root saying our own test process
-    /// does not catch SIGUSR1 must stop the send (which would otherwise kill the test).
+    /// A fake proc root holding a `status` file per (pid, ppid, sigcgt).
+    fn fake_proc(entries: &[(u32, u32, u64)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for &(pid, ppid, mask) in entries {
+            let d = dir.path().join(pid.to_string());
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("status"), status(pid, ppid, mask)).unwrap();
+        }
+        dir
+    }
+
+    fn usr1() -> u64 {
+        1u64 << (libc::SIGUSR1 - 1)
+    }
+
+    fn sleeper() -> std::process::Child {
+        std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap()
+    }
+
+    /// `sleep` has no SIGUSR1 handler, so a signal that reached it kills it.
+    fn killed_by(child: &mut std::process::Child) -> Option<i32> {
+        use std::os::unix::process::ExitStatusExt;
+        let fd = PidFd::open(child.id()).ok()?;
+        if fd
+            .wait_exit(Some(std::time::Duration::from_millis(200)))
+            .unwrap()
+        {
+            child.wait().unwrap().signal()
+        } else {
+            None
+        }
+    }
+
+    fn stop(mut child: std::process::Child) {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// The status comes from the given proc root: a fake root saying a live child does
+    /// not catch SIGUSR1 must stop the send (which would otherwise kill it).
     #[test]
     fn reads_status_from_proc_root() {
-        let dir = tempfile::tempdir().unwrap();
-        let me = std::process::id();
-        std::fs::create_dir(dir.path().join(me.to_string())).unwrap();
-        std::fs::write(
-            dir.path().join(me.to_string()).join("status"),
-            status(me, 1, 0),
-        )
-        .unwrap();
-        let r = signal_tree(dir.path(), &[me, me], me, libc::SIGUSR1);
-        assert_eq!(r.not_catching, vec![me]);
+        let mut child = sleeper();
+        let pid = child.id();
+        let root = fake_proc(&[(pid, 1, 0)]);
+        let r = signal_tree(root.path(), &[pid, pid], pid, libc::SIGUSR1);
+        assert_eq!(r.not_catching, vec![pid]);
         assert!(r.sent.is_empty() && r.failed.is_empty() && r.gone.is_empty());
         assert!(r.none_catching());
+        assert_eq!(killed_by(&mut child), None);
+        stop(child);
 
         // A PID missing from the fake root counts as gone.
-        let r = signal_tree(dir.path(), &[1], 1, libc::SIGUSR1);
+        let r = signal_tree(root.path(), &[1], 1, libc::SIGUSR1);
         assert!(r.sent.is_empty());
+    }
+
+    #[test]
+    fn signals_target_through_held_pidfd() {
+        let mut child = sleeper();
+        let pid = child.id();
+        let fd = PidFd::open(pid).unwrap();
+        let root = fake_proc(&[(pid, 1, usr1())]);
+        let r = signal_tree_with_target(root.path(), &[pid], &fd, libc::SIGUSR1);
+        assert_eq!(r.sent, vec![pid], "{r:?}");
+        assert_eq!(killed_by(&mut child), Some(libc::SIGUSR1));
+    }
+
+    /// The target's PID was resolved again at every alert, so after the target exited
+    /// a process that reused its PID (and that process's children) could be signalled.
+    #[test]
+    fn recycled_target_pid_is_never_signalled() {
+        // The target: exited and reaped, its pidfd held since "the watch started".
+        let mut target = std::process::Command::new("true").spawn().unwrap();
+        let target_pid = target.id();
+        let held = PidFd::open(target_pid).unwrap();
+        target.wait().unwrap();
+        // A live process posing as a child of whatever now has the target's PID.
+        let mut orphan = sleeper();
+        let opid = orphan.id();
+        let root = fake_proc(&[(target_pid, 1, usr1()), (opid, target_pid, usr1())]);
+        let r = signal_tree_with_target(root.path(), &[target_pid, opid], &held, libc::SIGUSR1);
+        assert!(r.sent.is_empty(), "{r:?}");
+        assert!(
+            r.gone.contains(&target_pid) && r.gone.contains(&opid),
+            "{r:?}"
+        );
+        assert_eq!(killed_by(&mut orphan), None);
+        stop(orphan);
+    }
+
+    /// While the target is alive, its children are signalled as before.
+    #[test]
+    fn children_of_live_target_are_signalled() {
+        let target = sleeper();
+        let mut kid = sleeper();
+        let (tpid, kpid) = (target.id(), kid.id());
+        let held = PidFd::open(tpid).unwrap();
+        let root = fake_proc(&[(tpid, 1, 0), (kpid, tpid, usr1())]);
+        let r = signal_tree_with_target(root.path(), &[tpid, kpid], &held, libc::SIGUSR1);
+        assert_eq!(r.sent, vec![kpid], "{r:?}");
+        assert_eq!(r.not_catching, vec![tpid], "{r:?}");
+        assert_eq!(killed_by(&mut kid), Some(libc::SIGUSR1));
+        stop(target);
+    }
+
+    /// The watchdog started by Python's `attach()` is a child of its target, so it is in
+    /// the tree; it signalled itself (SIGUSR1's default action would kill it).
+    #[test]
+    fn never_signals_the_calling_process() {
+        let me = std::process::id();
+        let target = sleeper();
+        let tpid = target.id();
+        let held = PidFd::open(tpid).unwrap();
+        // Our fake status says we catch SIGUSR1 and are the target's child; if we were
+        // signalled, the default action would end this test binary.
+        let root = fake_proc(&[(tpid, 1, 0), (me, tpid, usr1())]);
+        let r = signal_tree_with_target(root.path(), &[tpid, me], &held, libc::SIGUSR1);
+        assert!(!r.sent.contains(&me), "{r:?}");
+        assert!(r.none_catching(), "{r:?}");
+        assert_eq!(r.not_catching, vec![tpid]);
+        assert!(!r.gone.contains(&me) && !r.not_catching.contains(&me));
+        stop(target);
+
+        // As the target itself, through either entry point.
+        let root = fake_proc(&[(me, 1, usr1())]);
+        let mine = PidFd::open(me).unwrap();
+        assert_eq!(
+            signal_tree_with_target(root.path(), &[me], &mine, libc::SIGUSR1),
+            SignalReport::default()
+        );
+        assert_eq!(
+            signal_tree(root.path(), &[me], me, libc::SIGUSR1),
+            SignalReport::default()
+        );
     }
 }

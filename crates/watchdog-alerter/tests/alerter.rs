@@ -285,7 +285,7 @@ fn hook_runs_with_env_without_blocking() {
     let reqfile = dir.path().join("request.json");
     let mut env = hook_env(&req, Some(&reqfile));
     env.push(("OUT".into(), out.display().to_string()));
-    let cmd = r#"sleep 0.3; printf '%s|%s|%s|%s|%s|%s|%s|%s' "$WATCHDOG_RESOURCE" "$WATCHDOG_REASON" "$WATCHDOG_USED" "$WATCHDOG_LIMIT" "$WATCHDOG_PREDICTED_S" "$WATCHDOG_PID" "$WATCHDOG_REQUEST_FILE" "$WATCHDOG_SIGNAL" > "$OUT"; exit 3"#;
+    let cmd = r#"sleep 0.3; printf '%s|%s|%s|%s|%s|%s|%s|%s|%s' "$WATCHDOG_RESOURCE" "$WATCHDOG_REASON" "$WATCHDOG_USED" "$WATCHDOG_LIMIT" "$WATCHDOG_PREDICTED_S" "$WATCHDOG_PID" "$WATCHDOG_REQUEST_FILE" "$WATCHDOG_SIGNAL" "$WATCHDOG_TARGET_PID" > "$OUT"; exit 3"#;
     let t = Instant::now();
     let h = run_hook(cmd, &env).unwrap();
     assert!(t.elapsed() < Duration::from_millis(250), "run_hook blocked");
@@ -294,9 +294,10 @@ fn hook_runs_with_env_without_blocking() {
     assert_eq!(
         std::fs::read_to_string(&out).unwrap(),
         format!(
-            "tree_memory|trend|{}|{}|21.500|1234|{}|SIGUSR1",
+            "tree_memory|trend|{}|{}|21.500|{}|{}|SIGUSR1|1234",
             1u64 << 30,
             2u64 << 30,
+            std::process::id(),
             reqfile.display()
         )
     );
