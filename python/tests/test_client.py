@@ -91,9 +91,51 @@ class SignalTests(Base):
         for given, want in [("SIGUSR1", signal.SIGUSR1), ("usr2", signal.SIGUSR2), ("10", 10), (12, 12)]:
             self.assertEqual(tw._resolve_signal(given), want)
         self.assertEqual(tw._resolve_signal("SIGRTMIN+2"), signal.SIGRTMIN + 2)
-        for bad in ("SIGNOPE", "SIG_DFL", "", "RTMIN+x"):
+        for bad in ("SIGNOPE", "SIG_DFL", "_DFL", "", "RTMIN+x", "SIG", "²"):
             with self.assertRaises(ValueError):
                 tw._resolve_signal(bad)
+
+    def test_resolves_every_name_the_binary_writes(self):
+        """WATCHDOG_SIGNAL=SIGRTMAX-1 (or RTMIN+n in any case) was refused or misread."""
+        lo, hi = int(signal.SIGRTMIN), int(signal.SIGRTMAX)
+        table = [
+            ("SIGUSR1", signal.SIGUSR1),
+            ("USR1", signal.SIGUSR1),
+            ("sigusr2", signal.SIGUSR2),
+            ("SIGHUP", signal.SIGHUP),
+            ("WINCH", signal.SIGWINCH),
+            (" 10 ", 10),
+            ("SIGRTMIN", lo),
+            ("RTMIN", lo),
+            ("SIGRTMIN+0", lo),
+            ("SIGRTMIN+3", lo + 3),
+            ("rtmin+3", lo + 3),
+            ("SIGRTMAX", hi),
+            ("SIGRTMAX-2", hi - 2),
+            ("RtMax-0", hi),
+            ("SIGRTMIN+%d" % (hi - lo), hi),
+            ("SIGRTMAX-%d" % (hi - lo), lo),
+        ]
+        for given, want in table:
+            with self.subTest(given=given):
+                self.assertEqual(tw._resolve_signal(given), want)
+                os.environ["WATCHDOG_SIGNAL"] = given
+                self.assertEqual(tw._resolve_signal(), want)
+        for bad in (
+            "SIGRTMIN-1", "SIGRTMAX+1", "SIGRTMIN+%d" % (hi - lo + 1), "SIGRTMAX-%d" % (hi - lo + 1),
+            "SIGRTMIN+", "SIGRTMIN2", "SIGRTMIN+ 2", "SIGRTMIN+-2", "RTMID",
+        ):
+            with self.subTest(bad=bad), self.assertRaises(ValueError):
+                tw._resolve_signal(bad)
+
+    def test_signal_name_round_trips_like_the_binary(self):
+        lo, hi = int(signal.SIGRTMIN), int(signal.SIGRTMAX)
+        self.assertEqual(tw._signal_name(signal.SIGUSR1), "SIGUSR1")
+        self.assertEqual(tw._signal_name(lo), "SIGRTMIN")
+        self.assertEqual(tw._signal_name(lo + 2), "SIGRTMIN+2")
+        for n in list(range(1, 32)) + list(range(lo, hi + 1)):
+            with self.subTest(n=n):
+                self.assertEqual(tw._resolve_signal(tw._signal_name(n)), n)
 
     def test_chains_previous_handler_and_is_idempotent(self):
         calls = []

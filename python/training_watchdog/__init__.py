@@ -28,6 +28,7 @@ file + rename) with ``{"seq": N, "time_unix": T}``, ``N`` the ``seq`` of the req
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -59,30 +60,58 @@ _acked = None
 _cache = {}
 
 
+_RT_NAME = re.compile(r"RTM(IN|AX)(?:([+-])([0-9]+))?")
+
+
 def _resolve_signal(sig=None):
-    """Signal number from an int, a name (``SIGUSR1``, ``USR1``, ``SIGRTMIN+2``) or a numeric string."""
+    """Signal number from an int, a numeric string or a name, as the watchdog writes them.
+
+    Names with or without ``SIG``, any case: ``SIGUSR1``, ``USR1``, and the real-time
+    ``SIGRTMIN``, ``SIGRTMIN+n``, ``SIGRTMAX-n``, ``SIGRTMAX`` (computed from
+    ``signal.SIGRTMIN``/``signal.SIGRTMAX``, as the binary does at run time). Raises
+    ValueError for anything else, or a real-time offset outside SIGRTMIN..SIGRTMAX.
+    """
     if sig is None:
         sig = os.environ.get("WATCHDOG_SIGNAL") or "SIGUSR1"
-    if isinstance(sig, int):
+    if isinstance(sig, int) and not isinstance(sig, bool):
         return int(sig)
     text = str(sig).strip().upper()
-    if text.isdigit():
+    if re.fullmatch(r"[0-9]+", text):
         return int(text)
-    if not text.startswith("SIG"):
-        text = "SIG" + text
-    for base in ("SIGRTMIN", "SIGRTMAX"):
-        if text.startswith(base) and text != base and hasattr(signal, base):
-            try:
-                offset = int(text[len(base):])
-            except ValueError:
-                break
-            return int(getattr(signal, base)) + offset
-    num = getattr(signal, text, None)
-    if isinstance(num, int) and text.startswith("SIG") and not text.startswith("SIG_"):
-        return int(num)
+    name = text[3:] if text.startswith("SIG") else text
+    rt = _RT_NAME.fullmatch(name)
+    if rt and hasattr(signal, "SIGRTMIN"):
+        lo, hi = int(signal.SIGRTMIN), int(signal.SIGRTMAX)
+        which, sign, offset = rt.groups()
+        if sign is None:
+            return lo if which == "IN" else hi
+        if (which, sign) == ("IN", "+"):
+            num = lo + int(offset)
+        elif (which, sign) == ("AX", "-"):
+            num = hi - int(offset)
+        else:
+            num = None
+        if num is not None and lo <= num <= hi:
+            return num
+    elif name:
+        member = signal.Signals.__members__.get("SIG" + name)
+        if member is not None:
+            return int(member)
     raise ValueError(
-        "unknown signal %r: expected a name like SIGUSR1 or USR1, or a number" % (sig,)
+        "unknown signal %r: expected a name like SIGUSR1 or USR1, SIGRTMIN+n or SIGRTMAX-n, "
+        "or a number" % (sig,)
     )
+
+
+def _signal_name(signum):
+    """The name the watchdog gives a signal number: ``SIGUSR1``, ``SIGRTMIN``, ``SIGRTMIN+2``."""
+    lo = int(getattr(signal, "SIGRTMIN", 0)) or None
+    if lo is not None and lo < signum <= int(signal.SIGRTMAX):
+        return "SIGRTMIN+%d" % (signum - lo)
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return str(signum)
 
 
 def _handler(signum, frame):
@@ -321,10 +350,7 @@ def attach(watchdog="watchdog", args=(), request_file=None, sig=None):
     """
     binary = _find_watchdog(watchdog)
     signum = _resolve_signal(sig)
-    try:
-        signame = signal.Signals(signum).name
-    except ValueError:
-        signame = str(signum)
+    signame = _signal_name(signum)
     workdir = tempfile.mkdtemp(prefix="training-watchdog-")
     if request_file is None:
         request_file = os.path.join(workdir, "request.json")
