@@ -96,11 +96,7 @@ fn check_request_file(path: &Path) -> Result<(), Failure> {
     if !meta.is_file() {
         return Err(refuse("it is not a regular file"));
     }
-    let is_request = std::fs::read(path)
-        .ok()
-        .and_then(|b| serde_json::from_slice::<AlertRequest>(&b).ok())
-        .is_some();
-    if is_request {
+    if watchdog_alerter::request::is_request_file(path) {
         Ok(())
     } else {
         Err(refuse("it exists and is not a watchdog request"))
@@ -612,10 +608,10 @@ impl Watch {
                     Ok(()) => request_written = Some(self.request_file.display().to_string()),
                     Err(e) => tracing::error!("cannot write the request file: {e}"),
                 }
-                let report = watchdog_alerter::signal::signal_tree(
+                let report = watchdog_alerter::signal::signal_tree_with_target(
                     Path::new("/proc"),
                     &tree,
-                    self.target.pid,
+                    &self.target.pidfd,
                     signal,
                 );
                 for (pid, why) in &report.failed {
