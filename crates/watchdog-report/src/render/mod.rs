@@ -51,6 +51,33 @@ const PANEL_TITLE_H: f64 = 24.0;
 const LABEL_ROW_H: f64 = 14.0;
 /// Time labels under the plot.
 const X_AXIS_H: f64 = 30.0;
+/// Panels in reading order: resources that alerted first, then the fullest; ties keep
+/// the recording's order.
+fn panel_order(rec: &Recording) -> Vec<usize> {
+    let alerted = |i: usize| {
+        rec.events.iter().any(|e| match &e.kind {
+            EventKind::Alert(a) => rec.resource_index(&a.resource) == Some(i),
+            _ => false,
+        })
+    };
+    let fullest = |i: usize| {
+        rec.series.get(i).map_or(0.0, |points| {
+            points
+                .iter()
+                .filter(|p| p.limit != crate::recording::UNLIMITED && p.limit > 0)
+                .map(|p| p.used as f64 / p.limit as f64)
+                .fold(0.0, f64::max)
+        })
+    };
+    let mut order: Vec<usize> = (0..rec.resources.len()).collect();
+    order.sort_by(|&a, &b| {
+        alerted(b)
+            .cmp(&alerted(a))
+            .then(fullest(b).total_cmp(&fullest(a)))
+    });
+    order
+}
+
 /// Space between panels.
 const PANEL_GAP: f64 = 14.0;
 /// At most this many rows of event labels; more labels share the last row.
@@ -835,7 +862,8 @@ pub fn render_svg(rec: &Recording) -> String {
     let (header, mut y) = header(rec);
     let domain = time_domain(rec);
     let xs = Scale::new(domain.0, domain.1, LEFT, WIDTH - RIGHT);
-    let plans: Vec<PanelPlan> = (0..rec.resources.len())
+    let plans: Vec<PanelPlan> = panel_order(rec)
+        .into_iter()
         .map(|index| {
             let markers = markers_for(rec, index);
             let (labels, label_rows) = place_labels(&markers, &xs, WIDTH - RIGHT);
