@@ -86,6 +86,18 @@ impl Scene {
         }
     }
 
+    /// Runs `watchdog FLAGS run -- python3 hog.py REPORT HOG_ARGS` to completion.
+    pub fn run_hog(&self, flags: &[&str], hog_args: &[&str]) -> Output {
+        self.watchdog()
+            .args(flags)
+            .args(["run", "--", "python3"])
+            .arg(hog())
+            .arg(&self.rep)
+            .args(hog_args)
+            .output()
+            .expect("run watchdog")
+    }
+
     /// The watchdog with the common flags: fast sampling, no GPU, this scene's files.
     pub fn watchdog(&self) -> Command {
         let mut cmd = bin();

@@ -140,36 +140,23 @@ fn cgroup_leak_is_checkpointed_before_the_oom_kill() {
 fn mem_limit_leak_is_checkpointed_and_acknowledged() {
     let scene = Scene::new();
     let (dir, events, req, rep) = (&scene.dir, &scene.events, &scene.req, &scene.rep);
-    let out = scene
-        .watchdog()
-        .args([
-            "--lead",
-            "1s",
-            "--mem-limit",
-            "300MiB",
-            "run",
-            "--",
-            "python3",
-            &hog(),
-        ])
-        .args([
-            rep.to_str().unwrap(),
+    let out = scene.run_hog(
+        &["--lead", "1s", "--mem-limit", "300MiB"],
+        &[
             "leak",
             "--step-mib",
             "4",
             "--every",
             "0.04",
-        ])
-        .args([
             "--max-mib",
             "280",
             "--seconds",
             "20",
             "--stop-after-checkpoint",
-        ])
-        .args(["--dir", dir.path().to_str().unwrap()])
-        .output()
-        .unwrap();
+            "--dir",
+            dir.path().to_str().unwrap(),
+        ],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let ev = read_events(events);
@@ -200,21 +187,20 @@ fn checkpoints_filling_a_tmpfs_are_stopped_before_it_is_full() {
     };
     let scene = Scene::new();
     let (events, rep) = (&scene.events, &scene.rep);
-    let out = scene
-        .watchdog()
-        .args(["--lead", "2s", "--disk", fs.path().to_str().unwrap()])
-        .args([
-            "run",
-            "--",
-            "python3",
-            &hog(),
-            rep.to_str().unwrap(),
+    let out = scene.run_hog(
+        &["--lead", "2s", "--disk", fs.path().to_str().unwrap()],
+        &[
             "write",
-        ])
-        .args(["--step-mib", "4", "--every", "0.1", "--seconds", "30"])
-        .args(["--dir", fs.path().to_str().unwrap()])
-        .output()
-        .unwrap();
+            "--step-mib",
+            "4",
+            "--every",
+            "0.1",
+            "--seconds",
+            "30",
+            "--dir",
+            fs.path().to_str().unwrap(),
+        ],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     // The writer keeps writing after its checkpoint until ENOSPC kills it (status 1).
     assert_eq!(out.status.code(), Some(1), "{stderr}");
@@ -296,30 +282,21 @@ fn max_runtime_fires_lead_seconds_before_the_limit() {
 #[test]
 fn a_stable_sawtooth_under_the_limit_raises_no_alert() {
     let scene = Scene::new();
-    let (events, req, rep) = (&scene.events, &scene.req, &scene.rep);
-    let out = scene
-        .watchdog()
-        .args([
-            "--lead",
-            "5s",
-            "--mem-limit",
-            "400MiB",
-            "run",
-            "--",
-            "python3",
-            &hog(),
-        ])
-        .args([
-            rep.to_str().unwrap(),
+    let (events, req) = (&scene.events, &scene.req);
+    let out = scene.run_hog(
+        &["--lead", "5s", "--mem-limit", "400MiB"],
+        &[
             "sawtooth",
             "--step-mib",
             "16",
             "--every",
             "0.03",
-        ])
-        .args(["--max-mib", "240", "--seconds", "8"])
-        .output()
-        .unwrap();
+            "--max-mib",
+            "240",
+            "--seconds",
+            "8",
+        ],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let ev = read_events(events);
@@ -335,23 +312,18 @@ fn a_process_without_a_handler_is_not_signalled_and_survives() {
     let scene = Scene::new();
     let (dir, events, req, rep) = (&scene.dir, &scene.events, &scene.req, &scene.rep);
     let hook_out = dir.path().join("hook.txt");
-    let out = scene
-        .watchdog()
-        .args(["--lead", "1s", "--mem-limit", "200MiB"])
-        .args([
+    let out = scene.run_hog(
+        &[
+            "--lead",
+            "1s",
+            "--mem-limit",
+            "200MiB",
             "--on-alert",
             &format!("echo \"$WATCHDOG_RESOURCE\" > {}", hook_out.display()),
-        ])
-        .args([
-            "run",
-            "--",
-            "python3",
-            &hog(),
-            rep.to_str().unwrap(),
+        ],
+        &[
             "leak",
             "--no-handler",
-        ])
-        .args([
             "--step-mib",
             "4",
             "--every",
@@ -360,9 +332,8 @@ fn a_process_without_a_handler_is_not_signalled_and_survives() {
             "180",
             "--seconds",
             "5",
-        ])
-        .output()
-        .unwrap();
+        ],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     // It ran to its end: a SIGUSR1 would have killed it (status 138).
     assert_eq!(out.status.code(), Some(0), "{stderr}");
@@ -390,30 +361,20 @@ fn a_process_without_a_handler_is_not_signalled_and_survives() {
 fn dry_run_sends_and_writes_nothing() {
     let scene = Scene::new();
     let (events, req, rep) = (&scene.events, &scene.req, &scene.rep);
-    let out = scene
-        .watchdog()
-        .args([
-            "--dry-run",
-            "--lead",
-            "1s",
-            "--mem-limit",
-            "200MiB",
-            "run",
-            "--",
-            "python3",
-        ])
-        .args([
-            &hog(),
-            rep.to_str().unwrap(),
+    let out = scene.run_hog(
+        &["--dry-run", "--lead", "1s", "--mem-limit", "200MiB"],
+        &[
             "leak",
             "--step-mib",
             "4",
             "--every",
             "0.04",
-        ])
-        .args(["--max-mib", "180", "--seconds", "5"])
-        .output()
-        .unwrap();
+            "--max-mib",
+            "180",
+            "--seconds",
+            "5",
+        ],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let ev = read_events(events);
