@@ -76,14 +76,18 @@ pub struct ReplayReport {
 
 /// Parses `text` and replays it with the given lead and interval (seconds; the
 /// floor stays at its default).
+///
+/// The samples go to the predictors as they are parsed, never all held at
+/// once; the report is the one [`run_trace`] gives for [`trace::parse`]'s trace.
 pub fn run(text: &str, lead_s: f64, interval_s: f64) -> Result<ReplayReport, TraceError> {
-    let trace = trace::parse(text)?;
     let config = PredictorConfig {
         lead_s,
         interval_s,
         ..PredictorConfig::default()
     };
-    Ok(run_trace(&trace, &config))
+    let mut replayer = Replayer::new(&config, |_: &TraceSample, _: f64, _: &Observation| {});
+    trace::parse_into(text, true, &mut replayer)?;
+    Ok(replayer.finish())
 }
 
 /// Replays a parsed trace with `config`.
@@ -93,41 +97,85 @@ pub fn run_trace(trace: &Trace, config: &PredictorConfig) -> ReplayReport {
 
 /// Replays a parsed trace, calling `inspect(sample, seconds_from_start, observation)`
 /// after every sample (the accuracy tools use it to read every forecast).
-pub fn run_trace_with<F>(trace: &Trace, config: &PredictorConfig, mut inspect: F) -> ReplayReport
+pub fn run_trace_with<F>(trace: &Trace, config: &PredictorConfig, inspect: F) -> ReplayReport
 where
     F: FnMut(&TraceSample, f64, &Observation),
 {
-    let start = trace.start_s();
-    let mut predictors: Vec<ResourcePredictor> = trace
-        .resources
-        .iter()
-        .map(|name| ResourcePredictor::new(trace::kind_for_name(name), config.clone()))
-        .collect();
-    let mut resources: Vec<ResourceSummary> = trace
-        .resources
-        .iter()
-        .map(|name| ResourceSummary {
-            resource: name.clone(),
-            kind: trace::kind_for_name(name),
+    let mut replayer = Replayer::new(config, inspect);
+    replayer.add_resources(&trace.resources);
+    for &s in &trace.samples {
+        replayer.observe(s);
+    }
+    replayer.finish()
+}
+
+/// One predictor and one summary per resource, fed sample by sample.
+struct Replayer<'c, F> {
+    config: &'c PredictorConfig,
+    inspect: F,
+    predictors: Vec<ResourcePredictor>,
+    resources: Vec<ResourceSummary>,
+    alerts: Vec<AlertRecord>,
+    samples: usize,
+    /// Time of the first sample, the origin of replay times.
+    start: Option<f64>,
+    last_t: f64,
+}
+
+impl<'c, F> Replayer<'c, F>
+where
+    F: FnMut(&TraceSample, f64, &Observation),
+{
+    fn new(config: &'c PredictorConfig, inspect: F) -> Self {
+        Self {
+            config,
+            inspect,
+            predictors: Vec::new(),
+            resources: Vec::new(),
+            alerts: Vec::new(),
             samples: 0,
-            peak_used: 0,
-            limit: 0,
-            alerts: 0,
-            rearms: 0,
-            exhausted_at_s: None,
-        })
-        .collect();
-    let mut alerts = Vec::new();
-    let mut last_t = start;
-    for s in &trace.samples {
+            start: None,
+            last_t: 0.0,
+        }
+    }
+
+    /// A predictor and a summary for each of `names` past the ones already there.
+    fn add_resources(&mut self, names: &[String]) {
+        for name in names.iter().skip(self.predictors.len()) {
+            let kind = trace::kind_for_name(name);
+            self.predictors
+                .push(ResourcePredictor::new(kind, self.config.clone()));
+            self.resources.push(ResourceSummary {
+                resource: name.clone(),
+                kind,
+                samples: 0,
+                peak_used: 0,
+                limit: 0,
+                alerts: 0,
+                rearms: 0,
+                exhausted_at_s: None,
+            });
+        }
+    }
+
+    fn observe(&mut self, s: TraceSample) {
+        self.samples += 1;
+        let start = match self.start {
+            Some(start) => start,
+            None => {
+                self.start = Some(s.t_s);
+                self.last_t = s.t_s;
+                s.t_s
+            }
+        };
         let (Some(p), Some(sum)) = (
-            predictors.get_mut(s.resource),
-            resources.get_mut(s.resource),
+            self.predictors.get_mut(s.resource),
+            self.resources.get_mut(s.resource),
         ) else {
-            continue;
+            return;
         };
         let t = s.t_s - start;
-        last_t = last_t.max(s.t_s);
+        self.last_t = self.last_t.max(s.t_s);
         let obs = p.observe(t, s.used, s.limit);
         sum.samples += 1;
         sum.peak_used = sum.peak_used.max(s.used);
@@ -139,7 +187,7 @@ where
         match obs.decision {
             Decision::Alert(reason) => {
                 sum.alerts += 1;
-                alerts.push(AlertRecord {
+                self.alerts.push(AlertRecord {
                     resource: sum.resource.clone(),
                     kind: sum.kind,
                     reason,
@@ -154,15 +202,31 @@ where
             Decision::Rearm => sum.rearms += 1,
             Decision::Quiet => {}
         }
-        inspect(s, t, &obs);
+        (self.inspect)(&s, t, &obs);
     }
-    ReplayReport {
-        alerts,
-        resources,
-        samples: trace.samples.len(),
-        duration_s: last_t - start,
-        lead_s: config.lead_s,
-        interval_s: config.interval_s,
+
+    fn finish(self) -> ReplayReport {
+        let start = self.start.unwrap_or(0.0);
+        ReplayReport {
+            alerts: self.alerts,
+            resources: self.resources,
+            samples: self.samples,
+            duration_s: self.last_t - start,
+            lead_s: self.config.lead_s,
+            interval_s: self.config.interval_s,
+        }
+    }
+}
+
+impl<F> trace::Sink for Replayer<'_, F>
+where
+    F: FnMut(&TraceSample, f64, &Observation),
+{
+    fn sample(&mut self, sample: TraceSample, resources: &[String]) {
+        if self.resources.len() < resources.len() {
+            self.add_resources(resources);
+        }
+        self.observe(sample);
     }
 }
 

@@ -184,113 +184,28 @@ fn parse_header(line: &str, lineno: usize) -> Result<(Columns, TraceFormat), Tra
 }
 
 /// Parses a trace in either format.
+///
+/// Data lines of the common shapes (unquoted fields; plain decimal seconds or
+/// timestamps; plain integers, sizes or an empty limit) take a fast path that
+/// reads each byte about once and allocates nothing; comments, blank lines and
+/// any line the fast path is not sure of go through the general line parser,
+/// which defines what is accepted and words every error.
 pub fn parse(text: &str) -> Result<Trace, TraceError> {
-    let mut meta = Vec::new();
-    let mut header: Option<(Columns, TraceFormat)> = None;
-    let mut resources: Vec<String> = Vec::new();
+    parse_with(text, true)
+}
+
+/// [`parse`] with the fast path for data lines on or off (the tests check that
+/// both give the same trace or the same error).
+pub(crate) fn parse_with(text: &str, fast: bool) -> Result<Trace, TraceError> {
     let mut samples = Vec::new();
-    for (i, raw) in text.lines().enumerate() {
-        let lineno = i + 1;
-        let line = raw.trim();
-        if line.is_empty() {
-            continue;
-        }
-        if let Some(comment) = line.strip_prefix('#') {
-            if let Some((k, v)) = comment.split_once(':') {
-                let k = k.trim();
-                if !k.is_empty() && !k.contains(' ') {
-                    meta.push((k.to_string(), v.trim().to_string()));
-                }
-            }
-            continue;
-        }
-        let Some((cols, _)) = &header else {
-            header = Some(parse_header(line, lineno)?);
-            continue;
-        };
-        // Up to MAX_FIELDS fields on the stack: no allocation per line.
-        let mut fields = [""; MAX_FIELDS];
-        let mut n_fields = 0usize;
-        for f in line.split(',') {
-            if let Some(slot) = fields.get_mut(n_fields) {
-                *slot = f.trim().trim_matches('"');
-            }
-            n_fields += 1;
-        }
-        if n_fields < cols.width {
-            return Err(TraceError::Malformed {
-                line: lineno,
-                message: format!(
-                    "found {n_fields} fields in '{line}': expected {} as in the header",
-                    cols.width
-                ),
-            });
-        }
-        let field = |c: usize| fields.get(c).copied().unwrap_or("");
-        let t_s = parse_time(field(cols.time)).ok_or_else(|| TraceError::Malformed {
-            line: lineno,
-            message: format!(
-                "invalid time '{}': expected seconds (e.g. 12.5) or a timestamp like 2024-01-15T10:23:45.123Z or 2024/01/15 10:23:45.123",
-                field(cols.time)
-            ),
-        })?;
-        let used =
-            parse_amount(field(cols.used), cols.used_scale).ok_or_else(|| TraceError::Malformed {
-                line: lineno,
-                message: format!(
-                    "invalid used '{}': expected a non-negative number with an optional unit (e.g. 1234 or 1234 MiB)",
-                    field(cols.used)
-                ),
-            })?;
-        let limit = parse_limit(field(cols.limit), cols.limit_scale).ok_or_else(|| {
-            TraceError::Malformed {
-                line: lineno,
-                message: format!(
-                    "invalid limit '{}': expected a non-negative number with an optional unit, or empty/inf/max for unlimited",
-                    field(cols.limit)
-                ),
-            }
-        })?;
-        let resource = if let Some(ix) = cols.index {
-            let idx = field(ix);
-            if idx.is_empty() || !idx.chars().all(|c| c.is_ascii_digit()) {
-                return Err(TraceError::Malformed {
-                    line: lineno,
-                    message: format!("invalid GPU index '{idx}': expected a number like 0"),
-                });
-            }
-            intern(
-                &mut resources,
-                |r| r.strip_prefix("gpu") == Some(idx),
-                || format!("gpu{idx}"),
-            )
-        } else if let Some(rc) = cols.resource {
-            let r = field(rc);
-            if r.is_empty() {
-                return Err(TraceError::Malformed {
-                    line: lineno,
-                    message: "empty resource: expected a name like cgroup_memory or disk:/data"
-                        .to_string(),
-                });
-            }
-            intern(&mut resources, |x| x == r, || r.to_string())
-        } else {
-            let default = meta
-                .iter()
-                .find(|(k, _)| k == "resource")
-                .map_or("memory", |(_, v)| v.as_str());
-            intern(&mut resources, |x| x == default, || default.to_string())
-        };
-        samples.push(TraceSample {
-            resource,
-            t_s,
-            used,
-            limit,
-        });
+    let Parsed {
+        format,
+        resources,
+        meta,
+    } = parse_into(text, fast, &mut samples)?;
+    if samples.capacity() / 2 > samples.len() {
+        samples.shrink_to_fit();
     }
-    let Some((_, format)) = header else {
-        return Err(TraceError::Empty);
-    };
     Ok(Trace {
         format,
         resources,
@@ -299,20 +214,581 @@ pub fn parse(text: &str) -> Result<Trace, TraceError> {
     })
 }
 
-/// Most fields a data line may have (more are counted, not kept).
-const MAX_FIELDS: usize = 32;
+/// Where [`parse_into`] puts the samples, in file order.
+pub(crate) trait Sink {
+    /// About `n` samples are to come (a hint, from the text's length).
+    fn expect(&mut self, _n: usize) {}
+    /// The next sample; `resources` are the resource names so far, the sample's among them.
+    fn sample(&mut self, sample: TraceSample, resources: &[String]);
+}
 
-/// Index of the resource `is` matches, adding `make()` when there is none.
-fn intern(
-    resources: &mut Vec<String>,
-    is: impl Fn(&str) -> bool,
-    make: impl FnOnce() -> String,
-) -> usize {
-    if let Some(p) = resources.iter().position(|r| is(r)) {
-        return p;
+impl Sink for Vec<TraceSample> {
+    fn expect(&mut self, n: usize) {
+        self.reserve(n);
     }
-    resources.push(make());
-    resources.len() - 1
+    fn sample(&mut self, sample: TraceSample, _resources: &[String]) {
+        self.push(sample);
+    }
+}
+
+/// A [`Trace`] without its samples.
+pub(crate) struct Parsed {
+    pub(crate) format: TraceFormat,
+    pub(crate) resources: Vec<String>,
+    pub(crate) meta: Vec<(String, String)>,
+}
+
+/// Parses `text`, handing every sample to `sink` as it is read.
+pub(crate) fn parse_into<S: Sink>(
+    text: &str,
+    fast: bool,
+    sink: &mut S,
+) -> Result<Parsed, TraceError> {
+    let bytes = text.as_bytes();
+    let mut rec = Records::default();
+    let mut header: Option<(Columns, TraceFormat, Vec<Role>)> = None;
+    let mut pos = 0usize;
+    let mut lineno = 0usize;
+    // Lines as `str::lines` splits them: at `\n`, a last line without one included.
+    while pos < bytes.len() {
+        lineno += 1;
+        if fast && let Some((cols, _, roles)) = &header {
+            if bytes.get(pos) == Some(&b'\n') {
+                pos += 1;
+                continue;
+            }
+            if let Some((sample, next)) = fast_record(text, pos, cols, roles, &mut rec) {
+                sink.sample(sample, &rec.resources);
+                pos = next;
+                continue;
+            }
+        }
+        let end = line_end(text, pos);
+        // `trim` also drops the `\r` of a `\r\n` ending.
+        let line = text.get(pos..end).unwrap_or("").trim();
+        pos = end + 1;
+        if line.is_empty() {
+            continue;
+        }
+        if let Some(comment) = line.strip_prefix('#') {
+            if let Some((k, v)) = comment.split_once(':') {
+                let k = k.trim();
+                if !k.is_empty() && !k.contains(' ') {
+                    rec.meta.push((k.to_string(), v.trim().to_string()));
+                    // The default resource may come from this comment.
+                    rec.default = None;
+                }
+            }
+            continue;
+        }
+        let Some((cols, _, _)) = &header else {
+            let (cols, format) = parse_header(line, lineno)?;
+            let roles = roles(&cols);
+            // About as many samples as lines like the next one fit in the rest.
+            let next_len = line_end(text, pos).saturating_sub(pos) + 1;
+            sink.expect(bytes.len().saturating_sub(pos) / next_len.max(16));
+            header = Some((cols, format, roles));
+            continue;
+        };
+        let sample = parse_record(line, lineno, cols, &mut rec)?;
+        sink.sample(sample, &rec.resources);
+    }
+    let Some((_, format, _)) = header else {
+        return Err(TraceError::Empty);
+    };
+    Ok(Parsed {
+        format,
+        resources: rec.resources,
+        meta: rec.meta,
+    })
+}
+
+/// What parsing has gathered so far.
+#[derive(Default)]
+struct Records {
+    meta: Vec<(String, String)>,
+    resources: Vec<String>,
+    /// The resource of the previous data line, tried first.
+    last: Option<usize>,
+    /// The resource of lines without a resource column, once looked up.
+    default: Option<usize>,
+    /// The last timestamp the fast path parsed: where it is in the text, and its seconds.
+    last_time: Option<(usize, usize, f64)>,
+}
+
+impl Records {
+    /// Index of the resource `is` matches (the previous line's first), adding
+    /// `make()` when there is none.
+    fn intern(&mut self, is: impl Fn(&str) -> bool, make: impl FnOnce() -> String) -> usize {
+        if let Some(i) = self.last
+            && self.resources.get(i).is_some_and(|r| is(r))
+        {
+            return i;
+        }
+        let i = match self.resources.iter().position(|r| is(r)) {
+            Some(i) => i,
+            None => {
+                self.resources.push(make());
+                self.resources.len() - 1
+            }
+        };
+        self.last = Some(i);
+        i
+    }
+
+    /// When the field at `i` is the previous data line's resource name (ending
+    /// the field but for spaces), where the field ends.
+    fn same_as_last(&self, b: &[u8], i: usize) -> Option<usize> {
+        let name = self.resources.get(self.last?)?.as_bytes();
+        let after = i.checked_add(name.len())?;
+        if b.get(i..after)? != name {
+            return None;
+        }
+        let end = skip_spaces(b, after);
+        at_field_end(b, end).then_some(end)
+    }
+
+    /// The resource of lines without a resource column: the first `# resource:`
+    /// comment so far, else `memory`.
+    fn default_resource(&mut self) -> usize {
+        if let Some(i) = self.default {
+            return i;
+        }
+        let name = self
+            .meta
+            .iter()
+            .find(|(k, _)| k == "resource")
+            .map_or("memory", |(_, v)| v.as_str());
+        let i = match self.resources.iter().position(|r| r == name) {
+            Some(i) => i,
+            None => {
+                self.resources.push(name.to_string());
+                self.resources.len() - 1
+            }
+        };
+        self.default = Some(i);
+        i
+    }
+}
+
+/// Index of the `\n` ending the line that starts at `pos` (the text's length when none does).
+fn line_end(text: &str, pos: usize) -> usize {
+    text.get(pos..)
+        .and_then(|rest| rest.find('\n'))
+        .map_or(text.len(), |k| pos + k)
+}
+
+/// The general parser of one data line (trimmed, not blank, not a comment).
+fn parse_record(
+    line: &str,
+    lineno: usize,
+    cols: &Columns,
+    rec: &mut Records,
+) -> Result<TraceSample, TraceError> {
+    // Only the fields in use are kept: no allocation, any number of fields.
+    let resource_col = cols.index.or(cols.resource);
+    let (mut time, mut used, mut limit, mut name) = ("", "", "", "");
+    let mut n_fields = 0usize;
+    for (c, f) in line.split(',').enumerate() {
+        let f = f.trim().trim_matches('"');
+        if c == cols.time {
+            time = f;
+        } else if c == cols.used {
+            used = f;
+        } else if c == cols.limit {
+            limit = f;
+        } else if Some(c) == resource_col {
+            name = f;
+        }
+        n_fields += 1;
+    }
+    if n_fields < cols.width {
+        return Err(TraceError::Malformed {
+            line: lineno,
+            message: format!(
+                "found {n_fields} fields in '{line}': expected {} as in the header",
+                cols.width
+            ),
+        });
+    }
+    let t_s = parse_time(time).ok_or_else(|| TraceError::Malformed {
+        line: lineno,
+        message: format!(
+            "invalid time '{time}': expected seconds (e.g. 12.5) or a timestamp like 2024-01-15T10:23:45.123Z or 2024/01/15 10:23:45.123"
+        ),
+    })?;
+    let used = parse_amount(used, cols.used_scale).ok_or_else(|| TraceError::Malformed {
+        line: lineno,
+        message: format!(
+            "invalid used '{used}': expected a non-negative number with an optional unit (e.g. 1234 or 1234 MiB)"
+        ),
+    })?;
+    let limit = parse_limit(limit, cols.limit_scale).ok_or_else(|| TraceError::Malformed {
+        line: lineno,
+        message: format!(
+            "invalid limit '{limit}': expected a non-negative number with an optional unit, or empty/inf/max for unlimited"
+        ),
+    })?;
+    let resource = if cols.index.is_some() {
+        let idx = name;
+        if idx.is_empty() || !idx.chars().all(|c| c.is_ascii_digit()) {
+            return Err(TraceError::Malformed {
+                line: lineno,
+                message: format!("invalid GPU index '{idx}': expected a number like 0"),
+            });
+        }
+        rec.intern(
+            |r| r.strip_prefix("gpu") == Some(idx),
+            || format!("gpu{idx}"),
+        )
+    } else if cols.resource.is_some() {
+        let r = name;
+        if r.is_empty() {
+            return Err(TraceError::Malformed {
+                line: lineno,
+                message: "empty resource: expected a name like cgroup_memory or disk:/data"
+                    .to_string(),
+            });
+        }
+        rec.intern(|x| x == r, || r.to_string())
+    } else {
+        rec.default_resource()
+    };
+    Ok(TraceSample {
+        resource,
+        t_s,
+        used,
+        limit,
+    })
+}
+
+/// What a column of a data line holds, for the fast path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Ignored,
+    Time,
+    Used,
+    Limit,
+    Resource,
+    GpuIndex,
+}
+
+/// The role of every column of the header.
+fn roles(cols: &Columns) -> Vec<Role> {
+    let mut roles = vec![Role::Ignored; cols.width];
+    let resource = match cols.index {
+        Some(ix) => Some((ix, Role::GpuIndex)),
+        None => cols.resource.map(|c| (c, Role::Resource)),
+    };
+    for (c, role) in [
+        (cols.time, Role::Time),
+        (cols.used, Role::Used),
+        (cols.limit, Role::Limit),
+    ]
+    .into_iter()
+    .chain(resource)
+    {
+        if let Some(slot) = roles.get_mut(c) {
+            *slot = role;
+        }
+    }
+    roles
+}
+
+/// The fast path for the data line starting at `start`: the sample and where the
+/// next line starts, or `None` to leave the line to [`parse_record`] (which then
+/// accepts it the same way or words the error).
+///
+/// Fields are cut at `,` and trimmed of ASCII spaces, tabs and `\r`; a field
+/// then counts only when it is empty or starts and ends with a printable ASCII
+/// character other than `"`, where `trim().trim_matches('"')` would leave it
+/// as is. Numbers are read as the bytes go by; anything else is handed to the
+/// same field parsers as the general path uses.
+fn fast_record(
+    text: &str,
+    start: usize,
+    cols: &Columns,
+    roles: &[Role],
+    rec: &mut Records,
+) -> Option<(TraceSample, usize)> {
+    let b = text.as_bytes();
+    // Not blank, not a comment, nothing for `trim` to take off the front.
+    if !b.get(start).is_some_and(|&c| plain(c) && c != b'#') {
+        return None;
+    }
+    let (mut t_s, mut used, mut limit) = (0.0, 0, u64::MAX);
+    let mut name = "";
+    // The resource column holds the previous line's name.
+    let mut same = false;
+    let mut i = start;
+    let last = roles.len().checked_sub(1)?;
+    for (c, role) in roles.iter().enumerate() {
+        i = match role {
+            Role::Ignored => field_end(b, i),
+            Role::Time => {
+                let (v, end) = time_field(text, i, &mut rec.last_time)?;
+                t_s = v;
+                end
+            }
+            Role::Used => {
+                let (v, end) = amount_field(text, i, cols.used_scale, false)?;
+                used = v;
+                end
+            }
+            Role::Limit => {
+                let (v, end) = amount_field(text, i, cols.limit_scale, true)?;
+                limit = v;
+                end
+            }
+            Role::Resource => match rec.same_as_last(b, i) {
+                Some(end) => {
+                    same = true;
+                    end
+                }
+                None => {
+                    let end = field_end(b, i);
+                    name = trimmed(text, i, end)?;
+                    end
+                }
+            },
+            Role::GpuIndex => {
+                let end = field_end(b, i);
+                name = trimmed(text, i, end)?;
+                end
+            }
+        };
+        // `i` is at the `,` or `\n` ending the field, or at the end of the text.
+        if b.get(i) != Some(&b',') {
+            if c < last {
+                return None; // too few fields
+            }
+            break;
+        }
+        i += 1;
+        if c == last {
+            i = line_end(text, i); // more fields than the header: not looked at
+        }
+    }
+    let resource = match roles.get(cols.index.or(cols.resource).unwrap_or(usize::MAX)) {
+        Some(Role::GpuIndex) => {
+            if name.is_empty() || !name.bytes().all(|c| c.is_ascii_digit()) {
+                return None;
+            }
+            rec.intern(
+                |r| r.strip_prefix("gpu") == Some(name),
+                || format!("gpu{name}"),
+            )
+        }
+        Some(Role::Resource) if same => rec.last.unwrap_or(0),
+        Some(Role::Resource) => {
+            if name.is_empty() {
+                return None;
+            }
+            rec.intern(|x| x == name, || name.to_string())
+        }
+        _ => rec.default_resource(),
+    };
+    Some((
+        TraceSample {
+            resource,
+            t_s,
+            used,
+            limit,
+        },
+        i + 1,
+    ))
+}
+
+/// A byte `trim().trim_matches('"')` keeps at the end of a field.
+fn plain(c: u8) -> bool {
+    c.is_ascii_graphic() && c != b'"'
+}
+
+fn is_space(c: u8) -> bool {
+    matches!(c, b' ' | b'\t' | b'\r')
+}
+
+fn skip_spaces(b: &[u8], mut i: usize) -> usize {
+    while b.get(i).copied().is_some_and(is_space) {
+        i += 1;
+    }
+    i
+}
+
+/// Whether a field ends at `i`.
+fn at_field_end(b: &[u8], i: usize) -> bool {
+    matches!(b.get(i), None | Some(b',' | b'\n'))
+}
+
+/// Index of the `,` or `\n` ending the field at `i` (the text's length when none does).
+fn field_end(b: &[u8], mut i: usize) -> usize {
+    while let Some(&c) = b.get(i) {
+        if c == b',' || c == b'\n' {
+            break;
+        }
+        i += 1;
+    }
+    i
+}
+
+/// The field `start..end` as `trim().trim_matches('"')` leaves it, when trimming
+/// ASCII spaces gives the same; `None` otherwise.
+fn trimmed(text: &str, start: usize, end: usize) -> Option<&str> {
+    let (s, e) = trimmed_range(text, start, end)?;
+    text.get(s..e)
+}
+
+/// Where [`trimmed`]'s field starts and ends.
+fn trimmed_range(text: &str, start: usize, end: usize) -> Option<(usize, usize)> {
+    let b = text.as_bytes();
+    let s = skip_spaces(b, start).min(end);
+    let mut e = end;
+    while e > s && b.get(e - 1).copied().is_some_and(is_space) {
+        e -= 1;
+    }
+    let f = text.get(s..e)?;
+    match (f.as_bytes().first(), f.as_bytes().last()) {
+        (Some(&x), Some(&y)) if !(plain(x) && plain(y)) => None,
+        _ => Some((s, e)),
+    }
+}
+
+/// A time field at `i`: its seconds and where it ends.
+///
+/// `last` is the previous timestamp read this way (its place in `text` and its
+/// seconds), reused when this one reads the same.
+fn time_field(
+    text: &str,
+    i: usize,
+    last: &mut Option<(usize, usize, f64)>,
+) -> Option<(f64, usize)> {
+    let b = text.as_bytes();
+    let s = skip_spaces(b, i);
+    let (mut mantissa, mut digits, mut after) = digit_run(b, s);
+    let mut frac = None;
+    if b.get(after) == Some(&b'.') {
+        let (f, n, a) = digit_run(b, after + 1);
+        mantissa = mantissa
+            .wrapping_mul(POW10_U64.get(n).copied().unwrap_or(0))
+            .wrapping_add(f);
+        digits += n;
+        frac = Some(n);
+        after = a;
+    }
+    let end = skip_spaces(b, after);
+    if at_field_end(b, end)
+        && let Some(v) = (Decimal {
+            mantissa,
+            digits,
+            frac,
+        })
+        .value()
+    {
+        return Some((v, end));
+    }
+    let end = field_end(b, after);
+    let (s, e) = trimmed_range(text, i, end)?;
+    let f = text.get(s..e)?;
+    // Timestamps repeat on consecutive lines (nvidia-smi writes one per GPU).
+    if let Some((ls, le, v)) = *last
+        && text.get(ls..le) == Some(f)
+    {
+        return Some((v, end));
+    }
+    let v = parse_time(f)?;
+    *last = Some((s, e, v));
+    Some((v, end))
+}
+
+/// 10^n for n digits read at once.
+const POW10_U64: [u64; 9] = [
+    1,
+    10,
+    100,
+    1_000,
+    10_000,
+    100_000,
+    1_000_000,
+    10_000_000,
+    100_000_000,
+];
+
+/// The run of ASCII digits at `i`: its value (wrapped past 19 digits), its length
+/// and the index after it. Eight bytes at a time while eight remain.
+fn digit_run(b: &[u8], start: usize) -> (u64, usize, usize) {
+    let mut v = 0u64;
+    let mut i = start;
+    while let Some(&chunk) = b.get(i..).and_then(|r| r.first_chunk::<8>()) {
+        let (w, n) = eight_digits(chunk);
+        v = v
+            .wrapping_mul(POW10_U64.get(n).copied().unwrap_or(0))
+            .wrapping_add(w);
+        i += n;
+        if n < 8 {
+            return (v, i - start, i);
+        }
+    }
+    while let Some(&c) = b.get(i) {
+        let d = c.wrapping_sub(b'0');
+        if d > 9 {
+            break;
+        }
+        v = v.wrapping_mul(10).wrapping_add(u64::from(d));
+        i += 1;
+    }
+    (v, i - start, i)
+}
+
+/// The leading digits of 8 bytes: their value and how many (SWAR: one load, a
+/// mask of the non-digit bytes, three multiplications).
+fn eight_digits(chunk: [u8; 8]) -> (u64, usize) {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    // Digits become their values 0..=9; any other byte gets a high nibble or a low one >= 10.
+    let t = u64::from_le_bytes(chunk) ^ (ONES * b'0' as u64);
+    let non_digit = (t & (ONES * 0xF0)) | (((t & (ONES * 0x0F)) + ONES * 0x06) & (ONES * 0x10));
+    let n = (non_digit.trailing_zeros() / 8) as usize;
+    if n == 0 {
+        return (0, 0);
+    }
+    // The n digits as the low end of an 8-digit number with leading zeros
+    // (the first byte is the most significant digit).
+    let v = t << (8 * (8 - n));
+    let v = (v.wrapping_mul(10 << 8 | 1) >> 8) & 0x00FF_00FF_00FF_00FF;
+    let v = (v.wrapping_mul(100 << 16 | 1) >> 16) & 0x0000_FFFF_0000_FFFF;
+    (v.wrapping_mul(10_000 << 32 | 1) >> 32, n)
+}
+
+/// A used or limit field at `i`: its amount and where it ends.
+fn amount_field(text: &str, i: usize, scale: f64, limit: bool) -> Option<(u64, usize)> {
+    let b = text.as_bytes();
+    let (v, n, j) = digit_run(b, skip_spaces(b, i));
+    let end = skip_spaces(b, j);
+    // Up to 19 digits always fit in a u64.
+    if (1..=19).contains(&n) && at_field_end(b, end) {
+        return Some((
+            if scale == 1.0 {
+                v
+            } else {
+                scaled(v as f64, scale)?
+            },
+            end,
+        ));
+    }
+    // nvidia-smi's `1234 MiB`, as `parse_size` reads it.
+    if (1..=19).contains(&n) && b.get(end..end + 3) == Some(b"MiB") {
+        let after = skip_spaces(b, end + 3);
+        if at_field_end(b, after) {
+            return Some((v.checked_mul(1 << 20)?, after));
+        }
+    }
+    let end = field_end(b, j);
+    let f = trimmed(text, i, end)?;
+    let v = if limit {
+        parse_limit(f, scale)
+    } else {
+        parse_amount(f, scale)
+    };
+    Some((v?, end))
 }
 
 fn parse_amount(s: &str, scale: f64) -> Option<u64> {
@@ -324,10 +800,15 @@ fn parse_amount(s: &str, scale: f64) -> Option<u64> {
         return s.parse().ok();
     }
     if let Ok(v) = s.parse::<f64>() {
-        let v = v * scale;
-        return (v.is_finite() && v >= 0.0 && v < u64::MAX as f64).then(|| v.round() as u64);
+        return scaled(v, scale);
     }
     parse_size(s).ok()
+}
+
+/// `v * scale` rounded, when that is a u64.
+fn scaled(v: f64, scale: f64) -> Option<u64> {
+    let v = v * scale;
+    (v.is_finite() && v >= 0.0 && v < u64::MAX as f64).then(|| v.round() as u64)
 }
 
 fn parse_limit(s: &str, scale: f64) -> Option<u64> {
@@ -365,33 +846,59 @@ pub fn parse_time(s: &str) -> Option<f64> {
 /// integer divided by a power of ten. Both are exact in f64, so the one division is
 /// correctly rounded and equals what `str::parse::<f64>` returns.
 fn parse_plain_decimal(s: &str) -> Option<f64> {
-    const POW10: [f64; 16] = [
-        1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
-    ];
-    let mut mantissa: u64 = 0;
-    let mut n_digits = 0usize;
-    let mut frac_digits: Option<usize> = None;
-    for b in s.bytes() {
-        match b {
+    match scan_decimal(s.as_bytes(), 0) {
+        (d, end) if end == s.len() => d.value(),
+        _ => None,
+    }
+}
+
+/// A run of digits with at most one `.` among them.
+struct Decimal {
+    /// The digits as an integer (wrapped when there are more than 19).
+    mantissa: u64,
+    digits: usize,
+    /// Digits after the `.`, when there is one.
+    frac: Option<usize>,
+}
+
+impl Decimal {
+    /// Its value, when it has 1 to 15 digits (see [`parse_plain_decimal`]).
+    fn value(&self) -> Option<f64> {
+        const POW10: [f64; 16] = [
+            1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+        ];
+        if !(1..=15).contains(&self.digits) {
+            return None;
+        }
+        Some(self.mantissa as f64 / POW10.get(self.frac.unwrap_or(0))?)
+    }
+}
+
+/// The run of digits and one `.` from `i`, and where it stops.
+fn scan_decimal(b: &[u8], mut i: usize) -> (Decimal, usize) {
+    let mut d = Decimal {
+        mantissa: 0,
+        digits: 0,
+        frac: None,
+    };
+    while let Some(&c) = b.get(i) {
+        match c {
             b'0'..=b'9' => {
-                mantissa = mantissa * 10 + u64::from(b - b'0');
-                n_digits += 1;
-                if let Some(f) = frac_digits.as_mut() {
+                d.mantissa = d
+                    .mantissa
+                    .wrapping_mul(10)
+                    .wrapping_add(u64::from(c - b'0'));
+                d.digits += 1;
+                if let Some(f) = d.frac.as_mut() {
                     *f += 1;
                 }
             }
-            b'.' if frac_digits.is_none() => frac_digits = Some(0),
-            _ => return None,
+            b'.' if d.frac.is_none() => d.frac = Some(0),
+            _ => break,
         }
-        if n_digits > 15 {
-            return None;
-        }
+        i += 1;
     }
-    if n_digits == 0 {
-        return None;
-    }
-    let scale = POW10.get(frac_digits.unwrap_or(0))?;
-    Some(mantissa as f64 / scale)
+    (d, i)
 }
 
 fn digits(s: &str, n: usize) -> Option<(i64, &str)> {
@@ -437,7 +944,17 @@ fn parse_datetime(s: &str) -> Option<f64> {
             return None;
         }
         let ds = rest.get(..end)?;
-        frac = format!("0.{ds}").parse().ok()?;
+        // 0.<ds> as `str::parse` would read it, without building the string when exact.
+        let (d, _) = scan_decimal(ds.as_bytes(), 0);
+        frac = match (Decimal {
+            frac: Some(d.digits),
+            ..d
+        })
+        .value()
+        {
+            Some(v) => v,
+            None => format!("0.{ds}").parse().ok()?,
+        };
         r = rest.get(end..)?;
     }
     let r = r.trim();
@@ -596,5 +1113,170 @@ mod tests {
         assert_eq!(kind_for_name("runtime"), ResourceKind::Runtime);
         assert_eq!(kind_for_name("cgroup_memory"), ResourceKind::CgroupMemory);
         assert_eq!(kind_for_name("whatever"), ResourceKind::CgroupMemory);
+    }
+
+    #[test]
+    fn digit_runs_match_a_byte_loop() {
+        for text in [
+            "",
+            "x",
+            "0",
+            "7,",
+            "12345678",
+            "123456789",
+            "1234567890123456789",
+            "98765432109876543210",
+            "00000000000000000042 MiB",
+            "4096 MiB",
+            "86399.99,",
+            "1705314225123",
+            "12345678\n9",
+            "1234567/",
+            "12:",
+        ] {
+            let b = text.as_bytes();
+            for start in 0..=b.len() {
+                let n = b
+                    .get(start..)
+                    .unwrap()
+                    .iter()
+                    .take_while(|c| c.is_ascii_digit())
+                    .count();
+                let v = b[start..start + n].iter().fold(0u64, |v, &c| {
+                    v.wrapping_mul(10).wrapping_add(u64::from(c - b'0'))
+                });
+                assert_eq!(
+                    digit_run(b, start),
+                    (v, n, start + n),
+                    "{text:?} at {start}"
+                );
+            }
+        }
+    }
+
+    /// Tokens for data fields: the shapes the fast path reads and the ones it must
+    /// leave to the general parser.
+    const FIELDS: &[&str] = &[
+        "0",
+        "12.5",
+        "7",
+        " 7 ",
+        "\t8\r",
+        "\"3\"",
+        "1 MiB",
+        "1234 MiB",
+        "2GiB",
+        "",
+        " ",
+        "inf",
+        "MAX",
+        "none",
+        "-2",
+        "1e3",
+        "1.2.3",
+        ".",
+        "5.",
+        ".5",
+        "0.1234567890123456",
+        "123456789012345",
+        "1234567890123456",
+        "18446744073709551615",
+        "18446744073709551616",
+        "000000000000000000000001",
+        "2024-01-15T10:23:45.5Z",
+        "2024-01-15T12:23:46.5+02:00",
+        "2024/01/15 10:23:45.123",
+        "2024/01/15 10:23:45.1234567890123456789",
+        "gpu0",
+        "disk:/data",
+        " cgroup_memory ",
+        "cgroup_memory",
+        "cgroup_memory\"",
+        "x",
+        "\u{a0}5",
+        "5\u{3000}",
+        "é",
+        "#",
+        "0x10",
+        "1_000",
+    ];
+
+    const HEADERS: &[&str] = &[
+        "time,used,limit",
+        "time,used,limit,resource",
+        "resource,time,used,limit,extra",
+        "t, used [MiB], limit [MiB], name",
+        "timestamp, index, memory.used [MiB], memory.total [MiB]",
+        "index,timestamp,memory.used [MiB],memory.total [MiB],name",
+    ];
+
+    fn text_from(header: usize, lines: &[(Vec<usize>, u8)]) -> String {
+        let mut text = format!("# lead_s: 30\n{}\n", HEADERS[header % HEADERS.len()]);
+        for (fields, shape) in lines {
+            let line = fields
+                .iter()
+                .map(|&f| FIELDS[f % FIELDS.len()])
+                .collect::<Vec<_>>()
+                .join(",");
+            match shape % 8 {
+                0 => text.push('\n'),
+                1 => text.push_str("# resource: swap\n"),
+                2 => text.push_str(&format!("{line}\r\n")),
+                3 => text.push_str(&format!("  {line}\n")),
+                _ => text.push_str(&format!("{line}\n")),
+            }
+        }
+        text
+    }
+
+    #[test]
+    fn fast_path_agrees_on_common_lines() {
+        let text = "resource,time,used,limit\n\
+            cgroup_memory,0.00,8589934592,68719476736\n\
+            cgroup_memory,0.01,8592619601,68719476736\r\n\
+            \n\
+            cgroup_memory ,0.02 , 8592619602,\n\
+            swap,1.5,1 MiB,max\n\
+            cgroup_memory,2024-01-15T10:23:45.5Z,3,4,extra,fields\n\
+            cgroup_memory,3,4,5";
+        let fast = parse_with(text, true).unwrap();
+        assert_eq!(fast, parse_with(text, false).unwrap());
+        assert_eq!(fast.samples.len(), 6);
+        assert_eq!(fast.resources, vec!["cgroup_memory", "swap"]);
+        assert_eq!(fast.samples[2].limit, u64::MAX);
+        assert_eq!(fast.samples[3].used, 1 << 20);
+        // More fields than the header has columns beyond 32 are fine too.
+        let wide: Vec<String> = (0..40).map(|i| format!("c{i}")).collect();
+        let mut text = wide.join(",").replace("c35", "time").replace("c36", "used");
+        text = text.replace("c37", "limit") + "\n";
+        let row: Vec<String> = (0..40).map(|i| (i * 10).to_string()).collect();
+        text.push_str(&row.join(","));
+        for fast in [true, false] {
+            let t = parse_with(&text, fast).unwrap();
+            assert_eq!(
+                (t.samples[0].t_s, t.samples[0].used, t.samples[0].limit),
+                (350.0, 360, 370)
+            );
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+        #[test]
+        fn fast_path_gives_the_general_parsers_trace_or_error(
+            header in 0usize..64,
+            lines in proptest::collection::vec(
+                (proptest::collection::vec(0usize..1000, 1..7), 0u8..=255),
+                0..12,
+            ),
+        ) {
+            let text = text_from(header, &lines);
+            proptest::prop_assert_eq!(parse_with(&text, true), parse_with(&text, false), "{:?}", text);
+            // Each line on its own too, as the first error ends a parse.
+            for line in &lines {
+                let text = text_from(header, std::slice::from_ref(line));
+                proptest::prop_assert_eq!(parse_with(&text, true), parse_with(&text, false), "{:?}", text);
+            }
+        }
     }
 }
