@@ -89,6 +89,49 @@ fn a_growing_gpu_is_checkpointed_before_it_is_full() {
 }
 
 #[test]
+fn a_run_that_fails_with_its_gpu_full_gets_the_gpu_oom_verdict() {
+    let dir = scratch();
+    let lib = build_fake(dir.path());
+    let pidfile = dir.path().join("train.pid");
+    let script = dir.path().join("nvml.script");
+    // 1 GiB device, the process at 900 MiB growing 200 MiB/s: full within a second; the
+    // process then fails (status 1), as a CUDA out-of-memory error would make it.
+    std::fs::write(
+        &script,
+        format!(
+            "device Fake_GPU GPU-aaaaaaaa-1111-2222-3333-444444444444 1024 0 0 0\nprocess 0 pidfile:{} 900 200\n",
+            pidfile.display()
+        ),
+    )
+    .unwrap();
+    let events = dir.path().join("events.jsonl");
+    let rep = dir.path().join("report.json");
+    let out = bin()
+        .env("WATCHDOG_NVML_LIB", &lib)
+        .env("FAKE_NVML_SCRIPT", &script)
+        .args(["--gpu", "required", "--interval", "20ms", "--lead", "1s"])
+        .args(["--events", events.to_str().unwrap()])
+        .args([
+            "run",
+            "--",
+            "python3",
+            &hog(),
+            rep.to_str().unwrap(),
+            "wait",
+        ])
+        .args(["--pidfile", pidfile.to_str().unwrap(), "--seconds", "2.5"])
+        .args(["--no-handler", "--exit-code", "1"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let ev = read_events(&events);
+    let exit = of_kind(&ev, "exit");
+    assert_eq!(exit[0]["verdict"], "gpu_oom", "{exit:?}");
+    assert!(stderr.contains("CUDA out-of-memory"), "{stderr}");
+}
+
+#[test]
 fn without_a_driver_auto_says_why_once_and_required_exits_2() {
     // This machine has no NVIDIA driver: the real default library search fails.
     let dir = scratch();

@@ -27,6 +27,7 @@ p.add_argument("--dir", default=".")
 p.add_argument("--no-handler", action="store_true")
 p.add_argument("--stop-after-checkpoint", action="store_true")
 p.add_argument("--pidfile", help="write this process's PID here (for the fake NVML script)")
+p.add_argument("--exit-code", type=int, default=0, help="exit with this status at the end")
 args = p.parse_args()
 
 start = time.time()
@@ -101,3 +102,4 @@ while time.time() < deadline:
         n += 1
     time.sleep(args.every)
 note("done", held_mib=held, saved=saved)
+sys.exit(args.exit_code)
