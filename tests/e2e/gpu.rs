@@ -16,52 +16,61 @@ fn build_fake(dir: &std::path::Path) -> std::path::PathBuf {
     dir.join("libnvidia-ml.so.1")
 }
 
-#[test]
-fn a_growing_gpu_is_checkpointed_before_it_is_full() {
-    let dir = scratch();
-    let lib = build_fake(dir.path());
-    let pidfile = dir.path().join("train.pid");
-    let script = dir.path().join("nvml.script");
-    // One 1 GiB device (64 MiB reserved); the training process holds 400 MiB growing
-    // 100 MiB/s, so the device is full about 5.6 s after NVML is initialised.
-    std::fs::write(
-        &script,
-        format!(
-            "device Fake_A100 GPU-00000000-1111-2222-3333-444444444444 1024 0 0 64\nprocess 0 pidfile:{} 400 100\n",
-            pidfile.display()
-        ),
-    )
-    .unwrap();
-    let (events, req, rep) = (
-        dir.path().join("events.jsonl"),
-        dir.path().join("req.json"),
-        dir.path().join("report.json"),
+/// Runs `hog.py wait` under the watchdog against the fake NVML library, whose script is
+/// `devices` followed by `process 0 pidfile:<the hog's PID file> <process>`.
+fn run_on_fake_gpu(
+    scene: &Scene,
+    devices: &str,
+    process: &str,
+    flags: &[&str],
+    hog_args: &[&str],
+) -> std::process::Output {
+    let dir = scene.dir.path();
+    let lib = build_fake(dir);
+    let pidfile = dir.join("train.pid");
+    let script = dir.join("nvml.script");
+    let text = format!(
+        "{devices}\nprocess 0 pidfile:{} {process}\n",
+        pidfile.display()
     );
-    let out = bin()
+    std::fs::write(&script, text).unwrap();
+    bin()
         .env("WATCHDOG_NVML_LIB", &lib)
         .env("FAKE_NVML_SCRIPT", &script)
-        .args(["--gpu", "required", "--interval", "20ms", "--lead", "2s"])
-        .args([
-            "--events",
-            events.to_str().unwrap(),
-            "--request-file",
-            req.to_str().unwrap(),
-        ])
-        .args([
-            "run",
-            "--",
-            "python3",
-            &hog(),
-            rep.to_str().unwrap(),
-            "wait",
-        ])
-        .args(["--pidfile", pidfile.to_str().unwrap(), "--seconds", "15"])
-        .args(["--every", "0.02", "--stop-after-checkpoint"])
+        .args(["--gpu", "required", "--interval", "20ms", "--events"])
+        .arg(&scene.events)
+        .arg("--request-file")
+        .arg(&scene.req)
+        .args(flags)
+        .args(["run", "--", "python3", &hog()])
+        .arg(&scene.rep)
+        .args(["wait", "--pidfile", pidfile.to_str().unwrap()])
+        .args(hog_args)
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn a_growing_gpu_is_checkpointed_before_it_is_full() {
+    let scene = Scene::new();
+    // One 1 GiB device (64 MiB reserved); the training process holds 400 MiB growing
+    // 100 MiB/s, so the device is full about 5.6 s after NVML is initialised.
+    let out = run_on_fake_gpu(
+        &scene,
+        "device Fake_A100 GPU-00000000-1111-2222-3333-444444444444 1024 0 0 64",
+        "400 100",
+        &["--lead", "2s"],
+        &[
+            "--seconds",
+            "15",
+            "--every",
+            "0.02",
+            "--stop-after-checkpoint",
+        ],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let ev = read_events(&events);
+    let ev = read_events(&scene.events);
     let limits = of_kind(&ev, "limit");
     let gpu_limit = limits
         .iter()
@@ -77,7 +86,7 @@ fn a_growing_gpu_is_checkpointed_before_it_is_full() {
     let alerts = of_kind(&ev, "alert");
     assert!(!alerts.is_empty(), "no alert: {stderr}");
     assert_eq!(alerts[0]["resource"], "gpu0", "{alerts:?}");
-    let r = report(&rep);
+    let r = report(&scene.rep);
     let ckpt = report_events(&r, "checkpoint");
     assert_eq!(ckpt.len(), 1, "{r}");
     assert_eq!(ckpt[0]["resource"], "gpu0");
@@ -90,42 +99,19 @@ fn a_growing_gpu_is_checkpointed_before_it_is_full() {
 
 #[test]
 fn a_run_that_fails_with_its_gpu_full_gets_the_gpu_oom_verdict() {
-    let dir = scratch();
-    let lib = build_fake(dir.path());
-    let pidfile = dir.path().join("train.pid");
-    let script = dir.path().join("nvml.script");
+    let scene = Scene::new();
     // 1 GiB device, the process at 900 MiB growing 200 MiB/s: full within a second; the
     // process then fails (status 1), as a CUDA out-of-memory error would make it.
-    std::fs::write(
-        &script,
-        format!(
-            "device Fake_GPU GPU-aaaaaaaa-1111-2222-3333-444444444444 1024 0 0 0\nprocess 0 pidfile:{} 900 200\n",
-            pidfile.display()
-        ),
-    )
-    .unwrap();
-    let events = dir.path().join("events.jsonl");
-    let rep = dir.path().join("report.json");
-    let out = bin()
-        .env("WATCHDOG_NVML_LIB", &lib)
-        .env("FAKE_NVML_SCRIPT", &script)
-        .args(["--gpu", "required", "--interval", "20ms", "--lead", "1s"])
-        .args(["--events", events.to_str().unwrap()])
-        .args([
-            "run",
-            "--",
-            "python3",
-            &hog(),
-            rep.to_str().unwrap(),
-            "wait",
-        ])
-        .args(["--pidfile", pidfile.to_str().unwrap(), "--seconds", "2.5"])
-        .args(["--no-handler", "--exit-code", "1"])
-        .output()
-        .unwrap();
+    let out = run_on_fake_gpu(
+        &scene,
+        "device Fake_GPU GPU-aaaaaaaa-1111-2222-3333-444444444444 1024 0 0 0",
+        "900 200",
+        &["--lead", "1s"],
+        &["--seconds", "2.5", "--no-handler", "--exit-code", "1"],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    let ev = read_events(&events);
+    let ev = read_events(&scene.events);
     let exit = of_kind(&ev, "exit");
     assert_eq!(exit[0]["verdict"], "gpu_oom", "{exit:?}");
     assert!(stderr.contains("CUDA out-of-memory"), "{stderr}");

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime};
 
 use watchdog_alerter::events::EventLog;
-use watchdog_alerter::request::{AckWatcher, AlertRequest};
+use watchdog_alerter::request::{AckWatcher, AlertRequest, serde_name};
 use watchdog_predictor::{Decision, PredictorConfig, ResourcePredictor};
 use watchdog_sampler::ring::{SampleReader, SampleRing};
 use watchdog_sampler::tree::ProcessTree;
@@ -210,7 +210,6 @@ struct ResourceState {
     forecast: Forecast,
     peak: u64,
     peak_limit: u64,
-    announced_limit: Option<u64>,
 }
 
 /// One alert sent, for the summary.
@@ -245,7 +244,7 @@ struct Watch {
     ticks: u64,
     late_ticks: u64,
     lead_s: f64,
-    last_alert_at: Option<(Instant, SystemTime)>,
+    last_alert_at: Option<SystemTime>,
     recorder: FlightRecorder,
     record_path: Option<PathBuf>,
     record_now: Arc<AtomicBool>,
@@ -314,7 +313,6 @@ impl Watch {
                 forecast: Forecast::default(),
                 peak: 0,
                 peak_limit: 0,
-                announced_limit: None,
             })
             .collect();
         let mut watch = Watch {
@@ -456,13 +454,20 @@ impl Watch {
             self.target.name,
         ));
         self.emit(EventBody::Stop { signal: sig });
-        self.actions.finish(Duration::from_secs(3));
-        if let Some(path) = &self.record_path
-            && let Err(e) = recorder::write(path, &self.recorder.snapshot())
-        {
-            tracing::warn!("{e}");
-        }
+        self.close();
         Ended::Stopped(sig)
+    }
+
+    /// The last of a watch: let queued hooks and notifications finish, then write the
+    /// final recording.
+    fn close(&mut self) {
+        self.actions.finish(Duration::from_secs(3));
+        if let Some(path) = &self.record_path {
+            match recorder::write(path, &self.recorder.snapshot()) {
+                Ok(()) => tracing::info!("recording written to {}", path.display()),
+                Err(e) => tracing::warn!("{e}"),
+            }
+        }
     }
 
     /// One sampling period: sample, predict, act.
@@ -523,12 +528,10 @@ impl Watch {
             st.peak_limit = s.limit;
         }
         self.recorder.observe(&s);
-        st.last = Some(s);
-        if st.announced_limit != Some(s.limit) {
-            let first = st.announced_limit.is_none();
-            st.announced_limit = Some(s.limit);
-            let (resource, limit) = (st.resource.clone(), s.limit);
-            self.announce_limit(&resource, limit, first);
+        let previous = st.last.replace(s);
+        if previous.map(|p| p.limit) != Some(s.limit) {
+            let resource = st.resource.clone();
+            self.announce_limit(&resource, s.limit, previous.is_none());
         }
         let Some(st) = self.states.get_mut(s.resource.0 as usize) else {
             return;
@@ -635,7 +638,7 @@ impl Watch {
                 format!("watchdog: {} running out", request.resource),
                 alert_sentence(&self.states[first.id].resource, first),
             );
-            self.last_alert_at = Some((Instant::now(), SystemTime::now()));
+            self.last_alert_at = Some(SystemTime::now());
         }
         for p in &pending {
             let st = &self.states[p.id];
@@ -684,11 +687,11 @@ impl Watch {
         AlertRequest {
             seq: self.seq,
             resource: st.resource.name.clone(),
-            kind: snake(&st.resource.kind),
-            reason: snake(&p.reason),
+            kind: serde_name(&st.resource.kind),
+            reason: serde_name(&p.reason),
             used: p.sample.used,
             limit: p.sample.limit,
-            unit: snake(&st.resource.kind.unit()),
+            unit: serde_name(&st.resource.kind.unit()),
             predicted_s: p.forecast.seconds_left,
             time: watchdog_alerter::events::format_rfc3339_ms(now),
             time_unix: watchdog_alerter::events::unix_time_s(now),
@@ -703,7 +706,7 @@ impl Watch {
         let Some(ack) = self.ack.check() else {
             return;
         };
-        let checkpoint_s = self.last_alert_at.and_then(|(_, wall)| {
+        let checkpoint_s = self.last_alert_at.and_then(|wall| {
             let alert_unix = wall
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .ok()?
@@ -715,8 +718,12 @@ impl Watch {
             for st in &mut self.states {
                 st.predictor.note_checkpoint_duration(d);
             }
-            let needed = d * watchdog_predictor::DEFAULT_CHECKPOINT_SAFETY
-                + self.settings.interval.as_secs_f64();
+            // The predictors own the rule (duration x safety + one interval); ask them.
+            let needed = self
+                .states
+                .iter()
+                .map(|st| st.predictor.effective_lead())
+                .fold(self.settings.lead.as_secs_f64(), f64::max);
             if needed > self.lead_s {
                 self.lead_s = needed;
                 tracing::info!(
@@ -922,21 +929,7 @@ impl Watch {
             summary: Some(verdict.summary.clone()),
             evidence: verdict.evidence.clone(),
         });
-        self.actions.finish(Duration::from_secs(3));
-        if let Some(path) = &self.record_path {
-            match recorder::write(path, &self.recorder.snapshot()) {
-                Ok(()) => tracing::info!("recording written to {}", path.display()),
-                Err(e) => tracing::warn!("{e}"),
-            }
-        }
-    }
-}
-
-/// The snake_case name serde gives a unit enum variant (`cgroup_memory`, `headroom_floor`).
-fn snake<T: serde::Serialize>(v: &T) -> String {
-    match serde_json::to_value(v) {
-        Ok(serde_json::Value::String(s)) => s,
-        _ => String::new(),
+        self.close();
     }
 }
 
