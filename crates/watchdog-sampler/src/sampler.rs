@@ -306,26 +306,35 @@ mod tests {
     use crate::fake::{Scripted, ScriptedSource};
     use watchdog_types::ResourceKind;
 
+    /// A sampler over this test process's tree reading the scripted `sources`, and the
+    /// reader of its ring of `ring` samples.
+    fn scripted(ring: usize, sources: Vec<(&str, Vec<Scripted>)>) -> (Sampler, SampleReader) {
+        let sources = sources
+            .into_iter()
+            .map(|(name, script)| Box::new(ScriptedSource::new(name, script)) as Box<dyn Source>)
+            .collect();
+        Sampler::for_target(Path::new("/proc"), std::process::id(), sources, ring).unwrap()
+    }
+
     #[test]
     fn a_gone_source_is_stopped_for_good_and_reported_once_while_others_go_on() {
         let mut table = ResourceTable::default();
         let a = table.register(ResourceKind::HostMemory, "a".into(), "test".into());
         let b = table.register(ResourceKind::HostMemory, "b".into(), "test".into());
-        let tree = ProcessTree::new(Path::new("/proc"), std::process::id()).unwrap();
-        let (w, mut r) = SampleRing::new(64);
-        let mut sampler = Sampler::new(tree, w);
-        sampler.add_source(Box::new(ScriptedSource::new(
-            "good",
-            vec![Scripted::Sample(a, 1, 10)],
-        )));
-        sampler.add_source(Box::new(ScriptedSource::new(
-            "bad",
+        let (mut sampler, mut r) = scripted(
+            64,
             vec![
-                Scripted::Sample(b, 1, 10),
-                Scripted::Fail("unplugged".into()),
-                Scripted::Sample(b, 2, 10),
+                ("good", vec![Scripted::Sample(a, 1, 10)]),
+                (
+                    "bad",
+                    vec![
+                        Scripted::Sample(b, 1, 10),
+                        Scripted::Fail("unplugged".into()),
+                        Scripted::Sample(b, 2, 10),
+                    ],
+                ),
             ],
-        )));
+        );
         assert_eq!(sampler.tree_pids()[0], std::process::id());
         let first = sampler.tick(1);
         assert_eq!(
@@ -354,13 +363,7 @@ mod tests {
     fn a_full_ring_counts_drops_in_the_report() {
         let mut table = ResourceTable::default();
         let a = table.register(ResourceKind::HostMemory, "a".into(), "test".into());
-        let tree = ProcessTree::new(Path::new("/proc"), std::process::id()).unwrap();
-        let (w, _r) = SampleRing::new(2);
-        let mut sampler = Sampler::new(tree, w);
-        sampler.add_source(Box::new(ScriptedSource::new(
-            "a",
-            vec![Scripted::Sample(a, 5, 10)],
-        )));
+        let (mut sampler, _r) = scripted(2, vec![("a", vec![Scripted::Sample(a, 5, 10)])]);
         let reports: Vec<_> = (0..4).map(|t| sampler.tick(t)).collect();
         assert_eq!(reports.iter().map(|r| r.dropped).sum::<u32>(), 2);
         assert!(reports[3].wake_reader);
@@ -393,21 +396,20 @@ mod tests {
         let mut table = ResourceTable::default();
         let a = table.register(ResourceKind::HostMemory, "a".into(), "test".into());
         let b = table.register(ResourceKind::HostMemory, "b".into(), "test".into());
-        let tree = ProcessTree::new(Path::new("/proc"), std::process::id()).unwrap();
-        let (w, mut r) = SampleRing::new(64);
-        let mut sampler = Sampler::new(tree, w);
-        sampler.add_source(Box::new(ScriptedSource::new(
-            "good",
-            vec![Scripted::Sample(a, 1, 10)],
-        )));
-        sampler.add_source(Box::new(ScriptedSource::new(
-            "flaky",
+        let (mut sampler, mut r) = scripted(
+            64,
             vec![
-                Scripted::Error("interrupted".into()),
-                Scripted::Error("again".into()),
-                Scripted::Sample(b, 7, 10),
+                ("good", vec![Scripted::Sample(a, 1, 10)]),
+                (
+                    "flaky",
+                    vec![
+                        Scripted::Error("interrupted".into()),
+                        Scripted::Error("again".into()),
+                        Scripted::Sample(b, 7, 10),
+                    ],
+                ),
             ],
-        )));
+        );
         let failed = sampler.tick(0);
         assert_eq!((failed.pushed, failed.newly_failed), (1, 1));
         let mut failures = Vec::new();
@@ -452,18 +454,18 @@ mod tests {
     fn a_source_failing_again_after_recovering_is_reported_again_with_a_fresh_backoff() {
         let mut table = ResourceTable::default();
         let b = table.register(ResourceKind::HostMemory, "b".into(), "test".into());
-        let tree = ProcessTree::new(Path::new("/proc"), std::process::id()).unwrap();
-        let (w, _r) = SampleRing::new(64);
-        let mut sampler = Sampler::new(tree, w);
-        sampler.add_source(Box::new(ScriptedSource::new(
-            "flaky",
-            vec![
-                Scripted::Error("one".into()),
-                Scripted::Sample(b, 1, 10),
-                Scripted::Error("two".into()),
-                Scripted::Sample(b, 2, 10),
-            ],
-        )));
+        let (mut sampler, _r) = scripted(
+            64,
+            vec![(
+                "flaky",
+                vec![
+                    Scripted::Error("one".into()),
+                    Scripted::Sample(b, 1, 10),
+                    Scripted::Error("two".into()),
+                    Scripted::Sample(b, 2, 10),
+                ],
+            )],
+        );
         let mut events = Vec::new();
         let collect = |sampler: &mut Sampler, events: &mut Vec<String>| {
             sampler.take_new_failures(|n, e| events.push(format!("failed {n}: {e}")));

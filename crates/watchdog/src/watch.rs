@@ -12,8 +12,7 @@ use std::time::{Duration, Instant, SystemTime};
 use watchdog_alerter::events::EventLog;
 use watchdog_alerter::request::{AckWatcher, AlertRequest, serde_name};
 use watchdog_predictor::{Decision, PredictorConfig, ResourcePredictor};
-use watchdog_sampler::ring::{SampleReader, SampleRing};
-use watchdog_sampler::tree::ProcessTree;
+use watchdog_sampler::ring::SampleReader;
 use watchdog_sampler::{ResourceTable, Sampler};
 use watchdog_types::units::{format_bytes, format_duration_s, signal_name};
 use watchdog_types::{AlertReason, Event, EventBody, Forecast, Resource, Sample, Unit};
@@ -268,13 +267,9 @@ impl Watch {
             gpu,
         } = prepared;
         let built = sources::build(&target, &settings, &mut table, gpu);
-        let tree = ProcessTree::new(Path::new("/proc"), target.pid)
-            .map_err(|e| Failure::Usage(format!("cannot watch PID {}: {e}", target.pid)))?;
-        let (writer, reader) = SampleRing::new(RING_CAPACITY);
-        let mut sampler = Sampler::new(tree, writer);
-        for source in built.sources {
-            sampler.add_source(source);
-        }
+        let (sampler, reader) =
+            Sampler::for_target(Path::new("/proc"), target.pid, built.sources, RING_CAPACITY)
+                .map_err(|e| Failure::Usage(format!("cannot watch PID {}: {e}", target.pid)))?;
         let config = PredictorConfig {
             lead_s: settings.lead.as_secs_f64(),
             interval_s: settings.interval.as_secs_f64(),
