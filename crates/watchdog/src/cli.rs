@@ -180,7 +180,8 @@ pub fn parse_deadline(s: &str) -> Result<jiff::Timestamp, String> {
     })
 }
 
-fn parse_percent(s: &str) -> Result<f64, String> {
+/// Parses a percentage for `--floor` and the config's `floor`: `5`, `2.5%`.
+pub fn parse_percent(s: &str) -> Result<f64, String> {
     let t = s.trim().trim_end_matches('%');
     match t.parse::<f64>() {
         Ok(v) if (0.0..100.0).contains(&v) => Ok(v),

@@ -364,13 +364,9 @@ fn de_deadline<'de, D: Deserializer<'de>>(d: D) -> Result<Option<jiff::Timestamp
 
 fn de_percent<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
     let v = NumOrStr::deserialize(d)?.text();
-    let t = v.trim().trim_end_matches('%');
-    match t.parse::<f64>() {
-        Ok(p) if (0.0..100.0).contains(&p) => Ok(Some(p)),
-        _ => Err(serde::de::Error::custom(format!(
-            "invalid percentage '{v}': expected a number from 0 to 100"
-        ))),
-    }
+    crate::cli::parse_percent(&v)
+        .map(Some)
+        .map_err(serde::de::Error::custom)
 }
 
 #[cfg(test)]
