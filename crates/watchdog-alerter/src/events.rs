@@ -169,10 +169,7 @@ fn open_error(path: &Path, source: io::Error) -> EventLogError {
             };
         }
     }
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
+    let dir = crate::request::parent_dir(path);
     if source.kind() == io::ErrorKind::NotFound && !dir.exists() {
         EventLogError::NoDir {
             path: path.to_path_buf(),

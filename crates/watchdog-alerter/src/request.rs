@@ -130,6 +130,14 @@ pub fn serde_name<T: Serialize>(value: &T) -> String {
     }
 }
 
+/// The directory a file path is in: its parent, or `.` for a bare file name.
+pub fn parent_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
+}
+
 /// The acknowledgment path for a request file: `<request_file>.ack`.
 pub fn ack_path(request_file: &Path) -> PathBuf {
     let mut s = OsString::from(request_file.as_os_str());
@@ -235,10 +243,7 @@ pub fn write_atomic_with(
     let name = path.file_name().ok_or_else(|| RequestError::NoFileName {
         path: path.to_path_buf(),
     })?;
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
+    let dir = parent_dir(path);
     let mut tmp_name = OsString::from(".");
     tmp_name.push(name);
     tmp_name.push(format!(

@@ -232,10 +232,7 @@ impl Settings {
             ("record", "recording", &self.record),
         ] {
             if let Some(path) = path {
-                let dir = match path.parent() {
-                    Some(d) if !d.as_os_str().is_empty() => d,
-                    _ => Path::new("."),
-                };
+                let dir = watchdog_alerter::request::parent_dir(path);
                 if path.as_os_str().is_empty() || path.file_name().is_none() || !dir.is_dir() {
                     return Err((
                         key,

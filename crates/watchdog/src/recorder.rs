@@ -205,10 +205,7 @@ impl Snapshot {
 
 /// Writes `snapshot` to `path` atomically, unless the filesystem there is nearly full.
 pub fn write(path: &Path, snapshot: &Snapshot) -> Result<(), String> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
+    let dir = watchdog_alerter::request::parent_dir(path);
     if let Ok(vfs) = rustix::fs::statvfs(dir) {
         let total = vfs.f_blocks.saturating_mul(vfs.f_frsize);
         let free = vfs.f_bavail.saturating_mul(vfs.f_frsize);
