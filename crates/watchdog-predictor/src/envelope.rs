@@ -126,6 +126,10 @@ pub(crate) struct Envelope {
     pub trend: Option<Trend>,
     /// Slope of the shortest window with enough data (may be negative, may be not credible).
     pub short_slope: f64,
+    /// A peak from before a restart that growth must pass to count as new highs, and the
+    /// bucket index until which it does (as long as the ring would have held it).
+    ceiling: f64,
+    ceiling_until: i64,
 }
 
 impl Envelope {
@@ -148,6 +152,20 @@ impl Envelope {
             len: 0,
             trend: None,
             short_slope: 0.0,
+            ceiling: f64::NEG_INFINITY,
+            ceiling_until: 0,
+        }
+    }
+
+    /// Forgets every bucket and starts again at this sample. With a `ceiling`, growth
+    /// must still pass that old peak to count as new highs, for as long as the ring would
+    /// have kept it.
+    pub fn restart(&mut self, t: f64, v: f64, ceiling: Option<f64>) {
+        *self = Envelope::new(self.width);
+        self.push(t, v);
+        if let Some(c) = ceiling {
+            self.ceiling = c;
+            self.ceiling_until = RING as i64;
         }
     }
 
@@ -219,6 +237,20 @@ impl Envelope {
         }
         let i = (self.head + RING - 1 - k) % RING;
         self.ring.get(i)
+    }
+
+    /// The largest max-min over the last `n` closed buckets: how far usage swings on its
+    /// own (a saw-tooth's amplitude, when its period is under a bucket).
+    pub fn largest_span(&self, n: usize) -> f64 {
+        let mut span = 0.0f64;
+        for k in 0..n.min(self.len) {
+            if let Some(b) = self.recent(k)
+                && b.filled
+            {
+                span = span.max(b.max - b.min);
+            }
+        }
+        span
     }
 
     /// Upper quartile of max-min over the last `n` filled closed buckets: the usage's own jitter.
@@ -367,7 +399,11 @@ impl Envelope {
         let spread = rise > 0.0 && largest_inc <= 0.5 * rise * (1.0 + 1e-9);
         // New highs: the window ends above every peak stored before it (a saw-tooth's
         // rising edge only recovers an old peak and fails).
-        let mut prev_peak = f64::NEG_INFINITY;
+        let mut prev_peak = if self.cur_idx < self.ceiling_until {
+            self.ceiling
+        } else {
+            f64::NEG_INFINITY
+        };
         for k in w..self.len {
             if let Some(b) = self.recent(k)
                 && b.filled

@@ -44,6 +44,13 @@ const STEP_EXPLAINS: f64 = 1.5;
 /// Confidence reported for a forecast that rests on the learned staircase.
 const STEP_CONFIDENCE: f64 = 0.75;
 
+/// Headroom, as a fraction of the limit, that always counts as "well away from the limit"
+/// at the least when an episode ends by a drop (so a floor of 0 does not make any fall count).
+const MIN_AWAY_FRACTION: f64 = 0.1;
+
+/// Buckets looked at for usage's own swing when telling a drop from a saw-tooth's trough.
+const SWING_BUCKETS: usize = 16;
+
 /// Settings shared by every resource's predictor.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PredictorConfig {
@@ -112,8 +119,19 @@ pub struct ResourcePredictor {
     env: Envelope,
     steps: StepLearner,
     armed: bool,
-    /// Since when the re-arm condition has held (during an episode).
-    clear_since: Option<f64>,
+    /// The alert that started the current episode (while not armed).
+    episode: Option<EpisodeStart>,
+    /// Since when the calm condition has held (see [`Self::decide`]).
+    calm_since: Option<f64>,
+    /// Set when an episode that the floor started ended by a drop: the floor stays quiet
+    /// until calm has held for a lead (a saw-tooth whose every peak enters the floor is
+    /// one episode, not one per tooth).
+    floor_needs_calm: bool,
+    /// After a drop, the history restarts at the lowest sample of the fall: until
+    /// `fall_until`, a sample below `fall_low` restarts it again.
+    fall_low: f64,
+    fall_until: f64,
+    fall_ceiling: Option<f64>,
     checkpoint_s: f64,
     checkpoint_safety: f64,
 }
@@ -128,7 +146,12 @@ impl ResourcePredictor {
             env,
             steps: StepLearner::default(),
             armed: true,
-            clear_since: None,
+            episode: None,
+            calm_since: None,
+            floor_needs_calm: false,
+            fall_low: f64::INFINITY,
+            fall_until: f64::NEG_INFINITY,
+            fall_ceiling: None,
             checkpoint_s: 0.0,
             checkpoint_safety: DEFAULT_CHECKPOINT_SAFETY,
         }
@@ -159,8 +182,20 @@ impl ResourcePredictor {
     /// times the safety factor plus one sampling interval. Non-finite or negative
     /// durations are ignored.
     pub fn note_checkpoint_duration(&mut self, secs: f64) {
+        self.note_acknowledged();
         if secs.is_finite() && secs >= 0.0 {
             self.checkpoint_s = self.checkpoint_s.max(secs);
+        }
+    }
+
+    /// Records that the run acknowledged a checkpoint request. When the episode then ends
+    /// by a drop, the history restarts there: what follows is a new run of the workload
+    /// (the cell run again, the next job), judged as on a fresh start. Without an
+    /// acknowledgment a drop keeps the history, whose old peaks tell a slow saw-tooth's
+    /// next tooth from a new leak.
+    pub fn note_acknowledged(&mut self) {
+        if let Some(episode) = &mut self.episode {
+            episode.acknowledged = true;
         }
     }
 
@@ -209,7 +244,11 @@ impl ResourcePredictor {
     pub fn observe(&mut self, t_s: f64, used: u64, limit: u64) -> Observation {
         let limited = limit != 0 && limit != u64::MAX;
         let headroom = limit.saturating_sub(used);
-        let forecast = if self.kind == ResourceKind::Runtime {
+        if t_s < self.fall_until && (used as f64) < self.fall_low {
+            // Still falling just after a drop ended an episode: start the history lower.
+            self.restart_history(t_s, used as f64, self.fall_until - t_s, self.fall_ceiling);
+        }
+        let mut forecast = if self.kind == ResourceKind::Runtime {
             runtime_forecast(headroom, limited)
         } else {
             self.trend_forecast(t_s, used, limit, limited, headroom)
@@ -219,6 +258,12 @@ impl ResourcePredictor {
         } else {
             Decision::Quiet
         };
+        if decision == Decision::Rearm && self.fall_low == used as f64 && self.fall_until > t_s {
+            // The history restarted at this sample: the forecast made from the old one is gone.
+            forecast.seconds_left = (limited && headroom == 0).then_some(0.0);
+            forecast.rate_per_s = 0.0;
+            forecast.confidence = 0.0;
+        }
         Observation { forecast, decision }
     }
 
@@ -281,67 +326,138 @@ impl ResourcePredictor {
         forecast
     }
 
+    /// The alert policy: one alert per episode.
+    ///
+    /// While armed, alert on the first of: a credible forecast under the lead (`Trend`),
+    /// a learned step that no longer fits (`NextStep`), headroom under the floor
+    /// (`HeadroomFloor`). The episode then ends in one of two ways, whichever comes first:
+    ///
+    /// - **a drop**: usage falls well away from the limit: the headroom is at least twice
+    ///   the floor, twice the learned step and a tenth of the limit, and usage fell from
+    ///   the episode's peak by at least half the headroom it alerted at (a dip of a leak
+    ///   that goes on is no drop), a tenth of the limit and 1.5 times the largest swing
+    ///   within a bucket (nor is a saw-tooth's trough). It re-arms
+    ///   on that very sample and the history restarts there, so the forecast no longer
+    ///   rests on the peak that is gone. When the run acknowledged the request, a leak that
+    ///   follows is judged exactly as on a fresh start, however soon it comes; without an
+    ///   acknowledgment the old peak is kept as a ceiling that growth must pass to count,
+    ///   so the next tooth of a slow saw-tooth does not alert again;
+    /// - **calm**: headroom above twice the floor and twice the step, and no forecast under
+    ///   twice the lead, held for a whole lead (a leak that stopped short of the limit,
+    ///   then resumes).
+    ///
+    /// A staircase that pauses near the limit does neither: it neither falls nor is calm
+    /// long enough, and is one episode.
     fn decide(&mut self, t_s: f64, fc: &Forecast, used: u64, limit: u64) -> Decision {
         let lead = self.effective_lead();
         let limitf = limit as f64;
+        let usedf = used as f64;
         let headroom = limit.saturating_sub(used) as f64;
-        let floor = limitf * self.config.floor_percent.max(0.0) / 100.0;
-        let has_trend = self.kind == ResourceKind::Runtime
-            || self.env.trend.is_some()
-            || fc.confidence == STEP_CONFIDENCE;
+        let runtime = self.kind == ResourceKind::Runtime;
+        let floor = if runtime {
+            0.0
+        } else {
+            limitf * self.config.floor_percent.max(0.0) / 100.0
+        };
+        let has_trend = runtime || self.env.trend.is_some() || fc.confidence == STEP_CONFIDENCE;
         let step = if self.kind.grows_in_steps() {
             self.steps.learned()
         } else {
             0.0
         };
-        // One interval of margin: by the next sample it would already be under the lead.
-        let trigger = lead + self.config.interval_s.max(0.0);
+        let calm_now = headroom >= 2.0 * floor
+            && fc.seconds_left.is_none_or(|s| s > 2.0 * lead)
+            && (step <= 0.0 || headroom >= 2.0 * step);
+        self.calm_since = match (calm_now, self.calm_since) {
+            (false, _) => None,
+            (true, None) => Some(t_s),
+            (true, since) => since,
+        };
+        let calm_held = self.calm_since.is_some_and(|since| t_s - since >= lead);
         if self.armed {
+            if calm_held {
+                self.floor_needs_calm = false;
+            }
+            // One interval of margin: by the next sample it would already be under the lead.
+            let trigger = lead + self.config.interval_s.max(0.0);
             let reason = if has_trend && fc.seconds_left.is_some_and(|s| s < trigger) {
                 Some(AlertReason::Trend)
             } else if step > 0.0 && headroom < step {
                 Some(AlertReason::NextStep)
-            } else if headroom < floor && self.kind != ResourceKind::Runtime {
+            } else if headroom < floor && !self.floor_needs_calm {
                 Some(AlertReason::HeadroomFloor)
             } else {
                 None
             };
-            match reason {
-                Some(r) => {
-                    self.armed = false;
-                    Decision::Alert(r)
-                }
-                None => Decision::Quiet,
-            }
-        } else {
-            let floor = if self.kind == ResourceKind::Runtime {
-                0.0
-            } else {
-                floor
+            let Some(reason) = reason else {
+                return Decision::Quiet;
             };
-            let clear = headroom >= 2.0 * floor
-                && fc.seconds_left.is_none_or(|s| s > 2.0 * lead)
-                && (step <= 0.0 || headroom >= 2.0 * step);
-            // The all-clear must hold for a whole lead time: a staircase or a noisy
-            // trend that flickers out of the alert zone for a moment does not re-arm.
-            match (clear, self.clear_since) {
-                (false, _) => {
-                    self.clear_since = None;
-                    Decision::Quiet
-                }
-                (true, None) => {
-                    self.clear_since = Some(t_s);
-                    Decision::Quiet
-                }
-                (true, Some(since)) if t_s - since >= lead => {
-                    self.armed = true;
-                    self.clear_since = None;
-                    Decision::Rearm
-                }
-                (true, Some(_)) => Decision::Quiet,
-            }
+            self.armed = false;
+            self.calm_since = None;
+            self.episode = Some(EpisodeStart {
+                peak: usedf,
+                headroom,
+                reason,
+                acknowledged: false,
+            });
+            return Decision::Alert(reason);
         }
+        let episode = self.episode.get_or_insert(EpisodeStart {
+            peak: usedf,
+            headroom,
+            reason: AlertReason::Trend,
+            acknowledged: false,
+        });
+        episode.peak = episode.peak.max(usedf);
+        let episode = *episode;
+        let away = (2.0 * floor)
+            .max(2.0 * step)
+            .max(MIN_AWAY_FRACTION * limitf);
+        let drop = (0.5 * episode.headroom)
+            .max(MIN_AWAY_FRACTION * limitf)
+            .max(1.5 * self.env.largest_span(SWING_BUCKETS));
+        if !runtime && headroom >= away && episode.peak - usedf >= drop {
+            self.rearm();
+            self.floor_needs_calm = episode.reason == AlertReason::HeadroomFloor;
+            let ceiling = (!episode.acknowledged).then_some(episode.peak);
+            self.restart_history(t_s, usedf, lead, ceiling);
+            return Decision::Rearm;
+        }
+        if calm_held {
+            self.rearm();
+            self.floor_needs_calm = false;
+            return Decision::Rearm;
+        }
+        Decision::Quiet
     }
+
+    fn rearm(&mut self) {
+        self.armed = true;
+        self.episode = None;
+        self.calm_since = None;
+    }
+
+    /// Forgets everything before this sample (after a drop): the trend windows, the
+    /// learned steps. For one lead after, a lower sample restarts it again, so a fall
+    /// spread over a few samples starts the history at its bottom.
+    fn restart_history(&mut self, t_s: f64, used: f64, lead: f64, ceiling: Option<f64>) {
+        self.env.restart(t_s, used, ceiling);
+        self.steps = StepLearner::default();
+        self.fall_low = used;
+        self.fall_until = t_s + lead;
+        self.fall_ceiling = ceiling;
+    }
+}
+
+/// What the alert that started an episode saw.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct EpisodeStart {
+    /// The highest usage since the alert.
+    peak: f64,
+    headroom: f64,
+    reason: AlertReason,
+    /// Whether the run acknowledged a checkpoint since the alert.
+    acknowledged: bool,
 }
 
 fn runtime_forecast(headroom: u64, limited: bool) -> Forecast {

@@ -701,6 +701,10 @@ impl Watch {
         let Some(ack) = self.ack.check() else {
             return;
         };
+        // An acknowledged episode that ends by a drop starts the history afresh.
+        for st in &mut self.states {
+            st.predictor.note_acknowledged();
+        }
         let checkpoint_s = self.last_alert_at.and_then(|wall| {
             let alert_unix = wall
                 .duration_since(SystemTime::UNIX_EPOCH)
