@@ -157,6 +157,11 @@ impl Envelope {
         }
     }
 
+    /// Drops the ceiling kept by [`restart`](Self::restart).
+    pub fn lift_ceiling(&mut self) {
+        self.ceiling = f64::NEG_INFINITY;
+    }
+
     /// Forgets every bucket and starts again at this sample. With a `ceiling`, growth
     /// must still pass that old peak to count as new highs, for as long as the ring would
     /// have kept it.

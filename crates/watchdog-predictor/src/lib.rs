@@ -193,9 +193,16 @@ impl ResourcePredictor {
     /// (the cell run again, the next job), judged as on a fresh start. Without an
     /// acknowledgment a drop keeps the history, whose old peaks tell a slow saw-tooth's
     /// next tooth from a new leak.
+    ///
+    /// An acknowledgment read just after the drop (the run saved, freed, and the watchdog
+    /// saw the drop before the acknowledgment file) lifts the ceiling the drop kept.
     pub fn note_acknowledged(&mut self) {
-        if let Some(episode) = &mut self.episode {
-            episode.acknowledged = true;
+        match &mut self.episode {
+            Some(episode) => episode.acknowledged = true,
+            None => {
+                self.env.lift_ceiling();
+                self.fall_ceiling = None;
+            }
         }
     }
 

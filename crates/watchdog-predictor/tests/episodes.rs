@@ -32,9 +32,11 @@ fn xorshift(state: &mut u64) -> f64 {
 enum Segment {
     /// Linear growth from the base to the limit, taking `runway` leads, then a free to `next_base`.
     Leak { runway: f64, next_base: f64 },
-    /// Steps of `step` every `period` leads (at most one lead apart) up to the limit, then a free.
+    /// `steps` equal steps from the base to the limit, one every `period` leads (at most
+    /// one lead apart, at least three leads in all: a faster one outruns the history the
+    /// trend needs, and only the floor could catch it), then a free.
     Staircase {
-        step: f64,
+        steps: u32,
         period: f64,
         next_base: f64,
     },
@@ -47,8 +49,10 @@ enum Segment {
 fn segment() -> impl Strategy<Value = Segment> {
     prop_oneof![
         3 => (3.0f64..15.0, 0.02f64..0.4).prop_map(|(runway, next_base)| Segment::Leak { runway, next_base }),
-        1 => (0.08f64..0.2, 0.3f64..1.0, 0.02f64..0.4)
-            .prop_map(|(step, period, next_base)| Segment::Staircase { step, period, next_base }),
+        1 => (5u32..12, 0.0f64..1.0, 0.02f64..0.4).prop_map(|(steps, p, next_base)| {
+            let shortest = (3.0 / steps as f64).max(0.3);
+            Segment::Staircase { steps, period: shortest + p * (1.0 - shortest), next_base }
+        }),
         1 => (0.03f64..0.12, 0.25f64..3.0, 1u32..6)
             .prop_map(|(amp, period, teeth)| Segment::Sawtooth { amp, period, teeth }),
         1 => (0.5f64..4.0).prop_map(|len| Segment::Plateau { len }),
@@ -115,23 +119,19 @@ fn generate(lead: f64, first_base: f64, parts: &[(f64, Segment)], seed: u64) -> 
                 push(&mut t, base, &mut rng, &mut samples);
             }
             Segment::Staircase {
-                step,
+                steps,
                 period,
                 next_base,
             } => {
-                let mut level = base;
-                let exhausted_at;
-                loop {
+                let step = (1.0 - base) / steps as f64;
+                for k in 0..steps {
+                    let level = base + step * k as f64;
                     let step_end = t + period * lead;
                     while t < step_end {
                         push(&mut t, level, &mut rng, &mut samples);
                     }
-                    if level + step >= 1.0 {
-                        exhausted_at = t;
-                        break;
-                    }
-                    level += step;
                 }
+                let exhausted_at = t;
                 episodes.push(Episode {
                     start,
                     end: samples.len(),
@@ -181,6 +181,7 @@ fn alerts_acked(lead: f64, samples: &[(f64, f64)], ack_after: Option<usize>) -> 
         if let (Some(&last), Some(after)) = (out.last(), ack_after)
             && i == last + after
         {
+            // Late enough, this is read after the drop: it lifts the ceiling then.
             p.note_acknowledged();
         }
         if let Decision::Alert(_) = p.observe(t, v as u64, LIMIT as u64).decision {
@@ -193,6 +194,34 @@ fn alerts_acked(lead: f64, samples: &[(f64, f64)], ack_after: Option<usize>) -> 
 /// Alert times of a run that acknowledges every request one sample later.
 fn alerts(lead: f64, samples: &[(f64, f64)]) -> Vec<usize> {
     alerts_acked(lead, samples, Some(1))
+}
+
+/// An acknowledgment read only after the drop was seen counts as well.
+#[test]
+fn an_acknowledgment_read_after_the_drop_counts() {
+    let lead = 3.0;
+    let mut samples = Vec::new();
+    let mut t = 0.0;
+    let mut exhausted = Vec::new();
+    for _ in 0..2 {
+        let t0 = t;
+        let mut v = 0.05;
+        // Freed at 90%, soon after the alert.
+        while v < 0.9 {
+            samples.push((t, v * LIMIT));
+            t += DT;
+            v = 0.05 + 0.05 * (t - t0);
+        }
+        exhausted.push(t0 + 0.95 / 0.05);
+    }
+    let first = alerts_acked(lead, &samples, None)[0];
+    let drop = samples
+        .iter()
+        .position(|s| s.1 < 0.1 * LIMIT && s.0 > 1.0)
+        .unwrap();
+    let got = alerts_acked(lead, &samples, Some(drop - first + 2));
+    assert_eq!(got.len(), 2);
+    assert!(exhausted[1] - samples[got[1]].0 >= lead - 1e-6);
 }
 
 proptest! {
