@@ -384,3 +384,69 @@ fn dry_run_sends_and_writes_nothing() {
     assert!(!req.exists());
     assert!(report_events(&report(rep), "checkpoint").is_empty());
 }
+
+/// Issue 9.1: a second leak right after a checkpoint. Three 50 MiB/s leaks in a 600 MiB
+/// cgroup, the second 0 s and the third 0.5 s after the freeing, `--lead 3s`, the
+/// client acknowledging in between: every one is warned at least 2 s before the
+/// cgroup is full.
+#[test]
+fn leaks_right_after_a_checkpoint_are_each_warned_in_time() {
+    if !require(is_root(), "root (to create a memory cgroup)") {
+        return;
+    }
+    let Some(cg) = MemoryCgroup::create(600 * MIB) else {
+        assert!(!in_ci(), "cannot create a memory cgroup, and CI=true");
+        eprintln!("SKIPPED: cannot create a memory cgroup here");
+        return;
+    };
+    let scene = Scene::new();
+    let go = scene.dir.path().join("go");
+    let script = repo().join("tests/e2e/scripts/releak.py");
+    let mut leaker = Command::new("sh")
+        .args(["-c", "echo $$ > \"$0\" && exec python3 \"$@\""])
+        .arg(cg.procs())
+        .arg(&script)
+        .arg(&scene.rep)
+        .arg(&cg.dir)
+        .arg(&go)
+        .args(["--rate-mib", "50", "--gaps", "0,0.5"])
+        .env("WATCHDOG_REQUEST_FILE", &scene.req)
+        .env("WATCHDOG_SIGNAL", "SIGUSR1")
+        .spawn()
+        .unwrap();
+    let pid = leaker.id();
+    let cg_name = cg.dir.file_name().unwrap().to_str().unwrap().to_string();
+    assert!(wait_for(Duration::from_secs(10), || {
+        std::fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|c| c.contains(&cg_name))
+    }));
+    let watchdog = scene
+        .watchdog()
+        .args(["--lead", "3s", "--pid", &pid.to_string()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Leak only once the watchdog is watching (its start event is written).
+    assert!(wait_for(Duration::from_secs(20), || {
+        !of_kind(&read_events(&scene.events), "limit").is_empty()
+    }));
+    std::fs::write(&go, "").unwrap();
+    let status = leaker.wait().unwrap();
+    let out = watchdog.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(status.success(), "the leaker failed ({status}): {stderr}");
+    let r = report(&scene.rep);
+    let leaks = r["leaks"].as_array().unwrap();
+    assert_eq!(leaks.len(), 3, "{r}\n{stderr}");
+    for (i, leak) in leaks.iter().enumerate() {
+        assert_eq!(leak["warned"], true, "leak {i} was not warned: {r}\n{stderr}");
+        let left = leak["seconds_left"].as_f64().unwrap();
+        assert!(
+            left >= 2.0,
+            "leak {i} warned only {left:.2}s before the cgroup was full: {r}\n{stderr}"
+        );
+        assert_eq!(leak["request"]["resource"], "cgroup_memory", "{r}");
+    }
+    let ev = read_events(&scene.events);
+    assert_eq!(of_kind(&ev, "alert").len(), 3, "one alert per leak: {ev:?}");
+    assert!(of_kind(&ev, "ack").len() >= 3, "{ev:?}");
+}
