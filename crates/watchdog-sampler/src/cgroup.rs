@@ -405,6 +405,16 @@ pub struct CgroupReading {
 }
 
 impl CgroupReading {
+    /// A reading from `usage`, the counts of one `memory.stat` and the effective limit.
+    pub fn new(usage: u64, stat: &StatFigures, limit: u64) -> Self {
+        Self {
+            usage,
+            active_file: stat.active_file,
+            inactive_file: stat.inactive_file,
+            limit,
+        }
+    }
+
     /// The `cgroup_memory` figure: usage minus all file-backed page cache.
     pub fn used(&self) -> u64 {
         unreclaimable(self.usage, self.active_file, self.inactive_file)
@@ -640,12 +650,7 @@ impl CgroupMemory {
             };
             limit = limit.min(value.ok_or_else(|| parse_error(f))?);
         }
-        Ok(CgroupReading {
-            usage,
-            active_file: stat.active_file,
-            inactive_file: stat.inactive_file,
-            limit,
-        })
+        Ok(CgroupReading::new(usage, &stat, limit))
     }
 
     /// Opens this cgroup's OOM-kill counter.
@@ -869,14 +874,8 @@ mod tests {
     fn the_figure_leaves_out_page_cache_and_keeps_shmem() {
         // v1, captured: usage 236785664 = rss 33292288 + cache 198885376 (of which shmem
         // 33554432) + kernel memory; the figure keeps rss, shmem and kernel.
-        let usage = 236785664;
         let f = parse_memory_stat(V1_STAT, CgroupVersion::V1).unwrap();
-        let r = CgroupReading {
-            usage,
-            active_file: f.active_file,
-            inactive_file: f.inactive_file,
-            limit: 400 << 20,
-        };
+        let r = CgroupReading::new(236785664, &f, 400 << 20);
         assert_eq!(r.used(), 71454720);
         assert!(
             r.used() >= 33292288 + 33554432,
@@ -884,14 +883,8 @@ mod tests {
         );
         assert_eq!(r.file_cache(), 165330944);
         // v2: memory.current 399 MiB = anon 25 + file 372 (shmem 64 in it) + kernel 2.
-        let usage = 399 << 20;
         let f = parse_memory_stat(V2_STAT, CgroupVersion::V2).unwrap();
-        let r = CgroupReading {
-            usage,
-            active_file: f.active_file,
-            inactive_file: f.inactive_file,
-            limit: 400 << 20,
-        };
+        let r = CgroupReading::new(399 << 20, &f, 400 << 20);
         assert_eq!(r.used(), (25 + 64 + 2) << 20);
         assert_eq!(r.file_cache(), 308 << 20);
     }

@@ -17,7 +17,6 @@ the way a training loop would, and writes what it did to the JSON REPORT file: e
 rate), `done`.
 """
 import argparse
-import json
 import mmap
 import os
 import sys
@@ -25,6 +24,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "python"))
 import training_watchdog  # noqa: E402
+from e2e_report import Report  # noqa: E402
 
 MIB = 1 << 20
 
@@ -45,18 +45,7 @@ p.add_argument("--linger", type=float, default=3.0)
 args = p.parse_args()
 
 start = time.time()
-report = {"pid": os.getpid(), "start": start, "events": []}
-
-
-def note(kind, **fields):
-    fields.update(kind=kind, t=time.time() - start)
-    report["events"].append(fields)
-    tmp = args.report + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(report, f)
-    os.replace(tmp, args.report)
-
-
+note = Report(args.report, start).note
 training_watchdog.install()
 held = bytearray(args.hold_mib * MIB)
 for i in range(0, len(held), 4096):
