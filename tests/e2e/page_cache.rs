@@ -113,6 +113,8 @@ fn watch(
         .args(["--lead", "3s", "--disk"])
         .arg(disk)
         .args(["--pid", &pid.to_string()])
+        .arg("--record")
+        .arg(recording(scene))
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -130,6 +132,11 @@ fn watch(
     (code, out, read_events(&scene.events))
 }
 
+/// Where [`watch`] has the flight recording written.
+fn recording(scene: &Scene) -> std::path::PathBuf {
+    scene.dir.path().join("recording.csv")
+}
+
 /// Peak `used` of `resource` in the exit event.
 fn peak(events: &[Value], resource: &str) -> u64 {
     let exit = of_kind(events, "exit");
@@ -138,9 +145,11 @@ fn peak(events: &[Value], resource: &str) -> u64 {
         .unwrap_or_else(|| panic!("no peak for {resource}: {exit:?}"))
 }
 
-/// Asserts no alert and no OOM kill, and that the page cache was recorded as
-/// `cgroup_cache` (limit null) and reached at least `cache_at_least` bytes.
+/// Asserts no alert and no OOM kill, and that the page cache was announced as
+/// `cgroup_cache` (limit null), reached at least `cache_at_least` bytes and is in the
+/// flight recording.
 fn assert_quiet_with_cache_seen(
+    scene: &Scene,
     events: &[Value],
     out: &Output,
     oom_before: u64,
@@ -172,6 +181,9 @@ fn assert_quiet_with_cache_seen(
         cached / MIB,
         cache_at_least / MIB
     );
+    let rec = std::fs::read_to_string(recording(scene)).expect("recording written at exit");
+    let rows = rec.lines().filter(|l| l.contains(",cgroup_cache,")).count();
+    assert!(rows > 10, "{rows} cgroup_cache rows in the recording");
 }
 
 /// Reads a 370 MiB data set 4 times (through `read()`, or a mapping) in a 400 MiB cgroup
@@ -206,7 +218,7 @@ fn data_set_epochs(mmap: bool) {
         report_events(&r, "checkpoint").is_empty(),
         "asked to checkpoint: {r}"
     );
-    assert_quiet_with_cache_seen(&events, &out, oom_before, &cg, 200 * MIB);
+    assert_quiet_with_cache_seen(&scene, &events, &out, oom_before, &cg, 200 * MIB);
 }
 
 /// Regression: a run reading its 370 MiB data set once per epoch in a 400 MiB cgroup was
@@ -254,7 +266,7 @@ fn writing_four_times_the_limit_to_disk_raises_no_alert() {
     let r = report(&scene.rep);
     assert_eq!(code, 0, "{r}");
     assert_eq!(report_events(&r, "written")[0]["mib"], 1600, "{r}");
-    assert_quiet_with_cache_seen(&events, &out, oom_before, &cg, 200 * MIB);
+    assert_quiet_with_cache_seen(&scene, &events, &out, oom_before, &cg, 200 * MIB);
 }
 
 /// tmpfs pages are shmem: charged to the cgroup and not reclaimable without swap, so they
