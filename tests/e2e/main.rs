@@ -6,5 +6,6 @@
 
 mod cli;
 mod gpu;
+mod page_cache;
 mod support;
 mod watching;

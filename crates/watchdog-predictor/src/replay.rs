@@ -236,6 +236,7 @@ pub fn kind_name(kind: ResourceKind) -> &'static str {
         ResourceKind::HostMemory => "host_memory",
         ResourceKind::Swap => "swap",
         ResourceKind::CgroupMemory => "cgroup_memory",
+        ResourceKind::CgroupCache => "cgroup_cache",
         ResourceKind::TreeMemory => "tree_memory",
         ResourceKind::DiskBytes => "disk_bytes",
         ResourceKind::DiskInodes => "disk_inodes",

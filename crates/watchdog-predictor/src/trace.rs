@@ -92,7 +92,7 @@ pub enum TraceError {
 }
 
 /// The resource kind a trace's resource name stands for, from the names the
-/// watchdog uses (`host_memory`, `swap`, `cgroup_memory`, `tree_memory`,
+/// watchdog uses (`host_memory`, `swap`, `cgroup_memory`, `cgroup_cache`, `tree_memory`,
 /// `disk:/path`, `inodes:/path`, `runtime`, `gpu0`); anything else is taken as
 /// cgroup memory.
 pub fn kind_for_name(name: &str) -> ResourceKind {
@@ -111,6 +111,8 @@ pub fn kind_for_name(name: &str) -> ResourceKind {
         ResourceKind::HostMemory
     } else if n.starts_with("tree") {
         ResourceKind::TreeMemory
+    } else if n.starts_with("cgroup_cache") {
+        ResourceKind::CgroupCache
     } else {
         ResourceKind::CgroupMemory
     }
@@ -1112,6 +1114,7 @@ mod tests {
         assert_eq!(kind_for_name("inodes:/"), ResourceKind::DiskInodes);
         assert_eq!(kind_for_name("runtime"), ResourceKind::Runtime);
         assert_eq!(kind_for_name("cgroup_memory"), ResourceKind::CgroupMemory);
+        assert_eq!(kind_for_name("cgroup_cache"), ResourceKind::CgroupCache);
         assert_eq!(kind_for_name("whatever"), ResourceKind::CgroupMemory);
     }
 

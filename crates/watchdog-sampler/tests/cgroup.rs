@@ -1,5 +1,6 @@
 //! The cgroup source on fixture trees (v1 captured on this machine, v2 written to the
 //! kernel's documented format) and on a real v1 or v2 memory cgroup made for the test.
+//! `tests/fixtures/README.md` says where each fixture came from.
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
 use std::os::unix::process::ExitStatusExt;
@@ -11,6 +12,7 @@ use watchdog_sampler::cgroup::{
     CgroupLocation, CgroupMemory, CgroupMounts, CgroupVersion, OomKillCounter, locate_for_pid,
 };
 use watchdog_sampler::{ResourceTable, Source, Tick};
+use watchdog_types::ResourceKind;
 
 fn fixture(version: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -18,7 +20,15 @@ fn fixture(version: &str) -> PathBuf {
         .join(version)
 }
 
+/// `(used, limit)` of `cgroup_memory`, checking that `cgroup_cache` came with it.
 fn sample_once(src: &mut CgroupMemory) -> (u64, u64) {
+    let (memory, cache) = sample_both(src);
+    assert_eq!(cache.1, u64::MAX, "cgroup_cache has no limit");
+    memory
+}
+
+/// `(used, limit)` of `cgroup_memory` and of `cgroup_cache`, in that order.
+fn sample_both(src: &mut CgroupMemory) -> ((u64, u64), (u64, u64)) {
     let mut got = Vec::new();
     src.sample(
         &Tick {
@@ -28,8 +38,10 @@ fn sample_once(src: &mut CgroupMemory) -> (u64, u64) {
         &mut |s| got.push(s),
     )
     .unwrap();
-    assert_eq!(got.len(), 1);
-    (got[0].used, got[0].limit)
+    assert_eq!(got.len(), 2);
+    assert_eq!(Some(got[0].resource), src.id());
+    assert_eq!(Some(got[1].resource), src.cache_id());
+    ((got[0].used, got[0].limit), (got[1].used, got[1].limit))
 }
 
 #[test]
@@ -44,12 +56,14 @@ fn v1_fixture_captured_here_limit_from_an_ancestor() {
         "{:?}",
         src.location().dir
     );
-    // memory.usage_in_bytes 116383744 - total_inactive_file 31457280; the 512 MiB limit is on
-    // the parent (wd-cap), seen through hierarchical_memory_limit.
+    // memory.usage_in_bytes 116383744 - total_inactive_file 31457280 - total_active_file 0;
+    // the 512 MiB limit is on the parent (wd-cap), seen through hierarchical_memory_limit.
     assert_eq!(sample_once(&mut src), (116383744 - 31457280, 536870912));
     let r = table.all();
     assert_eq!(r[0].name, "cgroup_memory");
     assert!(r[0].source.contains("wd-cap/job"), "{}", r[0].source);
+    assert_eq!(r[1].name, "cgroup_cache");
+    assert_eq!(r[1].kind, ResourceKind::CgroupCache);
     let mut oom = src.oom_kill_counter().unwrap();
     assert_eq!(oom.read().unwrap(), 0);
 }
@@ -83,15 +97,74 @@ fn v2_fixture_limit_from_an_ancestor_and_oom_kills() {
     let mut table = ResourceTable::default();
     let mut src = CgroupMemory::for_pid(&root.join("proc"), 4242, &mounts, &mut table).unwrap();
     assert_eq!(src.location().version, CgroupVersion::V2);
-    // memory.current 6174015488 - inactive_file 1744830464; memory.max is "max" on the job
+    // memory.current 6174015488 - inactive_file 1744830464 - active_file 536870912 (not
+    // `file` 2550136832, which includes shmem 268435456); memory.max is "max" on the job
     // and 8 GiB on train.slice.
-    assert_eq!(sample_once(&mut src), (6174015488 - 1744830464, 8 << 30));
+    assert_eq!(
+        sample_both(&mut src),
+        (
+            (6174015488 - 1744830464 - 536870912, 8 << 30),
+            (1744830464 + 536870912, u64::MAX)
+        )
+    );
     let source = &table.all()[0].source;
     assert!(
         source.contains("limit set on ancestor") && source.ends_with("train.slice)"),
         "{source}"
     );
     assert_eq!(src.oom_kill_counter().unwrap().read().unwrap(), 1);
+}
+
+/// Opens a flat fixture cgroup directory (its own mount point: no ancestors).
+fn open_flat(name: &str, version: CgroupVersion) -> (CgroupMemory, ResourceTable) {
+    let dir = fixture(name);
+    let mut src = CgroupMemory::open(CgroupLocation {
+        version,
+        dir: dir.clone(),
+        mount_point: dir,
+    })
+    .unwrap();
+    let mut table = ResourceTable::default();
+    src.register(&mut table).unwrap();
+    (src, table)
+}
+
+/// Regression: active page cache (a data set read twice) counted as used memory and raised
+/// false alarms; shmem (a tmpfs) must stay counted. v1 captured live here.
+#[test]
+fn v1_page_cache_is_left_out_and_shmem_stays() {
+    let (mut src, table) = open_flat("cache-v1", CgroupVersion::V1);
+    // usage 236785664 - total_active_file 102461440 - total_inactive_file 62869504: the 24 MiB
+    // process, its 32 MiB of tmpfs (total_shmem 33554432) and kernel memory.
+    let ((used, limit), (cache, cache_limit)) = sample_both(&mut src);
+    assert_eq!((used, limit), (71454720, 400 << 20));
+    assert!(used >= 33554432 + (24 << 20));
+    assert_eq!((cache, cache_limit), (165330944, u64::MAX));
+    let names: Vec<_> = table
+        .all()
+        .iter()
+        .map(|r| (r.name.as_str(), r.kind))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("cgroup_memory", ResourceKind::CgroupMemory),
+            ("cgroup_cache", ResourceKind::CgroupCache)
+        ]
+    );
+}
+
+/// The same on v2, from a fixture written to the kernel's documented format: the figure is
+/// memory.current - active_file - inactive_file, keeping the 64 MiB of shmem that `file`
+/// would have taken out.
+#[test]
+fn v2_page_cache_is_left_out_and_shmem_stays() {
+    let (mut src, _table) = open_flat("cache-v2", CgroupVersion::V2);
+    let ((used, limit), (cache, cache_limit)) = sample_both(&mut src);
+    assert_eq!(limit, 400 << 20);
+    assert_eq!(used, (25 + 64 + 2) << 20, "anon + shmem + kernel");
+    assert_eq!((cache, cache_limit), (308 << 20, u64::MAX));
+    assert_eq!(src.oom_kill_counter().unwrap().read().unwrap(), 0);
 }
 
 #[test]
@@ -324,10 +397,16 @@ fn make_two_cgroups(limit_a: u64, limit_b: u64) -> Result<(TwoCgroups, CgroupVer
     Ok((cgs, own.version))
 }
 
+/// The limit of `cgroup_memory` in one sample.
 fn sample_at(src: &mut CgroupMemory, now_ns: u64) -> Result<u64, String> {
     let mut limit = None;
-    src.sample(&Tick { now_ns, tree: &[] }, &mut |s| limit = Some(s.limit))
-        .map_err(|e| e.to_string())?;
+    let id = src.id();
+    src.sample(&Tick { now_ns, tree: &[] }, &mut |s| {
+        if Some(s.resource) == id {
+            limit = Some(s.limit)
+        }
+    })
+    .map_err(|e| e.to_string())?;
     limit.ok_or_else(|| "no sample".into())
 }
 
@@ -364,7 +443,7 @@ fn a_target_moved_to_another_cgroup_is_watched_in_the_new_one() {
         (src.location().dir.as_path(), src.id()),
         (cgs.b.as_path(), id)
     );
-    assert_eq!(table.all().len(), 1, "no new resource");
+    assert_eq!(table.all().len(), 2, "no new resource");
 
     // Moved back and the old cgroup removed: the failed read looks again at once.
     move_to(&cgs.a);

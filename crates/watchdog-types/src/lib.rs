@@ -27,10 +27,14 @@ pub enum ResourceKind {
     HostMemory,
     /// Host swap: used = SwapTotal - SwapFree, limit = SwapTotal (bytes).
     Swap,
-    /// The target's memory cgroup working set against its smallest limit (bytes).
+    /// The target's memory cgroup usage minus its page cache (all file-backed LRU pages)
+    /// against its smallest limit (bytes).
     CgroupMemory,
     /// Sum of RSS over the watched process tree against `--mem-limit` (bytes).
     TreeMemory,
+    /// The page cache (active + inactive file) charged to the target's memory cgroup, left
+    /// out of [`CgroupMemory`](Self::CgroupMemory); no limit: recorded, never alerted (bytes).
+    CgroupCache,
     /// Bytes used on a filesystem against the bytes the target may use (bytes).
     DiskBytes,
     /// Inodes used on a filesystem against the inodes the target may use (count).
@@ -79,7 +83,7 @@ pub struct Resource {
     pub id: ResourceId,
     /// What it is.
     pub kind: ResourceKind,
-    /// Name as users see it: `host_memory`, `swap`, `cgroup_memory`, `tree_memory`,
+    /// Name as users see it: `host_memory`, `swap`, `cgroup_memory`, `cgroup_cache`, `tree_memory`,
     /// `disk:/path`, `inodes:/path`, `runtime`, `gpu0`.
     pub name: String,
     /// Where the figure and its limit come from, in a few words (`/sys/fs/cgroup/memory/x`,

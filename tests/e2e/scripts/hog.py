@@ -8,13 +8,13 @@ Usage: hog.py REPORT MODE [options]  (see the argparse help)
 """
 import argparse
 import errno
-import json
 import os
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "python"))
 import training_watchdog  # noqa: E402
+from e2e_report import Report  # noqa: E402
 
 p = argparse.ArgumentParser()
 p.add_argument("report")
@@ -35,16 +35,7 @@ if args.pidfile:
     with open(args.pidfile + ".tmp", "w") as f:
         f.write(str(os.getpid()))
     os.replace(args.pidfile + ".tmp", args.pidfile)
-report = {"pid": os.getpid(), "start": start, "events": []}
-
-
-def note(kind, **fields):
-    fields.update(kind=kind, t=time.time() - start)
-    report["events"].append(fields)
-    tmp = args.report + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(report, f)
-    os.replace(tmp, args.report)
+note = Report(args.report, start).note
 
 
 if not args.no_handler:
