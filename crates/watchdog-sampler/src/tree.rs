@@ -74,6 +74,8 @@ pub struct ProcStat<'a> {
     pub state: u8,
     /// Field 4, the parent's PID.
     pub ppid: u32,
+    /// Field 5, the process group ID.
+    pub pgid: u32,
     /// Field 20, the number of threads.
     pub num_threads: u64,
     /// Field 22, start time after boot in clock ticks (`sysconf(_SC_CLK_TCK)`).
@@ -96,8 +98,9 @@ pub fn parse_stat(text: &[u8]) -> Option<ProcStat<'_>> {
         .filter(|f| !f.is_empty());
     let state = *rest.next()?.first()?;
     let ppid = parse_u64(rest.next()?)?;
-    // Skip fields 5..=19 (15 fields) to reach field 20.
-    let num_threads = parse_u64(rest.nth(15)?)?;
+    let pgid = parse_u64(rest.next()?)?;
+    // Skip fields 6..=19 (14 fields) to reach field 20.
+    let num_threads = parse_u64(rest.nth(14)?)?;
     // Field 21 is itrealvalue; field 22 is starttime.
     let starttime_ticks = parse_u64(rest.nth(1)?)?;
     Some(ProcStat {
@@ -105,6 +108,7 @@ pub fn parse_stat(text: &[u8]) -> Option<ProcStat<'_>> {
         comm,
         state,
         ppid: u32::try_from(ppid).ok()?,
+        pgid: u32::try_from(pgid).ok()?,
         num_threads,
         starttime_ticks,
     })
@@ -156,6 +160,27 @@ struct Tracked {
 /// Buffer for one `getdents64` batch: enough for ~200 tasks per syscall.
 const DIRBUF_BYTES: usize = 8192;
 
+/// Says whether a child of the adopter is left out of the tree (a hook of the watchdog's).
+pub type AdoptionFilter = Box<dyn Fn(u32) -> bool + Send + Sync>;
+
+/// The process that adopts the run's orphans (the watchdog as a child subreaper), and
+/// which of its children are not the run's.
+struct Adopter {
+    pid: u32,
+    leave_out: AdoptionFilter,
+    /// Every child of the adopter at the last walk but the target, left out or not.
+    children: Vec<u32>,
+}
+
+impl std::fmt::Debug for Adopter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Adopter")
+            .field("pid", &self.pid)
+            .field("children", &self.children)
+            .finish()
+    }
+}
+
 /// The target and its descendants, found by following `children` files down from the target.
 #[derive(Debug)]
 pub struct ProcessTree {
@@ -175,6 +200,17 @@ pub struct ProcessTree {
     /// `(threads on the system, last PID allocated)` read just before the last walk.
     walked_at: Option<(u64, u64)>,
     walks: u64,
+    /// Orphans re-parented to this process are the run's too (see [`Self::adopt_orphans_of`]).
+    adopter: Option<Adopter>,
+    /// Whether the tree's other processes stay watched after the target exits.
+    keep_survivors: bool,
+    /// After the target exited: the processes it left running (and theirs), each followed
+    /// through the descriptor opened while it was in the tree, never reopened by PID.
+    survivors: Vec<u32>,
+    /// The previous walk's `pids`, where the survivors are taken from.
+    previous: Vec<u32>,
+    /// Scratch list of the adopter's children.
+    scratch: Vec<u32>,
 }
 
 /// Parses `/proc/loadavg` (`0.86 1.30 0.95 2/102 15967`) into `(threads on the system, last
@@ -221,6 +257,11 @@ impl ProcessTree {
             loadavg: KeptOpenFile::with_capacity(proc_root.join("loadavg"), 128).ok(),
             walked_at: None,
             walks: 0,
+            adopter: None,
+            keep_survivors: false,
+            survivors: Vec::new(),
+            previous: Vec::with_capacity(64),
+            scratch: Vec::new(),
         };
         let first = me.open_tracked(target)?;
         me.procs.push(first);
@@ -246,10 +287,64 @@ impl ProcessTree {
         self.refresh();
     }
 
-    /// The tree as of the last refresh: the target first, then descendants breadth-first.
-    /// Empty once the target has exited.
+    /// Also watches the children of `adopter` (the watchdog, made a child subreaper with
+    /// `PR_SET_CHILD_SUBREAPER`) and their descendants, except those `leave_out` names (its
+    /// hooks) and the target itself. When a process of the run exits, the kernel re-parents
+    /// its children to the nearest subreaper: they are no longer the target's descendants,
+    /// but they are still the run's. Walks the tree again.
+    pub fn adopt_orphans_of(&mut self, adopter: u32, leave_out: AdoptionFilter) {
+        self.adopter = Some(Adopter {
+            pid: adopter,
+            leave_out,
+            children: Vec::with_capacity(8),
+        });
+        self.refresh();
+    }
+
+    /// Every child of the adopter at the last walk except the target, including those left
+    /// out (hooks and what they started): the processes the adopter must reap. Empty when no
+    /// adopter is set.
+    pub fn adopter_children(&self) -> &[u32] {
+        self.adopter.as_ref().map_or(&[], |a| a.children.as_slice())
+    }
+
+    /// Keeps watching the processes of the tree after the target exits (`--pid`): the ones
+    /// listed at the last walk before the exit, followed through the descriptors opened
+    /// while they were in the tree (so a reused PID is never taken for one of them), and
+    /// whatever they start, until each exits.
+    pub fn keep_survivors(&mut self, keep: bool) {
+        self.keep_survivors = keep;
+    }
+
+    /// The tree as of the last refresh: the target first (while it lives), then the
+    /// processes adopted from the run and the survivors, then descendants breadth-first.
+    /// Once the target has exited this holds only the survivors and the adopted
+    /// processes: empty unless [`keep_survivors`](Self::keep_survivors) or
+    /// [`adopt_orphans_of`](Self::adopt_orphans_of) was asked for.
     pub fn pids(&self) -> &[u32] {
         &self.pids
+    }
+
+    /// The processes the target left running when it exited (and what they started), when
+    /// [`keep_survivors`](Self::keep_survivors) is on; empty while the target lives.
+    pub fn survivors(&self) -> &[u32] {
+        &self.survivors
+    }
+
+    /// Whether the process the tree tracks as `pid` (through the descriptor it opened when
+    /// the process joined the tree) is still there. After a caller opens a pidfd for `pid`,
+    /// `true` here means that pidfd is the tracked process: a PID is not reused while its
+    /// process exists.
+    pub fn still_tracked(&mut self, pid: u32) -> bool {
+        match self.procs.binary_search_by_key(&pid, |p| p.pid) {
+            Ok(idx) => Self::list_tasks(&self.procs[idx], &mut self.dirbuf, &mut self.tids).is_ok(),
+            Err(_) => false,
+        }
+    }
+
+    /// Whether the tree watches anything beyond the target once it exited.
+    fn follows_beyond_target(&self) -> bool {
+        self.keep_survivors || self.adopter.is_some()
     }
 
     /// Whether the target was there at the last refresh. An exited target that its parent has
@@ -293,7 +388,7 @@ impl ProcessTree {
     /// Allocates only when processes or threads appeared since the last refresh (to open their
     /// files), never for a stable tree.
     pub fn refresh(&mut self) -> bool {
-        if !self.target_alive {
+        if !self.target_alive && !self.follows_beyond_target() {
             // Once gone, the target's PID may name another process: never look again.
             return false;
         }
@@ -306,7 +401,7 @@ impl ProcessTree {
     /// created or reaped on the system since the last walk (see the module documentation for
     /// the one change this misses until the next full refresh).
     pub fn refresh_if_changed(&mut self) -> bool {
-        if !self.target_alive {
+        if !self.target_alive && !self.follows_beyond_target() {
             return false;
         }
         let key = self.change_key();
@@ -319,28 +414,83 @@ impl ProcessTree {
 
     fn walk(&mut self) -> bool {
         self.walks += 1;
+        std::mem::swap(&mut self.pids, &mut self.previous);
         self.pids.clear();
         for p in &mut self.procs {
             p.seen = false;
         }
-        self.pids.push(self.target);
+        if self.target_alive {
+            // Once gone, the target's PID may name another process: never look again.
+            self.pids.push(self.target);
+        }
+        for &pid in &self.survivors {
+            if !self.pids.contains(&pid) {
+                self.pids.push(pid);
+            }
+        }
+        self.adopt();
         let mut i = 0;
         while i < self.pids.len() {
             let pid = self.pids[i];
-            if self.visit(pid).is_err() {
-                if pid == self.target {
-                    self.pids.clear();
-                    self.target_alive = false;
-                    break;
-                }
-                // Exited between its parent's listing and now.
+            // The target and the survivors are followed only through the descriptors
+            // opened while they were in the tree: nothing lists them under a live parent.
+            let pinned = pid == self.target || self.survivors.contains(&pid);
+            if self.visit(pid, !pinned).is_err() {
+                // Exited (for a descendant: between its parent's listing and now).
                 self.pids.remove(i);
+                if pid == self.target {
+                    self.target_alive = false;
+                    if self.keep_survivors {
+                        self.take_survivors();
+                    }
+                }
                 continue;
             }
             i += 1;
         }
+        if self.keep_survivors && !self.target_alive {
+            // Whatever the survivors start stays watched when its parent exits, too.
+            self.survivors.clear();
+            self.survivors.extend_from_slice(&self.pids);
+        }
         self.procs.retain(|p| p.seen);
         self.target_alive
+    }
+
+    /// The target just exited: the processes of the previous walk become survivors, to be
+    /// walked next (they are appended to `pids`).
+    fn take_survivors(&mut self) {
+        for &pid in &self.previous {
+            if pid != self.target && !self.pids.contains(&pid) {
+                self.pids.push(pid);
+                self.survivors.push(pid);
+            }
+        }
+    }
+
+    /// Appends the adopter's children to `pids`, but for the target and those it leaves
+    /// out, and keeps the full list for [`adopter_children`](Self::adopter_children).
+    fn adopt(&mut self) {
+        let Some(adopter) = self.adopter.as_ref().map(|a| a.pid) else {
+            return;
+        };
+        let mut children = std::mem::take(&mut self.scratch);
+        children.clear();
+        // The adopter is this process: it is alive, and its PID cannot be reused.
+        if self.visit_into(adopter, true, &mut children).is_err() {
+            children.clear();
+        }
+        let target = self.target_alive.then_some(self.target);
+        children.retain(|&c| Some(c) != target);
+        if let Some(a) = &mut self.adopter {
+            for &child in &children {
+                if !self.pids.contains(&child) && !(a.leave_out)(child) {
+                    self.pids.push(child);
+                }
+            }
+            std::mem::swap(&mut a.children, &mut children);
+        }
+        self.scratch = children;
     }
 
     /// Lists the task IDs of `tracked` into `tids`, sorted, through its kept-open directory.
@@ -373,9 +523,28 @@ impl ProcessTree {
     }
 
     /// Lists `pid`'s tasks, reads each task's children and appends new ones to `pids`.
-    fn visit(&mut self, pid: u32) -> Result<(), SourceError> {
+    /// `reopen`: whether `pid` may be opened afresh (it was just listed by a live parent).
+    fn visit(&mut self, pid: u32, reopen: bool) -> Result<(), SourceError> {
+        let mut out = std::mem::take(&mut self.pids);
+        let result = self.visit_into(pid, reopen, &mut out);
+        self.pids = out;
+        result
+    }
+
+    /// [`visit`](Self::visit) appending to `pids`.
+    fn visit_into(
+        &mut self,
+        pid: u32,
+        reopen: bool,
+        pids: &mut Vec<u32>,
+    ) -> Result<(), SourceError> {
         let (idx, fresh) = match self.procs.binary_search_by_key(&pid, |p| p.pid) {
             Ok(idx) => (idx, false),
+            Err(_) if !reopen && pid != self.target => {
+                return Err(SourceError::Gone(format!(
+                    "process {pid} is no longer tracked"
+                )));
+            }
             Err(idx) => {
                 let t = self.open_tracked(pid)?;
                 self.procs.insert(idx, t);
@@ -383,7 +552,7 @@ impl ProcessTree {
             }
         };
         let mut listed = Self::list_tasks(&self.procs[idx], &mut self.dirbuf, &mut self.tids);
-        if listed.is_err() && !fresh && pid != self.target {
+        if listed.is_err() && !fresh && reopen && pid != self.target {
             // The descriptor belongs to an earlier process with this PID, which exited and was
             // reaped; a live parent lists the PID again, so it names a new child: open it
             // afresh. (Never for the target: its PID, once gone, may name a stranger.)
@@ -411,7 +580,6 @@ impl ProcessTree {
             }
         }
 
-        let pids = &mut self.pids;
         let excluded = self.excluded;
         for (_, file) in &mut tracked.tasks {
             if file.read().is_err() {
