@@ -6,5 +6,7 @@
 
 mod cli;
 mod gpu;
+mod hooks;
+mod launchers;
 mod support;
 mod watching;

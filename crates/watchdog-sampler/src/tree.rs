@@ -453,7 +453,13 @@ impl ProcessTree {
             self.survivors.clear();
             self.survivors.extend_from_slice(&self.pids);
         }
-        self.procs.retain(|p| p.seen);
+        // While the target lives, a process that left the tree at this walk keeps its
+        // descriptors one walk more: if the target turns out to have exited before this
+        // walk, [`mark_target_exited`](Self::mark_target_exited) keeps it as a survivor.
+        let keep_previous = self.keep_survivors && self.target_alive;
+        let previous = &self.previous;
+        self.procs
+            .retain(|p| p.seen || (keep_previous && previous.contains(&p.pid)));
         self.target_alive
     }
 
@@ -466,6 +472,29 @@ impl ProcessTree {
                 self.survivors.push(pid);
             }
         }
+    }
+
+    /// Tells the tree the target has exited, as its pidfd said, even if it is still there as
+    /// a zombie its parent has not reaped (a zombie lists no children: the ones it had are
+    /// re-parented already). With [`keep_survivors`](Self::keep_survivors) on, the
+    /// processes of the last two walks become survivors. Walks the tree again.
+    pub fn mark_target_exited(&mut self) {
+        if self.target_alive {
+            self.target_alive = false;
+            if self.keep_survivors {
+                // The last walk may have come after the exit, when the children had left.
+                for i in 0..self.pids.len() + self.previous.len() {
+                    let pid = match self.pids.get(i) {
+                        Some(&p) => p,
+                        None => self.previous[i - self.pids.len()],
+                    };
+                    if pid != self.target && !self.survivors.contains(&pid) {
+                        self.survivors.push(pid);
+                    }
+                }
+            }
+        }
+        self.refresh();
     }
 
     /// Appends the adopter's children to `pids`, but for the target and those it leaves
@@ -957,6 +986,86 @@ mod tests {
         let mut blind = ProcessTree::with_excluded(proc, 100, None).unwrap();
         assert!(blind.refresh_if_changed());
         assert_eq!(blind.walks(), 2);
+    }
+
+    fn fixture_task(proc: &Path, pid: u32, children: &str) {
+        let d = proc.join(format!("{pid}/task/{pid}"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("children"), children).unwrap();
+    }
+
+    /// With --pid, what the target leaves running when it exits used to leave the watch
+    /// with it; it now stays, through the descriptors opened while it was in the tree.
+    #[test]
+    fn survivors_of_the_target_stay_in_the_tree_until_they_exit() {
+        let dir = tempfile::tempdir().unwrap();
+        let proc = dir.path();
+        fixture_task(proc, 100, "200 ");
+        fixture_task(proc, 200, "300 ");
+        fixture_task(proc, 300, "");
+        let mut tree = ProcessTree::with_excluded(proc, 100, None).unwrap();
+        tree.keep_survivors(true);
+        assert_eq!(tree.pids(), &[100, 200, 300]);
+
+        // The target exits; its child is re-parented away (nobody lists 200 now).
+        std::fs::remove_dir_all(proc.join("100")).unwrap();
+        assert!(!tree.refresh());
+        assert_eq!(tree.pids(), &[200, 300]);
+        assert!(!tree.target_alive());
+
+        // The middle one exits too: its child stays, followed through its own descriptor.
+        std::fs::remove_dir_all(proc.join("200")).unwrap();
+        tree.refresh();
+        assert_eq!(tree.pids(), &[300]);
+
+        // 300 exits and its PID is reused by a stranger: never taken for the survivor.
+        std::fs::remove_dir_all(proc.join("300")).unwrap();
+        fixture_task(proc, 300, "");
+        tree.refresh();
+        assert_eq!(tree.pids(), &[] as &[u32]);
+    }
+
+    /// A target that exited but is not reaped yet (a zombie) is marked gone by the caller;
+    /// the processes of the last walks become survivors even if the last walk missed them.
+    #[test]
+    fn marking_the_target_exited_keeps_the_last_walks_processes() {
+        let dir = tempfile::tempdir().unwrap();
+        let proc = dir.path();
+        fixture_task(proc, 100, "200 ");
+        fixture_task(proc, 200, "");
+        let mut tree = ProcessTree::with_excluded(proc, 100, None).unwrap();
+        tree.keep_survivors(true);
+        // The zombie target lists no children any more.
+        fixture_task(proc, 100, "");
+        tree.refresh();
+        assert_eq!(tree.pids(), &[100]);
+        tree.mark_target_exited();
+        assert_eq!(tree.pids(), &[200]);
+    }
+
+    /// Orphans re-parented to the watchdog (a child subreaper) are the run's: the tree
+    /// takes the adopter's children but the target and those left out (hooks).
+    #[test]
+    fn the_adopters_children_but_its_hooks_join_the_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        let proc = dir.path();
+        fixture_task(proc, 50, "100 400 500 ");
+        fixture_task(proc, 100, "");
+        fixture_task(proc, 400, "410 ");
+        fixture_task(proc, 410, "");
+        fixture_task(proc, 500, "510 ");
+        fixture_task(proc, 510, "");
+        let mut tree = ProcessTree::with_excluded(proc, 100, Some(50)).unwrap();
+        assert_eq!(tree.pids(), &[100]);
+        tree.adopt_orphans_of(50, Box::new(|pid| pid == 500));
+        assert_eq!(tree.pids(), &[100, 400, 410]);
+        assert_eq!(tree.adopter_children(), &[400, 500]);
+
+        // The target exits and is reaped: the adopted ones are still watched.
+        std::fs::remove_dir_all(proc.join("100")).unwrap();
+        fixture_task(proc, 50, "400 500 ");
+        assert!(!tree.refresh());
+        assert_eq!(tree.pids(), &[400, 410]);
     }
 
     #[test]

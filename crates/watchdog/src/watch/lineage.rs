@@ -97,13 +97,13 @@ impl Watch {
     fn target_exited(&mut self) -> bool {
         let exit = self.target.reap();
         self.target_exit = Some(exit);
-        self.survivors_since = Some(std::time::Instant::now());
         self.reap_adopted();
-        self.sampler.tree_mut().refresh();
+        self.sampler.tree_mut().mark_target_exited();
         let left = self.survivors_alive();
         if left.is_empty() {
             return true;
         }
+        self.survivors_since = Some(std::time::Instant::now());
         let status = match exit {
             TargetExit::Code(c) => format!("exited with code {c}"),
             TargetExit::Signal(s) => format!("was killed by {}", signal_name(s)),
