@@ -15,9 +15,18 @@
 //! a core at 100 Hz for 10 processes, so the [`Sampler`](crate::Sampler) refreshes the tree
 //! every tick by default, and
 //! [`Sampler::set_tree_refresh_every`](crate::Sampler::set_tree_refresh_every) trades that for
-//! a delay in noticing new children. A process whose parent exits is reparented to init or a
-//! subreaper and leaves the tree, as it would in any tool that follows parent links. A child
-//! that exited stays in the tree as a zombie until its parent reaps it (it holds no memory).
+//! a delay in noticing new children. A child that exited stays in the tree as a zombie until
+//! its parent reaps it (it holds no memory).
+//!
+//! A process whose parent exits is re-parented to init or the nearest child subreaper, so it
+//! is no longer a descendant of the target. Two options keep such processes of the run:
+//! [`ProcessTree::adopt_orphans_of`] (`watchdog run`, where the watchdog is a subreaper) also
+//! walks the adopter's children other than the target and those a filter leaves out (its
+//! hooks), so the tree is the target, its descendants and the orphans the watchdog adopted,
+//! minus the hooks; [`ProcessTree::keep_survivors`] (`--pid`) keeps, once the target exited,
+//! the processes the last walks listed (and what they start) until each exits, following
+//! them through the descriptors opened while they were in the tree. Without either, a
+//! process whose parent exits leaves the tree.
 //!
 //! Most ticks nothing has forked or exited anywhere, and even the walk above (about 40
 //! syscalls for 10 processes) is wasted. [`ProcessTree::refresh_if_changed`] first re-reads
