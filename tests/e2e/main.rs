@@ -6,6 +6,8 @@
 
 mod cli;
 mod gpu;
+mod hooks;
+mod launchers;
 mod page_cache;
 mod support;
 mod watching;

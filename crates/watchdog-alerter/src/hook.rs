@@ -1,20 +1,44 @@
 //! The `--on-alert` hook: a user command run through `sh -c` on every alert.
 //!
-//! [`run_hook`] spawns the command and returns at once: a background thread waits for
-//! it and logs its exit status, so a slow hook never delays sampling or the next alert.
-//! The command gets the watchdog's environment plus the `WATCHDOG_*` variables built
-//! by [`hook_env`]. Its stdin is `/dev/null`; stdout and stderr are inherited.
+//! [`Hooks::run`] spawns the command and returns at once: a background thread waits for
+//! it and logs its exit status and how long it took, so a slow hook never delays sampling
+//! or the next alert. The command gets the watchdog's environment plus the `WATCHDOG_*`
+//! variables built by [`hook_env`]. Its stdin is `/dev/null`; stdout and stderr are
+//! inherited.
+//!
+//! Each hook runs in a process group of its own (`setpgid(0, 0)` before `exec`), so the
+//! hook and everything it starts can be ended together, and it runs under a timeout
+//! (`--hook-timeout`): a group still there when the timeout passes, even after the `sh`
+//! itself exited (a hook that left `cmd &` behind), is sent SIGTERM, then SIGKILL after a
+//! grace period. [`Hooks::end_all`] does the same to every hook still running when the
+//! watchdog exits, so no hook outlives it. [`Hooks::is_hook`] tells the process tree which
+//! processes are hooks (the watchdog, a child subreaper in `run` mode, adopts what a
+//! finished hook left behind, and those are not the run's).
 //!
 //! `WATCHDOG_PID` means the same everywhere: the watchdog's own PID, in a hook as in the
 //! environment `watchdog run` gives its command. The watched process is
 //! `WATCHDOG_TARGET_PID` (hooks only; the `run` command is the target itself).
 
 use std::io;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, mpsc};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
+use rustix::process::{Pid, Signal};
+
+use crate::pidfd::PidFd;
 use crate::request::AlertRequest;
+
+/// How long a hook may run by default (`--hook-timeout`).
+pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a hook's group has between SIGTERM and SIGKILL.
+pub const HOOK_GRACE: Duration = Duration::from_secs(2);
+/// How often a hook's lingering process group is checked.
+const GROUP_POLL: Duration = Duration::from_millis(50);
 
 /// Spawning the hook failed.
 #[derive(Debug, thiserror::Error)]
@@ -27,10 +51,42 @@ pub struct HookError {
     pub source: io::Error,
 }
 
-/// A running hook. Dropping it is fine: the background thread still reaps the process and logs its status.
+/// How a hook ended, for the log and the `hook` event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HookOutcome {
+    /// The command.
+    pub cmd: String,
+    /// The PID of its `sh` (also its process group ID).
+    pub pid: u32,
+    /// Its exit code, when it exited.
+    pub code: Option<i32>,
+    /// The signal that killed it, when one did.
+    pub signal: Option<i32>,
+    /// Seconds from the start until the `sh` exited (or until its group ended, when the
+    /// group was ended).
+    pub duration_s: f64,
+    /// Whether it was ended because it ran past the timeout.
+    pub timed_out: bool,
+    /// Whether it was ended because the watchdog was exiting.
+    pub ended_at_exit: bool,
+}
+
+impl HookOutcome {
+    /// Its status in words: `exited 0`, `exited 3`, `killed by SIGTERM`.
+    pub fn status_text(&self) -> String {
+        match (self.code, self.signal) {
+            (Some(c), _) => format!("exited {c}"),
+            (None, Some(s)) => format!("killed by {}", watchdog_types::units::signal_name(s)),
+            (None, None) => "status unknown".to_string(),
+        }
+    }
+}
+
+/// A running hook. Dropping it is fine: the background thread still reaps the process
+/// and logs its status.
 #[derive(Debug)]
 pub struct HookHandle {
-    /// The PID of the `sh` process.
+    /// The PID of the `sh` process (also its process group ID).
     pub pid: u32,
     reaper: JoinHandle<io::Result<ExitStatus>>,
 }
@@ -41,6 +97,286 @@ impl HookHandle {
         self.reaper
             .join()
             .unwrap_or_else(|_| Err(io::Error::other("the hook reaper thread panicked")))
+    }
+}
+
+/// Runs hooks, each in its own process group under a timeout, and keeps the groups of
+/// those still running so that the tree can leave them out and the exit can end them.
+/// Clones share the same hooks.
+#[derive(Debug, Clone)]
+pub struct Hooks {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    timeout: Duration,
+    grace: Duration,
+    /// Process group IDs (= the PID of each hook's `sh`) of the hooks not finished.
+    groups: Mutex<Vec<u32>>,
+    /// Set by [`Hooks::end_all`]: the watchdog is exiting.
+    ending: AtomicBool,
+    outcomes: Mutex<Option<mpsc::Sender<HookOutcome>>>,
+}
+
+impl Hooks {
+    /// Hooks that may run for `timeout` each, with [`HOOK_GRACE`] between SIGTERM and SIGKILL.
+    pub fn new(timeout: Duration) -> Hooks {
+        Hooks::with_grace(timeout, HOOK_GRACE)
+    }
+
+    /// Like [`new`](Self::new) with another grace period.
+    pub fn with_grace(timeout: Duration, grace: Duration) -> Hooks {
+        Hooks {
+            inner: Arc::new(Inner {
+                timeout,
+                grace,
+                groups: Mutex::new(Vec::new()),
+                ending: AtomicBool::new(false),
+                outcomes: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// Sends every hook's outcome to `tx` from now on (for the `hook` event).
+    pub fn report_to(&self, tx: mpsc::Sender<HookOutcome>) {
+        *lock(&self.inner.outcomes) = Some(tx);
+    }
+
+    /// The process groups of the hooks not finished yet.
+    pub fn running(&self) -> Vec<u32> {
+        lock(&self.inner.groups).clone()
+    }
+
+    /// Whether `pid` belongs to a hook: it is in the process group of a hook not finished
+    /// yet. A process that is gone counts as a hook (there is nothing to watch).
+    ///
+    /// Holds the same lock as [`run`](Self::run) holds from before the fork until the
+    /// hook's group is registered, so a hook is never seen between its fork and its
+    /// `setpgid`.
+    pub fn is_hook(&self, pid: u32) -> bool {
+        let groups = lock(&self.inner.groups);
+        match to_pid(pid).and_then(|p| rustix::process::getpgid(Some(p)).ok()) {
+            Some(pgid) => groups.contains(&pgid.as_raw_pid().unsigned_abs()),
+            None => true,
+        }
+    }
+
+    /// Runs `f` while no hook can start, with whether `pid` is the `sh` of a hook not
+    /// finished yet (whose status is its reaper thread's to collect).
+    pub fn while_no_hook_starts<R>(&self, pid: u32, f: impl FnOnce(bool) -> R) -> R {
+        let groups = lock(&self.inner.groups);
+        f(groups.contains(&pid))
+    }
+
+    /// Starts `sh -c cmd` with `env` added to the environment, in its own process group,
+    /// and returns without waiting. A background thread ends it when it runs past the
+    /// timeout and logs its exit status (info when 0, warn otherwise).
+    pub fn run(&self, cmd: &str, env: &[(String, String)]) -> Result<HookHandle, HookError> {
+        let err = |source| HookError {
+            cmd: cmd.to_string(),
+            source,
+        };
+        let mut groups = lock(&self.inner.groups);
+        let child = Command::new("sh")
+            .arg("-c")
+            .arg(cmd)
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdin(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .map_err(err)?;
+        let pid = child.id();
+        groups.push(pid);
+        drop(groups);
+        let me = self.clone();
+        let cmd_owned = cmd.to_string();
+        let reaper = std::thread::Builder::new()
+            .name("watchdog-hook".to_string())
+            .spawn(move || me.watch(child, cmd_owned))
+            .map_err(|e| {
+                // Without its thread nobody would end it: end it now.
+                self.end_group(pid, self.inner.grace);
+                self.forget(pid);
+                err(e)
+            })?;
+        Ok(HookHandle { pid, reaper })
+    }
+
+    /// The hook's thread: waits for the `sh` under the timeout, then for the rest of its
+    /// group, ending whatever is still there when the timeout passes.
+    fn watch(&self, mut child: Child, cmd: String) -> io::Result<ExitStatus> {
+        let start = Instant::now();
+        let pid = child.id();
+        let deadline = start + self.inner.timeout;
+        let mut timed_out = false;
+        // The child is not reaped yet, so its PID cannot name another process.
+        if let Ok(fd) = PidFd::open(pid) {
+            let exited = fd.wait_exit(Some(self.inner.timeout)).unwrap_or(true);
+            if !exited {
+                timed_out = true;
+                self.end_group(pid, self.inner.grace);
+            }
+        }
+        let status = child.wait();
+        let duration_s = start.elapsed().as_secs_f64();
+        let ended_at_exit = !timed_out && self.inner.ending.load(Ordering::Relaxed);
+        let outcome = match &status {
+            Ok(s) => HookOutcome {
+                cmd: cmd.clone(),
+                pid,
+                code: s.code(),
+                signal: s.signal(),
+                duration_s,
+                timed_out,
+                ended_at_exit,
+            },
+            Err(e) => {
+                tracing::warn!(pid, "cannot wait for --on-alert hook `{cmd}`: {e}");
+                self.finish_group(pid, deadline);
+                return status;
+            }
+        };
+        self.log(&outcome);
+        if let Some(tx) = lock(&self.inner.outcomes).as_ref() {
+            let _ = tx.send(outcome);
+        }
+        self.finish_group(pid, deadline);
+        status
+    }
+
+    fn log(&self, o: &HookOutcome) {
+        let took = watchdog_types::units::format_duration_s(o.duration_s);
+        let (cmd, pid, status) = (&o.cmd, o.pid, o.status_text());
+        if o.timed_out {
+            tracing::warn!(
+                pid,
+                "--on-alert hook `{cmd}` ran past --hook-timeout {}: its process group was ended ({status})",
+                watchdog_types::units::format_duration_s(self.inner.timeout.as_secs_f64())
+            );
+        } else if o.ended_at_exit {
+            tracing::warn!(
+                pid,
+                "--on-alert hook `{cmd}` was ended as the watchdog exits, after {took} ({status})"
+            );
+        } else if o.code == Some(0) {
+            tracing::info!(pid, "--on-alert hook `{cmd}` exited 0 after {took}");
+        } else {
+            tracing::warn!(pid, "--on-alert hook `{cmd}` failed after {took}: {status}");
+        }
+    }
+
+    /// After the `sh` exited: waits for what it left in its group until `deadline`, ends
+    /// what is left then, and forgets the group.
+    fn finish_group(&self, pgid: u32, deadline: Instant) {
+        while group_exists(pgid) && !self.inner.ending.load(Ordering::Relaxed) {
+            if Instant::now() >= deadline {
+                tracing::warn!(
+                    pid = pgid,
+                    "processes left by an --on-alert hook ran past --hook-timeout: ending its process group {pgid}"
+                );
+                self.end_group(pgid, self.inner.grace);
+                break;
+            }
+            std::thread::sleep(GROUP_POLL);
+        }
+        if !self.inner.ending.load(Ordering::Relaxed) {
+            self.forget(pgid);
+        }
+    }
+
+    fn forget(&self, pgid: u32) {
+        lock(&self.inner.groups).retain(|&g| g != pgid);
+    }
+
+    /// SIGTERM to the group, then SIGKILL once `grace` has passed with it still there.
+    fn end_group(&self, pgid: u32, grace: Duration) {
+        signal_group(pgid, Signal::TERM);
+        let until = Instant::now() + grace;
+        while group_exists(pgid) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if group_exists(pgid) {
+            signal_group(pgid, Signal::KILL);
+        }
+    }
+
+    /// Ends every hook still running, as the watchdog exits: SIGTERM to each group, then
+    /// SIGKILL to those still there after the grace period. `between` is called while
+    /// waiting (the caller reaps what it adopted there, since a zombie keeps its group).
+    /// Returns the process groups that were ended; waits a little for their threads to log
+    /// the statuses.
+    pub fn end_all(&self, mut between: impl FnMut()) -> Vec<u32> {
+        self.inner.ending.store(true, Ordering::Relaxed);
+        let groups = self.running();
+        let live: Vec<u32> = groups
+            .iter()
+            .copied()
+            .filter(|&g| group_exists(g))
+            .collect();
+        for &g in &live {
+            tracing::info!(
+                pid = g,
+                "ending --on-alert hook process group {g} as the watchdog exits"
+            );
+            signal_group(g, Signal::TERM);
+        }
+        let until = Instant::now() + self.inner.grace;
+        while live.iter().any(|&g| group_exists(g)) && Instant::now() < until {
+            between();
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        for &g in &live {
+            if group_exists(g) {
+                tracing::warn!(
+                    pid = g,
+                    "hook process group {g} ignored SIGTERM: sending SIGKILL"
+                );
+                signal_group(g, Signal::KILL);
+            }
+        }
+        // Their threads reap the `sh`s and log; a short wait lets the lines out.
+        let until = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < until && live.iter().any(|&g| group_exists(g)) {
+            between();
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        live
+    }
+}
+
+/// Starts `sh -c cmd` with [`DEFAULT_HOOK_TIMEOUT`] and no registry shared with anyone:
+/// [`Hooks::run`] on a fresh [`Hooks`].
+pub fn run_hook(cmd: &str, env: &[(String, String)]) -> Result<HookHandle, HookError> {
+    Hooks::new(DEFAULT_HOOK_TIMEOUT).run(cmd, env)
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn to_pid(pid: u32) -> Option<Pid> {
+    Pid::from_raw(i32::try_from(pid).ok()?)
+}
+
+/// Whether process group `pgid` still has a member (a zombie counts until it is reaped).
+pub fn group_exists(pgid: u32) -> bool {
+    match to_pid(pgid) {
+        Some(p) => !matches!(
+            rustix::process::test_kill_process_group(p),
+            Err(rustix::io::Errno::SRCH)
+        ),
+        None => false,
+    }
+}
+
+fn signal_group(pgid: u32, sig: Signal) {
+    if let Some(p) = to_pid(pgid)
+        && let Err(e) = rustix::process::kill_process_group(p, sig)
+        && e != rustix::io::Errno::SRCH
+    {
+        tracing::warn!(pid = pgid, "cannot signal hook process group {pgid}: {e}");
     }
 }
 
@@ -76,41 +412,6 @@ pub fn hook_env(req: &AlertRequest, request_file: Option<&Path>) -> Vec<(String,
         v("WATCHDOG_SIGNAL", req.signal.clone()),
         v("WATCHDOG_SEQ", req.seq.to_string()),
     ]
-}
-
-/// Starts `sh -c cmd` with `env` added to the environment and returns without waiting.
-/// The exit status is logged (info when 0, warn otherwise) by a background thread.
-pub fn run_hook(cmd: &str, env: &[(String, String)]) -> Result<HookHandle, HookError> {
-    let mut child = Command::new("sh")
-        .arg("-c")
-        .arg(cmd)
-        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .stdin(Stdio::null())
-        .spawn()
-        .map_err(|source| HookError {
-            cmd: cmd.to_string(),
-            source,
-        })?;
-    let pid = child.id();
-    let cmd_owned = cmd.to_string();
-    let reaper = std::thread::Builder::new()
-        .name("watchdog-hook".to_string())
-        .spawn(move || {
-            let status = child.wait();
-            match &status {
-                Ok(s) if s.success() => {
-                    tracing::info!(pid, "--on-alert hook `{cmd_owned}` exited 0")
-                }
-                Ok(s) => tracing::warn!(pid, "--on-alert hook `{cmd_owned}` failed: {s}"),
-                Err(e) => tracing::warn!(pid, "cannot wait for --on-alert hook `{cmd_owned}`: {e}"),
-            }
-            status
-        })
-        .map_err(|source| HookError {
-            cmd: cmd.to_string(),
-            source,
-        })?;
-    Ok(HookHandle { pid, reaper })
 }
 
 #[cfg(test)]

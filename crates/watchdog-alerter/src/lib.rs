@@ -20,7 +20,7 @@ pub mod sigcgt;
 pub mod signal;
 
 pub use events::{EventLog, EventLogError, format_rfc3339_ms, now_rfc3339, unix_time_s};
-pub use hook::{HookError, HookHandle, hook_env, run_hook};
+pub use hook::{HookError, HookHandle, HookOutcome, Hooks, hook_env, run_hook};
 pub use notify::{NotifyError, NotifyOutcome, notify_desktop, spawn_notify};
 pub use pidfd::{PidFd, PidFdError};
 pub use request::{
@@ -28,4 +28,6 @@ pub use request::{
     read_ack, serde_name, write_ack, write_request_file,
 };
 pub use sigcgt::{catches, parse_sigcgt};
-pub use signal::{SignalReport, no_handler_warning, signal_tree, signal_tree_with_target};
+pub use signal::{
+    SignalReport, no_handler_warning, signal_tree, signal_tree_with_roots, signal_tree_with_target,
+};

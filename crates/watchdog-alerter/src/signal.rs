@@ -145,7 +145,8 @@ pub fn signal_tree(proc_root: &Path, tree: &[u32], target_pid: u32, sig: i32) ->
             } else {
                 report.failed.push((target_pid, e.to_string()));
             }
-            signal_descendants(proc_root, tree, target_pid, None, sig, &mut report);
+            let done = [target_pid].into_iter().collect();
+            signal_descendants(proc_root, tree, target_pid, None, &done, sig, &mut report);
             report
         }
     }
@@ -164,26 +165,58 @@ pub fn signal_tree_with_target(
     target: &PidFd,
     sig: i32,
 ) -> SignalReport {
+    signal_tree_with_roots(proc_root, tree, target, &[], sig)
+}
+
+/// Like [`signal_tree_with_target`], with more roots: processes of the tree whose parent
+/// is not in it (orphans of the run that the watchdog adopted as a child subreaper, or
+/// what the target left running when it exited), each given as a pidfd the caller opened
+/// and checked to be the process the tree lists. A root is signalled through its pidfd
+/// with no parent check, like the target; the rest of the tree as before.
+pub fn signal_tree_with_roots(
+    proc_root: &Path,
+    tree: &[u32],
+    target: &PidFd,
+    roots: &[PidFd],
+    sig: i32,
+) -> SignalReport {
     let target_pid = target.pid();
+    let me = std::process::id();
     let mut report = SignalReport::default();
-    if target_pid == std::process::id() {
+    let mut parents: BTreeSet<u32> = tree.iter().copied().collect();
+    parents.insert(target_pid);
+    if target_pid == me {
         tracing::debug!(target_pid, "not signalling the watchdog itself");
     } else {
-        let mut parents: BTreeSet<u32> = tree.iter().copied().collect();
-        parents.insert(target_pid);
         signal_one(proc_root, target, target_pid, &parents, sig, &mut report);
     }
-    signal_descendants(proc_root, tree, target_pid, Some(target), sig, &mut report);
+    let mut done: BTreeSet<u32> = [target_pid, me].into_iter().collect();
+    for root in roots {
+        if done.insert(root.pid()) {
+            signal_one(proc_root, root, root.pid(), &parents, sig, &mut report);
+        }
+    }
+    signal_descendants(
+        proc_root,
+        tree,
+        target_pid,
+        Some(target),
+        &done,
+        sig,
+        &mut report,
+    );
     report
 }
 
-/// Handles every PID of `tree` but the target and the calling process. `target` is the
-/// target's pidfd; `None` means it could not be opened, so its PID is not a valid parent.
+/// Handles every PID of `tree` but those in `done` (the target and the roots already
+/// handled) and the calling process. `target` is the target's pidfd; `None` means it could
+/// not be opened, so its PID is not a valid parent.
 fn signal_descendants(
     proc_root: &Path,
     tree: &[u32],
     target_pid: u32,
     target: Option<&PidFd>,
+    done: &BTreeSet<u32>,
     sig: i32,
     report: &mut SignalReport,
 ) {
@@ -191,7 +224,7 @@ fn signal_descendants(
     let mut parents: BTreeSet<u32> = tree.iter().copied().collect();
     parents.insert(target_pid);
     let mut target_alive = target.is_some();
-    let mut done: BTreeSet<u32> = [target_pid].into_iter().collect();
+    let mut done = done.clone();
     for &pid in tree {
         if !done.insert(pid) {
             continue;

@@ -15,9 +15,18 @@
 //! a core at 100 Hz for 10 processes, so the [`Sampler`](crate::Sampler) refreshes the tree
 //! every tick by default, and
 //! [`Sampler::set_tree_refresh_every`](crate::Sampler::set_tree_refresh_every) trades that for
-//! a delay in noticing new children. A process whose parent exits is reparented to init or a
-//! subreaper and leaves the tree, as it would in any tool that follows parent links. A child
-//! that exited stays in the tree as a zombie until its parent reaps it (it holds no memory).
+//! a delay in noticing new children. A child that exited stays in the tree as a zombie until
+//! its parent reaps it (it holds no memory).
+//!
+//! A process whose parent exits is re-parented to init or the nearest child subreaper, so it
+//! is no longer a descendant of the target. Two options keep such processes of the run:
+//! [`ProcessTree::adopt_orphans_of`] (`watchdog run`, where the watchdog is a subreaper) also
+//! walks the adopter's children other than the target and those a filter leaves out (its
+//! hooks), so the tree is the target, its descendants and the orphans the watchdog adopted,
+//! minus the hooks; [`ProcessTree::keep_survivors`] (`--pid`) keeps, once the target exited,
+//! the processes the last walks listed (and what they start) until each exits, following
+//! them through the descriptors opened while they were in the tree. Without either, a
+//! process whose parent exits leaves the tree.
 //!
 //! Most ticks nothing has forked or exited anywhere, and even the walk above (about 40
 //! syscalls for 10 processes) is wasted. [`ProcessTree::refresh_if_changed`] first re-reads
@@ -74,6 +83,8 @@ pub struct ProcStat<'a> {
     pub state: u8,
     /// Field 4, the parent's PID.
     pub ppid: u32,
+    /// Field 5, the process group ID.
+    pub pgid: u32,
     /// Field 20, the number of threads.
     pub num_threads: u64,
     /// Field 22, start time after boot in clock ticks (`sysconf(_SC_CLK_TCK)`).
@@ -96,8 +107,9 @@ pub fn parse_stat(text: &[u8]) -> Option<ProcStat<'_>> {
         .filter(|f| !f.is_empty());
     let state = *rest.next()?.first()?;
     let ppid = parse_u64(rest.next()?)?;
-    // Skip fields 5..=19 (15 fields) to reach field 20.
-    let num_threads = parse_u64(rest.nth(15)?)?;
+    let pgid = parse_u64(rest.next()?)?;
+    // Skip fields 6..=19 (14 fields) to reach field 20.
+    let num_threads = parse_u64(rest.nth(14)?)?;
     // Field 21 is itrealvalue; field 22 is starttime.
     let starttime_ticks = parse_u64(rest.nth(1)?)?;
     Some(ProcStat {
@@ -105,6 +117,7 @@ pub fn parse_stat(text: &[u8]) -> Option<ProcStat<'_>> {
         comm,
         state,
         ppid: u32::try_from(ppid).ok()?,
+        pgid: u32::try_from(pgid).ok()?,
         num_threads,
         starttime_ticks,
     })
@@ -156,6 +169,27 @@ struct Tracked {
 /// Buffer for one `getdents64` batch: enough for ~200 tasks per syscall.
 const DIRBUF_BYTES: usize = 8192;
 
+/// Says whether a child of the adopter is left out of the tree (a hook of the watchdog's).
+pub type AdoptionFilter = Box<dyn Fn(u32) -> bool + Send + Sync>;
+
+/// The process that adopts the run's orphans (the watchdog as a child subreaper), and
+/// which of its children are not the run's.
+struct Adopter {
+    pid: u32,
+    leave_out: AdoptionFilter,
+    /// Every child of the adopter at the last walk but the target, left out or not.
+    children: Vec<u32>,
+}
+
+impl std::fmt::Debug for Adopter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Adopter")
+            .field("pid", &self.pid)
+            .field("children", &self.children)
+            .finish()
+    }
+}
+
 /// The target and its descendants, found by following `children` files down from the target.
 #[derive(Debug)]
 pub struct ProcessTree {
@@ -175,6 +209,17 @@ pub struct ProcessTree {
     /// `(threads on the system, last PID allocated)` read just before the last walk.
     walked_at: Option<(u64, u64)>,
     walks: u64,
+    /// Orphans re-parented to this process are the run's too (see [`Self::adopt_orphans_of`]).
+    adopter: Option<Adopter>,
+    /// Whether the tree's other processes stay watched after the target exits.
+    keep_survivors: bool,
+    /// After the target exited: the processes it left running (and theirs), each followed
+    /// through the descriptor opened while it was in the tree, never reopened by PID.
+    survivors: Vec<u32>,
+    /// The previous walk's `pids`, where the survivors are taken from.
+    previous: Vec<u32>,
+    /// Scratch list of the adopter's children.
+    scratch: Vec<u32>,
 }
 
 /// Parses `/proc/loadavg` (`0.86 1.30 0.95 2/102 15967`) into `(threads on the system, last
@@ -221,6 +266,11 @@ impl ProcessTree {
             loadavg: KeptOpenFile::with_capacity(proc_root.join("loadavg"), 128).ok(),
             walked_at: None,
             walks: 0,
+            adopter: None,
+            keep_survivors: false,
+            survivors: Vec::new(),
+            previous: Vec::with_capacity(64),
+            scratch: Vec::new(),
         };
         let first = me.open_tracked(target)?;
         me.procs.push(first);
@@ -246,10 +296,64 @@ impl ProcessTree {
         self.refresh();
     }
 
-    /// The tree as of the last refresh: the target first, then descendants breadth-first.
-    /// Empty once the target has exited.
+    /// Also watches the children of `adopter` (the watchdog, made a child subreaper with
+    /// `PR_SET_CHILD_SUBREAPER`) and their descendants, except those `leave_out` names (its
+    /// hooks) and the target itself. When a process of the run exits, the kernel re-parents
+    /// its children to the nearest subreaper: they are no longer the target's descendants,
+    /// but they are still the run's. Walks the tree again.
+    pub fn adopt_orphans_of(&mut self, adopter: u32, leave_out: AdoptionFilter) {
+        self.adopter = Some(Adopter {
+            pid: adopter,
+            leave_out,
+            children: Vec::with_capacity(8),
+        });
+        self.refresh();
+    }
+
+    /// Every child of the adopter at the last walk except the target, including those left
+    /// out (hooks and what they started): the processes the adopter must reap. Empty when no
+    /// adopter is set.
+    pub fn adopter_children(&self) -> &[u32] {
+        self.adopter.as_ref().map_or(&[], |a| a.children.as_slice())
+    }
+
+    /// Keeps watching the processes of the tree after the target exits (`--pid`): the ones
+    /// listed at the last walk before the exit, followed through the descriptors opened
+    /// while they were in the tree (so a reused PID is never taken for one of them), and
+    /// whatever they start, until each exits.
+    pub fn keep_survivors(&mut self, keep: bool) {
+        self.keep_survivors = keep;
+    }
+
+    /// The tree as of the last refresh: the target first (while it lives), then the
+    /// processes adopted from the run and the survivors, then descendants breadth-first.
+    /// Once the target has exited this holds only the survivors and the adopted
+    /// processes: empty unless [`keep_survivors`](Self::keep_survivors) or
+    /// [`adopt_orphans_of`](Self::adopt_orphans_of) was asked for.
     pub fn pids(&self) -> &[u32] {
         &self.pids
+    }
+
+    /// The processes the target left running when it exited (and what they started), when
+    /// [`keep_survivors`](Self::keep_survivors) is on; empty while the target lives.
+    pub fn survivors(&self) -> &[u32] {
+        &self.survivors
+    }
+
+    /// Whether the process the tree tracks as `pid` (through the descriptor it opened when
+    /// the process joined the tree) is still there. After a caller opens a pidfd for `pid`,
+    /// `true` here means that pidfd is the tracked process: a PID is not reused while its
+    /// process exists.
+    pub fn still_tracked(&mut self, pid: u32) -> bool {
+        match self.procs.binary_search_by_key(&pid, |p| p.pid) {
+            Ok(idx) => Self::list_tasks(&self.procs[idx], &mut self.dirbuf, &mut self.tids).is_ok(),
+            Err(_) => false,
+        }
+    }
+
+    /// Whether the tree watches anything beyond the target once it exited.
+    fn follows_beyond_target(&self) -> bool {
+        self.keep_survivors || self.adopter.is_some()
     }
 
     /// Whether the target was there at the last refresh. An exited target that its parent has
@@ -293,7 +397,7 @@ impl ProcessTree {
     /// Allocates only when processes or threads appeared since the last refresh (to open their
     /// files), never for a stable tree.
     pub fn refresh(&mut self) -> bool {
-        if !self.target_alive {
+        if !self.target_alive && !self.follows_beyond_target() {
             // Once gone, the target's PID may name another process: never look again.
             return false;
         }
@@ -306,7 +410,7 @@ impl ProcessTree {
     /// created or reaped on the system since the last walk (see the module documentation for
     /// the one change this misses until the next full refresh).
     pub fn refresh_if_changed(&mut self) -> bool {
-        if !self.target_alive {
+        if !self.target_alive && !self.follows_beyond_target() {
             return false;
         }
         let key = self.change_key();
@@ -319,28 +423,112 @@ impl ProcessTree {
 
     fn walk(&mut self) -> bool {
         self.walks += 1;
+        std::mem::swap(&mut self.pids, &mut self.previous);
         self.pids.clear();
         for p in &mut self.procs {
             p.seen = false;
         }
-        self.pids.push(self.target);
+        if self.target_alive {
+            // Once gone, the target's PID may name another process: never look again.
+            self.pids.push(self.target);
+        }
+        for &pid in &self.survivors {
+            if !self.pids.contains(&pid) {
+                self.pids.push(pid);
+            }
+        }
+        self.adopt();
         let mut i = 0;
         while i < self.pids.len() {
             let pid = self.pids[i];
-            if self.visit(pid).is_err() {
-                if pid == self.target {
-                    self.pids.clear();
-                    self.target_alive = false;
-                    break;
-                }
-                // Exited between its parent's listing and now.
+            // The target and the survivors are followed only through the descriptors
+            // opened while they were in the tree: nothing lists them under a live parent.
+            let pinned = pid == self.target || self.survivors.contains(&pid);
+            if self.visit(pid, !pinned).is_err() {
+                // Exited (for a descendant: between its parent's listing and now).
                 self.pids.remove(i);
+                if pid == self.target {
+                    self.target_alive = false;
+                    if self.keep_survivors {
+                        self.take_survivors();
+                    }
+                }
                 continue;
             }
             i += 1;
         }
-        self.procs.retain(|p| p.seen);
+        if self.keep_survivors && !self.target_alive {
+            // Whatever the survivors start stays watched when its parent exits, too.
+            self.survivors.clear();
+            self.survivors.extend_from_slice(&self.pids);
+        }
+        // While the target lives, a process that left the tree at this walk keeps its
+        // descriptors one walk more: if the target turns out to have exited before this
+        // walk, [`mark_target_exited`](Self::mark_target_exited) keeps it as a survivor.
+        let keep_previous = self.keep_survivors && self.target_alive;
+        let previous = &self.previous;
+        self.procs
+            .retain(|p| p.seen || (keep_previous && previous.contains(&p.pid)));
         self.target_alive
+    }
+
+    /// The target just exited: the processes of the previous walk become survivors, to be
+    /// walked next (they are appended to `pids`).
+    fn take_survivors(&mut self) {
+        for &pid in &self.previous {
+            if pid != self.target && !self.pids.contains(&pid) {
+                self.pids.push(pid);
+                self.survivors.push(pid);
+            }
+        }
+    }
+
+    /// Tells the tree the target has exited, as its pidfd said, even if it is still there as
+    /// a zombie its parent has not reaped (a zombie lists no children: the ones it had are
+    /// re-parented already). With [`keep_survivors`](Self::keep_survivors) on, the
+    /// processes of the last two walks become survivors. Walks the tree again.
+    pub fn mark_target_exited(&mut self) {
+        if self.target_alive {
+            self.target_alive = false;
+            if self.keep_survivors {
+                // The last walk may have come after the exit, when the children had left.
+                for i in 0..self.pids.len() + self.previous.len() {
+                    let pid = match self.pids.get(i) {
+                        Some(&p) => p,
+                        None => self.previous[i - self.pids.len()],
+                    };
+                    if pid != self.target && !self.survivors.contains(&pid) {
+                        self.survivors.push(pid);
+                    }
+                }
+            }
+        }
+        self.refresh();
+    }
+
+    /// Appends the adopter's children to `pids`, but for the target and those it leaves
+    /// out, and keeps the full list for [`adopter_children`](Self::adopter_children).
+    fn adopt(&mut self) {
+        let Some(adopter) = self.adopter.as_ref().map(|a| a.pid) else {
+            return;
+        };
+        let mut children = std::mem::take(&mut self.scratch);
+        children.clear();
+        // The adopter is this process: it is alive, and its PID cannot be reused.
+        if self.visit_into(adopter, true, &mut children).is_err() {
+            children.clear();
+        }
+        let target = self.target_alive.then_some(self.target);
+        children.retain(|&c| Some(c) != target);
+        if let Some(a) = &mut self.adopter {
+            for &child in &children {
+                if !self.pids.contains(&child) && !(a.leave_out)(child) {
+                    self.pids.push(child);
+                }
+            }
+            std::mem::swap(&mut a.children, &mut children);
+        }
+        self.scratch = children;
     }
 
     /// Lists the task IDs of `tracked` into `tids`, sorted, through its kept-open directory.
@@ -373,9 +561,28 @@ impl ProcessTree {
     }
 
     /// Lists `pid`'s tasks, reads each task's children and appends new ones to `pids`.
-    fn visit(&mut self, pid: u32) -> Result<(), SourceError> {
+    /// `reopen`: whether `pid` may be opened afresh (it was just listed by a live parent).
+    fn visit(&mut self, pid: u32, reopen: bool) -> Result<(), SourceError> {
+        let mut out = std::mem::take(&mut self.pids);
+        let result = self.visit_into(pid, reopen, &mut out);
+        self.pids = out;
+        result
+    }
+
+    /// [`visit`](Self::visit) appending to `pids`.
+    fn visit_into(
+        &mut self,
+        pid: u32,
+        reopen: bool,
+        pids: &mut Vec<u32>,
+    ) -> Result<(), SourceError> {
         let (idx, fresh) = match self.procs.binary_search_by_key(&pid, |p| p.pid) {
             Ok(idx) => (idx, false),
+            Err(_) if !reopen && pid != self.target => {
+                return Err(SourceError::Gone(format!(
+                    "process {pid} is no longer tracked"
+                )));
+            }
             Err(idx) => {
                 let t = self.open_tracked(pid)?;
                 self.procs.insert(idx, t);
@@ -383,7 +590,7 @@ impl ProcessTree {
             }
         };
         let mut listed = Self::list_tasks(&self.procs[idx], &mut self.dirbuf, &mut self.tids);
-        if listed.is_err() && !fresh && pid != self.target {
+        if listed.is_err() && !fresh && reopen && pid != self.target {
             // The descriptor belongs to an earlier process with this PID, which exited and was
             // reaped; a live parent lists the PID again, so it names a new child: open it
             // afresh. (Never for the target: its PID, once gone, may name a stranger.)
@@ -411,7 +618,6 @@ impl ProcessTree {
             }
         }
 
-        let pids = &mut self.pids;
         let excluded = self.excluded;
         for (_, file) in &mut tracked.tasks {
             if file.read().is_err() {
@@ -789,6 +995,86 @@ mod tests {
         let mut blind = ProcessTree::with_excluded(proc, 100, None).unwrap();
         assert!(blind.refresh_if_changed());
         assert_eq!(blind.walks(), 2);
+    }
+
+    fn fixture_task(proc: &Path, pid: u32, children: &str) {
+        let d = proc.join(format!("{pid}/task/{pid}"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("children"), children).unwrap();
+    }
+
+    /// With --pid, what the target leaves running when it exits used to leave the watch
+    /// with it; it now stays, through the descriptors opened while it was in the tree.
+    #[test]
+    fn survivors_of_the_target_stay_in_the_tree_until_they_exit() {
+        let dir = tempfile::tempdir().unwrap();
+        let proc = dir.path();
+        fixture_task(proc, 100, "200 ");
+        fixture_task(proc, 200, "300 ");
+        fixture_task(proc, 300, "");
+        let mut tree = ProcessTree::with_excluded(proc, 100, None).unwrap();
+        tree.keep_survivors(true);
+        assert_eq!(tree.pids(), &[100, 200, 300]);
+
+        // The target exits; its child is re-parented away (nobody lists 200 now).
+        std::fs::remove_dir_all(proc.join("100")).unwrap();
+        assert!(!tree.refresh());
+        assert_eq!(tree.pids(), &[200, 300]);
+        assert!(!tree.target_alive());
+
+        // The middle one exits too: its child stays, followed through its own descriptor.
+        std::fs::remove_dir_all(proc.join("200")).unwrap();
+        tree.refresh();
+        assert_eq!(tree.pids(), &[300]);
+
+        // 300 exits and its PID is reused by a stranger: never taken for the survivor.
+        std::fs::remove_dir_all(proc.join("300")).unwrap();
+        fixture_task(proc, 300, "");
+        tree.refresh();
+        assert_eq!(tree.pids(), &[] as &[u32]);
+    }
+
+    /// A target that exited but is not reaped yet (a zombie) is marked gone by the caller;
+    /// the processes of the last walks become survivors even if the last walk missed them.
+    #[test]
+    fn marking_the_target_exited_keeps_the_last_walks_processes() {
+        let dir = tempfile::tempdir().unwrap();
+        let proc = dir.path();
+        fixture_task(proc, 100, "200 ");
+        fixture_task(proc, 200, "");
+        let mut tree = ProcessTree::with_excluded(proc, 100, None).unwrap();
+        tree.keep_survivors(true);
+        // The zombie target lists no children any more.
+        fixture_task(proc, 100, "");
+        tree.refresh();
+        assert_eq!(tree.pids(), &[100]);
+        tree.mark_target_exited();
+        assert_eq!(tree.pids(), &[200]);
+    }
+
+    /// Orphans re-parented to the watchdog (a child subreaper) are the run's: the tree
+    /// takes the adopter's children but the target and those left out (hooks).
+    #[test]
+    fn the_adopters_children_but_its_hooks_join_the_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        let proc = dir.path();
+        fixture_task(proc, 50, "100 400 500 ");
+        fixture_task(proc, 100, "");
+        fixture_task(proc, 400, "410 ");
+        fixture_task(proc, 410, "");
+        fixture_task(proc, 500, "510 ");
+        fixture_task(proc, 510, "");
+        let mut tree = ProcessTree::with_excluded(proc, 100, Some(50)).unwrap();
+        assert_eq!(tree.pids(), &[100]);
+        tree.adopt_orphans_of(50, Box::new(|pid| pid == 500));
+        assert_eq!(tree.pids(), &[100, 400, 410]);
+        assert_eq!(tree.adopter_children(), &[400, 500]);
+
+        // The target exits and is reaped: the adopted ones are still watched.
+        std::fs::remove_dir_all(proc.join("100")).unwrap();
+        fixture_task(proc, 50, "400 500 ");
+        assert!(!tree.refresh());
+        assert_eq!(tree.pids(), &[400, 410]);
     }
 
     #[test]

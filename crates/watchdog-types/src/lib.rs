@@ -230,6 +230,37 @@ pub enum EventBody {
         /// The signal number.
         signal: i32,
     },
+    /// The target exited, but processes of its tree run on (a launcher that backgrounded
+    /// the run, a double fork): they stay watched until the last one exits.
+    Survivors {
+        /// The target's PID.
+        pid: u32,
+        /// The target's exit code, when known.
+        code: Option<i32>,
+        /// The signal that killed the target, when known.
+        signal: Option<i32>,
+        /// The processes still watched.
+        pids: Vec<u32>,
+        /// Their command names, in the order of `pids`.
+        names: Vec<String>,
+    },
+    /// An `--on-alert` hook finished, or was ended.
+    Hook {
+        /// The command.
+        command: String,
+        /// The PID of its `sh` (also its process group ID).
+        pid: u32,
+        /// Its exit code, when it exited.
+        code: Option<i32>,
+        /// The signal that killed it, when one did.
+        signal: Option<i32>,
+        /// Seconds it ran.
+        duration_s: f64,
+        /// Whether its process group was ended for running past `--hook-timeout`.
+        timed_out: bool,
+        /// Whether its process group was ended because the watchdog was exiting.
+        ended_at_exit: bool,
+    },
     /// The target exited.
     Exit {
         /// Exit code, when it exited normally and the code is known.

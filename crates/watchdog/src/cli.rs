@@ -121,6 +121,10 @@ pub struct WatchOptions {
     /// Run CMD through `sh -c` on every alert, with WATCHDOG_* variables describing it.
     #[arg(long, value_name = "CMD", global = true)]
     pub on_alert: Option<String>,
+    /// How long an --on-alert hook may run before its process group is ended (SIGTERM,
+    /// then SIGKILL 2 s later) [default: 60s].
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, global = true)]
+    pub hook_timeout: Option<Duration>,
     /// Where the flight recording is written (on every alert, at exit, on SIGUSR2)
     /// [default: beside the request file, watchdog-PID.recording.csv].
     #[arg(long, value_name = "PATH", global = true)]

@@ -24,6 +24,7 @@ pub const KEYS: &[&str] = &[
     "request_file",
     "events",
     "on_alert",
+    "hook_timeout",
     "record",
     "record_window",
     "dry_run",
@@ -55,6 +56,8 @@ pub struct FileConfig {
     request_file: Option<PathBuf>,
     events: Option<PathBuf>,
     on_alert: Option<String>,
+    #[serde(deserialize_with = "de_duration")]
+    hook_timeout: Option<Duration>,
     record: Option<PathBuf>,
     #[serde(deserialize_with = "de_duration")]
     record_window: Option<Duration>,
@@ -91,6 +94,8 @@ pub struct Settings {
     pub events: Option<PathBuf>,
     /// Hook run on every alert.
     pub on_alert: Option<String>,
+    /// How long a hook may run before it is ended.
+    pub hook_timeout: Duration,
     /// Where the flight recording goes; `None` means beside the request file.
     pub record: Option<PathBuf>,
     /// History the flight recorder keeps.
@@ -142,6 +147,10 @@ impl Settings {
             request_file: flags.request_file.clone().or(file.request_file),
             events: flags.events.clone().or(file.events),
             on_alert: flags.on_alert.clone().or(file.on_alert),
+            hook_timeout: flags
+                .hook_timeout
+                .or(file.hook_timeout)
+                .unwrap_or(watchdog_alerter::hook::DEFAULT_HOOK_TIMEOUT),
             record: flags.record.clone().or(file.record),
             record_window: flags
                 .record_window
@@ -176,6 +185,7 @@ impl Settings {
                 "record" => flags.record.is_some(),
                 "max_runtime" => flags.max_runtime.is_some(),
                 "deadline" => flags.deadline.is_some(),
+                "hook_timeout" => flags.hook_timeout.is_some(),
                 _ => true,
             };
             match (&flags.config, from_flag) {
@@ -243,6 +253,12 @@ impl Settings {
                     ));
                 }
             }
+        }
+        if self.hook_timeout.is_zero() {
+            return Err((
+                "hook_timeout",
+                "invalid hook-timeout '0': expected a positive duration such as 60s".into(),
+            ));
         }
         if self.max_runtime == Some(Duration::ZERO) {
             return Err((

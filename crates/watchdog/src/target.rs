@@ -107,6 +107,11 @@ impl Target {
         })
     }
 
+    /// Whether the watchdog started it (`run`), so that it is the watchdog's child.
+    pub fn is_child(&self) -> bool {
+        self.child.is_some()
+    }
+
     /// Its working directory: the one it was started in (`run`), else `/proc/PID/cwd`.
     pub fn cwd(&self) -> std::io::Result<std::path::PathBuf> {
         match &self.start_cwd {
@@ -168,8 +173,14 @@ pub fn catch_forwarded_signals() -> Result<Forwarded, Failure> {
 
 /// Forwards SIGINT, SIGTERM and SIGHUP sent to the watchdog by another process to the
 /// target. Signals the kernel sends for a terminal (Ctrl-C, hangup) already reach the
-/// target, which shares the terminal's process group, so they are not sent twice.
-pub fn forward_signals(mut signals: Forwarded, pidfd: Arc<PidFd>) -> Result<(), Failure> {
+/// target, which shares the terminal's process group, so they are not sent twice. A
+/// signal the exited target can no longer take is left in `unforwarded`, for the
+/// processes the command left running.
+pub fn forward_signals(
+    mut signals: Forwarded,
+    pidfd: Arc<PidFd>,
+    unforwarded: Arc<std::sync::atomic::AtomicUsize>,
+) -> Result<(), Failure> {
     std::thread::Builder::new()
         .name("watchdog-signals".into())
         .spawn(move || {
@@ -185,7 +196,13 @@ pub fn forward_signals(mut signals: Forwarded, pidfd: Arc<PidFd>) -> Result<(), 
                 let name = watchdog_types::units::signal_name(info.signal);
                 match pidfd.send_signal(info.signal) {
                     Ok(()) => tracing::info!("forwarded {name} to PID {}", pidfd.pid()),
-                    Err(e) => tracing::debug!("could not forward {name}: {e}"),
+                    Err(e) => {
+                        tracing::debug!("could not forward {name}: {e}");
+                        if e.is_gone() {
+                            unforwarded
+                                .store(info.signal as usize, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
                 }
             }
         })

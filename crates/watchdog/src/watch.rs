@@ -31,6 +31,7 @@ use crate::verdict::{self, ExitFacts, ResourceEnd};
 
 mod actions;
 mod kmsg;
+mod lineage;
 mod sources;
 
 /// How often the acknowledgment file is checked while an alert is outstanding.
@@ -128,11 +129,17 @@ pub fn run_command(argv: &[String], settings: Settings) -> Result<ExitCode, Fail
     check_request_file(&request_file)?;
     let prepared = Prepared::new(&settings, None)?;
     let env = target::child_env(settings.signal, &request_file);
+    // Before the spawn, so nothing the command backgrounds can leave the watch.
+    lineage::become_subreaper()?;
     let target = Target::spawn(argv, &env)?;
-    target::forward_signals(forwarded, target.pidfd.clone())?;
+    let unforwarded = Arc::new(AtomicUsize::new(0));
+    target::forward_signals(forwarded, target.pidfd.clone(), unforwarded.clone())?;
     let pidfd = target.pidfd.clone();
     let mut watch = match Watch::new(target, settings, prepared, request_file, record_now) {
-        Ok(w) => w,
+        Ok(mut w) => {
+            w.unforwarded = Some(unforwarded);
+            w
+        }
         Err(e) => {
             // Never leave the command running unwatched.
             let _ = pidfd.send_signal(libc::SIGKILL);
@@ -250,6 +257,15 @@ struct Watch {
     oom_counter: Option<(OomKillCounter, u64)>,
     kmsg: Option<kmsg::Kmsg>,
     stop: Option<Arc<AtomicUsize>>,
+    /// The target's status, once it exited (the watch goes on while the run's other
+    /// processes remain; see `lineage`).
+    target_exit: Option<TargetExit>,
+    /// When the target exited leaving processes of the run behind.
+    survivors_since: Option<Instant>,
+    /// A signal `run` could not forward to the exited command (for the survivors).
+    unforwarded: Option<Arc<AtomicUsize>>,
+    hooks: watchdog_alerter::hook::Hooks,
+    hook_outcomes: std::sync::mpsc::Receiver<watchdog_alerter::hook::HookOutcome>,
 }
 
 impl Watch {
@@ -267,9 +283,13 @@ impl Watch {
             gpu,
         } = prepared;
         let built = sources::build(&target, &settings, &mut table, gpu);
-        let (sampler, reader) =
+        let (mut sampler, reader) =
             Sampler::for_target(Path::new("/proc"), target.pid, built.sources, RING_CAPACITY)
                 .map_err(|e| Failure::Usage(format!("cannot watch PID {}: {e}", target.pid)))?;
+        let hooks = watchdog_alerter::hook::Hooks::new(settings.hook_timeout);
+        let (hook_tx, hook_outcomes) = std::sync::mpsc::channel();
+        hooks.report_to(hook_tx);
+        lineage::follow_the_run(sampler.tree_mut(), &hooks, target.is_child());
         let config = PredictorConfig {
             lead_s: settings.lead.as_secs_f64(),
             interval_s: settings.interval.as_secs_f64(),
@@ -313,7 +333,7 @@ impl Watch {
         let mut watch = Watch {
             ack: AckWatcher::new(&request_file),
             lead_s: settings.lead.as_secs_f64(),
-            actions: actions::Actions::start(settings.notify && !settings.dry_run),
+            actions: actions::Actions::start(settings.notify && !settings.dry_run, hooks.clone()),
             settings,
             target,
             sampler,
@@ -334,6 +354,11 @@ impl Watch {
             oom_counter,
             kmsg: kmsg::Kmsg::open_at_end(),
             stop: None,
+            target_exit: None,
+            survivors_since: None,
+            unforwarded: None,
+            hooks,
+            hook_outcomes,
         };
         if !watch.settings.dry_run
             && let Err(e) = watchdog_alerter::request::clear_request_files(&watch.request_file)
@@ -410,17 +435,8 @@ impl Watch {
                 self.late_ticks += 1 + (behind.as_nanos() / interval.as_nanos().max(1)) as u64;
                 deadline = after;
             }
-            match self
-                .target
-                .pidfd
-                .wait_exit(Some(deadline.saturating_duration_since(after)))
-            {
-                Ok(false) => {}
-                Ok(true) => break,
-                Err(e) => {
-                    tracing::warn!("cannot wait for the target: {e}");
-                    std::thread::sleep(interval);
-                }
+            if self.wait_for_the_run(deadline.saturating_duration_since(after)) {
+                break;
             }
         }
         logging::clear_status();
@@ -440,6 +456,7 @@ impl Watch {
     /// Ends the watch on the watchdog's own SIGINT/SIGTERM/SIGHUP, the target still running.
     fn stopped(&mut self, sig: i32) -> Ended {
         logging::clear_status();
+        self.end_hooks();
         let alerts = self.alerts.len();
         logging::summary(&format!(
             "watchdog: stopped by {} after {}; PID {} ({}) is still running. {alerts} alert(s) sent.",
@@ -467,6 +484,8 @@ impl Watch {
 
     /// One sampling period: sample, predict, act.
     fn tick(&mut self, now: Instant) {
+        self.reap_adopted();
+        self.record_hook_outcomes();
         self.sample(now);
         if !self.pending.is_empty() {
             self.act();
@@ -606,10 +625,12 @@ impl Watch {
                     Ok(()) => request_written = Some(self.request_file.display().to_string()),
                     Err(e) => tracing::error!("cannot write the request file: {e}"),
                 }
-                let report = watchdog_alerter::signal::signal_tree_with_target(
+                let roots = self.roots();
+                let report = watchdog_alerter::signal::signal_tree_with_roots(
                     Path::new("/proc"),
                     &tree,
                     &self.target.pidfd,
+                    &roots,
                     signal,
                 );
                 for (pid, why) in &report.failed {
@@ -837,6 +858,7 @@ impl Watch {
     }
 
     fn finish(&mut self, exit: TargetExit) {
+        self.end_hooks();
         let elapsed = self.start.elapsed().as_secs_f64();
         let mut peaks = serde_json::Map::new();
         let mut peak_text = Vec::new();
@@ -904,10 +926,11 @@ impl Watch {
             self.sampler.dropped()
         );
         logging::summary(&format!(
-            "watchdog: PID {} ({}) {how}, after {}.{evidence} Peak usage: {}. {alerts}{late}",
+            "watchdog: PID {} ({}) {how}, after {}.{}{evidence} Peak usage: {}. {alerts}{late}",
             self.target.pid,
             self.target.name,
             format_duration_s(elapsed),
+            self.survivors_note(),
             if peak_text.is_empty() {
                 "nothing sampled".to_string()
             } else {

@@ -6,6 +6,8 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use watchdog_alerter::hook::Hooks;
+
 /// How long a desktop notification may take before it is given up.
 const NOTIFY_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -32,12 +34,13 @@ pub struct Actions {
 }
 
 impl Actions {
-    /// Starts the action thread; `notify` enables desktop notifications.
-    pub fn start(notify: bool) -> Actions {
+    /// Starts the action thread; `notify` enables desktop notifications; hooks run
+    /// through `hooks` (their process groups, timeout and outcomes).
+    pub fn start(notify: bool, hooks: Hooks) -> Actions {
         let (tx, rx) = mpsc::channel::<Action>();
         let thread = std::thread::Builder::new()
             .name("watchdog-actions".into())
-            .spawn(move || serve(rx));
+            .spawn(move || serve(rx, hooks));
         match thread {
             Ok(handle) => Actions {
                 tx: Some(tx),
@@ -98,12 +101,12 @@ impl Actions {
     }
 }
 
-fn serve(rx: mpsc::Receiver<Action>) {
+fn serve(rx: mpsc::Receiver<Action>, hooks: Hooks) {
     let mut runtime = None;
     for action in rx {
         match action {
             Action::Hook { cmd, env } => {
-                if let Err(e) = watchdog_alerter::hook::run_hook(&cmd, &env) {
+                if let Err(e) = hooks.run(&cmd, &env) {
                     tracing::warn!("{e}");
                 }
             }

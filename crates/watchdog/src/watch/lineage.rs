@@ -1,0 +1,258 @@
+//! The run beyond its first process: what a launcher backgrounds, what a double fork
+//! leaves behind, and what the target leaves running when it exits.
+//!
+//! In `run` mode the watchdog is a child subreaper (`PR_SET_CHILD_SUBREAPER`,
+//! <https://man7.org/linux/man-pages/man2/PR_SET_CHILD_SUBREAPER.2const.html>), set before
+//! the command starts: a process of the run whose parent exits is re-parented to the
+//! watchdog instead of init, and the process tree watches the watchdog's children other
+//! than the target and its hooks ([`ProcessTree::adopt_orphans_of`]). The watchdog reaps
+//! those adopted processes itself, each by its own PID (`waitid(P_PID, pid, WNOHANG)`),
+//! never with `waitpid(-1)`, which would steal the status of the command or of a hook.
+//!
+//! With `--pid` the watchdog is nobody's parent: when the target exits, the processes of
+//! its tree that run on (re-parented to init or another subreaper) stay watched through
+//! the descriptors the tree opened while they were in it ([`ProcessTree::keep_survivors`]).
+//!
+//! Either way, when the target exits while processes of the run remain, the watchdog says
+//! which (log line and `survivors` event), watches them like the target (memory, alerts,
+//! signals), and ends the watch when the last one exits, with the target's status. They
+//! are signalled through pidfds opened and checked here ([`Watch::roots`]): their parent
+//! is not in the tree, so the alerter's parent check cannot vouch for them.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use rustix::process::{Pid, WaitId, WaitIdOptions};
+use watchdog_alerter::hook::Hooks;
+use watchdog_alerter::pidfd::PidFd;
+use watchdog_sampler::tree::{ProcessTree, is_alive};
+use watchdog_types::EventBody;
+use watchdog_types::units::{format_duration_s, signal_name};
+
+use super::Watch;
+use crate::Failure;
+use crate::target::{TargetExit, comm};
+
+/// Makes the watchdog a child subreaper, before `run` starts the command.
+pub fn become_subreaper() -> Result<(), Failure> {
+    rustix::process::set_child_subreaper(Some(rustix::process::getpid())).map_err(|e| {
+        Failure::Runtime(format!(
+            "cannot become a child subreaper (prctl PR_SET_CHILD_SUBREAPER): {e}; processes the command backgrounds could not be watched"
+        ))
+    })
+}
+
+/// Sets up the tree: in `run` mode (`adopting`) it follows the watchdog's own children but
+/// the target and the hooks; with `--pid` it keeps what the target leaves running.
+pub fn follow_the_run(tree: &mut ProcessTree, hooks: &Hooks, adopting: bool) {
+    if adopting {
+        let hooks = hooks.clone();
+        tree.adopt_orphans_of(std::process::id(), Box::new(move |pid| hooks.is_hook(pid)));
+    } else {
+        tree.keep_survivors(true);
+    }
+}
+
+/// `PID N (name)` for each PID, joined by commas.
+fn describe(pids: &[(u32, String)]) -> String {
+    pids.iter()
+        .map(|(pid, name)| format!("PID {pid} ({name})"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl Watch {
+    /// Waits until the next tick (at most `timeout`); returns true when the watch is over:
+    /// the target exited and no process of the run is left.
+    pub(super) fn wait_for_the_run(&mut self, timeout: Duration) -> bool {
+        if self.target_exit.is_none() {
+            return match self.target.pidfd.wait_exit(Some(timeout)) {
+                Ok(false) => false,
+                Ok(true) => self.target_exited(),
+                Err(e) => {
+                    tracing::warn!("cannot wait for the target: {e}");
+                    std::thread::sleep(self.settings.interval);
+                    false
+                }
+            };
+        }
+        std::thread::sleep(timeout);
+        self.forward_to_survivors();
+        self.reap_adopted();
+        self.sampler.tree_mut().refresh();
+        let left = self.survivors_alive();
+        if left.is_empty() {
+            tracing::info!(
+                "the last process PID {} ({}) left running has exited",
+                self.target.pid,
+                self.target.name
+            );
+            return true;
+        }
+        false
+    }
+
+    /// The target just exited: collects its status and, when processes of the run remain,
+    /// says which and keeps watching. Returns true when nothing is left to watch.
+    fn target_exited(&mut self) -> bool {
+        let exit = self.target.reap();
+        self.target_exit = Some(exit);
+        self.reap_adopted();
+        self.sampler.tree_mut().mark_target_exited();
+        let left = self.survivors_alive();
+        if left.is_empty() {
+            return true;
+        }
+        self.survivors_since = Some(std::time::Instant::now());
+        let status = match exit {
+            TargetExit::Code(c) => format!("exited with code {c}"),
+            TargetExit::Signal(s) => format!("was killed by {}", signal_name(s)),
+            TargetExit::Unknown => "exited".to_string(),
+        };
+        tracing::warn!(
+            "PID {} ({}) {status}, but {} process(es) of the run it started are still running: {}; \
+             watching them until the last one exits",
+            self.target.pid,
+            self.target.name,
+            left.len(),
+            describe(&left)
+        );
+        let (code, signal) = match exit {
+            TargetExit::Code(c) => (Some(c), None),
+            TargetExit::Signal(s) => (None, Some(s)),
+            TargetExit::Unknown => (None, None),
+        };
+        self.emit(EventBody::Survivors {
+            pid: self.target.pid,
+            code,
+            signal,
+            pids: left.iter().map(|(p, _)| *p).collect(),
+            names: left.into_iter().map(|(_, n)| n).collect(),
+        });
+        false
+    }
+
+    /// The processes of the tree other than the target that have not exited, with names.
+    fn survivors_alive(&self) -> Vec<(u32, String)> {
+        let proc = std::path::Path::new("/proc");
+        self.sampler
+            .tree_pids()
+            .iter()
+            .copied()
+            .filter(|&p| p != self.target.pid && is_alive(proc, p))
+            .map(|p| (p, comm(p)))
+            .collect()
+    }
+
+    /// Reaps the adopted processes that exited (`run` mode), each by its PID: never the
+    /// target before its status is collected, never a hook's `sh` (its thread waits for it).
+    pub(super) fn reap_adopted(&mut self) {
+        let target = self.target_exit.is_none().then_some(self.target.pid);
+        let children: Vec<u32> = self.sampler.tree_mut().adopter_children().to_vec();
+        for pid in children {
+            if Some(pid) == target {
+                continue;
+            }
+            let Some(p) = Pid::from_raw(pid as i32) else {
+                continue;
+            };
+            let reaped = self.hooks.while_no_hook_starts(pid, |is_hook_sh| {
+                if is_hook_sh {
+                    return None;
+                }
+                rustix::process::waitid(
+                    WaitId::Pid(p),
+                    WaitIdOptions::EXITED | WaitIdOptions::NOHANG,
+                )
+                .ok()
+                .flatten()
+            });
+            if let Some(status) = reaped {
+                tracing::debug!(
+                    pid,
+                    "reaped adopted process {pid} (exit status {:?}, signal {:?})",
+                    status.exit_status(),
+                    status.terminating_signal()
+                );
+            }
+        }
+    }
+
+    /// The processes of the tree whose parent is not in it, each pinned by a pidfd checked
+    /// to be the process the tree tracks: orphans the watchdog adopted, or what the target
+    /// left running.
+    pub(super) fn roots(&mut self) -> Vec<PidFd> {
+        let tree = self.sampler.tree_mut();
+        let mut candidates: Vec<u32> = tree.survivors().to_vec();
+        let adopted = tree.adopter_children();
+        candidates.extend(tree.pids().iter().filter(|p| adopted.contains(p)));
+        candidates.sort_unstable();
+        candidates.dedup();
+        candidates
+            .into_iter()
+            .filter(|&p| p != self.target.pid)
+            .filter_map(|pid| {
+                let fd = PidFd::open(pid).ok()?;
+                // Opened first, checked after: alive now means the pidfd is the tracked one.
+                tree.still_tracked(pid).then_some(fd)
+            })
+            .collect()
+    }
+
+    /// In the survivors' time, a SIGINT/SIGTERM/SIGHUP that `run` could not forward to the
+    /// exited command goes to the processes it left running.
+    fn forward_to_survivors(&mut self) {
+        let Some(flag) = &self.unforwarded else {
+            return;
+        };
+        let sig = flag.swap(0, Ordering::Relaxed) as i32;
+        if sig == 0 {
+            return;
+        }
+        for fd in self.roots() {
+            match fd.send_signal(sig) {
+                Ok(()) => tracing::info!("forwarded {} to PID {}", signal_name(sig), fd.pid()),
+                Err(e) => tracing::debug!("could not forward {}: {e}", signal_name(sig)),
+            }
+        }
+    }
+
+    /// Ends the hooks still running (the watchdog is exiting) and records how each ended.
+    pub(super) fn end_hooks(&mut self) {
+        let hooks = self.hooks.clone();
+        if !hooks.running().is_empty() {
+            let ended = hooks.end_all(|| self.reap_adopted());
+            if !ended.is_empty() {
+                tracing::debug!("ended {} hook process group(s)", ended.len());
+            }
+        }
+        self.record_hook_outcomes();
+    }
+
+    /// Emits a `hook` event for every hook that finished since the last call.
+    pub(super) fn record_hook_outcomes(&mut self) {
+        while let Ok(o) = self.hook_outcomes.try_recv() {
+            self.emit(EventBody::Hook {
+                command: o.cmd,
+                pid: o.pid,
+                code: o.code,
+                signal: o.signal,
+                duration_s: o.duration_s,
+                timed_out: o.timed_out,
+                ended_at_exit: o.ended_at_exit,
+            });
+        }
+    }
+
+    /// How long the run's leftover processes were watched after the target exited, for
+    /// the summary.
+    pub(super) fn survivors_note(&self) -> String {
+        match self.survivors_since {
+            Some(t) => format!(
+                " Processes it started ran on for {} after it exited, and were watched until the last one exited.",
+                format_duration_s(t.elapsed().as_secs_f64())
+            ),
+            None => String::new(),
+        }
+    }
+}
