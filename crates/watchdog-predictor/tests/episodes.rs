@@ -84,7 +84,7 @@ fn generate(lead: f64, first_base: f64, parts: &[(f64, Segment)], seed: u64) -> 
     let mut t = 0.0f64;
     let mut base = first_base;
     let mut last_free: Option<usize> = None;
-    let mut push = |t: &mut f64, v: f64, rng: &mut u64, samples: &mut Vec<(f64, f64)>| {
+    let push = |t: &mut f64, v: f64, rng: &mut u64, samples: &mut Vec<(f64, f64)>| {
         let jitter = noise * (xorshift(rng) - 0.5);
         samples.push((*t, (v + jitter).clamp(0.0, 1.0) * LIMIT));
         *t += DT;
