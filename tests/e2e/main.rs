@@ -6,5 +6,6 @@
 
 mod cli;
 mod gpu;
+mod inputs;
 mod support;
 mod watching;

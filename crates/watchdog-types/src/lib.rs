@@ -9,6 +9,7 @@
 //! command line and the config file live in [`units`].
 #![deny(missing_docs)]
 
+pub mod quote;
 pub mod units;
 
 use serde::{Deserialize, Serialize};
