@@ -7,5 +7,6 @@
 mod cli;
 mod gpu;
 mod inputs;
+mod outputs;
 mod support;
 mod watching;
