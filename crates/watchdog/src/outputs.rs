@@ -211,31 +211,19 @@ fn recording_name(pid: u32, n: u32) -> String {
 /// (`O_EXCL`), with the recording header, so the name is taken and the directory
 /// proved writable before the target starts.
 fn reserve_recording(dir: &Path, pid: u32) -> Result<PathBuf, Failure> {
+    let cannot = |e: std::io::Error| {
+        Failure::Usage(format!(
+            "cannot write the recording in '{}': {e}; expected a writable directory, or --record PATH",
+            dir.display()
+        ))
+    };
     let mut last_err = None;
     for n in 0..100 {
         let path = dir.join(recording_name(pid, n));
-        let created = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .mode(0o600)
-            .open(&path);
-        match created {
-            Ok(mut f) => {
-                return f.write_all(RECORDING_MAGIC).map(|()| path).map_err(|e| {
-                    Failure::Usage(format!(
-                        "cannot write the recording in '{}': {e}; expected a writable directory, or --record PATH",
-                        dir.display()
-                    ))
-                });
-            }
+        match create_new_private(&path) {
+            Ok(mut f) => return f.write_all(RECORDING_MAGIC).map(|()| path).map_err(cannot),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last_err = Some(e),
-            Err(e) => {
-                return Err(Failure::Usage(format!(
-                    "cannot write the recording in '{}': {e}; expected a writable directory, or --record PATH",
-                    dir.display()
-                )));
-            }
+            Err(e) => return Err(cannot(e)),
         }
     }
     Err(Failure::Usage(format!(
@@ -404,6 +392,16 @@ fn check_distinct(all: &[(Kind, &Path)]) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Creates `path` (mode 0600), failing on any existing entry, a symlink included.
+fn create_new_private(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .mode(0o600)
+        .open(path)
+}
+
 fn capitalised(s: &str) -> String {
     let mut c = s.chars();
     c.next()
@@ -415,13 +413,7 @@ fn capitalised(s: &str) -> String {
 fn probe_dir(kind: Kind, path: &Path) -> Result<(), Failure> {
     let dir = parent_dir(path);
     let probe = dir.join(format!(".watchdog-probe.{}", std::process::id()));
-    let made = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .mode(0o600)
-        .open(&probe);
-    match made {
+    match create_new_private(&probe) {
         Ok(_) => {
             let _ = std::fs::remove_file(&probe);
             Ok(())
