@@ -7,7 +7,9 @@
 mod cli;
 mod gpu;
 mod hooks;
+mod inputs;
 mod launchers;
+mod outputs;
 mod page_cache;
 mod support;
 mod watching;

@@ -11,8 +11,10 @@ use serde_json::Value;
 /// The watchdog binary under test.
 pub fn bin() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_watchdog"));
-    // Default request files and recordings land in the working directory: not the repo.
+    // Default request files land in the working directory: not the repo. Default
+    // recordings go to the state directory: a shared scratch one, not the tester's.
     cmd.current_dir(std::env::temp_dir())
+        .env("XDG_STATE_HOME", std::env::temp_dir().join("wd-e2e-state"))
         .env_remove("XDG_RUNTIME_DIR")
         .env_remove("DBUS_SESSION_BUS_ADDRESS")
         .env_remove("WATCHDOG_LOG");
@@ -107,6 +109,19 @@ impl Scene {
             .arg(&self.req);
         cmd
     }
+}
+
+/// The recording path the closing summary names (`Recording: PATH.`).
+pub fn summary_recording(stderr: &str) -> PathBuf {
+    let at = stderr
+        .rfind("Recording: ")
+        .unwrap_or_else(|| panic!("no recording in the summary: {stderr}"));
+    let rest = &stderr[at + "Recording: ".len()..];
+    let end = rest
+        .find(".\n")
+        .or_else(|| rest.rfind('.'))
+        .unwrap_or(rest.len());
+    PathBuf::from(&rest[..end])
 }
 
 /// Reads a JSON-lines events file.

@@ -83,8 +83,14 @@ fn cgroup_leak_is_checkpointed_before_the_oom_kill() {
     let exit = of_kind(&ev, "exit");
     assert_eq!(exit[0]["verdict"], "oom_kill", "{exit:?}");
     assert!(stderr.contains("OOM killer"), "{stderr}");
-    // The flight recording was written beside the request file, and replays.
-    let recording = dir.path().join("watchdog.recording.csv");
+    // The flight recording was written to the state directory, named in the summary,
+    // and replays.
+    let recording = crate::support::summary_recording(&stderr);
+    assert!(
+        recording.starts_with(std::env::temp_dir().join("wd-e2e-state/watchdog")),
+        "{}",
+        recording.display()
+    );
     let text = std::fs::read_to_string(&recording).expect("recording written at exit");
     assert!(text.starts_with("# watchdog recording v1"));
     assert!(

@@ -289,7 +289,13 @@ pub fn write_atomic_with(
 
 /// Reads and parses an acknowledgment file; `None` when it is missing or malformed.
 pub fn read_ack(path: &Path) -> Option<Ack> {
-    let bytes = std::fs::read(path).ok()?;
+    // An ack is a few dozen bytes; read no more than a request's cap whatever is there.
+    let mut bytes = Vec::new();
+    File::open(path)
+        .ok()?
+        .take(MAX_REQUEST_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .ok()?;
     serde_json::from_slice(&bytes).ok()
 }
 

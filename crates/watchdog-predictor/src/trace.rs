@@ -17,10 +17,28 @@
 //! Blank lines are skipped. Lines starting with `#` are comments; a comment
 //! of the form `# key: value` is kept as metadata (the trace corpus uses it
 //! to record the true exhaustion time). A malformed line gives a
-//! [`TraceError`] with its 1-based line number and what was expected.
+//! [`TraceError`] with its 1-based line number and what was expected, quoting at
+//! most 80 characters of the bad value. A line longer than [`MAX_LINE_BYTES`] is an
+//! error: no sample needs it, and readers of trace files stop there rather than
+//! hold a runaway line (`/dev/zero`) in memory.
 
 use watchdog_types::ResourceKind;
+use watchdog_types::quote::quote_value;
 use watchdog_types::units::parse_size;
+
+/// Longest line a trace or recording may have, in bytes (64 KiB).
+pub const MAX_LINE_BYTES: usize = 64 * 1024;
+
+/// The message for a line longer than [`MAX_LINE_BYTES`].
+pub fn line_too_long(line: usize) -> TraceError {
+    TraceError::Malformed {
+        line,
+        message: format!(
+            "longer than {} KiB: expected one sample per line",
+            MAX_LINE_BYTES / 1024
+        ),
+    }
+}
 
 /// One row of a trace.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -180,7 +198,7 @@ fn parse_header(line: &str, lineno: usize) -> Result<(Columns, TraceFormat), Tra
         }
         _ => Err(TraceError::Malformed {
             line: lineno,
-            message: format!("found header '{}': {expected}", line.trim()),
+            message: format!("found header {}: {expected}", quote_value(line.trim())),
         }),
     }
 }
@@ -259,13 +277,18 @@ pub(crate) fn parse_into<S: Sink>(
                 pos += 1;
                 continue;
             }
-            if let Some((sample, next)) = fast_record(text, pos, cols, roles, &mut rec) {
+            if let Some((sample, next)) = fast_record(text, pos, cols, roles, &mut rec)
+                && next - pos <= MAX_LINE_BYTES
+            {
                 sink.sample(sample, &rec.resources);
                 pos = next;
                 continue;
             }
         }
         let end = line_end(text, pos);
+        if end - pos > MAX_LINE_BYTES {
+            return Err(line_too_long(lineno));
+        }
         // `trim` also drops the `\r` of a `\r\n` ending.
         let line = text.get(pos..end).unwrap_or("").trim();
         pos = end + 1;
@@ -408,7 +431,8 @@ fn parse_record(
         return Err(TraceError::Malformed {
             line: lineno,
             message: format!(
-                "found {n_fields} fields in '{line}': expected {} as in the header",
+                "found {n_fields} fields in {}: expected {} as in the header",
+                quote_value(line),
                 cols.width
             ),
         });
@@ -416,19 +440,22 @@ fn parse_record(
     let t_s = parse_time(time).ok_or_else(|| TraceError::Malformed {
         line: lineno,
         message: format!(
-            "invalid time '{time}': expected seconds (e.g. 12.5) or a timestamp like 2024-01-15T10:23:45.123Z or 2024/01/15 10:23:45.123"
+            "invalid time {}: expected seconds (e.g. 12.5) or a timestamp like 2024-01-15T10:23:45.123Z or 2024/01/15 10:23:45.123",
+            quote_value(time)
         ),
     })?;
     let used = parse_amount(used, cols.used_scale).ok_or_else(|| TraceError::Malformed {
         line: lineno,
         message: format!(
-            "invalid used '{used}': expected a non-negative number with an optional unit (e.g. 1234 or 1234 MiB)"
+            "invalid used {}: expected a non-negative number with an optional unit (e.g. 1234 or 1234 MiB)",
+            quote_value(used)
         ),
     })?;
     let limit = parse_limit(limit, cols.limit_scale).ok_or_else(|| TraceError::Malformed {
         line: lineno,
         message: format!(
-            "invalid limit '{limit}': expected a non-negative number with an optional unit, or empty/inf/max for unlimited"
+            "invalid limit {}: expected a non-negative number with an optional unit, or empty/inf/max for unlimited",
+            quote_value(limit)
         ),
     })?;
     let resource = if cols.index.is_some() {
@@ -436,7 +463,10 @@ fn parse_record(
         if idx.is_empty() || !idx.chars().all(|c| c.is_ascii_digit()) {
             return Err(TraceError::Malformed {
                 line: lineno,
-                message: format!("invalid GPU index '{idx}': expected a number like 0"),
+                message: format!(
+                    "invalid GPU index {}: expected a number like 0",
+                    quote_value(idx)
+                ),
             });
         }
         rec.intern(
@@ -1081,6 +1111,44 @@ mod tests {
         );
         let err = parse("timestamp, index, memory.used [MiB], memory.total [MiB]\n2024/01/15 10:23:45, x, 1 MiB, 2 MiB\n").unwrap_err();
         assert!(err.to_string().contains("invalid GPU index 'x'"), "{err}");
+    }
+
+    #[test]
+    fn a_huge_bad_value_is_quoted_to_80_characters() {
+        // Under the line cap, but far more than anyone should read in an error.
+        let big = "9".repeat(60_000) + "x";
+        for text in [
+            format!("time,used,limit\n0,{big},2\n"),
+            format!("time,used,limit\n{big},1,2\n"),
+            format!("time,used,limit\n0,1,{big}\n"),
+            format!("time,used,limit\n{big}\n"),
+            format!("{big}\n"),
+        ] {
+            for fast in [true, false] {
+                let e = parse_with(&text, fast).unwrap_err().to_string();
+                assert!(e.len() < 400, "{} bytes: {}", e.len(), &e[..300]);
+                assert!(e.contains("(60001 characters)"), "{e}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_line_over_64_kib_is_refused_without_echo() {
+        let long = format!(
+            "time,used,limit\n0,1,2\n1,{},2\n",
+            "1".repeat(MAX_LINE_BYTES)
+        );
+        for fast in [true, false] {
+            let e = parse_with(&long, fast).unwrap_err();
+            assert_eq!(e, line_too_long(3));
+            assert!(e.to_string().len() < 100, "{e}");
+        }
+        let mut fits = format!(
+            "time,used,limit\n0,1,2\n1,1,2{}",
+            " ".repeat(MAX_LINE_BYTES - 5)
+        );
+        fits.push('\n');
+        assert_eq!(parse(&fits).unwrap().samples.len(), 2);
     }
 
     #[test]

@@ -26,6 +26,7 @@
 
 pub mod recording;
 pub mod render;
+pub mod text;
 
 use std::path::{Path, PathBuf};
 
@@ -75,6 +76,14 @@ pub enum ReportError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// A line of the recording is longer than [`text::MAX_LINE_BYTES`].
+    #[error("invalid recording {}: line {line} is longer than {} KiB: expected a watchdog recording or a CSV trace", path.display(), text::MAX_LINE_BYTES / 1024)]
+    LineTooLong {
+        /// The recording's path.
+        path: PathBuf,
+        /// 1-based line number.
+        line: usize,
+    },
     /// The recording is not valid UTF-8.
     #[error("cannot read recording {}: not UTF-8 text (line {line}): expected a watchdog recording or a CSV trace", path.display())]
     NotText {
@@ -103,21 +112,20 @@ pub enum ReportError {
 
 /// Reads and parses the recording at `path`.
 pub fn read_recording(path: &Path) -> Result<Recording, ReportError> {
-    let bytes = std::fs::read(path).map_err(|source| ReportError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let text = String::from_utf8(bytes).map_err(|e| {
-        let valid = e.utf8_error().valid_up_to();
-        let line = e
-            .as_bytes()
-            .get(..valid)
-            .map_or(0, |b| b.iter().filter(|&&c| c == b'\n').count())
-            + 1;
-        ReportError::NotText {
-            path: path.to_path_buf(),
+    let path_buf = path.to_path_buf();
+    let text = text::read_capped(path).map_err(|e| match e {
+        text::TextError::Io(source) => ReportError::Read {
+            path: path_buf,
+            source,
+        },
+        text::TextError::LineTooLong { line } => ReportError::LineTooLong {
+            path: path_buf,
             line,
-        }
+        },
+        text::TextError::NotText { line } => ReportError::NotText {
+            path: path_buf,
+            line,
+        },
     })?;
     recording::parse(&text).map_err(|source| ReportError::Parse {
         path: path.to_path_buf(),
@@ -211,6 +219,12 @@ mod tests {
         std::fs::write(&bad, b"time,used,limit\n0,1,2\n\xff\n").unwrap();
         let err = write_report(&bad, &out).unwrap_err().to_string();
         assert!(err.contains("not UTF-8 text (line 3)"), "{err}");
+
+        let err = write_report(Path::new("/dev/zero"), &out).unwrap_err();
+        assert!(
+            matches!(err, ReportError::LineTooLong { line: 1, .. }),
+            "{err}"
+        );
 
         let err =
             write_report(Path::new(FIXTURE), &dir.path().join("no/such/dir/r.svg")).unwrap_err();

@@ -292,7 +292,11 @@ fn typed<T: serde::de::DeserializeOwned>(
     line: usize,
     what: &str,
 ) -> Result<T, ParseError> {
-    serde_json::from_value(value).map_err(|e| malformed(line, format!("invalid {what}: {e}")))
+    serde_json::from_value(value).map_err(|e| {
+        // serde quotes the offending value whole; keep 80 characters of it.
+        let e = watchdog_types::quote::clip_quoted(&e.to_string());
+        malformed(line, format!("invalid {what}: {e}"))
+    })
 }
 
 /// Parses one `#{...}` line into the recording.
@@ -434,7 +438,10 @@ pub fn parse(text: &str) -> Result<Recording, ParseError> {
             let version: u32 = rest.trim().parse().map_err(|_| {
                 malformed(
                     line,
-                    format!("invalid version in '{trimmed}': expected '# watchdog recording v1'"),
+                    format!(
+                        "invalid version in {}: expected '# watchdog recording v1'",
+                        watchdog_types::quote::quote_value(trimmed)
+                    ),
                 )
             })?;
             if version != 1 {
@@ -491,7 +498,8 @@ fn parse_table(rec: &mut Recording, text: &str, first: usize) -> Result<(), Pars
                 return Err(malformed(
                     first + 1,
                     format!(
-                        "found {n} fields in '{header}' and no header: expected time,used,limit[,resource] or a header line naming them"
+                        "found {n} fields in {} and no header: expected time,used,limit[,resource] or a header line naming them",
+                        watchdog_types::quote::quote_value(header)
                     ),
                 ));
             }

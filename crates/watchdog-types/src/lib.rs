@@ -9,6 +9,7 @@
 //! command line and the config file live in [`units`].
 #![deny(missing_docs)]
 
+pub mod quote;
 pub mod units;
 
 use serde::{Deserialize, Serialize};
@@ -224,6 +225,16 @@ pub enum EventBody {
         checkpoint_s: Option<f64>,
         /// The lead time now in force, in seconds.
         lead_s: f64,
+    },
+    /// Writing one of the watchdog's outputs failed after the start (once per output
+    /// and error, until it works again).
+    OutputError {
+        /// Which output: `request_file`, `events` or `recording`.
+        output: String,
+        /// Its path.
+        path: String,
+        /// The error, in one sentence.
+        error: String,
     },
     /// The watchdog was stopped by a signal while the target runs on.
     Stop {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 /// A value that did not parse; the message is one line, fit to show a user.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("invalid {what} '{value}': expected {expected}")]
+#[error("invalid {what} {}: expected {expected}", crate::quote::quote_value(.value))]
 pub struct UnitError {
     /// What was being parsed (`duration`, `size`, `signal`).
     pub what: &'static str,

@@ -126,7 +126,8 @@ pub struct WatchOptions {
     #[arg(long, value_name = "DUR", value_parser = parse_duration, global = true)]
     pub hook_timeout: Option<Duration>,
     /// Where the flight recording is written (on every alert, at exit, on SIGUSR2)
-    /// [default: beside the request file, watchdog-PID.recording.csv].
+    /// [default: $XDG_STATE_HOME/watchdog/ or ~/.local/state/watchdog/,
+    /// watchdog-PID-YYYYMMDDTHHMMSSZ.recording.csv; the newest 50 kept].
     #[arg(long, value_name = "PATH", global = true)]
     pub record: Option<PathBuf>,
     /// How much history the flight recorder keeps [default: 10m].

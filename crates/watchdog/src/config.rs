@@ -190,7 +190,7 @@ impl Settings {
             };
             match (&flags.config, from_flag) {
                 (Some(path), false) => {
-                    let text = std::fs::read_to_string(path).unwrap_or_default();
+                    let text = read_capped(path).unwrap_or_default();
                     match key_line(&text, key) {
                         Some(line) => format!("config file {}:{line}: {msg}", path.display()),
                         None => format!("config file {}: {msg}", path.display()),
@@ -291,11 +291,37 @@ fn key_line(text: &str, key: &str) -> Option<usize> {
         .map(|i| i + 1)
 }
 
+/// Largest config file read (1 MiB); the documented example is under 8 KiB.
+const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
 /// Reads and parses a config file, with errors naming the file and line.
 pub fn load_file(path: &Path) -> Result<FileConfig, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read config file '{}': {e}", path.display()))?;
+    let text = read_capped(path)?;
     parse_file(&text, path)
+}
+
+/// Reads a config file as UTF-8, refusing one over [`MAX_CONFIG_BYTES`] after reading
+/// that much (`--config /dev/zero` fails at once instead of filling memory).
+fn read_capped(path: &Path) -> Result<String, String> {
+    use std::io::Read;
+    let cannot = |e: &dyn std::fmt::Display| {
+        format!(
+            "cannot read config file '{}': {e}; expected a TOML file",
+            path.display()
+        )
+    };
+    let file = std::fs::File::open(path).map_err(|e| cannot(&e))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| cannot(&e))?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(format!(
+            "config file '{}' is larger than 1 MiB: expected a TOML file of settings",
+            path.display()
+        ));
+    }
+    String::from_utf8(bytes).map_err(|_| cannot(&"it is not UTF-8 text"))
 }
 
 /// Parses config text; `path` is only used in messages.
@@ -308,7 +334,8 @@ pub fn parse_file(text: &str, path: &Path) -> Result<FileConfig, String> {
             }
             None => path.display().to_string(),
         };
-        let message = e.message().trim().replace('\n', " ");
+        // toml and serde quote a bad value whole: keep 80 characters of it.
+        let message = watchdog_types::quote::clip_quoted(&e.message().trim().replace('\n', " "));
         let message = if message.starts_with("unknown field") {
             format!("{message}; the keys are documented in config/watchdog.toml")
         } else {
@@ -458,6 +485,37 @@ mod tests {
                 path.display()
             )
         );
+    }
+
+    #[test]
+    fn a_config_file_over_1_mib_is_refused_after_reading_1_mib() {
+        let e = load_file(Path::new("/dev/zero")).unwrap_err();
+        assert_eq!(
+            e,
+            "config file '/dev/zero' is larger than 1 MiB: expected a TOML file of settings"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big.toml");
+        let mut text = "lead = \"5s\"\n".to_string();
+        text.push_str(&"#".repeat(MAX_CONFIG_BYTES as usize - text.len()));
+        std::fs::write(&path, &text).unwrap();
+        assert!(load_file(&path).is_ok(), "exactly 1 MiB is read");
+        text.push('\n');
+        std::fs::write(&path, &text).unwrap();
+        assert!(load_file(&path).unwrap_err().contains("larger than 1 MiB"));
+    }
+
+    #[test]
+    fn a_huge_bad_value_in_the_config_is_quoted_to_80_characters() {
+        let big = "9".repeat(500_000);
+        for text in [
+            format!("lead = \"{big}x\"\n"),
+            format!("mem_limit = \"{big}x\"\n"),
+            format!("dry_run = \"{big}\"\n"),
+        ] {
+            let e = parse_file(&text, Path::new("w.toml")).unwrap_err();
+            assert!(e.len() < 400, "{} bytes: {}", e.len(), &e[..300]);
+        }
     }
 
     #[test]

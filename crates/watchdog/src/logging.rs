@@ -44,9 +44,11 @@ pub fn init(settings: &Settings) {
     };
 }
 
-/// Prints one error line (`watchdog: error: ...`) on stderr.
+/// Prints one error line (`watchdog: error: ...`) on stderr, any quoted value in it
+/// cut to 80 characters (clap and serde quote what they were given whole).
 pub fn error_line(msg: &str) {
     clear_status();
+    let msg = watchdog_types::quote::clip_quoted(msg);
     let _ = writeln!(std::io::stderr(), "watchdog: error: {msg}");
 }
 

@@ -7,6 +7,7 @@
 mod cli;
 mod config;
 mod logging;
+mod outputs;
 mod recorder;
 mod replay;
 mod target;

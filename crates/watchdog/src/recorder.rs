@@ -203,22 +203,24 @@ impl Snapshot {
     }
 }
 
-/// Writes `snapshot` to `path` atomically, unless the filesystem there is nearly full.
+/// Writes `snapshot` to `path` atomically, unless the filesystem there is nearly full or
+/// something other than a recording took the path since the start. The error is the
+/// reason alone (the caller names the file).
 pub fn write(path: &Path, snapshot: &Snapshot) -> Result<(), String> {
+    crate::outputs::check_recording(path)?;
     let dir = watchdog_alerter::request::parent_dir(path);
     if let Ok(vfs) = rustix::fs::statvfs(dir) {
         let total = vfs.f_blocks.saturating_mul(vfs.f_frsize);
         let free = vfs.f_bavail.saturating_mul(vfs.f_frsize);
         if free < (64 << 20).min(total / 4) || (free as f64) < total as f64 * 0.05 {
             return Err(format!(
-                "not writing the recording {}: its filesystem is nearly full ({} free)",
-                path.display(),
+                "its filesystem is nearly full ({} free); skipped so the recorder never fills the disk it watches",
                 watchdog_types::units::format_bytes(free)
             ));
         }
     }
     watchdog_alerter::request::write_atomic(path, snapshot.render().as_bytes())
-        .map_err(|e| format!("cannot write the recording: {e}"))
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -15,7 +15,8 @@ pub fn run(
     lead: Option<Duration>,
     interval: Option<Duration>,
 ) -> Result<ExitCode, Failure> {
-    let text = std::fs::read_to_string(trace).map_err(|e| {
+    // Lines are capped at 64 KiB as they are read: `replay /dev/zero` fails at once.
+    let text = watchdog_report::text::read_capped(trace).map_err(|e| {
         Failure::Usage(format!(
             "cannot read trace '{}': {e}; expected a readable CSV file",
             trace.display()

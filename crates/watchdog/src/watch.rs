@@ -25,6 +25,7 @@ use watchdog_sampler::cgroup::OomKillCounter;
 use crate::Failure;
 use crate::config::Settings;
 use crate::logging;
+use crate::outputs::{self, Outputs};
 use crate::recorder::{self, FlightRecorder};
 use crate::target::{self, Target, TargetExit};
 use crate::verdict::{self, ExitFacts, ResourceEnd};
@@ -54,13 +55,9 @@ pub fn attach(pid: u32, settings: Settings) -> Result<ExitCode, Failure> {
         }
     }
     let target = Target::attach(pid)?;
-    let request_file = match &settings.request_file {
-        Some(p) => p.clone(),
-        None => default_request_file(pid, &target_cwd(&target)),
-    };
-    check_request_file(&request_file)?;
+    let outputs = Outputs::plan(&settings, pid, outputs::live_cwd(pid).as_deref())?;
     let prepared = Prepared::new(&settings, Some(pid))?;
-    let mut watch = Watch::new(target, settings, prepared, request_file, record_now)?;
+    let mut watch = Watch::new(target, settings, prepared, outputs, record_now)?;
     // Stopping the watchdog (Ctrl-C, kill) ends the watch with a summary, not silently.
     watch.stop = Some(stop);
     match watch.run() {
@@ -78,31 +75,6 @@ fn catch_record_signal() -> Arc<AtomicBool> {
     flag
 }
 
-/// Refuses a request-file path that holds something other than an old request: the
-/// watchdog removes an old request at start and must never remove anything else.
-fn check_request_file(path: &Path) -> Result<(), Failure> {
-    let Ok(meta) = std::fs::symlink_metadata(path) else {
-        return Ok(());
-    };
-    let refuse = |why: &str| {
-        Failure::Usage(format!(
-            "refusing to use '{}' as the request file: {why}; expected a new path or an old watchdog request file",
-            path.display()
-        ))
-    };
-    if meta.file_type().is_symlink() {
-        return Err(refuse("it is a symbolic link"));
-    }
-    if !meta.is_file() {
-        return Err(refuse("it is not a regular file"));
-    }
-    if watchdog_alerter::request::is_request_file(path) {
-        Ok(())
-    } else {
-        Err(refuse("it exists and is not a watchdog request"))
-    }
-}
-
 /// Why the watch ended.
 #[derive(Debug, Clone, Copy)]
 enum Ended {
@@ -117,25 +89,18 @@ pub fn run_command(argv: &[String], settings: Settings) -> Result<ExitCode, Fail
     // Signals first, so none can kill the watchdog between the spawn and the watch.
     let record_now = catch_record_signal();
     let forwarded = target::catch_forwarded_signals()?;
-    let cwd = std::env::current_dir().map_err(|e| {
-        Failure::Usage(format!(
-            "cannot read the current directory: {e}; expected to run from an existing directory"
-        ))
-    })?;
-    let request_file = match &settings.request_file {
-        Some(p) => p.clone(),
-        None => default_request_file(std::process::id(), &cwd),
-    };
-    check_request_file(&request_file)?;
+    // The command starts in our working directory, which may have been deleted.
+    let own = std::process::id();
+    let outputs = Outputs::plan(&settings, own, outputs::live_cwd(own).as_deref())?;
     let prepared = Prepared::new(&settings, None)?;
-    let env = target::child_env(settings.signal, &request_file);
+    let env = target::child_env(settings.signal, &outputs.request_file);
     // Before the spawn, so nothing the command backgrounds can leave the watch.
     lineage::become_subreaper()?;
     let target = Target::spawn(argv, &env)?;
     let unforwarded = Arc::new(AtomicUsize::new(0));
     target::forward_signals(forwarded, target.pidfd.clone(), unforwarded.clone())?;
     let pidfd = target.pidfd.clone();
-    let mut watch = match Watch::new(target, settings, prepared, request_file, record_now) {
+    let mut watch = match Watch::new(target, settings, prepared, outputs, record_now) {
         Ok(mut w) => {
             w.unforwarded = Some(unforwarded);
             w
@@ -150,38 +115,6 @@ pub fn run_command(argv: &[String], settings: Settings) -> Result<ExitCode, Fail
         Ended::Target(exit) => Ok(ExitCode::from(exit.shell_status())),
         Ended::Stopped(sig) => Ok(ExitCode::from((128 + sig).clamp(0, 255) as u8)),
     }
-}
-
-/// The request file's default place: `$XDG_RUNTIME_DIR` (a tmpfs that a full data disk
-/// cannot block) when set, else the target's working directory.
-fn default_request_file(pid: u32, cwd: &Path) -> PathBuf {
-    let name = format!("watchdog-{pid}.request.json");
-    match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
-        Some(dir) if dir.is_dir() => dir.join(name),
-        _ => cwd.join(name),
-    }
-}
-
-/// The default recording path: beside the request file, `watchdog-PID.recording.csv`.
-fn recording_path(request_file: &Path) -> PathBuf {
-    let name = request_file
-        .file_name()
-        .map(|n| n.to_string_lossy().replace(".request.json", ""))
-        .unwrap_or_else(|| "watchdog".to_string());
-    let name = if name.ends_with(".json") || name.is_empty() {
-        "watchdog".to_string()
-    } else {
-        name
-    };
-    request_file.with_file_name(format!("{name}.recording.csv"))
-}
-
-/// The target's working directory, or ours when its cannot be read (always absolute).
-fn target_cwd(target: &Target) -> PathBuf {
-    target
-        .cwd()
-        .or_else(|_| std::env::current_dir())
-        .unwrap_or_else(|_| std::env::temp_dir())
 }
 
 /// What is set up before the target is started, so bad input fails before a child runs.
@@ -241,6 +174,7 @@ struct Watch {
     states: Vec<ResourceState>,
     events: Option<EventLog>,
     request_file: PathBuf,
+    outputs: Outputs,
     ack: AckWatcher,
     actions: actions::Actions,
     alerts: Vec<AlertRecord>,
@@ -273,9 +207,10 @@ impl Watch {
         target: Target,
         settings: Settings,
         prepared: Prepared,
-        request_file: PathBuf,
+        outputs: Outputs,
         record_now: Arc<AtomicBool>,
     ) -> Result<Watch, Failure> {
+        let request_file = outputs.request_file.clone();
         let start = Instant::now();
         let Prepared {
             events,
@@ -310,11 +245,7 @@ impl Watch {
             settings.record_window.as_secs_f64(),
         );
         // In a dry run nothing is written unless a recording was asked for by name.
-        let record_path = match (&settings.record, settings.dry_run) {
-            (Some(p), _) => Some(p.clone()),
-            (None, true) => None,
-            (None, false) => Some(recording_path(&request_file)),
-        };
+        let record_path = outputs.recording.clone();
         let oom_counter = built
             .oom_counter
             .and_then(|mut c| c.read().ok().map(|n| (c, n)));
@@ -341,6 +272,7 @@ impl Watch {
             states,
             events,
             request_file,
+            outputs,
             alerts: Vec::new(),
             pending: Vec::new(),
             seq: 0,
@@ -459,11 +391,12 @@ impl Watch {
         self.end_hooks();
         let alerts = self.alerts.len();
         logging::summary(&format!(
-            "watchdog: stopped by {} after {}; PID {} ({}) is still running. {alerts} alert(s) sent.",
+            "watchdog: stopped by {} after {}; PID {} ({}) is still running. {alerts} alert(s) sent.{}",
             signal_name(sig),
             format_duration_s(self.start.elapsed().as_secs_f64()),
             self.target.pid,
             self.target.name,
+            self.recording_note(),
         ));
         self.emit(EventBody::Stop { signal: sig });
         self.close();
@@ -477,9 +410,31 @@ impl Watch {
         if let Some(path) = &self.record_path {
             match recorder::write(path, &self.recorder.snapshot()) {
                 Ok(()) => tracing::info!("recording written to {}", path.display()),
-                Err(e) => tracing::warn!("{e}"),
+                Err(e) => outputs::write_failed("recording", path, &e),
             }
         }
+        // Failures of the last writes still reach the events file.
+        self.emit_output_failures();
+        self.outputs.prune();
+    }
+
+    /// Emits an `output_error` event for each write that failed since the last call.
+    fn emit_output_failures(&mut self) {
+        for f in outputs::take_failures() {
+            self.emit(EventBody::OutputError {
+                output: f.output.to_string(),
+                path: f.path,
+                error: f.error,
+            });
+        }
+    }
+
+    /// ` Recording: PATH.` for the summary, when one is written.
+    fn recording_note(&self) -> String {
+        self.record_path
+            .as_ref()
+            .map(|p| format!(" Recording: {}.", p.display()))
+            .unwrap_or_default()
     }
 
     /// One sampling period: sample, predict, act.
@@ -494,6 +449,7 @@ impl Watch {
         if self.record_now.swap(false, Ordering::Relaxed) {
             self.save_recording_in_background("SIGUSR2");
         }
+        self.emit_output_failures();
     }
 
     /// Samples every source and runs the predictors; decisions wait in `pending`.
@@ -622,8 +578,13 @@ impl Watch {
                 );
             } else {
                 match watchdog_alerter::request::write_request_file(&self.request_file, &request) {
-                    Ok(()) => request_written = Some(self.request_file.display().to_string()),
-                    Err(e) => tracing::error!("cannot write the request file: {e}"),
+                    Ok(()) => {
+                        outputs::write_ok("request_file");
+                        request_written = Some(self.request_file.display().to_string());
+                    }
+                    Err(e) => {
+                        outputs::write_failed("request_file", &self.request_file, &e.to_string())
+                    }
                 }
                 let roots = self.roots();
                 let report = watchdog_alerter::signal::signal_tree_with_roots(
@@ -775,10 +736,12 @@ impl Watch {
             self.recorder
                 .event(self.start.elapsed().as_secs_f64(), json);
         }
-        if let Some(log) = &mut self.events
-            && let Err(e) = log.append(&event)
-        {
-            tracing::warn!("cannot append to the events file: {e}");
+        if let Some(log) = &mut self.events {
+            match log.append(&event) {
+                Ok(()) => outputs::write_ok("events"),
+                // Reported next tick as an event, which the recording keeps.
+                Err(e) => outputs::write_failed("events", log.path(), &e.to_string()),
+            }
         }
     }
 
@@ -926,7 +889,7 @@ impl Watch {
             self.sampler.dropped()
         );
         logging::summary(&format!(
-            "watchdog: PID {} ({}) {how}, after {}.{}{evidence} Peak usage: {}. {alerts}{late}",
+            "watchdog: PID {} ({}) {how}, after {}.{}{evidence} Peak usage: {}. {alerts}{late}{}",
             self.target.pid,
             self.target.name,
             format_duration_s(elapsed),
@@ -936,6 +899,7 @@ impl Watch {
             } else {
                 peak_text.join(", ")
             },
+            self.recording_note(),
         ));
         let (code, signal) = match exit {
             TargetExit::Code(c) => (Some(c), None),

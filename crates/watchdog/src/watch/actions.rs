@@ -111,8 +111,11 @@ fn serve(rx: mpsc::Receiver<Action>, hooks: Hooks) {
                 }
             }
             Action::Record { path, snapshot } => match crate::recorder::write(&path, &snapshot) {
-                Ok(()) => tracing::debug!("recording written to {}", path.display()),
-                Err(e) => tracing::warn!("{e}"),
+                Ok(()) => {
+                    crate::outputs::write_ok("recording");
+                    tracing::debug!("recording written to {}", path.display())
+                }
+                Err(e) => crate::outputs::write_failed("recording", &path, &e),
             },
             Action::Notify { summary, body } => {
                 if runtime.is_none() {
