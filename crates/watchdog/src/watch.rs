@@ -112,7 +112,7 @@ enum Ended {
 }
 
 /// `watchdog run -- CMD`: start CMD, watch it, exit with its status.
-pub fn run_command(argv: &[String], settings: Settings) -> Result<ExitCode, Failure> {
+pub fn run_command(argv: &[std::ffi::OsString], settings: Settings) -> Result<ExitCode, Failure> {
     // Signals first, so none can kill the watchdog between the spawn and the watch.
     let record_now = catch_record_signal();
     let forwarded = target::catch_forwarded_signals()?;
