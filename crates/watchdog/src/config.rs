@@ -225,6 +225,12 @@ impl Settings {
                     ),
                 ));
             }
+            if let Err(why) = watchdog_sampler::disk::check_sized(disk) {
+                return Err((
+                    "disks",
+                    format!("cannot watch disk '{}': {why}", disk.display()),
+                ));
+            }
         }
         for (key, what, path) in [
             ("request_file", "request file", &self.request_file),
