@@ -375,7 +375,7 @@ mod tests {
             ]
         );
         let mut table = ResourceTable::default();
-        Filesystem::with_aliases(&p, &[dot.clone()], false, &mut table).unwrap();
+        Filesystem::with_aliases(&p, std::slice::from_ref(&dot), false, &mut table).unwrap();
         let source = &table.all()[0].source;
         assert!(
             source.ends_with(&format!("also given as {}", dot.display())),

@@ -261,6 +261,7 @@ pub fn parse_percent(s: &str) -> Result<f64, String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use clap::CommandFactory;

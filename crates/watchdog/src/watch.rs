@@ -250,6 +250,8 @@ struct Watch {
     oom_counter: Option<(OomKillCounter, u64)>,
     kmsg: Option<kmsg::Kmsg>,
     stop: Option<Arc<AtomicUsize>>,
+    /// The checkpoint signal, once it was sent to the target itself (for the verdict).
+    signalled_target: Option<i32>,
 }
 
 impl Watch {
@@ -334,6 +336,7 @@ impl Watch {
             oom_counter,
             kmsg: kmsg::Kmsg::open_at_end(),
             stop: None,
+            signalled_target: None,
         };
         if !watch.settings.dry_run
             && let Err(e) = watchdog_alerter::request::clear_request_files(&watch.request_file)
@@ -359,6 +362,9 @@ impl Watch {
                 ""
             }
         );
+        if let Some(caution) = watchdog_types::units::signal_caution(s.signal) {
+            tracing::warn!("{caution}");
+        }
         self.emit(EventBody::Start {
             pid: self.target.pid,
             watchdog_pid: std::process::id(),
@@ -616,7 +622,13 @@ impl Watch {
                     tracing::warn!("could not signal PID {pid}: {why}");
                 }
                 if report.none_catching() {
-                    tracing::warn!("{}", watchdog_alerter::signal::no_handler_warning(signal));
+                    tracing::warn!(
+                        "{}",
+                        watchdog_alerter::signal::no_handler_warning(signal, &report)
+                    );
+                }
+                if report.sent.contains(&self.target.pid) {
+                    self.signalled_target = Some(signal);
                 }
                 signalled = report.sent;
                 if let Some(cmd) = &self.settings.on_alert {
@@ -798,6 +810,7 @@ impl Watch {
             oom_kills,
             kernel_oom_line,
             resources,
+            sent_signal: self.signalled_target,
         })
     }
 
