@@ -97,7 +97,8 @@ pub struct WatchOptions {
     /// Alert when the predicted time to exhaustion falls below this [default: 30s].
     #[arg(long, value_name = "DUR", value_parser = parse_duration, global = true)]
     pub lead: Option<Duration>,
-    /// Signal sent to the processes that catch it [default: SIGUSR1].
+    /// Signal sent to the processes that catch it; not a crash signal such as SEGV or ABRT
+    /// [default: SIGUSR1].
     #[arg(long, value_name = "SIG", value_parser = parse_signal, global = true)]
     pub signal: Option<i32>,
     /// Memory budget for the watched process tree's total RSS (e.g. 512MiB, 2GiB, 1.5G).
