@@ -186,35 +186,58 @@ fn run_passes_non_utf8_arguments_through_unchanged() {
     assert_eq!(std::fs::read(&out_file).unwrap(), arg.as_bytes());
 }
 
+/// Runs `watchdog --gpu off FLAGS --events E run -- COMMAND` to completion; its output and events.
+fn run_with_events(
+    flags: &[&str],
+    command: &[&str],
+) -> (std::process::Output, Vec<serde_json::Value>) {
+    let dir = scratch();
+    let events = dir.path().join("events.jsonl");
+    let out = bin()
+        .args(["--gpu", "off"])
+        .args(flags)
+        .arg("--events")
+        .arg(&events)
+        .args(["run", "--"])
+        .args(command)
+        .output()
+        .unwrap();
+    (out, crate::support::read_events(&events))
+}
+
+/// The `exit` event's verdict and summary.
+fn verdict(events: &[serde_json::Value]) -> (String, String) {
+    let exit = crate::support::of_kind(events, "exit");
+    assert_eq!(exit.len(), 1, "{events:?}");
+    let text = |k: &str| exit[0][k].as_str().unwrap_or_default().to_string();
+    (text("verdict"), text("summary"))
+}
+
+#[test]
+fn unlimited_resources_get_a_limit_event_with_null() {
+    let (out, ev) = run_with_events(&[], &["true"]);
+    assert_eq!(out.status.code(), Some(0));
+    let tree = crate::support::of_kind(&ev, "limit")
+        .into_iter()
+        .find(|e| e["resource"] == "tree_memory")
+        .cloned()
+        .expect("a limit event for tree_memory");
+    assert!(tree["limit"].is_null(), "{tree}");
+}
+
 /// `--disk P --disk P/.` watched one filesystem several times.
 #[test]
 fn one_filesystem_given_twice_is_watched_once_naming_both_paths() {
     let dir = scratch();
-    let events = dir.path().join("events.jsonl");
     let p = dir.path().display().to_string();
     let dot = format!("{p}/.");
-    let out = run(&[
-        "--gpu",
-        "off",
-        "--disk",
-        &p,
-        "--disk",
-        &dot,
-        "--disk",
-        &p,
-        "--events",
-        events.to_str().unwrap(),
-        "run",
-        "--",
-        "true",
-    ]);
+    let (out, ev) = run_with_events(&["--disk", &p, "--disk", &dot, "--disk", &p], &["true"]);
     assert_eq!(
         out.status.code(),
         Some(0),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let ev = crate::support::read_events(&events);
     let disks: Vec<_> = crate::support::of_kind(&ev, "limit")
         .into_iter()
         .filter(|e| e["kind"] == "disk_bytes")
@@ -231,27 +254,15 @@ fn one_filesystem_given_twice_is_watched_once_naming_both_paths() {
 /// A run that segfaulted by itself was said to be killed by "another process or the user".
 #[test]
 fn a_segfault_is_a_crash_verdict() {
-    let dir = scratch();
-    let events = dir.path().join("events.jsonl");
-    let out = run(&[
-        "--gpu",
-        "off",
-        "--events",
-        events.to_str().unwrap(),
-        "run",
-        "--",
-        "python3",
-        "-c",
-        // No core file: the scratch directory is not the place for one.
-        "import os,resource,signal; resource.setrlimit(resource.RLIMIT_CORE,(0,0)); os.kill(os.getpid(), signal.SIGSEGV)",
-    ]);
+    // No core file: the working directory is not the place for one.
+    let script = "import os,resource,signal\n\
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))\n\
+        os.kill(os.getpid(), signal.SIGSEGV)\n";
+    let (out, ev) = run_with_events(&[], &["python3", "-c", script]);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(128 + 11), "{stderr}");
-    let ev = crate::support::read_events(&events);
-    let exit = crate::support::of_kind(&ev, "exit");
-    assert_eq!(exit.len(), 1, "{ev:?}");
-    assert_eq!(exit[0]["verdict"], "crash", "{}", exit[0]);
-    let summary = exit[0]["summary"].as_str().unwrap();
+    assert_eq!(out.status.code(), Some(128 + libc::SIGSEGV), "{stderr}");
+    let (kind, summary) = verdict(&ev);
+    assert_eq!(kind, "crash", "{summary}");
     assert!(
         summary.starts_with("crashed (SIGSEGV: a fault in the process itself"),
         "{summary}"
@@ -259,46 +270,25 @@ fn a_segfault_is_a_crash_verdict() {
     assert!(stderr.contains("crashed (SIGSEGV"), "{stderr}");
 }
 
-/// When the checkpoint signal the watchdog sent ended the run, the verdict blamed the
-/// runtime limit that raised the alert.
+/// When the checkpoint signal the watchdog sent ended the run, the verdict blamed
+/// another process (or, near the limit, the runtime limit that raised the alert).
 #[test]
 fn a_run_ended_by_the_watchdogs_own_signal_is_told_so() {
-    let dir = scratch();
-    let events = dir.path().join("events.jsonl");
     // The handler makes the process catch SIGUSR1 (so it is signalled), then dies of it.
     let script = "import os,signal,time\n\
         def h(n, f):\n    signal.signal(n, signal.SIG_DFL)\n    os.kill(os.getpid(), n)\n\
         signal.signal(signal.SIGUSR1, h)\ntime.sleep(30)\n";
-    let out = run(&[
-        "--gpu",
-        "off",
-        "--interval",
-        "20ms",
-        "--max-runtime",
-        "4s",
-        "--lead",
-        "3s",
-        "--events",
-        events.to_str().unwrap(),
-        "run",
-        "--",
-        "python3",
-        "-c",
-        script,
-    ]);
+    // The runtime alert comes about 3 s in: time enough for Python to start, however busy.
+    let flags = ["--interval", "20ms", "--max-runtime", "8s", "--lead", "5s"];
+    let (out, ev) = run_with_events(&flags, &["python3", "-c", script]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(128 + libc::SIGUSR1), "{stderr}");
-    let ev = crate::support::read_events(&events);
     assert_eq!(crate::support::of_kind(&ev, "alert").len(), 1, "{ev:?}");
-    let exit = crate::support::of_kind(&ev, "exit");
-    assert_eq!(exit[0]["verdict"], "watchdog_signal", "{}", exit[0]);
+    let (kind, summary) = verdict(&ev);
+    assert_eq!(kind, "watchdog_signal", "{summary}");
     assert!(
-        exit[0]["summary"]
-            .as_str()
-            .unwrap()
-            .contains("the checkpoint signal the watchdog sent it"),
-        "{}",
-        exit[0]
+        summary.contains("the checkpoint signal the watchdog sent it"),
+        "{summary}"
     );
 }
 
@@ -651,27 +641,4 @@ fn a_closed_stderr_does_not_stop_the_watchdog() {
         Some(0),
         "the watchdog died on a closed stderr"
     );
-}
-
-#[test]
-fn unlimited_resources_get_a_limit_event_with_null() {
-    let dir = scratch();
-    let events = dir.path().join("events.jsonl");
-    let out = run(&[
-        "--gpu",
-        "off",
-        "--events",
-        events.to_str().unwrap(),
-        "run",
-        "--",
-        "true",
-    ]);
-    assert_eq!(out.status.code(), Some(0));
-    let ev = crate::support::read_events(&events);
-    let tree = crate::support::of_kind(&ev, "limit")
-        .into_iter()
-        .find(|e| e["resource"] == "tree_memory")
-        .cloned()
-        .expect("a limit event for tree_memory");
-    assert!(tree["limit"].is_null(), "{tree}");
 }
