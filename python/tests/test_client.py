@@ -317,6 +317,17 @@ class AttachTests(Base):
         self.assertIn("invalid duration", str(cm.exception))
         self.assertIn("status 2", str(cm.exception))
 
+    def test_attach_refuses_a_crash_signal(self):
+        # SIGSEGV as the checkpoint signal replaced faulthandler's handler and killed the run.
+        path, argv_file = self.fake()
+        for sig in ("SEGV", "SIGABRT", "IOT", signal.SIGBUS, "QUIT"):
+            before = signal.getsignal(signal.SIGSEGV)
+            with self.assertRaises(ValueError) as cm:
+                tw.attach(watchdog=path, sig=sig)
+            self.assertIn("crash signal", str(cm.exception))
+            self.assertEqual(signal.getsignal(signal.SIGSEGV), before)
+        self.assertFalse(os.path.exists(argv_file))
+
     def test_attach_without_binary_is_a_clear_error(self):
         old_path = os.environ.get("PATH", "")
         os.environ["PATH"] = self.dir.name

@@ -60,6 +60,11 @@ _acked = None
 _cache = {}
 
 
+# Signals whose handlers are crash or abort paths; the binary refuses them as the checkpoint signal.
+_CRASH_SIGNALS = frozenset(
+    "SIG" + n for n in "SEGV BUS FPE ILL ABRT TRAP SYS QUIT XCPU XFSZ".split()
+)
+
 _RT_NAME = re.compile(r"RTM(IN|AX)(?:([+-])([0-9]+))?")
 
 
@@ -351,6 +356,12 @@ def attach(watchdog="watchdog", args=(), request_file=None, sig=None):
     binary = _find_watchdog(watchdog)
     signum = _resolve_signal(sig)
     signame = _signal_name(signum)
+    if signame in _CRASH_SIGNALS:
+        # The binary refuses these too; refuse before a handler replaces faulthandler's.
+        raise ValueError(
+            "%s cannot be the checkpoint signal: it is a crash signal (faulthandler and C runtimes "
+            "end the process on it); expected e.g. SIGUSR1, SIGUSR2 or SIGRTMIN+2" % signame
+        )
     workdir = tempfile.mkdtemp(prefix="training-watchdog-")
     if request_file is None:
         request_file = os.path.join(workdir, "request.json")

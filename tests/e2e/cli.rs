@@ -27,8 +27,8 @@ fn assert_usage_error(args: &[&str], fragments: &[&str]) {
 fn bad_values_are_one_line_errors_with_status_2() {
     let table: &[(&[&str], &[&str])] = &[
         (
-            &["--pid", "4194304"],
-            &["no process with PID 4194304", "expected"],
+            &["--pid", "4194303"],
+            &["no process with PID 4194303", "expected"],
         ),
         (
             &["--pid", "abc"],
@@ -79,8 +79,259 @@ fn bad_values_are_one_line_errors_with_status_2() {
             &["cannot read trace '/nonexistent/trace.csv'"],
         ),
     ];
-    for (args, fragments) in table {
+    for (args, fragments) in table.iter().chain(REGRESSIONS_ISSUE_9) {
         assert_usage_error(args, fragments);
+    }
+}
+
+/// Inputs of issue 9 that were accepted, or refused without saying why.
+const REGRESSIONS_ISSUE_9: &[(&[&str], &[&str])] = &[
+    // Crash signals killed the run they were to protect (faulthandler catches SIGSEGV).
+    (
+        &["--signal", "SEGV", "--pid", "1"],
+        &["invalid signal 'SEGV'", "SIGSEGV is a crash signal", "USR1"],
+    ),
+    (
+        &["--signal", "IOT", "--pid", "1"],
+        &["invalid signal 'IOT'", "SIGABRT is a crash signal"],
+    ),
+    (
+        &["--signal", "7", "--pid", "1"],
+        &["SIGBUS is a crash signal"],
+    ),
+    (
+        &["--signal", "sigxfsz", "--pid", "1"],
+        &["SIGXFSZ is a crash signal"],
+    ),
+    (
+        &["--interval", "99999999999999999999h", "--pid", "1"],
+        &["invalid duration '99999999999999999999h'", "too large"],
+    ),
+    (
+        &["--pid", "2147483648"],
+        &["invalid PID '2147483648': too large", "4194303"],
+    ),
+    (&["--pid", "+5"], &["invalid PID '+5'", "digits only"]),
+    (
+        &["--floor", "100", "--pid", "1"],
+        &[
+            "invalid percentage '100'",
+            "from 0 up to (not including) 100",
+        ],
+    ),
+    (
+        &["--deadline", "9999-12-31T00:00:00Z", "--pid", "1"],
+        &[
+            "invalid deadline '9999-12-31T00:00:00Z'",
+            "too far in the future",
+        ],
+    ),
+    (
+        &["--deadline", "2099-01-01T00:00:00+25:00", "--pid", "1"],
+        &["the offset '+25:00' is outside RFC 3339"],
+    ),
+    (
+        &["--disk", "/proc", "--pid", "1"],
+        &["cannot watch disk '/proc'", "reports no size"],
+    ),
+];
+
+#[test]
+fn kernel_threads_are_refused_as_targets() {
+    let kthreadd = std::fs::read_to_string("/proc/2/comm").unwrap_or_default();
+    if !require(
+        kthreadd.trim() == "kthreadd",
+        "PID 2 to be kthreadd (no PID namespace)",
+    ) {
+        return;
+    }
+    assert_usage_error(
+        &["--gpu", "off", "--pid", "2"],
+        &[
+            "invalid PID 2: it is a kernel thread (kthreadd)",
+            "expected",
+        ],
+    );
+}
+
+/// A non-UTF-8 argument (legal on Linux) after `run --` was refused.
+#[test]
+fn run_passes_non_utf8_arguments_through_unchanged() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let dir = scratch();
+    let out_file = dir.path().join("arg.bin");
+    let arg = OsStr::from_bytes(b"caf\xe9-\xff\xfe");
+    let out = bin()
+        .args([
+            "--gpu",
+            "off",
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "printf %s \"$1\" > \"$2\"",
+            "sh",
+        ])
+        .arg(arg)
+        .arg(&out_file)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read(&out_file).unwrap(), arg.as_bytes());
+}
+
+/// Runs `watchdog --gpu off FLAGS --events E run -- COMMAND` to completion; its output and events.
+fn run_with_events(
+    flags: &[&str],
+    command: &[&str],
+) -> (std::process::Output, Vec<serde_json::Value>) {
+    let dir = scratch();
+    let events = dir.path().join("events.jsonl");
+    let out = bin()
+        .args(["--gpu", "off"])
+        .args(flags)
+        .arg("--events")
+        .arg(&events)
+        .args(["run", "--"])
+        .args(command)
+        .output()
+        .unwrap();
+    (out, crate::support::read_events(&events))
+}
+
+/// The `exit` event's verdict and summary.
+fn verdict(events: &[serde_json::Value]) -> (String, String) {
+    let exit = crate::support::of_kind(events, "exit");
+    assert_eq!(exit.len(), 1, "{events:?}");
+    let text = |k: &str| exit[0][k].as_str().unwrap_or_default().to_string();
+    (text("verdict"), text("summary"))
+}
+
+#[test]
+fn unlimited_resources_get_a_limit_event_with_null() {
+    let (out, ev) = run_with_events(&[], &["true"]);
+    assert_eq!(out.status.code(), Some(0));
+    let tree = crate::support::of_kind(&ev, "limit")
+        .into_iter()
+        .find(|e| e["resource"] == "tree_memory")
+        .cloned()
+        .expect("a limit event for tree_memory");
+    assert!(tree["limit"].is_null(), "{tree}");
+}
+
+/// `--disk P --disk P/.` watched one filesystem several times.
+#[test]
+fn one_filesystem_given_twice_is_watched_once_naming_both_paths() {
+    let dir = scratch();
+    let p = dir.path().display().to_string();
+    let dot = format!("{p}/.");
+    let (out, ev) = run_with_events(&["--disk", &p, "--disk", &dot, "--disk", &p], &["true"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let disks: Vec<_> = crate::support::of_kind(&ev, "limit")
+        .into_iter()
+        .filter(|e| e["kind"] == "disk_bytes")
+        .collect();
+    assert_eq!(disks.len(), 1, "{disks:?}");
+    assert_eq!(disks[0]["resource"], format!("disk:{p}"));
+    let source = disks[0]["source"].as_str().unwrap();
+    assert!(
+        source.ends_with(&format!("also given as {dot}")),
+        "{source}"
+    );
+}
+
+/// A run that segfaulted by itself was said to be killed by "another process or the user".
+#[test]
+fn a_segfault_is_a_crash_verdict() {
+    // No core file: the working directory is not the place for one.
+    let script = "import os,resource,signal\n\
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))\n\
+        os.kill(os.getpid(), signal.SIGSEGV)\n";
+    let (out, ev) = run_with_events(&[], &["python3", "-c", script]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(128 + libc::SIGSEGV), "{stderr}");
+    let (kind, summary) = verdict(&ev);
+    assert_eq!(kind, "crash", "{summary}");
+    assert!(
+        summary.starts_with("crashed (SIGSEGV: a fault in the process itself"),
+        "{summary}"
+    );
+    assert!(stderr.contains("crashed (SIGSEGV"), "{stderr}");
+}
+
+/// When the checkpoint signal the watchdog sent ended the run, the verdict blamed
+/// another process (or, near the limit, the runtime limit that raised the alert).
+#[test]
+fn a_run_ended_by_the_watchdogs_own_signal_is_told_so() {
+    // The handler makes the process catch SIGUSR1 (so it is signalled), then dies of it.
+    let script = "import os,signal,time\n\
+        def h(n, f):\n    signal.signal(n, signal.SIG_DFL)\n    os.kill(os.getpid(), n)\n\
+        signal.signal(signal.SIGUSR1, h)\ntime.sleep(30)\n";
+    // The runtime alert comes about 3 s in: time enough for Python to start, however busy.
+    let flags = ["--interval", "20ms", "--max-runtime", "8s", "--lead", "5s"];
+    let (out, ev) = run_with_events(&flags, &["python3", "-c", script]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(128 + libc::SIGUSR1), "{stderr}");
+    assert_eq!(crate::support::of_kind(&ev, "alert").len(), 1, "{ev:?}");
+    let (kind, summary) = verdict(&ev);
+    assert_eq!(kind, "watchdog_signal", "{summary}");
+    assert!(
+        summary.contains("the checkpoint signal the watchdog sent it"),
+        "{summary}"
+    );
+}
+
+/// SIGINT is accepted, with a warning: Python raises KeyboardInterrupt on it by default.
+#[test]
+fn sigint_as_the_checkpoint_signal_is_warned_about() {
+    let out = run(&["--gpu", "off", "--signal", "INT", "run", "--", "true"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("KeyboardInterrupt"), "{stderr}");
+}
+
+/// A trace whose time went backwards was replayed silently, with an alert at `"time": -5`.
+#[test]
+fn replay_says_when_time_goes_backwards() {
+    let dir = scratch();
+    let trace = dir.path().join("back.csv");
+    let mut csv = String::from("time,used,limit\n");
+    for t in 10..40 {
+        csv.push_str(&format!("{t},{},100\n", t * 3 - 20));
+    }
+    csv.push_str("5,99,100\n5.5,100,100\n");
+    std::fs::write(&trace, csv).unwrap();
+    let out = run(&[
+        "replay",
+        trace.to_str().unwrap(),
+        "--lead",
+        "30s",
+        "--interval",
+        "1s",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("warning") && stderr.contains("time goes backwards at line 32"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        if let Some(t) = v["time"].as_f64() {
+            assert!(t >= 0.0, "{line}");
+        }
     }
 }
 
@@ -100,6 +351,24 @@ fn bad_config_names_file_line_and_expectation() {
     assert_usage_error(
         &["--config", &b, "--pid", "1"],
         &[&format!("{b}:2"), "invalid size 'lots'", "expected"],
+    );
+    // A value of the wrong type named the line only, not the key.
+    let typed = dir.path().join("typed.toml");
+    std::fs::write(&typed, "lead = \"5s\"\ninterval = 5\n").unwrap();
+    let t = typed.display().to_string();
+    assert_usage_error(
+        &["--config", &t, "--pid", "1"],
+        &[&format!("{t}:2: interval: invalid type: integer `5`")],
+    );
+    let crash = dir.path().join("crash.toml");
+    std::fs::write(&crash, "signal = \"SEGV\"\n").unwrap();
+    let c = crash.display().to_string();
+    assert_usage_error(
+        &["--config", &c, "--pid", "1"],
+        &[
+            &format!("{c}:1: signal: invalid signal 'SEGV'"),
+            "crash signal",
+        ],
     );
     assert_usage_error(
         &["--config", "/nonexistent.toml", "--pid", "1"],
@@ -372,27 +641,4 @@ fn a_closed_stderr_does_not_stop_the_watchdog() {
         Some(0),
         "the watchdog died on a closed stderr"
     );
-}
-
-#[test]
-fn unlimited_resources_get_a_limit_event_with_null() {
-    let dir = scratch();
-    let events = dir.path().join("events.jsonl");
-    let out = run(&[
-        "--gpu",
-        "off",
-        "--events",
-        events.to_str().unwrap(),
-        "run",
-        "--",
-        "true",
-    ]);
-    assert_eq!(out.status.code(), Some(0));
-    let ev = crate::support::read_events(&events);
-    let tree = crate::support::of_kind(&ev, "limit")
-        .into_iter()
-        .find(|e| e["resource"] == "tree_memory")
-        .cloned()
-        .expect("a limit event for tree_memory");
-    assert!(tree["limit"].is_null(), "{tree}");
 }

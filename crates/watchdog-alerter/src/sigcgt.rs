@@ -22,6 +22,8 @@ pub struct StatusFields {
     pub ppid: Option<u32>,
     /// `SigCgt:` the mask of caught signals; bit `N-1` is signal `N`.
     pub sigcgt: Option<u64>,
+    /// `SigIgn:` the mask of ignored signals (`SIG_IGN`), same layout.
+    pub sigign: Option<u64>,
 }
 
 /// Parses the `SigCgt:` mask from the text of `/proc/PID/status`.
@@ -33,7 +35,16 @@ pub fn parse_sigcgt(status_text: &str) -> Option<u64> {
     parse_status(status_text).sigcgt
 }
 
-/// Parses `Tgid:`, `PPid:` and `SigCgt:` from the text of `/proc/PID/status`.
+/// A signal mask: the kernel prints exactly 16 hex digits; refuse anything longer rather than guess.
+fn parse_mask(value: &str) -> Option<u64> {
+    if value.is_empty() || value.len() > 16 {
+        None
+    } else {
+        u64::from_str_radix(value, 16).ok()
+    }
+}
+
+/// Parses `Tgid:`, `PPid:`, `SigIgn:` and `SigCgt:` from the text of `/proc/PID/status`.
 pub fn parse_status(status_text: &str) -> StatusFields {
     let mut out = StatusFields::default();
     for line in status_text.lines() {
@@ -44,13 +55,9 @@ pub fn parse_status(status_text: &str) -> StatusFields {
         match key {
             "Tgid" => out.tgid = value.parse().ok(),
             "PPid" => out.ppid = value.parse().ok(),
+            "SigIgn" => out.sigign = parse_mask(value),
             "SigCgt" => {
-                // The kernel prints exactly 16 hex digits; refuse anything longer rather than guess.
-                out.sigcgt = if value.is_empty() || value.len() > 16 {
-                    None
-                } else {
-                    u64::from_str_radix(value, 16).ok()
-                };
+                out.sigcgt = parse_mask(value);
                 // SigCgt comes after Tgid and PPid; nothing later is needed.
                 break;
             }
@@ -116,6 +123,7 @@ mod tests {
         assert_eq!(f.tgid, Some(4242));
         assert_eq!(f.ppid, Some(4200));
         assert!(catches(f.sigcgt.unwrap_or(0), libc::SIGUSR1));
+        assert_eq!(f.sigign, Some(0x0100_1000)); // SIGPIPE (13) and SIGXFSZ (25)
     }
 
     #[test]

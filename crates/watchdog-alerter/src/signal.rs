@@ -49,8 +49,10 @@ use watchdog_types::units::signal_name;
 pub struct SignalReport {
     /// PIDs the signal was sent to.
     pub sent: Vec<u32>,
-    /// PIDs that do not catch the signal, so were spared.
+    /// PIDs that do not catch the signal (its default action is in force), so were spared.
     pub not_catching: Vec<u32>,
+    /// PIDs that ignore the signal (`SIG_IGN`), so were spared.
+    pub ignoring: Vec<u32>,
     /// PIDs that could not be checked or signalled, with the reason.
     pub failed: Vec<(u32, String)>,
     /// PIDs that had exited (or whose PID now belongs to a process outside the tree) before we could signal them.
@@ -71,6 +73,8 @@ pub enum Decision {
     Send,
     /// It does not catch the signal: spare it.
     NotCatching,
+    /// It ignores the signal (`SIG_IGN`): spare it, the signal would be lost.
+    Ignores,
     /// The PID is a thread, or its parent is outside the tree (recycled PID): leave it alone.
     NotInTree(String),
     /// The status text could not be understood.
@@ -112,19 +116,49 @@ pub fn decide(
     }
     if catches(mask, sig) {
         Decision::Send
+    } else if f.sigign.is_some_and(|ign| catches(ign, sig)) {
+        Decision::Ignores
     } else {
         Decision::NotCatching
     }
 }
 
-/// The warning to log when no process in the tree catches `sig`; says how to install a handler.
-pub fn no_handler_warning(sig: i32) -> String {
+/// The warning to log when no process in the tree catches `sig` (`report` says which
+/// ignore it and which have its default action); says how to install a handler.
+pub fn no_handler_warning(sig: i32, report: &SignalReport) -> String {
     let name = signal_name(sig);
     let short = name.strip_prefix("SIG").unwrap_or(&name);
+    let default = match sig {
+        libc::SIGCHLD | libc::SIGURG | libc::SIGWINCH => "its default action ignores it",
+        libc::SIGCONT => "its default action only resumes a stopped process",
+        libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU => {
+            "its default action would stop the process"
+        }
+        _ => "its default action would end the process",
+    };
+    let why = match (report.ignoring.as_slice(), report.not_catching.is_empty()) {
+        ([], _) => default.to_string(),
+        (ignoring, true) => format!(
+            "PID {} ignores it (SIG_IGN), so it would be lost",
+            join(ignoring)
+        ),
+        (ignoring, false) => format!(
+            "PID {} ignores it (SIG_IGN); for PID {} {default}",
+            join(ignoring),
+            join(&report.not_catching)
+        ),
+    };
     format!(
-        "no process in the watched tree catches {name}, so none was signalled (its default action may kill the process): \
+        "no process in the watched tree catches {name}, so none was signalled ({why}): \
          call training_watchdog.install() or signal.signal(signal.SIG{short}, handler) in the training process"
     )
+}
+
+fn join(pids: &[u32]) -> String {
+    pids.iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Sends `sig` to every process in `tree` that catches it, through a pidfd, and to no other process.
@@ -330,6 +364,7 @@ fn act(
             Err(e) => report.failed.push((pid, e.to_string())),
         },
         Decision::NotCatching => report.not_catching.push(pid),
+        Decision::Ignores => report.ignoring.push(pid),
         Decision::NotInTree(why) => {
             tracing::debug!(pid, "not signalling: {why}");
             report.gone.push(pid);
@@ -385,9 +420,57 @@ mod tests {
         }
     }
 
+    /// A process that ignores the signal (SIG_IGN) was warned about as if the default
+    /// action might kill it.
+    #[test]
+    fn an_ignored_signal_is_not_said_to_kill() {
+        let tree: BTreeSet<u32> = [100].into_iter().collect();
+        let usr1 = 1u64 << (libc::SIGUSR1 - 1);
+        let ignoring =
+            status(100, 1, 0).replace("SigCgt", &format!("SigIgn:\t{usr1:016x}\nSigCgt"));
+        assert_eq!(
+            decide(100, 100, &ignoring, &tree, libc::SIGUSR1),
+            Decision::Ignores
+        );
+        let report = SignalReport {
+            ignoring: vec![100],
+            ..SignalReport::default()
+        };
+        let w = no_handler_warning(libc::SIGUSR1, &report);
+        assert!(
+            w.contains("PID 100 ignores it (SIG_IGN), so it would be lost"),
+            "{w}"
+        );
+        assert!(!w.contains("default action"), "{w}");
+        let mixed = SignalReport {
+            ignoring: vec![100],
+            not_catching: vec![101],
+            ..SignalReport::default()
+        };
+        let w = no_handler_warning(libc::SIGUSR1, &mixed);
+        assert!(
+            w.contains(
+                "PID 100 ignores it (SIG_IGN); for PID 101 its default action would end the process"
+            ),
+            "{w}"
+        );
+        let w = no_handler_warning(libc::SIGWINCH, &SignalReport::default());
+        assert!(w.contains("its default action ignores it"), "{w}");
+    }
+
     #[test]
     fn warning_says_how() {
-        let w = no_handler_warning(libc::SIGUSR1);
+        let w = no_handler_warning(
+            libc::SIGUSR1,
+            &SignalReport {
+                not_catching: vec![7],
+                ..SignalReport::default()
+            },
+        );
+        assert!(
+            w.contains("its default action would end the process"),
+            "{w}"
+        );
         assert!(
             w.contains("no process in the watched tree catches SIGUSR1"),
             "{w}"

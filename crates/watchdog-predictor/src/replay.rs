@@ -72,6 +72,38 @@ pub struct ReplayReport {
     pub lead_s: f64,
     /// Sampling interval used, seconds.
     pub interval_s: f64,
+    /// Samples skipped because their time was before an earlier sample's.
+    pub time_went_back: Option<TimeWentBack>,
+}
+
+/// Where a trace's time first went backwards; such samples are skipped (a predictor
+/// fed a time before its last one would see a negative interval).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TimeWentBack {
+    /// The 1-based line of the first such sample (`None` for a trace parsed before).
+    pub line: Option<usize>,
+    /// Its time, seconds from the trace's first sample.
+    pub t_s: f64,
+    /// The latest time before it, seconds from the trace's first sample.
+    pub after_s: f64,
+    /// How many samples were skipped in all.
+    pub skipped: usize,
+}
+
+impl TimeWentBack {
+    /// One line for people.
+    pub fn warning(&self) -> String {
+        let at = match self.line {
+            Some(line) => format!("line {line}"),
+            None => "a sample".to_string(),
+        };
+        format!(
+            "time goes backwards at {at} ({}s after {}s); {} sample(s) earlier than one before them were skipped",
+            json_f64(self.t_s, 3),
+            json_f64(self.after_s, 3),
+            self.skipped
+        )
+    }
 }
 
 /// Parses `text` and replays it with the given lead and interval (seconds; the
@@ -104,7 +136,7 @@ where
     let mut replayer = Replayer::new(config, inspect);
     replayer.add_resources(&trace.resources);
     for &s in &trace.samples {
-        replayer.observe(s);
+        replayer.observe(s, None);
     }
     replayer.finish()
 }
@@ -120,6 +152,7 @@ struct Replayer<'c, F> {
     /// Time of the first sample, the origin of replay times.
     start: Option<f64>,
     last_t: f64,
+    time_went_back: Option<TimeWentBack>,
 }
 
 impl<'c, F> Replayer<'c, F>
@@ -136,6 +169,7 @@ where
             samples: 0,
             start: None,
             last_t: 0.0,
+            time_went_back: None,
         }
     }
 
@@ -158,7 +192,19 @@ where
         }
     }
 
-    fn observe(&mut self, s: TraceSample) {
+    /// Feeds one sample (from `line`, when known) to its resource's predictor.
+    fn observe(&mut self, s: TraceSample, line: Option<usize>) {
+        if self.start.is_some() && s.t_s < self.last_t {
+            let start = self.start.unwrap_or(0.0);
+            let back = self.time_went_back.get_or_insert(TimeWentBack {
+                line,
+                t_s: s.t_s - start,
+                after_s: self.last_t - start,
+                skipped: 0,
+            });
+            back.skipped += 1;
+            return;
+        }
         self.samples += 1;
         let start = match self.start {
             Some(start) => start,
@@ -214,6 +260,7 @@ where
             duration_s: self.last_t - start,
             lead_s: self.config.lead_s,
             interval_s: self.config.interval_s,
+            time_went_back: self.time_went_back,
         }
     }
 }
@@ -222,11 +269,11 @@ impl<F> trace::Sink for Replayer<'_, F>
 where
     F: FnMut(&TraceSample, f64, &Observation),
 {
-    fn sample(&mut self, sample: TraceSample, resources: &[String]) {
+    fn sample(&mut self, sample: TraceSample, resources: &[String], line: usize) {
         if self.resources.len() < resources.len() {
             self.add_resources(resources);
         }
-        self.observe(sample);
+        self.observe(sample, Some(line));
     }
 }
 
@@ -400,6 +447,44 @@ mod tests {
         let mut s = String::new();
         json_str(&mut s, "a\"b\\c\n\u{1}");
         assert_eq!(s, "\"a\\\"b\\\\c\\n\\u0001\"");
+    }
+
+    /// A trace whose time went backwards was replayed without a word, with an alert at `"time": -5`.
+    #[test]
+    fn time_going_backwards_is_skipped_and_reported() {
+        let mut text = String::from("time,used,limit\n");
+        for t in 10..40 {
+            text.push_str(&format!("{t},{},100\n", t * 3));
+        }
+        text.push_str("# a comment\n5,99,100\n6,99,100\n40,100,100\n");
+        let r = run(&text, 30.0, 1.0).unwrap();
+        let back = r.time_went_back.clone().expect("reported");
+        assert_eq!(back.line, Some(33));
+        assert_eq!(back.skipped, 2);
+        assert_eq!(
+            back.warning(),
+            "time goes backwards at line 33 (-5s after 29s); 2 sample(s) earlier than one before them were skipped"
+        );
+        assert!(r.alerts.iter().all(|a| a.time_s >= 0.0), "{r:?}");
+        assert!(!r.to_json_lines().contains(":-"), "{}", r.to_json_lines());
+        assert_eq!((r.duration_s, r.samples), (30.0, 31));
+        assert!(
+            run(&leak_csv(), 30.0, 1.0)
+                .unwrap()
+                .time_went_back
+                .is_none()
+        );
+        // The parsed trace replays the same way, without line numbers.
+        let parsed = run_trace(
+            &trace::parse(&text).unwrap(),
+            &PredictorConfig {
+                lead_s: 30.0,
+                interval_s: 1.0,
+                ..PredictorConfig::default()
+            },
+        );
+        assert_eq!(parsed.alerts, r.alerts);
+        assert_eq!(parsed.time_went_back.map(|b| b.skipped), Some(2));
     }
 
     #[test]

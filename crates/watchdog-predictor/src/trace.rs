@@ -238,15 +238,16 @@ pub(crate) fn parse_with(text: &str, fast: bool) -> Result<Trace, TraceError> {
 pub(crate) trait Sink {
     /// About `n` samples are to come (a hint, from the text's length).
     fn expect(&mut self, _n: usize) {}
-    /// The next sample; `resources` are the resource names so far, the sample's among them.
-    fn sample(&mut self, sample: TraceSample, resources: &[String]);
+    /// The next sample, from 1-based `line`; `resources` are the resource names so far,
+    /// the sample's among them.
+    fn sample(&mut self, sample: TraceSample, resources: &[String], line: usize);
 }
 
 impl Sink for Vec<TraceSample> {
     fn expect(&mut self, n: usize) {
         self.reserve(n);
     }
-    fn sample(&mut self, sample: TraceSample, _resources: &[String]) {
+    fn sample(&mut self, sample: TraceSample, _resources: &[String], _line: usize) {
         self.push(sample);
     }
 }
@@ -280,7 +281,7 @@ pub(crate) fn parse_into<S: Sink>(
             if let Some((sample, next)) = fast_record(text, pos, cols, roles, &mut rec)
                 && next - pos <= MAX_LINE_BYTES
             {
-                sink.sample(sample, &rec.resources);
+                sink.sample(sample, &rec.resources, lineno);
                 pos = next;
                 continue;
             }
@@ -316,7 +317,7 @@ pub(crate) fn parse_into<S: Sink>(
             continue;
         };
         let sample = parse_record(line, lineno, cols, &mut rec)?;
-        sink.sample(sample, &rec.resources);
+        sink.sample(sample, &rec.resources, lineno);
     }
     let Some((_, format, _)) = header else {
         return Err(TraceError::Empty);

@@ -104,26 +104,50 @@ impl Filesystem {
         target_is_root: bool,
         table: &mut ResourceTable,
     ) -> Result<Self, SourceError> {
+        Self::with_aliases(path, &[], target_is_root, table)
+    }
+
+    /// [`Filesystem::new`] for `path`, whose filesystem was also given as each of `aliases`
+    /// (see [`one_per_filesystem`]); the resource is named after `path` and its source
+    /// names them all. Refuses a filesystem that reports no size (`/proc`, `/sys`).
+    pub fn with_aliases(
+        path: &Path,
+        aliases: &[PathBuf],
+        target_is_root: bool,
+        table: &mut ResourceTable,
+    ) -> Result<Self, SourceError> {
         let fd = rustix::fs::open(path, OFlags::PATH | OFlags::CLOEXEC, Mode::empty())
             .map_err(|e| read_error(path, e))?;
         let figures =
             VfsFigures::from(&rustix::fs::fstatvfs(&fd).map_err(|e| read_error(path, e))?);
+        if figures.blocks == 0 {
+            return Err(SourceError::Parse {
+                path: path.display().to_string(),
+                what: NO_SIZE.to_string(),
+            });
+        }
         let shown = path.display().to_string();
         let who = if target_is_root {
             "free blocks including root's reserve, as the target runs as root"
         } else {
             "blocks available to non-root users, as the target does not run as root"
         };
+        let also = if aliases.is_empty() {
+            String::new()
+        } else {
+            let names: Vec<String> = aliases.iter().map(|a| a.display().to_string()).collect();
+            format!("; also given as {}", names.join(", "))
+        };
         let bytes = table.register(
             ResourceKind::DiskBytes,
             format!("disk:{shown}"),
-            format!("statvfs({shown}): {who}"),
+            format!("statvfs({shown}): {who}{also}"),
         );
         let inodes = figures.inodes(target_is_root).map(|_| {
             table.register(
                 ResourceKind::DiskInodes,
                 format!("inodes:{shown}"),
-                format!("statvfs({shown})"),
+                format!("statvfs({shown}){also}"),
             )
         });
         Ok(Self {
@@ -182,6 +206,39 @@ impl Source for Filesystem {
         }
         Ok(Outcome::Sampled)
     }
+}
+
+/// Why a filesystem with no size cannot be watched.
+const NO_SIZE: &str = "the filesystem reports no size (statvfs f_blocks is 0), as /proc and /sys do: there is nothing to run out of";
+
+/// Checks that the filesystem holding `path` has a size to watch; the error says why not.
+pub fn check_sized(path: &Path) -> Result<(), String> {
+    match rustix::fs::statvfs(path) {
+        Ok(s) if s.f_blocks == 0 => Err(NO_SIZE.to_string()),
+        Ok(_) => Ok(()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Groups `paths` by the filesystem holding them (the device id of `stat`), in order of
+/// first appearance: `/data` and `/data/.` are one filesystem, watched once. A path that
+/// cannot be read stays in a group of its own, so opening it reports why.
+pub fn one_per_filesystem(paths: &[PathBuf]) -> Vec<Vec<PathBuf>> {
+    use std::os::unix::fs::MetadataExt;
+    let mut groups: Vec<(Option<u64>, Vec<PathBuf>)> = Vec::new();
+    for path in paths {
+        let dev = std::fs::metadata(path).ok().map(|m| m.dev());
+        match groups.iter_mut().find(|(d, _)| d.is_some() && *d == dev) {
+            Some((_, group)) => {
+                // As spelled: `Path` equality takes `/data/.` for `/data`, and both are named.
+                if !group.iter().any(|g| g.as_os_str() == path.as_os_str()) {
+                    group.push(path.clone());
+                }
+            }
+            None => groups.push((dev, vec![path.clone()])),
+        }
+    }
+    groups.into_iter().map(|(_, g)| g).collect()
 }
 
 /// `TMPFS_MAGIC` from `<linux/magic.h>`.
@@ -275,6 +332,55 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("/nonexistent/wd"), "{err}");
+    }
+
+    /// `--disk /proc` was watched as "limit 0 B".
+    #[test]
+    fn a_filesystem_with_no_size_is_refused() {
+        let err = Filesystem::new(Path::new("/proc"), false, &mut ResourceTable::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("/proc") && err.contains("reports no size"),
+            "{err}"
+        );
+        assert!(check_sized(Path::new("/proc")).is_err());
+        assert_eq!(check_sized(Path::new("/")), Ok(()));
+    }
+
+    /// `--disk P --disk P/.` watched one filesystem several times.
+    #[test]
+    fn paths_on_one_filesystem_are_grouped() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().to_path_buf();
+        let dot = p.join(".");
+        let sub = p.join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        let groups = one_per_filesystem(&[
+            p.clone(),
+            PathBuf::from("/proc"),
+            dot.clone(),
+            PathBuf::from("/nonexistent/a"),
+            sub.clone(),
+            p.clone(),
+            PathBuf::from("/nonexistent/b"),
+        ]);
+        assert_eq!(
+            groups,
+            vec![
+                vec![p.clone(), dot.clone(), sub.clone()],
+                vec![PathBuf::from("/proc")],
+                vec![PathBuf::from("/nonexistent/a")],
+                vec![PathBuf::from("/nonexistent/b")],
+            ]
+        );
+        let mut table = ResourceTable::default();
+        Filesystem::with_aliases(&p, std::slice::from_ref(&dot), false, &mut table).unwrap();
+        let source = &table.all()[0].source;
+        assert!(
+            source.ends_with(&format!("also given as {}", dot.display())),
+            "{source}"
+        );
     }
 
     #[test]

@@ -20,6 +20,8 @@ pub struct UnitError {
 
 const DURATION_EXPECTED: &str =
     "a number with a unit (ms, s, m, h, d), e.g. 10ms, 5s, 2m, 12h or 1h30m";
+const DURATION_TOO_LARGE: &str =
+    "a duration of at most 1000000000000s (about 31,700 years); this one is too large";
 const SIZE_EXPECTED: &str = "a number of bytes with an optional unit (B, K, KB, KiB, M, MB, MiB, G, GB, GiB, T, TB, TiB), e.g. 512MiB, 1.5G or 1000000";
 const SIZE_TOO_LARGE: &str =
     "a size below 16 EiB (at most 18446744073709551615 bytes); this one is too large";
@@ -42,6 +44,10 @@ pub fn parse_duration(text: &str) -> Result<Duration, UnitError> {
     }
     let mut total = 0f64;
     let mut rest = s;
+    let too_large = || UnitError {
+        expected: Cow::Borrowed(DURATION_TOO_LARGE),
+        ..err()
+    };
     while !rest.is_empty() {
         let num_end = rest
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -65,8 +71,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, UnitError> {
         total += value * scale;
         rest = tail;
     }
+    // Every part parsed, so a sum that is not finite or beyond 1e12 s is a number too large.
     if !total.is_finite() || total > 1e12 {
-        return Err(err());
+        return Err(too_large());
     }
     Ok(Duration::from_secs_f64(total))
 }
@@ -173,6 +180,22 @@ const SIGNALS: &[(&str, i32)] = &[
     ("SYS", libc::SIGSYS),
 ];
 
+/// Signals whose handlers are crash or abort paths: Python's `faulthandler`, C and C++
+/// runtimes and debuggers catch them to dump state and end the process, so sending one to
+/// ask for a checkpoint would kill the run it protects. [`parse_signal`] refuses them.
+pub const CRASH_SIGNALS: &[i32] = &[
+    libc::SIGSEGV,
+    libc::SIGBUS,
+    libc::SIGFPE,
+    libc::SIGILL,
+    libc::SIGABRT,
+    libc::SIGTRAP,
+    libc::SIGSYS,
+    libc::SIGQUIT,
+    libc::SIGXCPU,
+    libc::SIGXFSZ,
+];
+
 /// Whether `num` is a signal a process can catch and the C library lets applications use:
 /// a standard signal but KILL and STOP, or a real-time one in `SIGRTMIN()..=SIGRTMAX()`
 /// (glibc keeps 32 and 33 for itself, so `SIGRTMIN()` is 34 there; it is read at run time).
@@ -183,20 +206,50 @@ fn is_usable_signal(num: i32) -> bool {
 }
 
 fn signal_expected() -> String {
+    let names: Vec<&str> = SIGNALS
+        .iter()
+        .filter(|(_, n)| is_usable_signal(*n) && !CRASH_SIGNALS.contains(n))
+        .map(|(name, _)| *name)
+        .collect();
     format!(
         "a signal name or number that can be caught, e.g. USR1, SIGUSR1, 10 or RTMIN+2 \
-         (HUP INT QUIT ILL TRAP ABRT BUS FPE USR1 SEGV USR2 PIPE ALRM TERM STKFLT CHLD CONT TSTP \
-         TTIN TTOU URG XCPU XFSZ VTALRM PROF WINCH IO PWR SYS, RTMIN, RTMIN+n, RTMAX-n, RTMAX; \
-         or 1-31 but 9 and 19, or {}-{}; KILL and STOP cannot be caught)",
+         ({}, RTMIN, RTMIN+n, RTMAX-n, RTMAX; or their numbers, {}-{} for the real-time ones; \
+         KILL and STOP cannot be caught)",
+        names.join(" "),
         libc::SIGRTMIN(),
         libc::SIGRTMAX()
     )
 }
 
+fn crash_signal_expected(num: i32) -> String {
+    let names: Vec<String> = CRASH_SIGNALS
+        .iter()
+        .map(|n| signal_name(*n).trim_start_matches("SIG").to_string())
+        .collect();
+    format!(
+        "a signal that only asks for a checkpoint, e.g. USR1, USR2 or RTMIN+2; {} is a crash signal \
+         (Python's faulthandler and C runtimes catch it to dump state and end the process), \
+         as are {}",
+        signal_name(num),
+        names.join(" ")
+    )
+}
+
+/// A caution about `sig` as the checkpoint signal, for a warning at start: SIGINT is
+/// accepted, but Python's default handler for it raises `KeyboardInterrupt`.
+pub fn signal_caution(sig: i32) -> Option<String> {
+    (sig == libc::SIGINT).then(|| {
+        "SIGINT is the checkpoint signal: Python's default SIGINT handler raises KeyboardInterrupt, \
+         which ends most training loops; install a handler for it (training_watchdog.install()) or use SIGUSR1"
+            .to_string()
+    })
+}
+
 /// Parses a signal given as `USR1`, `SIGUSR1`, `sigusr1`, `10`, `RTMIN+2` or `SIGRTMAX-1`; returns its number.
 ///
 /// Refuses what a training process cannot catch or the C library reserves: 0, KILL (9),
-/// STOP (19), 32 up to `SIGRTMIN()-1`, and anything above `SIGRTMAX()`. The real-time
+/// STOP (19), 32 up to `SIGRTMIN()-1`, and anything above `SIGRTMAX()`; and the
+/// [`CRASH_SIGNALS`], whose handlers end the process. `IOT` is `ABRT`. The real-time
 /// names are computed from `SIGRTMIN()`/`SIGRTMAX()` at run time.
 pub fn parse_signal(text: &str) -> Result<i32, UnitError> {
     let err = || UnitError {
@@ -210,6 +263,7 @@ pub fn parse_signal(text: &str) -> Result<i32, UnitError> {
     } else {
         let upper = s.to_ascii_uppercase();
         let name = upper.strip_prefix("SIG").unwrap_or(&upper);
+        let name = if name == "IOT" { "ABRT" } else { name };
         let offset = |rest: &str| -> Option<i32> {
             if rest.is_empty() || !rest.bytes().all(|b| b.is_ascii_digit()) {
                 return None;
@@ -236,10 +290,15 @@ pub fn parse_signal(text: &str) -> Result<i32, UnitError> {
                 .ok_or_else(err)?
         }
     };
-    if is_usable_signal(num) {
-        Ok(num)
-    } else {
+    if !is_usable_signal(num) {
         Err(err())
+    } else if CRASH_SIGNALS.contains(&num) {
+        Err(UnitError {
+            expected: Cow::Owned(crash_signal_expected(num)),
+            ..err()
+        })
+    } else {
+        Ok(num)
     }
 }
 
@@ -416,7 +475,7 @@ mod tests {
         assert_eq!(signal_name(hi), format!("SIGRTMIN+{span}"));
         // Every usable number names itself in a way that parses back.
         for n in (1..32).chain(lo..=hi) {
-            if n == libc::SIGKILL || n == libc::SIGSTOP {
+            if n == libc::SIGKILL || n == libc::SIGSTOP || CRASH_SIGNALS.contains(&n) {
                 continue;
             }
             assert_eq!(parse_signal(&signal_name(n)), Ok(n), "{n}");
@@ -436,7 +495,7 @@ mod tests {
         for (i, name) in names.iter().enumerate() {
             let n = i32::try_from(i).unwrap() + 1;
             assert_eq!(signal_name(n), format!("SIG{name}"));
-            if *name != "KILL" && *name != "STOP" {
+            if *name != "KILL" && *name != "STOP" && !CRASH_SIGNALS.contains(&n) {
                 assert_eq!(parse_signal(name), Ok(n), "{name}");
                 assert_eq!(parse_signal(&format!("sig{name}")), Ok(n), "{name}");
             }
@@ -455,6 +514,78 @@ mod tests {
             assert!(!e.contains('\n'), "{e}");
             assert!(e.contains("KILL and STOP cannot be caught"), "{e}");
         }
+    }
+
+    /// `--signal SEGV` was accepted: Python's faulthandler catches SIGSEGV, so the
+    /// "checkpoint request" dumped a traceback and killed the run it was to protect.
+    #[test]
+    fn crash_signals_are_refused_as_the_checkpoint_signal() {
+        let table: &[(&str, i32)] = &[
+            ("SEGV", libc::SIGSEGV),
+            ("sigbus", libc::SIGBUS),
+            ("FPE", libc::SIGFPE),
+            ("ILL", libc::SIGILL),
+            ("ABRT", libc::SIGABRT),
+            ("IOT", libc::SIGABRT),
+            ("SIGIOT", libc::SIGABRT),
+            ("TRAP", libc::SIGTRAP),
+            ("SYS", libc::SIGSYS),
+            ("QUIT", libc::SIGQUIT),
+            ("XCPU", libc::SIGXCPU),
+            ("XFSZ", libc::SIGXFSZ),
+            ("11", libc::SIGSEGV),
+            ("6", libc::SIGABRT),
+        ];
+        for (text, num) in table {
+            let e = parse_signal(text).expect_err("a crash signal").to_string();
+            assert!(
+                e.starts_with(&format!(
+                    "invalid signal '{text}': expected a signal that only asks for a checkpoint"
+                )),
+                "{e}"
+            );
+            assert!(
+                e.contains(&format!("{} is a crash signal", signal_name(*num))),
+                "{e}"
+            );
+            assert!(e.contains("faulthandler") && !e.contains('\n'), "{e}");
+        }
+        // The list of accepted names no longer offers them.
+        let e = parse_signal("USR3").expect_err("unknown").to_string();
+        for crash in [" SEGV ", " ABRT ", " QUIT "] {
+            assert!(!e.contains(crash), "{e}");
+        }
+        assert_eq!(parse_signal("INT"), Ok(libc::SIGINT));
+    }
+
+    /// SIGINT is accepted but cautioned: Python raises KeyboardInterrupt on it by default.
+    #[test]
+    fn sigint_is_accepted_with_a_caution() {
+        let c = signal_caution(libc::SIGINT).expect("a caution for SIGINT");
+        assert!(c.contains("KeyboardInterrupt"), "{c}");
+        assert_eq!(signal_caution(libc::SIGUSR1), None);
+    }
+
+    /// `99999999999999999999h` said "expected a number with a unit", as if the syntax were wrong.
+    #[test]
+    fn duration_overflow_says_too_large() {
+        let huge = format!("1{}s", "0".repeat(400)); // f64 infinity
+        for big in [
+            "99999999999999999999h",
+            "1000000000001s",
+            &huge,
+            "99999999999999999999d1s",
+        ] {
+            let e = parse_duration(big).expect_err("too large").to_string();
+            assert_eq!(
+                e,
+                format!("invalid duration '{big}': expected {DURATION_TOO_LARGE}")
+            );
+        }
+        assert_eq!(
+            parse_duration("1000000000000s"),
+            Ok(Duration::from_secs(1_000_000_000_000))
+        );
     }
 
     /// Plain integers went through f64 and were rounded above 2^53.

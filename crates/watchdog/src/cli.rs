@@ -2,6 +2,7 @@
 //! and `watchdog replay TRACE`. Values are parsed here with the shared unit parsers so
 //! a bad value is reported with the flag, the value and what was expected.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -29,14 +30,15 @@ pub struct Cli {
 pub enum Command {
     /// Start CMD, watch it, forward SIGINT/SIGTERM/SIGHUP to it, exit with its status.
     Run {
-        /// The command to run, after `--`.
+        /// The command to run, after `--` (any bytes: passed through unchanged).
         #[arg(
             required = true,
             trailing_var_arg = true,
             allow_hyphen_values = true,
-            value_name = "CMD"
+            value_name = "CMD",
+            value_parser = clap::value_parser!(OsString)
         )]
-        command: Vec<String>,
+        command: Vec<OsString>,
     },
     /// Draw a recording as a self-contained HTML page or SVG image.
     Report {
@@ -95,7 +97,8 @@ pub struct WatchOptions {
     /// Alert when the predicted time to exhaustion falls below this [default: 30s].
     #[arg(long, value_name = "DUR", value_parser = parse_duration, global = true)]
     pub lead: Option<Duration>,
-    /// Signal sent to the processes that catch it [default: SIGUSR1].
+    /// Signal sent to the processes that catch it; not a crash signal such as SEGV or ABRT
+    /// [default: SIGUSR1].
     #[arg(long, value_name = "SIG", value_parser = parse_signal, global = true)]
     pub signal: Option<i32>,
     /// Memory budget for the watched process tree's total RSS (e.g. 512MiB, 2GiB, 1.5G).
@@ -171,32 +174,100 @@ fn parse_signal(s: &str) -> Result<i32, String> {
     units::parse_signal(s).map_err(|e| e.to_string())
 }
 
+/// The largest PID Linux hands out: PIDs stay below `pid_max`, which is at most
+/// `PID_MAX_LIMIT` (4194304, 2^22) on 64-bit systems.
+const PID_MAX: u32 = 4_194_303;
+
 fn parse_pid(s: &str) -> Result<u32, String> {
-    match s.trim().parse::<u32>() {
-        Ok(pid) if pid > 0 && pid <= i32::MAX as u32 => Ok(pid),
-        _ => Err(format!("invalid PID '{s}': expected a positive process ID")),
+    let t = s.trim();
+    // Digits only: `+5` and ` 5 ` are not PIDs a user meant to type, and `u32::from_str` takes `+`.
+    if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!(
+            "invalid PID '{s}': expected a positive process ID (digits only)"
+        ));
+    }
+    match t.parse::<u64>() {
+        Ok(0) => Err(format!("invalid PID '{s}': expected a positive process ID")),
+        Ok(pid) if pid <= u64::from(PID_MAX) => Ok(pid as u32),
+        _ => Err(format!(
+            "invalid PID '{s}': too large; expected a process ID from 1 to {PID_MAX} \
+             (Linux PIDs stay below pid_max, at most 4194304)"
+        )),
     }
 }
 
+const DEADLINE_EXPECTED: &str = "expected an RFC 3339 time such as 2026-11-23T08:00:00Z";
+
 /// Parses an RFC 3339 timestamp for `--deadline`.
+///
+/// Refuses an offset outside RFC 3339's `-23:59..=+23:59` (jiff takes up to 25:59), and
+/// says so when a well-formed time is beyond what the clock can represent.
 pub fn parse_deadline(s: &str) -> Result<jiff::Timestamp, String> {
-    s.trim().parse::<jiff::Timestamp>().map_err(|_| {
-        format!("invalid deadline '{s}': expected an RFC 3339 time such as 2026-11-23T08:00:00Z")
+    let t = s.trim();
+    let (datetime, offset) = split_offset(t);
+    if let Some((hours, minutes)) = offset_fields(offset)
+        && (hours > 23 || minutes > 59)
+    {
+        return Err(format!(
+            "invalid deadline '{s}': {DEADLINE_EXPECTED}; the offset '{offset}' is outside RFC 3339's -23:59 to +23:59"
+        ));
+    }
+    t.parse::<jiff::Timestamp>().map_err(|_| {
+        // A valid calendar date and time that is no timestamp is out of the clock's range.
+        let calendar_ok = datetime.parse::<jiff::civil::DateTime>().is_ok();
+        if calendar_ok && offset.is_empty() {
+            format!("invalid deadline '{s}': {DEADLINE_EXPECTED}, with an offset such as Z or +01:00")
+        } else if calendar_ok {
+            format!(
+                "invalid deadline '{s}': too far in the future; expected a time before {}, the latest the clock can represent",
+                jiff::Timestamp::from_second(jiff::Timestamp::MAX.as_second())
+                    .unwrap_or(jiff::Timestamp::MAX)
+            )
+        } else {
+            format!("invalid deadline '{s}': {DEADLINE_EXPECTED}")
+        }
     })
 }
 
-/// Parses a percentage for `--floor` and the config's `floor`: `5`, `2.5%`.
+/// Splits `2026-11-23T08:00:00+01:00` into the date-time and its offset (`Z`, `+01:00`, or `""`).
+fn split_offset(t: &str) -> (&str, &str) {
+    if let Some(rest) = t.strip_suffix(['Z', 'z']) {
+        return (rest, &t[rest.len()..]);
+    }
+    // The offset's sign comes after the date (`YYYY-MM-DD`, 10 bytes).
+    match t.get(10..).and_then(|time| time.rfind(['+', '-'])) {
+        Some(i) => t.split_at(10 + i),
+        None => (t, ""),
+    }
+}
+
+/// `(hours, minutes)` of a numeric offset `+HH:MM`, `+HHMM` or `+HH`; `None` for any other text.
+fn offset_fields(offset: &str) -> Option<(u32, u32)> {
+    let digits = offset.strip_prefix(['+', '-'])?;
+    let two = |d: &str| {
+        (d.len() == 2 && d.bytes().all(|b| b.is_ascii_digit())).then(|| d.parse().ok())?
+    };
+    match digits.len() {
+        2 => Some((two(digits)?, 0)),
+        4 => Some((two(&digits[..2])?, two(&digits[2..])?)),
+        5 if digits.as_bytes()[2] == b':' => Some((two(&digits[..2])?, two(&digits[3..])?)),
+        _ => None,
+    }
+}
+
+/// Parses a percentage for `--floor` and the config's `floor`: `5`, `2.5%`; at least 0 and below 100.
 pub fn parse_percent(s: &str) -> Result<f64, String> {
     let t = s.trim().trim_end_matches('%');
     match t.parse::<f64>() {
         Ok(v) if (0.0..100.0).contains(&v) => Ok(v),
         _ => Err(format!(
-            "invalid percentage '{s}': expected a number from 0 to 100, e.g. 5 or 2.5%"
+            "invalid percentage '{s}': expected a number from 0 up to (not including) 100, e.g. 5 or 2.5%"
         )),
     }
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use clap::CommandFactory;
@@ -204,5 +275,74 @@ mod tests {
     #[test]
     fn cli_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    /// `--pid 2147483648` said "expected a positive process ID" and `--pid +5` was read as 5.
+    #[test]
+    fn pids_are_digits_up_to_the_linux_limit() {
+        assert_eq!(parse_pid("1"), Ok(1));
+        assert_eq!(parse_pid("4194303"), Ok(4_194_303));
+        for big in ["4194304", "2147483648", "99999999999999999999999"] {
+            let e = parse_pid(big).unwrap_err();
+            assert!(
+                e.starts_with(&format!("invalid PID '{big}': too large")) && e.contains("4194303"),
+                "{e}"
+            );
+        }
+        for bad in ["+5", "-5", "5a", "", " ", "0x10", "0"] {
+            let e = parse_pid(bad).unwrap_err();
+            assert!(
+                e.starts_with(&format!(
+                    "invalid PID '{bad}': expected a positive process ID"
+                )),
+                "{e}"
+            );
+        }
+    }
+
+    /// `--floor 100` was refused with "expected a number from 0 to 100".
+    #[test]
+    fn floor_message_states_the_range_it_enforces() {
+        assert_eq!(parse_percent("0"), Ok(0.0));
+        assert_eq!(parse_percent("99.9%"), Ok(99.9));
+        for bad in ["100", "100%", "-1", "nan", "inf", "x"] {
+            let e = parse_percent(bad).unwrap_err();
+            assert!(e.contains("from 0 up to (not including) 100"), "{e}");
+        }
+    }
+
+    /// `9999-12-31T00:00:00Z` was refused without a reason, and `+25:00` (outside RFC 3339) was taken.
+    #[test]
+    fn deadlines_out_of_range_or_with_bad_offsets_say_why() {
+        let e = parse_deadline("9999-12-31T00:00:00Z").unwrap_err();
+        assert!(
+            e.contains("too far in the future") && e.contains("9999-12-30T22:00:00Z"),
+            "{e}"
+        );
+        for bad in [
+            "2026-11-23T08:00:00+25:00",
+            "2026-11-23T08:00:00-24:00",
+            "2026-11-23T08:00:00+0960",
+        ] {
+            let e = parse_deadline(bad).unwrap_err();
+            assert!(e.contains("outside RFC 3339"), "{e}");
+        }
+        assert!(
+            parse_deadline("2026-11-23T08:00:00")
+                .unwrap_err()
+                .contains("with an offset such as Z")
+        );
+        for bad in ["tomorrow", "2026-02-30T00:00:00Z"] {
+            let e = parse_deadline(bad).unwrap_err();
+            assert_eq!(e, format!("invalid deadline '{bad}': {DEADLINE_EXPECTED}"));
+        }
+        for good in [
+            "2026-11-23T08:00:00Z",
+            "2026-11-23T08:00:00+23:59",
+            "2026-11-23T08:00:00-05:00",
+            "2026-11-23t08:00:00z",
+        ] {
+            assert!(parse_deadline(good).is_ok(), "{good}");
+        }
     }
 }

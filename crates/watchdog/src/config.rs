@@ -235,6 +235,12 @@ impl Settings {
                     ),
                 ));
             }
+            if let Err(why) = watchdog_sampler::disk::check_sized(disk) {
+                return Err((
+                    "disks",
+                    format!("cannot watch disk '{}': {why}", disk.display()),
+                ));
+            }
         }
         for (key, what, path) in [
             ("request_file", "request file", &self.request_file),
@@ -294,6 +300,18 @@ fn key_line(text: &str, key: &str) -> Option<usize> {
 /// Largest config file read (1 MiB); the documented example is under 8 KiB.
 const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
+/// The key whose value is at byte `offset` of config `text`: the nearest `key =` line at
+/// or before it (a value may span lines, as an array does).
+fn key_before(text: &str, offset: usize) -> Option<&str> {
+    let rest = text.get(offset..)?;
+    let line_end = rest.find('\n').map_or(text.len(), |k| offset + k);
+    text[..line_end].lines().rev().find_map(|l| {
+        let (key, _) = l.split_once('=')?;
+        let key = key.trim();
+        (!key.is_empty() && key.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')).then_some(key)
+    })
+}
+
 /// Reads and parses a config file, with errors naming the file and line.
 pub fn load_file(path: &Path) -> Result<FileConfig, String> {
     let text = read_capped(path)?;
@@ -327,9 +345,10 @@ fn read_capped(path: &Path) -> Result<String, String> {
 /// Parses config text; `path` is only used in messages.
 pub fn parse_file(text: &str, path: &Path) -> Result<FileConfig, String> {
     toml::from_str::<FileConfig>(text).map_err(|e| {
-        let location = match e.span() {
-            Some(span) => {
-                let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+        let start = e.span().map(|span| span.start.min(text.len()));
+        let location = match start {
+            Some(start) => {
+                let line = text[..start].matches('\n').count() + 1;
                 format!("{}:{line}", path.display())
             }
             None => path.display().to_string(),
@@ -338,6 +357,9 @@ pub fn parse_file(text: &str, path: &Path) -> Result<FileConfig, String> {
         let message = watchdog_types::quote::clip_quoted(&e.message().trim().replace('\n', " "));
         let message = if message.starts_with("unknown field") {
             format!("{message}; the keys are documented in config/watchdog.toml")
+        } else if let Some(key) = start.and_then(|start| key_before(text, start)) {
+            // A value's error names the key, not only the line ("invalid type: integer `5`").
+            format!("{key}: {message}")
         } else {
             message
         };
@@ -459,13 +481,33 @@ mod tests {
     fn bad_value_names_file_line_and_expectation() {
         let e = parse_file("\n\nlead = \"5x\"\n", Path::new("w.toml")).unwrap_err();
         assert!(
-            e.starts_with("config file w.toml:3: invalid duration '5x': expected"),
+            e.starts_with("config file w.toml:3: lead: invalid duration '5x': expected"),
             "{e}"
         );
         let e = parse_file("mem_limit = \"12XB\"\n", Path::new("w.toml")).unwrap_err();
         assert!(e.contains("invalid size '12XB'"), "{e}");
         let e = parse_file("gpu = \"maybe\"\n", Path::new("w.toml")).unwrap_err();
         assert!(e.starts_with("config file w.toml:1:"), "{e}");
+    }
+
+    /// `interval = 5` named the line but not the key.
+    #[test]
+    fn a_value_of_the_wrong_type_names_its_key() {
+        let e = parse_file("lead = \"5s\"\ninterval = 5\n", Path::new("w.toml")).unwrap_err();
+        assert!(
+            e.starts_with("config file w.toml:2: interval: invalid type: integer `5`"),
+            "{e}"
+        );
+        let e = parse_file("dry_run = \"yes\"\n", Path::new("w.toml")).unwrap_err();
+        assert!(
+            e.starts_with("config file w.toml:1: dry_run: invalid type"),
+            "{e}"
+        );
+        let e = parse_file("disks = [\n  \"/a\",\n  5,\n]\n", Path::new("w.toml")).unwrap_err();
+        assert!(
+            e.starts_with("config file w.toml:3: disks: invalid type"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -52,6 +52,11 @@ pub fn error_line(msg: &str) {
     let _ = writeln!(std::io::stderr(), "watchdog: error: {msg}");
 }
 
+/// Prints one warning line (`watchdog: warning: ...`) on stderr, before logging is set up.
+pub fn warning_line(msg: &str) {
+    let _ = writeln!(std::io::stderr(), "watchdog: warning: {msg}");
+}
+
 /// The closing summary: a paragraph for people, or one JSON log line under `--log-format json`.
 pub fn summary(text: &str) {
     if JSON.load(Ordering::Relaxed) {

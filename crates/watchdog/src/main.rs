@@ -75,9 +75,13 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
                     "--pid cannot be used with run: expected either --pid PID or run -- CMD".into(),
                 ));
             }
-            if let Some(flag) = command.first().filter(|c| c.starts_with('-')) {
+            if let Some(flag) = command
+                .first()
+                .filter(|c| c.as_encoded_bytes().starts_with(b"-"))
+            {
                 return Err(Failure::Usage(format!(
-                    "unexpected option '{flag}' after run: expected watchdog's options before `run` and the command after `--`"
+                    "unexpected option '{}' after run: expected watchdog's options before `run` and the command after `--`",
+                    flag.to_string_lossy()
                 )));
             }
             let settings = Settings::resolve(&cli.options).map_err(Failure::Usage)?;

@@ -27,6 +27,9 @@ pub fn run(
     let interval_s = interval.map_or(0.1, |d| d.as_secs_f64());
     let report = watchdog_predictor::replay::run(&text, lead_s, interval_s)
         .map_err(|e| Failure::Usage(format!("trace {}: {e}", trace.display())))?;
+    if let Some(back) = &report.time_went_back {
+        crate::logging::warning_line(&format!("trace {}: {}", trace.display(), back.warning()));
+    }
     let mut out = std::io::stdout().lock();
     out.write_all(report.to_json_lines().as_bytes())
         .and_then(|()| out.flush())

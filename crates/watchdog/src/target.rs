@@ -52,6 +52,14 @@ impl Target {
                 "invalid PID {pid}: that is the watchdog itself; expected the PID of the training process"
             )));
         }
+        if let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat"))
+            && is_kernel_thread(&stat)
+        {
+            return Err(Failure::Usage(format!(
+                "invalid PID {pid}: it is a kernel thread ({}), not a program; expected the PID of the training process",
+                comm(pid)
+            )));
+        }
         let pidfd = PidFd::open(pid).map_err(|e| {
             if e.is_gone() {
                 Failure::Usage(format!(
@@ -75,7 +83,7 @@ impl Target {
     }
 
     /// Starts `argv` with the extra environment and holds it as the target.
-    pub fn spawn(argv: &[String], env: &[(String, String)]) -> Result<Target, Failure> {
+    pub fn spawn(argv: &[std::ffi::OsString], env: &[(String, String)]) -> Result<Target, Failure> {
         let (program, args) = argv.split_first().ok_or_else(|| {
             Failure::Usage("run needs a command: expected run -- CMD [ARGS...]".into())
         })?;
@@ -86,7 +94,7 @@ impl Target {
         }
         let child = cmd.spawn().map_err(|e| {
             Failure::Spawn(
-                format!("cannot run '{program}': {e}"),
+                format!("cannot run '{}': {e}", program.to_string_lossy()),
                 if e.kind() == std::io::ErrorKind::NotFound {
                     127
                 } else {
@@ -101,7 +109,7 @@ impl Target {
         Ok(Target {
             pid,
             pidfd: Arc::new(pidfd),
-            name: program.to_string(),
+            name: program.to_string_lossy().into_owned(),
             child: Some(child),
             start_cwd: std::env::current_dir().ok(),
         })
@@ -132,6 +140,25 @@ impl Target {
             _ => TargetExit::Unknown,
         }
     }
+}
+
+/// `PF_KTHREAD` from `<linux/sched.h>`: the task is a kernel thread.
+const PF_KTHREAD: u64 = 0x0020_0000;
+
+/// Whether `/proc/PID/stat` text is a kernel thread's: `PF_KTHREAD` in its flags (field 9,
+/// <https://man7.org/linux/man-pages/man5/proc_pid_stat.5.html>). A kernel thread has no
+/// memory of its own, no `/proc/PID/exe`, and ignores the checkpoint signal. The fields
+/// are counted after the *last* `)`, since a command name may hold `) `.
+fn is_kernel_thread(stat: &[u8]) -> bool {
+    let Some(close) = stat.iter().rposition(|&b| b == b')') else {
+        return false;
+    };
+    stat[close + 1..]
+        .split(u8::is_ascii_whitespace)
+        .filter(|f| !f.is_empty())
+        .nth(6) // index 0 is field 3 (state)
+        .and_then(|f| std::str::from_utf8(f).ok()?.parse::<u64>().ok())
+        .is_some_and(|flags| flags & PF_KTHREAD != 0)
 }
 
 /// Refuses a PID we may not signal (another user's process, when not root).
@@ -223,4 +250,32 @@ pub fn child_env(signal: i32, request_file: &std::path::Path) -> Vec<(String, St
         ),
         ("WATCHDOG_PID".into(), std::process::id().to_string()),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--pid 2` (kthreadd) and kworkers were accepted as targets.
+    #[test]
+    fn kernel_threads_are_recognised_by_pf_kthread() {
+        let kworker =
+            b"57 (kworker/0:1H-kblockd) I 2 0 0 0 -1 69238880 0 0 0 0 0 1 0 0 0 -20 1 0 12 0 0";
+        let python =
+            b"4242 (python3) S 1 4242 4242 34816 4242 4194560 913 0 0 0 5 1 0 0 20 0 1 0 99 0 0";
+        let hostile =
+            b"77 (x) I 2 0 0 0 -1 69238880 ) S 1 1 1 0 1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 9";
+        assert!(is_kernel_thread(kworker));
+        assert!(!is_kernel_thread(python));
+        assert!(!is_kernel_thread(hostile), "a name may not forge the flags");
+        assert!(!is_kernel_thread(b"garbage"));
+        if let Ok(stat) = std::fs::read("/proc/2/stat")
+            && comm(2) == "kthreadd"
+        {
+            assert!(is_kernel_thread(&stat));
+        }
+        assert!(!is_kernel_thread(
+            &std::fs::read("/proc/self/stat").unwrap_or_default()
+        ));
+    }
 }

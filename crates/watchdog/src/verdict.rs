@@ -16,6 +16,10 @@ pub enum VerdictKind {
     OomKill,
     /// Killed by a signal, no resource exhausted.
     Signal,
+    /// Died of a fault or `abort()` of its own (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT).
+    Crash,
+    /// Died of the checkpoint signal the watchdog sent it.
+    WatchdogSignal,
     /// A watched filesystem was full at the end.
     DiskFull,
     /// The runtime limit was reached.
@@ -33,6 +37,8 @@ impl VerdictKind {
             VerdictKind::Exited => "exited",
             VerdictKind::OomKill => "oom_kill",
             VerdictKind::Signal => "signal",
+            VerdictKind::Crash => "crash",
+            VerdictKind::WatchdogSignal => "watchdog_signal",
             VerdictKind::DiskFull => "disk_full",
             VerdictKind::RuntimeLimit => "runtime_limit",
             VerdictKind::GpuOom => "gpu_oom",
@@ -79,6 +85,8 @@ pub struct ExitFacts {
     pub kernel_oom_line: Option<String>,
     /// Each resource's last figures.
     pub resources: Vec<ResourceEnd>,
+    /// The signal the watchdog sent the target itself, if it sent one.
+    pub sent_signal: Option<i32>,
 }
 
 /// The diagnosis.
@@ -158,7 +166,23 @@ pub fn diagnose(f: &ExitFacts) -> Verdict {
     }
     evidence.clear();
 
-    // 2. The runtime limit.
+    // 2. The watchdog's own signal: it did not save the run, it ended it.
+    if let Some(s) = killed_by.filter(|s| f.sent_signal == Some(*s)) {
+        let name = signal_name(s);
+        return Verdict {
+            kind: VerdictKind::WatchdogSignal,
+            summary: format!(
+                "killed by {name}, the checkpoint signal the watchdog sent it: its handler for {name} was gone or ended the process"
+            ),
+            evidence: vec![
+                format!("the watchdog sent {name} to the target on an alert"),
+                format!("terminated by signal {s} ({name})"),
+            ],
+        };
+    }
+    let crash = killed_by.and_then(crash_cause);
+
+    // 3. The runtime limit.
     // A run that exits 0 past its limit ended on its own; one killed (or gone without a
     // status) at the limit was ended by the platform.
     let clean_exit = matches!(f.exit, Some(TargetExit::Code(0)));
@@ -168,6 +192,7 @@ pub fn diagnose(f: &ExitFacts) -> Verdict {
             && r.limit > 0
             && r.last_used.saturating_add(1000) >= r.limit
     }) && !clean_exit
+        && crash.is_none()
     {
         evidence.push(format!(
             "it had run {} of its {} limit",
@@ -184,7 +209,7 @@ pub fn diagnose(f: &ExitFacts) -> Verdict {
 
     let failed = !matches!(f.exit, Some(TargetExit::Code(0)));
 
-    // 3. A full filesystem.
+    // 4. A full filesystem (a full /dev/shm ends DataLoader workers with SIGBUS).
     let full: Vec<&ResourceEnd> = f
         .resources
         .iter()
@@ -216,7 +241,7 @@ pub fn diagnose(f: &ExitFacts) -> Verdict {
         };
     }
 
-    // 4. A GPU at its memory limit just before a failed exit: a likely CUDA OOM.
+    // 5. A GPU at its memory limit just before a failed exit: a likely CUDA OOM.
     if failed
         && let Some(r) = f
             .resources
@@ -241,7 +266,19 @@ pub fn diagnose(f: &ExitFacts) -> Verdict {
         };
     }
 
-    // 5. No resource explains it.
+    // 6. A fault or abort of its own, which no other process sends.
+    if let (Some(s), Some(cause)) = (killed_by, crash) {
+        return Verdict {
+            kind: VerdictKind::Crash,
+            summary: format!("crashed ({}: {cause})", signal_name(s)),
+            evidence: vec![
+                format!("terminated by signal {s} ({})", signal_name(s)),
+                "the watchdog did not send it, and no watched resource was exhausted".to_string(),
+            ],
+        };
+    }
+
+    // 7. No resource explains it.
     match f.exit {
         Some(TargetExit::Code(c)) => Verdict {
             kind: VerdictKind::Exited,
@@ -267,6 +304,22 @@ pub fn diagnose(f: &ExitFacts) -> Verdict {
             evidence: Vec::new(),
         },
     }
+}
+
+/// What a crash signal says about the process that died of it; `None` for other signals.
+fn crash_cause(sig: i32) -> Option<&'static str> {
+    Some(match sig {
+        libc::SIGSEGV => "a fault in the process itself, an invalid memory access",
+        libc::SIGBUS => "a bus error in the process itself, such as a truncated memory-mapped file",
+        libc::SIGFPE => {
+            "an arithmetic fault in the process itself, such as an integer division by zero"
+        }
+        libc::SIGILL => "an illegal instruction in the process itself",
+        libc::SIGABRT => {
+            "the process called abort(), as a failed assertion or an uncaught C++ exception does"
+        }
+        _ => return None,
+    })
 }
 
 fn push_status(evidence: &mut Vec<String>, exit: Option<TargetExit>) {
@@ -316,6 +369,7 @@ mod tests {
             oom_kills: Some((0, 0)),
             kernel_oom_line: None,
             resources,
+            sent_signal: None,
         }
     }
 
@@ -418,11 +472,117 @@ mod tests {
                 VerdictKind::Unknown,
             ),
         ];
+        let cases = cases.into_iter().chain(crash_cases());
         for (name, f, want) in cases {
             let v = diagnose(&f);
             assert_eq!(v.kind, want, "{name}: {v:?}");
             assert!(!v.summary.is_empty());
         }
+    }
+
+    /// A run that died of SIGSEGV was "killed by SIGSEGV; ... another process or the user
+    /// sent it"; one the watchdog's own signal ended was blamed on the runtime limit.
+    fn crash_cases() -> Vec<(&'static str, ExitFacts, VerdictKind)> {
+        let sig = |s| Some(TargetExit::Signal(s));
+        let cg_low = res(
+            "cgroup_memory",
+            ResourceKind::CgroupMemory,
+            20 * MIB,
+            256 * MIB,
+        );
+        let runtime_done = res("runtime", ResourceKind::Runtime, 5_000, 5_000);
+        let shm_full = res("disk:/dev/shm", ResourceKind::DiskBytes, 64 * MIB, 64 * MIB);
+        let sent = |s, f: ExitFacts| ExitFacts {
+            sent_signal: Some(s),
+            ..f
+        };
+        let mut cases = Vec::new();
+        for s in [
+            libc::SIGSEGV,
+            libc::SIGBUS,
+            libc::SIGFPE,
+            libc::SIGILL,
+            libc::SIGABRT,
+        ] {
+            cases.push((
+                "crash signal",
+                facts(sig(s), vec![cg_low.clone()]),
+                VerdictKind::Crash,
+            ));
+            cases.push((
+                "crash signal at the runtime limit",
+                facts(sig(s), vec![runtime_done.clone()]),
+                VerdictKind::Crash,
+            ));
+            cases.push((
+                "crash signal the watchdog sent",
+                sent(s, facts(sig(s), vec![cg_low.clone()])),
+                VerdictKind::WatchdogSignal,
+            ));
+        }
+        cases.extend([
+            (
+                "SIGBUS with /dev/shm full",
+                facts(sig(libc::SIGBUS), vec![shm_full]),
+                VerdictKind::DiskFull,
+            ),
+            (
+                "SIGTERM is not a crash",
+                facts(sig(libc::SIGTERM), vec![cg_low.clone()]),
+                VerdictKind::Signal,
+            ),
+            (
+                "SIGQUIT is not a crash of its own",
+                facts(sig(libc::SIGQUIT), vec![cg_low.clone()]),
+                VerdictKind::Signal,
+            ),
+            (
+                "the watchdog's SIGUSR1 ended it at the runtime limit",
+                sent(
+                    libc::SIGUSR1,
+                    facts(sig(libc::SIGUSR1), vec![runtime_done.clone()]),
+                ),
+                VerdictKind::WatchdogSignal,
+            ),
+            (
+                "the watchdog sent SIGUSR1, the run died of SIGTERM at the limit",
+                sent(libc::SIGUSR1, facts(sig(libc::SIGTERM), vec![runtime_done])),
+                VerdictKind::RuntimeLimit,
+            ),
+            (
+                "the watchdog sent SIGUSR1, the run exited 0",
+                sent(
+                    libc::SIGUSR1,
+                    facts(Some(TargetExit::Code(0)), vec![cg_low]),
+                ),
+                VerdictKind::Exited,
+            ),
+        ]);
+        cases
+    }
+
+    #[test]
+    fn crash_and_watchdog_signal_summaries_say_what_happened() {
+        let v = diagnose(&facts(Some(TargetExit::Signal(libc::SIGSEGV)), vec![]));
+        assert_eq!(v.kind.name(), "crash");
+        assert!(
+            v.summary
+                .starts_with("crashed (SIGSEGV: a fault in the process itself"),
+            "{}",
+            v.summary
+        );
+        assert!(!v.summary.contains("another process"), "{}", v.summary);
+        let v = diagnose(&ExitFacts {
+            sent_signal: Some(libc::SIGUSR1),
+            ..facts(Some(TargetExit::Signal(libc::SIGUSR1)), vec![])
+        });
+        assert_eq!(v.kind.name(), "watchdog_signal");
+        assert!(
+            v.summary
+                .contains("the checkpoint signal the watchdog sent it"),
+            "{}",
+            v.summary
+        );
     }
 
     #[test]

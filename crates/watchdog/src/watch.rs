@@ -85,7 +85,7 @@ enum Ended {
 }
 
 /// `watchdog run -- CMD`: start CMD, watch it, exit with its status.
-pub fn run_command(argv: &[String], settings: Settings) -> Result<ExitCode, Failure> {
+pub fn run_command(argv: &[std::ffi::OsString], settings: Settings) -> Result<ExitCode, Failure> {
     // Signals first, so none can kill the watchdog between the spawn and the watch.
     let record_now = catch_record_signal();
     let forwarded = target::catch_forwarded_signals()?;
@@ -200,6 +200,8 @@ struct Watch {
     unforwarded: Option<Arc<AtomicUsize>>,
     hooks: watchdog_alerter::hook::Hooks,
     hook_outcomes: std::sync::mpsc::Receiver<watchdog_alerter::hook::HookOutcome>,
+    /// The checkpoint signal, once it was sent to the target itself (for the verdict).
+    signalled_target: Option<i32>,
 }
 
 impl Watch {
@@ -291,6 +293,7 @@ impl Watch {
             unforwarded: None,
             hooks,
             hook_outcomes,
+            signalled_target: None,
         };
         if !watch.settings.dry_run
             && let Err(e) = watchdog_alerter::request::clear_request_files(&watch.request_file)
@@ -316,6 +319,9 @@ impl Watch {
                 ""
             }
         );
+        if let Some(caution) = watchdog_types::units::signal_caution(s.signal) {
+            tracing::warn!("{caution}");
+        }
         self.emit(EventBody::Start {
             pid: self.target.pid,
             watchdog_pid: std::process::id(),
@@ -598,7 +604,13 @@ impl Watch {
                     tracing::warn!("could not signal PID {pid}: {why}");
                 }
                 if report.none_catching() {
-                    tracing::warn!("{}", watchdog_alerter::signal::no_handler_warning(signal));
+                    tracing::warn!(
+                        "{}",
+                        watchdog_alerter::signal::no_handler_warning(signal, &report)
+                    );
+                }
+                if report.sent.contains(&self.target.pid) {
+                    self.signalled_target = Some(signal);
                 }
                 signalled = report.sent;
                 if let Some(cmd) = &self.settings.on_alert {
@@ -786,6 +798,7 @@ impl Watch {
             oom_kills,
             kernel_oom_line,
             resources,
+            sent_signal: self.signalled_target,
         })
     }
 

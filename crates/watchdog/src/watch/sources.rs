@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use watchdog_sampler::cgroup::{CgroupMemory, CgroupMounts, OomKillCounter};
-use watchdog_sampler::disk::{Filesystem, is_tmpfs};
+use watchdog_sampler::disk::{Filesystem, is_tmpfs, one_per_filesystem};
 use watchdog_sampler::meminfo::HostMemory;
 use watchdog_sampler::runtime::{Runtime, runtime_limit};
 use watchdog_sampler::tree::{self, TreeMemory};
@@ -64,8 +64,12 @@ pub fn build(
     let target_is_root = tree::process_uids(proc_root, pid)
         .map(|u| u.effective == 0)
         .unwrap_or(false);
-    for path in disk_paths(settings, target, &mut unwatched) {
-        match Filesystem::new(&path, target_is_root, table) {
+    // One source per filesystem, however many of the paths are on it.
+    for group in one_per_filesystem(&disk_paths(settings, target, &mut unwatched)) {
+        let Some((path, aliases)) = group.split_first() else {
+            continue;
+        };
+        match Filesystem::with_aliases(path, aliases, target_is_root, table) {
             Ok(s) => sources.push(Box::new(s)),
             Err(e) => unwatched.push((format!("disk:{}", path.display()), e.to_string())),
         }
