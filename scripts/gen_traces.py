@@ -17,6 +17,11 @@ Each trace is a CSV that `watchdog replay` reads (see docs/prediction.md,
     #                          reaches the limit, or `never`
     # lead_s: <seconds>        lead time the corpus test replays it with
     # interval_s: <seconds>    sampling interval of the trace
+    # ack_after_s: <seconds>   (optional) the run acknowledges each request this
+    #                          long after it (replay feeds the predictors the ack)
+    # scored_from: <seconds>   (optional) alerts before this belong to earlier,
+    #                          freed episodes and are not scored against exhausts_at
+    # alerts_before: <n>       (optional) how many alerts those episodes must get
 
 The exhaustion time is exact by construction: the generator computes the
 first sample at which used >= limit and stops the trace there (a real process
@@ -33,7 +38,7 @@ MIB = 1 << 20
 
 
 def write(out_dir, name, shape, rows, lead, interval, resource=None, exhausts=None,
-          header="time,used,limit", fmt=None):
+          header="time,used,limit", fmt=None, meta=()):
     """rows: list of (t, used, limit[, resource]); stops at the first used >= limit."""
     kept = []
     exhausted_at = None
@@ -54,6 +59,8 @@ def write(out_dir, name, shape, rows, lead, interval, resource=None, exhausts=No
             f.write(f"# resource: {resource}\n")
         f.write("# exhausts_at: %s\n" % ("never" if exhausts is None else f"{exhausts:.3f}"))
         f.write(f"# lead_s: {lead:g}\n# interval_s: {interval:g}\n")
+        for key, value in meta:
+            f.write(f"# {key}: {value}\n")
         f.write(header + "\n")
         for row in kept:
             if fmt:
@@ -225,6 +232,26 @@ def main():
     write(out_dir, "disk_rotation",
           "2 GiB checkpoint every 60 s, oldest deleted after the fourth (stays under 70%)",
           rows, 30, 1.0, resource="disk:/ckpt")
+
+    # 15. The notebook cell run again: a 5 MiB/s leak is warned, acknowledged 2 s later and
+    # freed at 92%; the same leak starts again at once and runs to the limit. Only the
+    # second leak is scored (the first is an earlier episode, alerted once).
+    lim = GIB
+    rows = []
+    free_at = None
+    for t in times(600, 1.0):
+        first = 0.2 * lim + 5 * MIB * t
+        if free_at is None and first < 0.92 * lim:
+            used = first
+        else:
+            if free_at is None:
+                free_at = t
+            used = 0.2 * lim + 5 * MIB * (t - free_at)
+        rows.append((t, used + jitter(0.5 * MIB), lim))
+    write(out_dir, "releak_acked",
+          "5 MiB/s leak freed at 92% after its acknowledged alert, then the same leak again at once",
+          rows, 30, 1.0, resource="cgroup_memory",
+          meta=(("ack_after_s", "2"), ("scored_from", f"{free_at:g}"), ("alerts_before", "1")))
 
 
 if __name__ == "__main__":

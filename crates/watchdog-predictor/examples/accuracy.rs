@@ -29,6 +29,15 @@ struct Outcome {
     forecasts: Vec<(f64, Option<f64>)>,
 }
 
+impl Outcome {
+    /// Leaves out the alerts before `t` (earlier episodes of the trace).
+    fn scored_from(mut self, t: f64) -> Outcome {
+        self.alerts.retain(|a| a.0 >= t);
+        self.first_alert = self.alerts.first().map(|a| a.0);
+        self
+    }
+}
+
 /// Prometheus' `predict_linear(used[N], lead) >= limit` over the last `window_s` seconds.
 struct LinearBaseline {
     window_s: f64,
@@ -174,8 +183,13 @@ fn main() {
             interval_s: interval,
             ..PredictorConfig::default()
         };
-        let ours = run_ours(&t, &cfg);
-        let base = run_baseline(&t, &cfg);
+        // Alerts of earlier, freed episodes (before `# scored_from:`) are not scored.
+        let scored_from = t
+            .meta("scored_from")
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(f64::NEG_INFINITY);
+        let ours = run_ours(&t, &cfg).scored_from(scored_from);
+        let base = run_baseline(&t, &cfg).scored_from(scored_from);
         let err = |o: &Outcome| exhausts.map_or("-".to_string(), |e| fmt_err(o, e));
         for (o, missed) in [(&ours, &mut ours_missed), (&base, &mut base_missed)] {
             if exhausts.is_some_and(|e| o.first_alert.is_none_or(|a| e - a < lead)) {

@@ -117,12 +117,27 @@ pub fn run(text: &str, lead_s: f64, interval_s: f64) -> Result<ReplayReport, Tra
         interval_s,
         ..PredictorConfig::default()
     };
-    let mut replayer = Replayer::new(&config, |_: &TraceSample, _: f64, _: &Observation| {});
+    let mut replayer = Replayer::new(&config, |_: &TraceSample, _: f64, _: &Observation| {})
+        .acknowledging(leading_meta(text, "ack_after_s").and_then(|v| v.parse().ok()));
     trace::parse_into(text, true, &mut replayer)?;
     Ok(replayer.finish())
 }
 
-/// Replays a parsed trace with `config`.
+/// The value of a `# key: value` line among the comment lines that open `text`.
+fn leading_meta<'t>(text: &'t str, key: &str) -> Option<&'t str> {
+    text.lines()
+        .take_while(|l| l.starts_with('#'))
+        .find_map(|l| {
+            l.trim_start_matches('#')
+                .trim()
+                .strip_prefix(key)?
+                .strip_prefix(':')
+        })
+        .map(str::trim)
+}
+
+/// Replays a parsed trace with `config`; a `# ack_after_s: S` header makes the run
+/// acknowledge every request S seconds after it.
 pub fn run_trace(trace: &Trace, config: &PredictorConfig) -> ReplayReport {
     run_trace_with(trace, config, |_, _, _| {})
 }
@@ -133,7 +148,8 @@ pub fn run_trace_with<F>(trace: &Trace, config: &PredictorConfig, inspect: F) ->
 where
     F: FnMut(&TraceSample, f64, &Observation),
 {
-    let mut replayer = Replayer::new(config, inspect);
+    let mut replayer = Replayer::new(config, inspect)
+        .acknowledging(trace.meta("ack_after_s").and_then(|v| v.parse().ok()));
     replayer.add_resources(&trace.resources);
     for &s in &trace.samples {
         replayer.observe(s, None);
@@ -153,6 +169,10 @@ struct Replayer<'c, F> {
     start: Option<f64>,
     last_t: f64,
     time_went_back: Option<TimeWentBack>,
+    /// The run acknowledges every request this many seconds after it (`# ack_after_s:`).
+    ack_after_s: Option<f64>,
+    /// When the next acknowledgment is due (replay time).
+    ack_due: Option<f64>,
 }
 
 impl<'c, F> Replayer<'c, F>
@@ -170,7 +190,16 @@ where
             start: None,
             last_t: 0.0,
             time_went_back: None,
+            ack_after_s: None,
+            ack_due: None,
         }
+    }
+
+    /// Replays acknowledgments: `after_s` seconds after each alert, every predictor
+    /// hears that the run saved (as the watchdog tells them when the ack file appears).
+    fn acknowledging(mut self, after_s: Option<f64>) -> Self {
+        self.ack_after_s = after_s.filter(|a| a.is_finite() && *a >= 0.0);
+        self
     }
 
     /// A predictor and a summary for each of `names` past the ones already there.
@@ -214,15 +243,27 @@ where
                 s.t_s
             }
         };
-        let (Some(p), Some(sum)) = (
-            self.predictors.get_mut(s.resource),
-            self.resources.get_mut(s.resource),
-        ) else {
+        if s.resource >= self.predictors.len() || s.resource >= self.resources.len() {
             return;
-        };
+        }
         let t = s.t_s - start;
         self.last_t = self.last_t.max(s.t_s);
+        if self.ack_due.is_some_and(|due| t >= due) {
+            self.ack_due = None;
+            for p in &mut self.predictors {
+                p.note_acknowledged();
+            }
+        }
+        let Some(p) = self.predictors.get_mut(s.resource) else {
+            return;
+        };
         let obs = p.observe(t, s.used, s.limit);
+        if matches!(obs.decision, Decision::Alert(_)) {
+            self.ack_due = self.ack_after_s.map(|a| t + a);
+        }
+        let Some(sum) = self.resources.get_mut(s.resource) else {
+            return;
+        };
         sum.samples += 1;
         sum.peak_used = sum.peak_used.max(s.used);
         sum.limit = s.limit;

@@ -8,6 +8,9 @@
 //!   not on a forecast, and are exempt when the headroom was below the floor
 //!   or the learned step).
 //! - A trace that never exhausts: no alert at all.
+//! - A trace with `# scored_from: T` holds earlier episodes, freed before T: the alerts
+//!   before T must number `# alerts_before:` (one per episode), and only the ones after
+//!   are scored as above (`# ack_after_s:` replays the run's acknowledgments).
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
 use std::path::PathBuf;
@@ -76,8 +79,26 @@ fn corpus_is_not_empty_and_covers_both_outcomes() {
 fn alerts_come_in_time_and_only_when_needed() {
     let mut failures = Vec::new();
     for (name, t) in corpus() {
-        let (report, exhausts, lead) = replay_trace(&name, &t);
+        let (mut report, exhausts, lead) = replay_trace(&name, &t);
         let floor = PredictorConfig::default().floor_percent / 100.0;
+        // Earlier, freed episodes: each alerted once, and not scored against the exhaustion.
+        let scored_from = t
+            .meta("scored_from")
+            .map_or(f64::NEG_INFINITY, |_| meta_f64(&name, &t, "scored_from"));
+        let earlier = report
+            .alerts
+            .iter()
+            .take_while(|a| a.time_s < scored_from)
+            .count();
+        let want = t
+            .meta("alerts_before")
+            .map_or(0, |_| meta_f64(&name, &t, "alerts_before") as usize);
+        if earlier != want {
+            failures.push(format!(
+                "{name}: {earlier} alert(s) before {scored_from}s, expected {want}"
+            ));
+        }
+        report.alerts.drain(..earlier);
         match exhausts {
             None => {
                 if !report.alerts.is_empty() {

@@ -579,7 +579,10 @@ mod tests {
             let e = parse_duration(big).expect_err("too large").to_string();
             assert_eq!(
                 e,
-                format!("invalid duration '{big}': expected {DURATION_TOO_LARGE}")
+                format!(
+                    "invalid duration {}: expected {DURATION_TOO_LARGE}",
+                    crate::quote::quote_value(big)
+                )
             );
         }
         assert_eq!(
