@@ -20,7 +20,7 @@
 //! [`TraceError`] with its 1-based line number and what was expected.
 
 use watchdog_types::ResourceKind;
-use watchdog_types::units::parse_size;
+use watchdog_types::units::{parse_size, printable};
 
 /// One row of a trace.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -81,8 +81,9 @@ pub enum TraceError {
         "empty trace: expected a CSV header naming time, used and limit (or nvidia-smi's timestamp, index, memory.used, memory.total)"
     )]
     Empty,
-    /// A line that does not have the expected shape.
-    #[error("line {line}: {message}")]
+    /// A line that does not have the expected shape (control characters it quotes are
+    /// escaped, so the message stays on one line).
+    #[error("line {line}: {}", printable(message))]
     Malformed {
         /// 1-based line number.
         line: usize,

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 /// A value that did not parse; the message is one line, fit to show a user.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("invalid {what} '{value}': expected {expected}")]
+#[error("invalid {what} '{}': expected {expected}", printable(value))]
 pub struct UnitError {
     /// What was being parsed (`duration`, `size`, `signal`).
     pub what: &'static str,
@@ -16,6 +16,24 @@ pub struct UnitError {
     pub value: String,
     /// What would have been accepted.
     pub expected: Cow<'static, str>,
+}
+
+/// `text` with its control characters and line or paragraph separators escaped (`\n`
+/// becomes `\\n`), so that a message quoting a bad value stays on one line.
+pub fn printable(text: &str) -> Cow<'_, str> {
+    let escape = |c: char| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}');
+    if !text.contains(escape) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if escape(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
 }
 
 const DURATION_EXPECTED: &str =

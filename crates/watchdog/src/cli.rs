@@ -169,14 +169,20 @@ fn parse_signal(s: &str) -> Result<i32, String> {
 fn parse_pid(s: &str) -> Result<u32, String> {
     match s.trim().parse::<u32>() {
         Ok(pid) if pid > 0 && pid <= i32::MAX as u32 => Ok(pid),
-        _ => Err(format!("invalid PID '{s}': expected a positive process ID")),
+        _ => Err(format!(
+            "invalid PID '{}': expected a positive process ID",
+            units::printable(s)
+        )),
     }
 }
 
 /// Parses an RFC 3339 timestamp for `--deadline`.
 pub fn parse_deadline(s: &str) -> Result<jiff::Timestamp, String> {
     s.trim().parse::<jiff::Timestamp>().map_err(|_| {
-        format!("invalid deadline '{s}': expected an RFC 3339 time such as 2026-11-23T08:00:00Z")
+        format!(
+            "invalid deadline '{}': expected an RFC 3339 time such as 2026-11-23T08:00:00Z",
+            units::printable(s)
+        )
     })
 }
 
@@ -186,7 +192,8 @@ pub fn parse_percent(s: &str) -> Result<f64, String> {
     match t.parse::<f64>() {
         Ok(v) if (0.0..100.0).contains(&v) => Ok(v),
         _ => Err(format!(
-            "invalid percentage '{s}': expected a number from 0 to 100, e.g. 5 or 2.5%"
+            "invalid percentage '{}': expected a number from 0 to 100, e.g. 5 or 2.5%",
+            units::printable(s)
         )),
     }
 }

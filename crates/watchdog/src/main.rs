@@ -7,6 +7,8 @@
 mod cli;
 mod config;
 mod logging;
+#[cfg(test)]
+mod prop_tests;
 mod recorder;
 mod replay;
 mod target;
