@@ -6,5 +6,6 @@
 
 mod cli;
 mod gpu;
+mod hostile;
 mod support;
 mod watching;

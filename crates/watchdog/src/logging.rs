@@ -44,9 +44,11 @@ pub fn init(settings: &Settings) {
     };
 }
 
-/// Prints one error line (`watchdog: error: ...`) on stderr.
+/// Prints one error line (`watchdog: error: ...`) on stderr; control characters that
+/// clap or a path quoted raw are escaped, so it is one line whatever the input.
 pub fn error_line(msg: &str) {
     clear_status();
+    let msg = watchdog_types::units::printable(msg);
     let _ = writeln!(std::io::stderr(), "watchdog: error: {msg}");
 }
 
