@@ -292,7 +292,8 @@ pub fn parse_file(text: &str, path: &Path) -> Result<FileConfig, String> {
             }
             None => path.display().to_string(),
         };
-        let message = e.message().trim().replace('\n', " ");
+        // TOML quotes the bad value raw: keep the message on one line.
+        let message = units::printable(&e.message().trim().replace('\n', " ")).into_owned();
         let message = if message.starts_with("unknown field") {
             format!("{message}; the keys are documented in config/watchdog.toml")
         } else {

@@ -125,3 +125,11 @@ fn a_line_break_in_pid_deadline_or_floor_is_escaped() {
         );
     }
 }
+
+/// TOML quoted a bad value raw: `gpu = "auto\u{85}"` (NEL) made a two-line config error.
+#[test]
+fn a_control_character_in_a_bad_config_value_is_escaped() {
+    let e = parse_file("gpu = \"auto\u{85}\"\n", Path::new("w.toml")).unwrap_err();
+    assert!(e.starts_with("config file w.toml:1: "), "{e:?}");
+    assert!(!e.contains('\u{85}') && e.contains("auto\\u{85}"), "{e:?}");
+}
