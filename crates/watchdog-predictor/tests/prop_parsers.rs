@@ -55,7 +55,7 @@ proptest! {
     /// Valid traces with hostile fields in every column.
     #[test]
     fn prop_trace_hostile_fields(
-        header in proptest::sample::select(&TRACES[..]),
+        header in proptest::sample::select(TRACES),
         rows in proptest::collection::vec(proptest::collection::vec(near_valid(FIELDS), 1..6), 0..8),
     ) {
         let mut text = header.lines().take_while(|l| l.starts_with('#')).collect::<Vec<_>>().join("\n");
