@@ -7,6 +7,7 @@
 mod cli;
 mod gpu;
 mod hooks;
+mod hostile;
 mod inputs;
 mod launchers;
 mod outputs;

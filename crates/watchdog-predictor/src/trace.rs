@@ -24,7 +24,7 @@
 
 use watchdog_types::ResourceKind;
 use watchdog_types::quote::quote_value;
-use watchdog_types::units::parse_size;
+use watchdog_types::units::{parse_size, printable};
 
 /// Longest line a trace or recording may have, in bytes (64 KiB).
 pub const MAX_LINE_BYTES: usize = 64 * 1024;
@@ -99,8 +99,9 @@ pub enum TraceError {
         "empty trace: expected a CSV header naming time, used and limit (or nvidia-smi's timestamp, index, memory.used, memory.total)"
     )]
     Empty,
-    /// A line that does not have the expected shape.
-    #[error("line {line}: {message}")]
+    /// A line that does not have the expected shape (control characters it quotes are
+    /// escaped, so the message stays on one line).
+    #[error("line {line}: {}", printable(message))]
     Malformed {
         /// 1-based line number.
         line: usize,

@@ -23,6 +23,7 @@
 use serde::Deserialize;
 use watchdog_predictor::trace::{self, TraceError, kind_for_name};
 use watchdog_types::Unit;
+use watchdog_types::units::printable;
 
 /// The first line a recording starts with (the version may grow).
 pub const MAGIC: &str = "# watchdog recording v";
@@ -38,8 +39,9 @@ pub enum ParseError {
         "empty recording: expected '# watchdog recording v1' with JSON lines and a CSV table, or a CSV trace with time,used,limit[,resource]"
     )]
     Empty,
-    /// A line that does not have the expected shape.
-    #[error("line {line}: {message}")]
+    /// A line that does not have the expected shape (control characters it quotes are
+    /// escaped, so the message stays on one line).
+    #[error("line {line}: {}", printable(message))]
     Malformed {
         /// 1-based line number.
         line: usize,

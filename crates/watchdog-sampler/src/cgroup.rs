@@ -664,7 +664,7 @@ fn parse_error(f: &KeptOpenFile) -> SourceError {
         path: f.path().display().to_string(),
         what: format!(
             "expected a number of bytes, found '{}'",
-            String::from_utf8_lossy(f.last()).trim()
+            watchdog_types::units::printable(String::from_utf8_lossy(f.last()).trim())
         ),
     }
 }

@@ -28,10 +28,16 @@ pub fn quote_value(value: &str) -> String {
     out
 }
 
+/// Whether `c` must be escaped to keep a message on one visible line: control
+/// characters and the Unicode line and paragraph separators.
+pub fn needs_escape(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{2028}' | '\u{2029}')
+}
+
 /// Appends `c`, or its escape when it is a control character (a newline would break
 /// the one-line message, an escape sequence could rewrite the terminal).
 fn push_visible(out: &mut String, c: char) {
-    if c.is_control() {
+    if needs_escape(c) {
         out.extend(c.escape_default());
     } else {
         out.push(c);

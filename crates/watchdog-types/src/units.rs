@@ -18,6 +18,24 @@ pub struct UnitError {
     pub expected: Cow<'static, str>,
 }
 
+/// `text` with its control characters and line or paragraph separators escaped (`\n`
+/// becomes `\\n`), so that a message quoting a bad value stays on one line.
+pub fn printable(text: &str) -> Cow<'_, str> {
+    let escape = crate::quote::needs_escape;
+    if !text.contains(escape) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if escape(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
 const DURATION_EXPECTED: &str =
     "a number with a unit (ms, s, m, h, d), e.g. 10ms, 5s, 2m, 12h or 1h30m";
 const DURATION_TOO_LARGE: &str =

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use watchdog_types::quote::quote_value;
 use watchdog_types::units;
 
 /// Watches a training run's memory, disk, GPU memory and runtime, predicts when each
@@ -179,18 +180,19 @@ fn parse_signal(s: &str) -> Result<i32, String> {
 const PID_MAX: u32 = 4_194_303;
 
 fn parse_pid(s: &str) -> Result<u32, String> {
+    let q = quote_value(s);
     let t = s.trim();
     // Digits only: `+5` and ` 5 ` are not PIDs a user meant to type, and `u32::from_str` takes `+`.
     if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) {
         return Err(format!(
-            "invalid PID '{s}': expected a positive process ID (digits only)"
+            "invalid PID {q}: expected a positive process ID (digits only)"
         ));
     }
     match t.parse::<u64>() {
-        Ok(0) => Err(format!("invalid PID '{s}': expected a positive process ID")),
+        Ok(0) => Err(format!("invalid PID {q}: expected a positive process ID")),
         Ok(pid) if pid <= u64::from(PID_MAX) => Ok(pid as u32),
         _ => Err(format!(
-            "invalid PID '{s}': too large; expected a process ID from 1 to {PID_MAX} \
+            "invalid PID {q}: too large; expected a process ID from 1 to {PID_MAX} \
              (Linux PIDs stay below pid_max, at most 4194304)"
         )),
     }
@@ -203,28 +205,29 @@ const DEADLINE_EXPECTED: &str = "expected an RFC 3339 time such as 2026-11-23T08
 /// Refuses an offset outside RFC 3339's `-23:59..=+23:59` (jiff takes up to 25:59), and
 /// says so when a well-formed time is beyond what the clock can represent.
 pub fn parse_deadline(s: &str) -> Result<jiff::Timestamp, String> {
+    let q = quote_value(s);
     let t = s.trim();
     let (datetime, offset) = split_offset(t);
     if let Some((hours, minutes)) = offset_fields(offset)
         && (hours > 23 || minutes > 59)
     {
         return Err(format!(
-            "invalid deadline '{s}': {DEADLINE_EXPECTED}; the offset '{offset}' is outside RFC 3339's -23:59 to +23:59"
+            "invalid deadline {q}: {DEADLINE_EXPECTED}; the offset '{offset}' is outside RFC 3339's -23:59 to +23:59"
         ));
     }
     t.parse::<jiff::Timestamp>().map_err(|_| {
         // A valid calendar date and time that is no timestamp is out of the clock's range.
         let calendar_ok = datetime.parse::<jiff::civil::DateTime>().is_ok();
         if calendar_ok && offset.is_empty() {
-            format!("invalid deadline '{s}': {DEADLINE_EXPECTED}, with an offset such as Z or +01:00")
+            format!("invalid deadline {q}: {DEADLINE_EXPECTED}, with an offset such as Z or +01:00")
         } else if calendar_ok {
             format!(
-                "invalid deadline '{s}': too far in the future; expected a time before {}, the latest the clock can represent",
+                "invalid deadline {q}: too far in the future; expected a time before {}, the latest the clock can represent",
                 jiff::Timestamp::from_second(jiff::Timestamp::MAX.as_second())
                     .unwrap_or(jiff::Timestamp::MAX)
             )
         } else {
-            format!("invalid deadline '{s}': {DEADLINE_EXPECTED}")
+            format!("invalid deadline {q}: {DEADLINE_EXPECTED}")
         }
     })
 }
@@ -261,7 +264,8 @@ pub fn parse_percent(s: &str) -> Result<f64, String> {
     match t.parse::<f64>() {
         Ok(v) if (0.0..100.0).contains(&v) => Ok(v),
         _ => Err(format!(
-            "invalid percentage '{s}': expected a number from 0 up to (not including) 100, e.g. 5 or 2.5%"
+            "invalid percentage {}: expected a number from 0 up to (not including) 100, e.g. 5 or 2.5%",
+            quote_value(s)
         )),
     }
 }

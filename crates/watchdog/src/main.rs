@@ -8,6 +8,8 @@ mod cli;
 mod config;
 mod logging;
 mod outputs;
+#[cfg(test)]
+mod prop_tests;
 mod recorder;
 mod replay;
 mod target;
