@@ -1,0 +1,69 @@
+"""Lightning: train_lightning.py leak|resume WORKDIR (see common.py)."""
+
+import os
+import sys
+import time
+
+import common  # noqa: F401  (puts training_watchdog on sys.path)
+
+import torch
+import lightning.pytorch as pl
+
+from training_watchdog.lightning import WatchdogCallback, latest_checkpoint
+
+mode, workdir = sys.argv[1], sys.argv[2]
+ckpt_dir = os.path.join(workdir, "checkpoints")
+
+
+class Model(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.net(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=1e-2)
+
+
+class Probe(pl.Callback):
+    """After WatchdogCallback in the list: leaks, notices the save, records the state."""
+
+    def __init__(self, watchdog):
+        self.watchdog, self.leak = watchdog, common.Leak()
+
+    def on_train_start(self, trainer, pl_module):
+        if mode == "resume":
+            common.write_json(os.path.join(workdir, "resumed.json"), {
+                "step": trainer.global_step, "epoch": trainer.current_epoch,
+                "digest": common.torch_digest(pl_module)})
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if mode != "leak":
+            return
+        if self.leak.saved_at is None and self.watchdog.saved_steps:
+            self.leak.saved_at = trainer.global_step
+            self.leak.saved(workdir, {"step": self.watchdog.saved_steps[-1],
+                                      "path": self.watchdog.last_path,
+                                      "digest": common.torch_digest(pl_module)})
+        self.leak.step(trainer.global_step)
+        self.leak.maybe_die()
+        time.sleep(0.02)
+
+
+torch.manual_seed(0)
+data = torch.utils.data.TensorDataset(torch.randn(256, 16), torch.randn(256, 1))
+loader = torch.utils.data.DataLoader(data, batch_size=8)
+watchdog = WatchdogCallback(dirpath=ckpt_dir)
+ckpt, max_steps = None, 100000
+if mode == "resume":
+    ckpt = latest_checkpoint(ckpt_dir)
+    if ckpt is None:
+        sys.exit("no watchdog checkpoint in %s" % ckpt_dir)
+    max_steps = torch.load(ckpt, weights_only=False)["global_step"] + 2  # two more steps
+trainer = pl.Trainer(max_steps=max_steps, accelerator="cpu", callbacks=[watchdog, Probe(watchdog)],
+                     logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                     enable_model_summary=False, default_root_dir=workdir)
+trainer.fit(Model(), loader, ckpt_path=ckpt)

@@ -1,0 +1,164 @@
+"""The framework callbacks in real training loops on CPU, under the real watchdog.
+
+For Lightning, Hugging Face Transformers and Keras (torch backend): a small model trains
+under ``watchdog --mem-limit 2GiB run -- python3 frameworks/train_X.py leak DIR`` and leaks
+24 MiB per step; the watchdog asks for a checkpoint before the limit, the callback saves a
+real checkpoint and acknowledges, the run dies soon after (as it would once out of memory);
+a second run resumes from the checkpoint: it starts at the saved step with the saved weights.
+
+Two ranks: ``torchrun --nproc_per_node 2`` (gloo) trains with
+:class:`training_watchdog.distributed.Agreement`; a request reaches rank 1 only (its own
+request file, and a signal to it alone); both ranks save at the same step and train on.
+
+The frameworks come from scripts/frameworks-requirements.txt (.ci/run installs them). When
+one is missing these tests fail under CI=true and skip (saying so) otherwise. Needs the
+built binary in $WATCHDOG_BIN, as test_attach_real.py.
+"""
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPTS = os.path.join(HERE, "frameworks")
+sys.path.insert(0, SCRIPTS)
+import common  # noqa: E402
+
+MEM_LIMIT = 2 << 30
+RUN_TIMEOUT = 300  # seconds for one training run: importing torch alone takes 10 s on a busy machine
+
+
+def require(test, *modules):
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        why = "%s not importable: pip install -r scripts/frameworks-requirements.txt" % ", ".join(missing)
+        if os.environ.get("CI") == "true":
+            test.fail(why)
+        test.skipTest(why)
+
+
+def watchdog_bin(test):
+    binary = os.environ.get("WATCHDOG_BIN")
+    if not binary or not os.path.exists(binary):
+        if os.environ.get("CI") == "true":
+            test.fail("WATCHDOG_BIN must name the built watchdog binary under CI")
+        test.skipTest("WATCHDOG_BIN is not set to the built binary")
+    return binary
+
+
+def child_env():
+    env = dict(os.environ, KERAS_BACKEND="torch", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1",
+               TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", TRANSFORMERS_NO_ADVISORY_WARNINGS="1")
+    for k in list(env):
+        if k.startswith(("SLURM_", "WATCHDOG_")) and k != "WATCHDOG_BIN":
+            del env[k]
+    return env
+
+
+def read_events(path):
+    try:
+        with open(path) as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except FileNotFoundError:
+        return []
+
+
+class CallbackSavesBeforeTheLimitAndResumes(unittest.TestCase):
+    def leak_then_resume(self, script):
+        binary = watchdog_bin(self)
+        with tempfile.TemporaryDirectory(prefix="tw-frameworks-") as d:
+            events = os.path.join(d, "events.jsonl")
+            cmd = [binary, "--mem-limit", str(MEM_LIMIT), "--lead", "1s", "--interval", "20ms",
+                   "--gpu", "off", "--events", events, "--request-file", os.path.join(d, "request.json"),
+                   "run", "--", sys.executable, os.path.join(SCRIPTS, script), "leak", d]
+            t0 = time.monotonic()
+            leak = subprocess.run(cmd, cwd=d, env=child_env(), capture_output=True, text=True,
+                                  timeout=RUN_TIMEOUT)
+            leak_s = time.monotonic() - t0
+            self.assertEqual(leak.returncode, common.DIED,
+                             "the leaking run should die after its checkpoint\n" + leak.stderr[-4000:])
+            with open(os.path.join(d, "result.json")) as f:
+                saved = json.load(f)
+            self.assertLess(saved["rss_bytes"], MEM_LIMIT, "saved after the limit was reached")
+            self.assertIsNotNone(saved["request"], "saved without a request file")
+            self.assertEqual(saved["request"]["resource"], "tree_memory")
+            self.assertGreater(saved["step"], 0)
+            deadline = time.monotonic() + 5
+            while "ack" not in [e["event"] for e in read_events(events)] and time.monotonic() < deadline:
+                time.sleep(0.1)
+            kinds = [e["event"] for e in read_events(events)]
+            self.assertIn("alert", kinds)
+            self.assertIn("ack", kinds)
+
+            t0 = time.monotonic()
+            resume = subprocess.run([sys.executable, os.path.join(SCRIPTS, script), "resume", d], cwd=d,
+                                    env=child_env(), capture_output=True, text=True, timeout=RUN_TIMEOUT)
+            resume_s = time.monotonic() - t0
+            self.assertEqual(resume.returncode, 0, resume.stderr[-4000:])
+            with open(os.path.join(d, "resumed.json")) as f:
+                resumed = json.load(f)
+            self.assertEqual(resumed["step"], saved["step"], "did not resume at the saved step")
+            self.assertEqual(resumed["digest"], saved["digest"], "resumed weights differ from the saved ones")
+            sys.stderr.write("  %s: leak run %.1f s (saved at step %d, RSS %.0f MiB), resume %.1f s\n"
+                             % (script, leak_s, saved["step"], saved["rss_bytes"] / 2**20, resume_s))
+
+    def test_lightning_callback_saves_through_the_trainer_and_fit_resumes(self):
+        require(self, "torch", "lightning")
+        self.leak_then_resume("train_lightning.py")
+
+    def test_transformers_callback_saves_a_checkpoint_and_train_resumes(self):
+        require(self, "torch", "transformers", "accelerate")
+        self.leak_then_resume("train_transformers.py")
+
+    def test_keras_callback_saves_through_backup_and_restore_and_fit_resumes(self):
+        require(self, "torch", "keras")
+        self.leak_then_resume("train_keras.py")
+
+
+class TwoRanksAgree(unittest.TestCase):
+    def test_request_on_one_rank_saves_on_both_at_the_same_step(self):
+        require(self, "torch")
+        if importlib.util.find_spec("torch.distributed.run") is None:
+            self.fail("torch has no torch.distributed.run (torchrun)")
+        with tempfile.TemporaryDirectory(prefix="tw-ranks-") as d:
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                   "--master_port", "0", os.path.join(SCRIPTS, "train_ranks.py"), d]
+            t0 = time.monotonic()
+            proc = subprocess.Popen(cmd, cwd=d, env=child_env(), stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True, start_new_session=True)
+            try:
+                out, _ = proc.communicate(timeout=RUN_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                out, _ = proc.communicate()
+                self.fail("torchrun hung (a rank waited for the other?)\n" + out[-4000:])
+            took = time.monotonic() - t0
+            self.assertEqual(proc.returncode, 0, out[-4000:])
+            ranks = []
+            for rank in (0, 1):
+                with open(os.path.join(d, "rank%d.json" % rank)) as f:
+                    ranks.append(json.load(f))
+            asked = ranks[1]["asked_at"]
+            self.assertIsNotNone(asked, "rank 1 was never asked")
+            self.assertEqual(ranks[0]["saved_steps"], ranks[1]["saved_steps"])
+            self.assertEqual(len(ranks[0]["saved_steps"]), 1, ranks)
+            step = ranks[0]["saved_steps"][0]
+            self.assertGreaterEqual(step, asked)
+            self.assertLess(step, asked + 2 * ranks[0]["every"], "the agreement came late")
+            for r in ranks:
+                self.assertTrue(os.path.exists(r["checkpoint"]), r)
+                self.assertGreater(r["final_step"], step, "training did not go on after the save")
+            self.assertIsNotNone(ranks[1]["acked_seq"])
+            self.assertIsNone(ranks[0]["acked_seq"], "rank 0 had no request to acknowledge")
+            sys.stderr.write("  two ranks: saved at step %d (rank 1 asked at step %d), %.1f s\n"
+                             % (step, asked, took))
+
+
+if __name__ == "__main__":
+    unittest.main()
