@@ -70,32 +70,36 @@ def read_events(path):
 
 
 class CallbackSavesBeforeTheLimitAndResumes(unittest.TestCase):
-    def leak_then_resume(self, script):
+    def leak_run(self, d, script, mode="leak", env=None):
+        """Run SCRIPT in MODE under the watchdog; check it saved before the limit and acknowledged."""
         binary = watchdog_bin(self)
-        with tempfile.TemporaryDirectory(prefix="tw-frameworks-") as d:
-            events = os.path.join(d, "events.jsonl")
-            cmd = [binary, "--mem-limit", str(MEM_LIMIT), "--lead", "1s", "--interval", "20ms",
-                   "--gpu", "off", "--events", events, "--request-file", os.path.join(d, "request.json"),
-                   "run", "--", sys.executable, os.path.join(SCRIPTS, script), "leak", d]
-            t0 = time.monotonic()
-            leak = subprocess.run(cmd, cwd=d, env=child_env(), capture_output=True, text=True,
-                                  timeout=RUN_TIMEOUT)
-            leak_s = time.monotonic() - t0
-            self.assertEqual(leak.returncode, common.DIED,
-                             "the leaking run should die after its checkpoint\n" + leak.stderr[-4000:])
-            with open(os.path.join(d, "result.json")) as f:
-                saved = json.load(f)
-            self.assertLess(saved["rss_bytes"], MEM_LIMIT, "saved after the limit was reached")
-            self.assertIsNotNone(saved["request"], "saved without a request file")
-            self.assertEqual(saved["request"]["resource"], "tree_memory")
-            self.assertGreater(saved["step"], 0)
-            deadline = time.monotonic() + 5
-            while "ack" not in [e["event"] for e in read_events(events)] and time.monotonic() < deadline:
-                time.sleep(0.1)
-            kinds = [e["event"] for e in read_events(events)]
-            self.assertIn("alert", kinds)
-            self.assertIn("ack", kinds)
+        events = os.path.join(d, "events.jsonl")
+        cmd = [binary, "--mem-limit", str(MEM_LIMIT), "--lead", "1s", "--interval", "20ms",
+               "--gpu", "off", "--events", events, "--request-file", os.path.join(d, "request.json"),
+               "run", "--", sys.executable, os.path.join(SCRIPTS, script), mode, d]
+        t0 = time.monotonic()
+        leak = subprocess.run(cmd, cwd=d, env=env or child_env(), capture_output=True, text=True,
+                              timeout=RUN_TIMEOUT)
+        took = time.monotonic() - t0
+        self.assertEqual(leak.returncode, common.DIED,
+                         "the leaking run should die after its checkpoint\n" + leak.stderr[-4000:])
+        with open(os.path.join(d, "result.json")) as f:
+            saved = json.load(f)
+        self.assertLess(saved["rss_bytes"], MEM_LIMIT, "saved after the limit was reached")
+        self.assertIsNotNone(saved["request"], "saved without a request file")
+        self.assertEqual(saved["request"]["resource"], "tree_memory")
+        self.assertGreater(saved["step"], 0)
+        deadline = time.monotonic() + 5
+        while "ack" not in [e["event"] for e in read_events(events)] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        kinds = [e["event"] for e in read_events(events)]
+        self.assertIn("alert", kinds)
+        self.assertIn("ack", kinds)
+        return saved, took
 
+    def leak_then_resume(self, script):
+        with tempfile.TemporaryDirectory(prefix="tw-frameworks-") as d:
+            saved, leak_s = self.leak_run(d, script)
             t0 = time.monotonic()
             resume = subprocess.run([sys.executable, os.path.join(SCRIPTS, script), "resume", d], cwd=d,
                                     env=child_env(), capture_output=True, text=True, timeout=RUN_TIMEOUT)
@@ -111,6 +115,26 @@ class CallbackSavesBeforeTheLimitAndResumes(unittest.TestCase):
     def test_lightning_callback_saves_through_the_trainer_and_fit_resumes(self):
         require(self, "torch", "lightning")
         self.leak_then_resume("train_lightning.py")
+
+    def test_lightning_under_slurm_a_watchdog_request_does_not_requeue_but_slurms_signal_does(self):
+        require(self, "torch", "lightning")
+        with tempfile.TemporaryDirectory(prefix="tw-slurm-") as d:
+            bin_dir, marker = os.path.join(d, "bin"), os.path.join(d, "requeued")
+            os.mkdir(bin_dir)
+            with open(os.path.join(bin_dir, "scontrol"), "w") as f:
+                f.write('#!/bin/sh\necho "$@" > "$SCONTROL_MARKER"\n')
+            os.chmod(os.path.join(bin_dir, "scontrol"), 0o755)
+            env = dict(child_env(), SLURM_JOB_ID="4242", SLURM_NTASKS="1", SLURM_JOB_NAME="train",
+                       SLURM_PROCID="0", SLURM_LOCALID="0", SLURM_NODEID="0", SLURM_NODELIST="localhost",
+                       SCONTROL_MARKER=marker, PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""))
+            saved, _ = self.leak_run(d, "train_lightning.py", "slurm", env)
+            with open(os.path.join(d, "slurm.json")) as f:
+                slurm = json.load(f)
+            self.assertFalse(slurm["requeued_by_the_watchdog"], "a watchdog request requeued the job")
+            self.assertEqual(slurm["hpc_by_the_watchdog"], [])
+            self.assertTrue(slurm["requeued_by_slurm"], "SLURM's own SIGUSR1 no longer requeues: %s" % slurm)
+            self.assertEqual(len(slurm["hpc_by_slurm"]), 1, slurm)
+            self.assertTrue(os.path.exists(saved["path"]), saved)
 
     def test_transformers_callback_saves_a_checkpoint_and_train_resumes(self):
         require(self, "torch", "transformers", "accelerate")

@@ -1,6 +1,14 @@
-"""Lightning: train_lightning.py leak|resume WORKDIR (see common.py)."""
+"""Lightning: train_lightning.py leak|resume|slurm WORKDIR (see common.py).
 
+``slurm``: as ``leak``, run with SLURM variables (Lightning's auto-requeue on) and a fake
+``scontrol`` that writes $SCONTROL_MARKER. After the watchdog's checkpoint, the script
+sends itself SIGUSR1 with no request pending, as SLURM does before the time limit, and
+writes WORKDIR/slurm.json: whether scontrol ran before and after, and the HPC checkpoints.
+"""
+
+import glob
 import os
+import signal
 import sys
 import time
 
@@ -41,8 +49,10 @@ class Probe(pl.Callback):
                 "digest": common.torch_digest(pl_module)})
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if mode != "leak":
+        if mode == "resume":
             return
+        if mode == "slurm" and self.leak.saved_at is not None:
+            self.slurm_time_limit(trainer)
         if self.leak.saved_at is None and self.watchdog.saved_steps:
             self.leak.saved_at = trainer.global_step
             self.leak.saved(workdir, {"step": self.watchdog.saved_steps[-1],
@@ -51,6 +61,18 @@ class Probe(pl.Callback):
         self.leak.step(trainer.global_step)
         self.leak.maybe_die()
         time.sleep(0.02)
+
+    def slurm_time_limit(self, trainer):
+        marker = os.environ["SCONTROL_MARKER"]
+        if self.leak.after == 1:
+            self.slurm = {"requeued_by_the_watchdog": os.path.exists(marker),
+                          "hpc_by_the_watchdog": glob.glob(os.path.join(workdir, "hpc_ckpt_*.ckpt")),
+                          "handler": getattr(signal.getsignal(signal.SIGUSR1), "__qualname__", None)}
+            os.kill(os.getpid(), signal.SIGUSR1)  # SLURM's --signal=USR1@90, no request pending
+        elif self.leak.after == common.STEPS_AFTER_SAVE:
+            self.slurm["requeued_by_slurm"] = os.path.exists(marker)
+            self.slurm["hpc_by_slurm"] = glob.glob(os.path.join(workdir, "hpc_ckpt_*.ckpt"))
+            common.write_json(os.path.join(workdir, "slurm.json"), self.slurm)
 
 
 torch.manual_seed(0)
