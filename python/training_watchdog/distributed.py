@@ -37,11 +37,10 @@ import training_watchdog as _tw
 
 __all__ = ["Agreement", "DEFAULT_EVERY", "torch_any"]
 
-#: Steps between two agreements. Measured on 2 CPU ranks with gloo (docs/frameworks.md):
-#: one all-reduce of one int costs about as much as a very small model's step, so agreeing
-#: at every step could double such a step; every 10 steps costs at most a few percent of
-#: the smallest steps and nothing measurable on real ones, and a request waits at most 9
-#: steps.
+#: Steps between two agreements. Measured on 2 CPU ranks with gloo (docs/frameworks.md,
+#: "How often ranks agree"): one agreement took 470 us (median) against 2.7 ms for a
+#: toy DDP step, so agreeing at every step adds about 17% to such a step; every 10 steps
+#: about 1.7%, nothing measurable on real steps, and a request waits at most 9 steps.
 DEFAULT_EVERY = 10
 
 
