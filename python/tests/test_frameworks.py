@@ -167,13 +167,11 @@ class TwoRanksAgree(unittest.TestCase):
             "time_unix": now, "pid": state["pid"], "signal": "SIGUSR1", "watchdog_pid": os.getpid()})
         os.kill(state["pid"], signal.SIGUSR1)
 
-    def test_request_on_one_rank_saves_on_both_at_the_same_step(self):
-        require(self, "torch")
-        if importlib.util.find_spec("torch.distributed.run") is None:
-            self.fail("torch has no torch.distributed.run (torchrun)")
+    def two_ranks(self, script):
+        """Run SCRIPT on two ranks, ask rank 1 only; check both saved once at one step and went on."""
         with tempfile.TemporaryDirectory(prefix="tw-ranks-") as d:
             cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                   "--standalone", os.path.join(SCRIPTS, "train_ranks.py"), d]
+                   "--standalone", os.path.join(SCRIPTS, script), d]
             t0 = time.monotonic()
             proc = subprocess.Popen(cmd, cwd=d, env=child_env(), stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -192,6 +190,7 @@ class TwoRanksAgree(unittest.TestCase):
                     ranks.append(json.load(f))
             asked = ranks[1]["asked_at"]
             self.assertIsNotNone(asked, "rank 1 was never asked")
+            self.assertIsNone(ranks[0]["asked_at"], "the request reached rank 0 too")
             self.assertEqual(ranks[0]["saved_steps"], ranks[1]["saved_steps"])
             self.assertEqual(len(ranks[0]["saved_steps"]), 1, ranks)
             step = ranks[0]["saved_steps"][0]
@@ -203,11 +202,18 @@ class TwoRanksAgree(unittest.TestCase):
             for r in ranks:
                 self.assertTrue(os.path.exists(r["checkpoint"]), r)
                 self.assertGreater(r["final_step"], step, "training did not go on after the save")
-            self.assertIsNotNone(ranks[1]["acked_seq"])
-            self.assertIsNone(ranks[0]["acked_seq"], "rank 0 had no request to acknowledge")
-            sys.stderr.write("  two ranks: saved at step %d (rank 1 asked at step %d), %.1f s\n"
-                             % (step, asked, took))
+            self.assertTrue(os.path.exists(os.path.join(d, "request-rank1.json.ack")), "rank 1 did not acknowledge")
+            self.assertFalse(os.path.exists(os.path.join(d, "request-rank0.json.ack")))
+            sys.stderr.write("  %s: saved at step %d on both ranks (rank 1 asked at step %d), %.1f s\n"
+                             % (script, step, asked, took))
 
+    def test_request_on_one_rank_saves_on_both_at_the_same_step(self):
+        require(self, "torch")
+        self.two_ranks("train_ranks.py")
+
+    def test_lightning_ddp_request_on_one_rank_saves_on_both_through_the_strategy(self):
+        require(self, "torch", "lightning")
+        self.two_ranks("train_lightning_ranks.py")
 
 if __name__ == "__main__":
     unittest.main()

@@ -35,7 +35,7 @@ model = torch.nn.parallel.DistributedDataParallel(
     torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1)))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 agreement = Agreement()
-saved_steps, asked_at, checkpoint, acked_seq, stop_at = [], None, None, None, MAX_STEPS
+saved_steps, asked_at, checkpoint, stop_at = [], None, None, MAX_STEPS
 step = 0
 while step < stop_at:
     x, y = torch.randn(8, 16), torch.randn(8, 1)
@@ -49,7 +49,7 @@ while step < stop_at:
         torch.save({"step": step, "model": model.module.state_dict()}, checkpoint)
         dist.barrier()  # a collective right after the save, as a sharded save has
         saved_steps.append(step)
-        acked_seq = agreement.acknowledge()
+        agreement.acknowledge()
         stop_at = step + AFTER_SAVE
     if rank == 1:
         common.write_json(os.path.join(workdir, "rank1.progress"), {"pid": os.getpid(), "step": step})
@@ -58,5 +58,5 @@ while step < stop_at:
 
 common.write_json(os.path.join(workdir, "rank%d.json" % rank), {
     "saved_steps": saved_steps, "asked_at": asked_at, "checkpoint": checkpoint,
-    "final_step": step - 1, "acked_seq": acked_seq, "every": agreement.every})
+    "final_step": step - 1, "every": agreement.every})
 dist.destroy_process_group()
