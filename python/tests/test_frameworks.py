@@ -6,9 +6,13 @@ under ``watchdog --mem-limit 2GiB run -- python3 frameworks/train_X.py leak DIR`
 real checkpoint and acknowledges, the run dies soon after (as it would once out of memory);
 a second run resumes from the checkpoint: it starts at the saved step with the saved weights.
 
-Two ranks: ``torchrun --nproc_per_node 2`` (gloo) trains with
-:class:`training_watchdog.distributed.Agreement`; a request reaches rank 1 only (its own
-request file, and a signal to it alone); both ranks save at the same step and train on.
+Lightning under SLURM (its variables set, a fake ``scontrol``): a watchdog request saves
+without requeueing the job; SLURM's own SIGUSR1 still requeues.
+
+Two ranks: ``torchrun --nproc_per_node 2`` (gloo) trains, with
+:class:`training_watchdog.distributed.Agreement` in a plain loop, and with the Lightning
+callback under DDP; a request reaches rank 1 only (its own request file, and a signal to
+it alone); both ranks save at the same step and train on; only rank 1 acknowledges.
 
 The frameworks come from scripts/frameworks-requirements.txt (.ci/run installs them). When
 one is missing these tests fail under CI=true and skip (saying so) otherwise. Needs the
