@@ -38,9 +38,9 @@ import training_watchdog as _tw
 __all__ = ["Agreement", "DEFAULT_EVERY", "torch_any"]
 
 #: Steps between two agreements. Measured on 2 CPU ranks with gloo (docs/frameworks.md,
-#: "How often ranks agree"): one agreement took 470 us (median) against 2.7 ms for a
-#: toy DDP step, so agreeing at every step adds about 17% to such a step; every 10 steps
-#: about 1.7%, nothing measurable on real steps, and a request waits at most 9 steps.
+#: "How often ranks agree"): one agreement took 383-470 us (medians of two runs) against
+#: 1.2-2.7 ms for a toy DDP step, so agreeing at every step adds 17-32% to such a step;
+#: every 10 steps 2-3%, nothing measurable on real steps, and a request waits at most 9.
 DEFAULT_EVERY = 10
 
 
