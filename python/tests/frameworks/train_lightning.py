@@ -17,23 +17,11 @@ import common  # noqa: F401  (puts training_watchdog on sys.path)
 import torch
 import lightning.pytorch as pl
 
+from lightning_model import Model
 from training_watchdog.lightning import WatchdogCallback, latest_checkpoint
 
 mode, workdir = sys.argv[1], sys.argv[2]
 ckpt_dir = os.path.join(workdir, "checkpoints")
-
-
-class Model(pl.LightningModule):
-    def __init__(self):
-        super().__init__()
-        self.net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
-
-    def training_step(self, batch, batch_idx):
-        x, y = batch
-        return torch.nn.functional.mse_loss(self.net(x), y)
-
-    def configure_optimizers(self):
-        return torch.optim.Adam(self.parameters(), lr=1e-2)
 
 
 class Probe(pl.Callback):

@@ -15,25 +15,13 @@ import torch
 import lightning.pytorch as pl
 
 import training_watchdog as tw
+from lightning_model import Model
 from training_watchdog.lightning import WatchdogCallback
 
 workdir = sys.argv[1]
 rank = int(os.environ["RANK"])
 os.environ["WATCHDOG_REQUEST_FILE"] = os.path.join(workdir, "request-rank%d.json" % rank)
 os.environ["WATCHDOG_SIGNAL"] = "SIGUSR1"
-
-
-class Model(pl.LightningModule):
-    def __init__(self):
-        super().__init__()
-        self.net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
-
-    def training_step(self, batch, batch_idx):
-        x, y = batch
-        return torch.nn.functional.mse_loss(self.net(x), y)
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=1e-2)
 
 
 class Probe(pl.Callback):
