@@ -1,0 +1,88 @@
+"""Keras callback: save at the next batch end when the watchdog asks, then acknowledge.
+
+::
+
+    import keras
+    from training_watchdog.keras import WatchdogCallback
+
+    backup = keras.callbacks.BackupAndRestore("backup")    # resumes a run that died
+    model.fit(x, y, epochs=10, callbacks=[backup, WatchdogCallback(backup=backup)])
+
+Run it under ``watchdog run -- python3 train.py`` (or after :func:`training_watchdog.attach`
+in a notebook). On train begin the callback installs the signal handler (it only sets a
+flag); at the end of every batch it checks :func:`training_watchdog.checkpoint_requested`
+(one ``stat`` of the request file) and, when asked, saves and acknowledges.
+
+How it saves: with ``backup=`` (a ``keras.callbacks.BackupAndRestore``), through that
+callback, into its ``backup_dir``: the next ``fit()`` with the same BackupAndRestore
+restores the weights and optimizer state and starts again at the epoch that was
+interrupted. With ``filepath=``, ``model.save(filepath)`` (a ``.keras`` file, or weights
+only when it ends in ``.weights.h5``). Give one of the two.
+
+``agreement``: a :class:`training_watchdog.distributed.Agreement` when several workers
+must save at the same batch (see docs/frameworks.md); by default each batch end checks
+this process's request only, unless ``torch.distributed`` is initialized.
+
+Imports keras; the rest of the package does not.
+"""
+
+import keras
+
+import training_watchdog as _tw
+from training_watchdog.distributed import Agreement
+
+__all__ = ["WatchdogCallback"]
+
+
+class WatchdogCallback(keras.callbacks.Callback):
+    """Save through ``backup`` (a BackupAndRestore) or to ``filepath`` when the watchdog asks.
+
+    ``sig``: the signal to catch (default ``WATCHDOG_SIGNAL``, else SIGUSR1).
+    ``agreement``: see the module documentation. After a save, ``saves`` counts the
+    checkpoints written and ``last_saved`` is ``(epoch, batch)`` of the last one.
+    """
+
+    def __init__(self, backup=None, filepath=None, sig=None, agreement=None):
+        super().__init__()
+        if (backup is None) == (filepath is None):
+            raise ValueError(
+                "WatchdogCallback needs one of backup= (a keras.callbacks.BackupAndRestore) "
+                "or filepath= (where model.save writes), not %s"
+                % ("both" if backup is not None else "neither")
+            )
+        if backup is not None and not callable(getattr(backup, "_save_model", None)):
+            raise TypeError(
+                "backup= must be a keras.callbacks.BackupAndRestore (with _save_model), got %r"
+                % (backup,)
+            )
+        self.backup = backup
+        self.filepath = None if filepath is None else str(filepath)
+        self.sig = sig
+        self.agreement = agreement if agreement is not None else Agreement()
+        self.saves = 0
+        self.last_saved = None
+        self._epoch = 0
+        self._step = 0
+
+    def on_train_begin(self, logs=None):
+        _tw.install(self.sig)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = self._step
+        self._step += 1
+        if not self.agreement.requested(step):
+            return
+        if self.backup is not None:
+            # BackupAndRestore records the epoch being trained (its own counter, which it
+            # moves on at epoch end) with the weights: a resumed fit() starts that epoch again.
+            self.backup._save_model()
+        elif self.filepath.endswith(".weights.h5"):
+            self.model.save_weights(self.filepath, overwrite=True)
+        else:
+            self.model.save(self.filepath, overwrite=True)
+        self.saves += 1
+        self.last_saved = (self._epoch, batch)
+        self.agreement.acknowledge()

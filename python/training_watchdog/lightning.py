@@ -1,0 +1,147 @@
+"""Lightning callback: save through the trainer at the next batch end when the watchdog asks.
+
+::
+
+    import lightning as L
+    from training_watchdog.lightning import WatchdogCallback, latest_checkpoint
+
+    watchdog = WatchdogCallback(dirpath="checkpoints")
+    trainer = L.Trainer(max_epochs=10, callbacks=[watchdog])
+    trainer.fit(model, ckpt_path=latest_checkpoint("checkpoints"))   # None on a first run
+
+At the end of every training batch the callback checks whether a checkpoint was requested
+(:func:`training_watchdog.checkpoint_requested`: the signal's flag, or one ``stat`` of the
+request file); when it was, it calls ``trainer.save_checkpoint`` (model, optimizer, loops,
+callbacks: ``fit(ckpt_path=...)`` resumes mid-epoch from it) and acknowledges. It keeps
+only the newest of its own checkpoints (``watchdog-step=N.ckpt``): a run that is asked
+again and again does not fill the disk.
+
+Several ranks (DDP, FSDP, any strategy, one node or several): the ranks agree through
+the strategy (``reduce_boolean_decision``, an all-reduce of one number) every ``every``
+training steps (:data:`training_watchdog.distributed.DEFAULT_EVERY`), so when any rank is
+asked, all save at the same step; a rank that saved alone would hang the others.
+
+SLURM and Lightning's own SIGUSR1 handler: under SLURM with auto-requeue (the default when
+``SLURM_JOB_ID``/``SLURM_NTASKS`` are set), Lightning catches its requeue signal (SIGUSR1,
+which is also the watchdog's default), saves ``hpc_ckpt_N.ckpt`` *inside the handler* and
+runs ``scontrol requeue``: the job is put back in the queue and killed. A memory alert must
+not do that. When the watchdog's signal is Lightning's requeue signal, the callback
+installs, after Lightning's, a handler that looks at the request file (written by the
+watchdog before it signals): a pending request means the signal is the watchdog's, and the
+callback saves at the next batch end without calling Lightning's handler; no request means
+the signal is SLURM's (``--signal=USR1@90``), and Lightning's handler runs as before. That
+needs ``WATCHDOG_REQUEST_FILE`` (``watchdog run`` and ``attach()`` set it). Simplest of all:
+give the watchdog another signal (``watchdog --signal SIGUSR2 run -- ...``) and the two
+never meet. Elsewhere (no SLURM, or no auto-requeue) the callback installs its flag-only
+handler in ``setup``, before Lightning registers its own handlers.
+
+Imports lightning; the rest of the package does not.
+"""
+
+import glob
+import os
+import re
+import signal
+
+import lightning.pytorch as pl
+
+import training_watchdog as _tw
+from training_watchdog.distributed import DEFAULT_EVERY, Agreement
+
+__all__ = ["WatchdogCallback", "latest_checkpoint"]
+
+_NAME = re.compile(r"watchdog-step=([0-9]+)\.ckpt$")
+
+
+def latest_checkpoint(dirpath):
+    """The newest ``watchdog-step=N.ckpt`` in ``dirpath`` (highest N), or None: for ``fit(ckpt_path=...)``."""
+    best = None
+    for path in glob.glob(os.path.join(glob.escape(str(dirpath)), "watchdog-step=*.ckpt")):
+        m = _NAME.search(path)
+        if m and (best is None or int(m.group(1)) > best[0]):
+            best = (int(m.group(1)), path)
+    return None if best is None else best[1]
+
+
+def _requeue_signal(trainer):
+    """Lightning's SLURM requeue signal when auto-requeue is on for this trainer, else None."""
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+
+    connector = getattr(trainer, "_accelerator_connector", None)
+    env = getattr(connector, "cluster_environment", None)
+    if isinstance(env, SLURMEnvironment) and env.auto_requeue:
+        return env.requeue_signal
+    return None
+
+
+class WatchdogCallback(pl.Callback):
+    """Save ``dirpath/watchdog-step=N.ckpt`` at the next training batch end after a request.
+
+    ``dirpath``: where (default: the ModelCheckpoint's directory, else
+    ``<default_root_dir>/checkpoints``). ``every``: steps between two agreements of the
+    ranks when there are several. ``sig``: the signal to catch (default ``WATCHDOG_SIGNAL``,
+    else SIGUSR1). After a save, ``last_path`` is the file and ``saved_steps`` the global
+    steps saved at.
+    """
+
+    def __init__(self, dirpath=None, every=DEFAULT_EVERY, sig=None):
+        super().__init__()
+        self.dirpath = None if dirpath is None else str(dirpath)
+        self.every = every
+        self.sig = sig
+        self.last_path = None
+        self.saved_steps = []
+        self.agreement = None
+        self._share_with_lightning = False
+        Agreement(every)  # validates ``every`` now rather than at fit()
+
+    def setup(self, trainer, pl_module, stage):
+        if stage != "fit":
+            return
+        signum = _tw._resolve_signal(self.sig)
+        self._share_with_lightning = _requeue_signal(trainer) == signum
+        if not self._share_with_lightning:
+            _tw.install(signum)
+        strategy = trainer.strategy
+        self.agreement = Agreement(
+            self.every,
+            reduce_any=lambda flag: bool(strategy.reduce_boolean_decision(bool(flag), all=False)),
+            world_size=trainer.world_size,
+        )
+
+    def on_train_start(self, trainer, pl_module):
+        if self._share_with_lightning:
+            self._install_dispatcher(_tw._resolve_signal(self.sig))
+
+    @staticmethod
+    def _install_dispatcher(signum):
+        lightning_handler = signal.getsignal(signum)
+
+        def dispatch(num, frame):
+            # The watchdog writes its request file before it signals: a pending request
+            # means this signal is the watchdog's, saved at the next batch end.
+            if _tw.checkpoint_requested():
+                return
+            if callable(lightning_handler):
+                lightning_handler(num, frame)
+
+        signal.signal(signum, dispatch)
+
+    def _dir(self, trainer):
+        if self.dirpath is not None:
+            return self.dirpath
+        cb = trainer.checkpoint_callback
+        if cb is not None and getattr(cb, "dirpath", None):
+            return str(cb.dirpath)
+        return os.path.join(str(trainer.default_root_dir), "checkpoints")
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if self.agreement is None or not self.agreement.requested(trainer.global_step):
+            return
+        path = os.path.join(self._dir(trainer), "watchdog-step=%d.ckpt" % trainer.global_step)
+        trainer.save_checkpoint(path)
+        previous, self.last_path = self.last_path, path
+        self.saved_steps.append(trainer.global_step)
+        if previous is not None and previous != path:
+            trainer.strategy.remove_checkpoint(previous)
+        self.agreement.acknowledge()
