@@ -621,8 +621,8 @@ def _html_inline(path):
     with open(path, "r", encoding="utf-8", errors="replace") as f:
         page = f.read()
     return HTML(
-        '<iframe srcdoc="%s" style="width:100%%;height:720px;border:1px solid #ccc" '
-        'title="watchdog report"></iframe>' % html.escape(page, quote=True)
+        '<div><iframe srcdoc="%s" style="width:100%%;height:720px;border:1px solid #ccc" '
+        'title="watchdog report"></iframe></div>' % html.escape(page, quote=True)
     )
 
 
