@@ -224,7 +224,10 @@ def checkpoint_requested():
     """True when the signal arrived or the request file holds a request not yet acknowledged.
 
     Cheap enough for every step: one ``stat`` of the request file (and of the ack when a
-    request exists); files are parsed only when they change.
+    request exists); files are parsed only when they change. While a watchdog started by
+    :func:`attach` runs, a new request is also shown once: an IPython display in a notebook
+    (what runs out, how much is used, how long is left), else a
+    :class:`CheckpointRequestWarning`. Under ``watchdog run`` the watchdog's own log says it.
     """
     global _handling
     req = request()
