@@ -43,22 +43,18 @@ CELLS = [
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
     def watchdogs():
-        # Live (not zombie) watchdog processes watching this kernel.
+        # This kernel's live watchdog children, from each "PID (comm) STATE PPID ..." stat line.
         found = []
-        for p in os.listdir("/proc"):
-            if not p.isdigit():
-                continue
+        for p in filter(str.isdigit, os.listdir("/proc")):
             try:
-                with open("/proc/%s/cmdline" % p, "rb") as f:
-                    argv = f.read().split(b"\\0")
                 with open("/proc/%s/stat" % p) as f:
-                    state = f.read().rsplit(")", 1)[1].split()[0]
-            except OSError:
+                    comm, rest = f.read().split(" (", 1)[1].rsplit(") ", 1)
+            except (OSError, ValueError):
                 continue
-            if (state != "Z" and os.path.basename(argv[0]) == b"watchdog" and b"--pid" in argv
-                    and argv[argv.index(b"--pid") + 1] == str(os.getpid()).encode()):
+            state, ppid = rest.split()[:2]
+            if comm == "watchdog" and state != "Z" and int(ppid) == os.getpid():
                 found.append(int(p))
-        return found
+        return sorted(found)
 
     limit = rss() + {headroom_mib} * 2**20
     options = dict(mem_limit=limit, lead="2s", interval="20ms", gpu="off", notify=False)
