@@ -21,6 +21,8 @@ use std::os::fd::{BorrowedFd, FromRawFd, OwnedFd};
 use std::path::Path;
 use std::sync::Mutex;
 
+use watchdog_types::quote::quote_value;
+
 /// The descriptor given with `--ready-fd`, until the ready line is written.
 static READY: Mutex<Option<OwnedFd>> = Mutex::new(None);
 
@@ -29,8 +31,9 @@ pub fn parse_fd(s: &str) -> Result<i32, String> {
     match s.trim().parse::<i32>() {
         Ok(fd) if fd >= 3 => Ok(fd),
         _ => Err(format!(
-            "invalid descriptor '{s}': expected the number (3 or more) of a pipe or file \
-             the parent left open; 0, 1 and 2 are stdin, stdout and stderr"
+            "invalid descriptor {}: expected the number (3 or more) of a pipe or file \
+             the parent left open; 0, 1 and 2 are stdin, stdout and stderr",
+            quote_value(s)
         )),
     }
 }
@@ -91,9 +94,10 @@ mod tests {
     fn parse_fd_refuses_standard_streams_and_garbage() {
         assert_eq!(parse_fd("3"), Ok(3));
         assert_eq!(parse_fd(" 17 "), Ok(17));
-        for bad in ["0", "1", "2", "-1", "x", ""] {
+        for bad in ["0", "1", "2", "-1", "x", "", "3\n4"] {
             let e = parse_fd(bad).expect_err(bad);
             assert!(e.contains("expected the number (3 or more)"), "{e}");
+            assert!(!e.contains('\n'), "one line: {e}");
         }
     }
 
