@@ -33,32 +33,55 @@ NOTEBOOK = textwrap.dedent(
             tw.acknowledge()
             break
     time.sleep(0.5)  # let the watchdog see the acknowledgment
+    report = h.report()  # not in IPython: the page's path
+    with open(report) as f:
+        page = f.read()
+    watchdog_pid, handle_pid = os.environ.get("WATCHDOG_PID"), h.process.pid
+    result = h.stop()
     with open({out!r}, "w") as f:
-        json.dump({{"saved": saved, "watchdog_pid": os.environ.get("WATCHDOG_PID"),
-                   "handle_pid": h.process.pid}}, f)
-    h.stop()
+        json.dump({{"saved": saved, "watchdog_pid": watchdog_pid, "handle_pid": handle_pid,
+                   "report": report, "page_is_html": page.lstrip().lower().startswith("<!doctype html"),
+                   "recording": result.recording, "returncode": result.returncode,
+                   "alive": os.path.exists("/proc/%d" % handle_pid) and
+                            open("/proc/%d/stat" % handle_pid).read().rsplit(")", 1)[1].split()[0] != "Z",
+                   "temp_dirs": [d for d in os.listdir({tmp!r}) if d.startswith("training-watchdog-")]}}, f)
     """
 )
 
 
+def require_binary(test):
+    binary = os.environ.get("WATCHDOG_BIN")
+    if not binary or not os.path.exists(binary):
+        if os.environ.get("CI") == "true":
+            test.fail("WATCHDOG_BIN must name the built watchdog binary under CI")
+        test.skipTest("WATCHDOG_BIN is not set to the built binary")
+    return binary
+
+
 class AttachWithRealBinary(unittest.TestCase):
     def test_leak_in_an_attached_process_is_checkpointed(self):
-        binary = os.environ.get("WATCHDOG_BIN")
-        if not binary or not os.path.exists(binary):
-            if os.environ.get("CI") == "true":
-                self.fail("WATCHDOG_BIN must name the built watchdog binary under CI")
-            self.skipTest("WATCHDOG_BIN is not set to the built binary")
+        require_binary(self)
         with tempfile.TemporaryDirectory() as d:
             out, events = os.path.join(d, "out.json"), os.path.join(d, "events.jsonl")
-            script = NOTEBOOK.format(python_dir=PYTHON_DIR, events=events, out=out)
+            tmp, state = os.path.join(d, "tmp"), os.path.join(d, "state")
+            os.mkdir(tmp)
+            script = NOTEBOOK.format(python_dir=PYTHON_DIR, events=events, out=out, tmp=tmp)
+            env = dict(os.environ, TMPDIR=tmp, XDG_STATE_HOME=state)
             proc = subprocess.run([sys.executable, "-c", script], timeout=60,
-                                  capture_output=True, text=True)
+                                  capture_output=True, text=True, env=env)
             self.assertEqual(proc.returncode, 0, proc.stderr)
             with open(out) as f:
                 result = json.load(f)
             self.assertIsNotNone(result["saved"], "never asked to checkpoint")
             self.assertEqual(result["saved"]["request"]["resource"], "tree_memory")
             self.assertEqual(result["watchdog_pid"], str(result["handle_pid"]))
+            self.assertTrue(result["page_is_html"], result["report"])
+            self.assertEqual(result["returncode"], 143)
+            self.assertFalse(result["alive"])
+            self.assertEqual(result["temp_dirs"], [])
+            self.assertTrue(result["recording"].startswith(os.path.join(state, "watchdog") + os.sep), result)
+            with open(result["recording"]) as f:
+                self.assertEqual(f.readline(), "# watchdog recording v1\n")
             deadline = time.monotonic() + 5
             kinds = []
             while time.monotonic() < deadline:
@@ -69,6 +92,51 @@ class AttachWithRealBinary(unittest.TestCase):
                 time.sleep(0.1)
             self.assertIn("alert", kinds)
             self.assertIn("ack", kinds)
+
+
+    def test_ready_fd_line_and_end_of_file(self):
+        # The binary's side of attach()'s ready signal.
+        binary = require_binary(self)
+        with tempfile.TemporaryDirectory() as d:
+            request = os.path.join(d, "r.request.json")
+            target = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+            try:
+                r, w = os.pipe()
+                wd = subprocess.Popen([binary, "--ready-fd", str(w), "--pid", str(target.pid),
+                                       "--request-file", request, "--gpu", "off", "--no-notify"],
+                                      pass_fds=(w,), stderr=subprocess.DEVNULL)
+                os.close(w)
+                with os.fdopen(r, "rb") as pipe:
+                    data = pipe.read()  # the line, then end of file: the watchdog closed it
+                ready = json.loads(data)
+                self.assertEqual(data.count(b"\n"), 1)
+                self.assertEqual(ready["ready"], True)
+                self.assertEqual(ready["pid"], target.pid)
+                self.assertEqual(ready["watchdog_pid"], wd.pid)
+                self.assertEqual(ready["request_file"], request)
+                self.assertTrue(ready["recording"].endswith(".recording.csv"), ready)
+                self.assertIsNone(wd.poll())  # still watching
+                wd.terminate()
+                wd.wait(10)
+            finally:
+                target.kill()
+                target.wait()
+            # An error before watching: end of file with no line, and the error on stderr.
+            r, w = os.pipe()
+            wd = subprocess.Popen([binary, "--ready-fd", str(w), "--pid", str(target.pid)],
+                                  pass_fds=(w,), stderr=subprocess.PIPE, text=True)
+            os.close(w)
+            with os.fdopen(r, "rb") as pipe:
+                self.assertEqual(pipe.read(), b"")
+            self.assertEqual(wd.wait(10), 2)
+            with wd.stderr:
+                self.assertIn("no process with PID", wd.stderr.read())
+            # A descriptor that is not open, and the standard streams, are refused.
+            for fd, text in (("9", "descriptor 9 is not open"), ("2", "expected the number (3 or more)")):
+                proc = subprocess.run([binary, "--ready-fd", fd, "--pid", str(os.getpid())],
+                                      capture_output=True, text=True, timeout=30)
+                self.assertEqual(proc.returncode, 2)
+                self.assertIn(text, proc.stderr)
 
 
 if __name__ == "__main__":

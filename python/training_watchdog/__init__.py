@@ -17,6 +17,14 @@ Never save inside the signal handler (that hangs intermittently); the handler on
 flag and the loop checkpoints at the next step. ``checkpoint_requested()`` also looks at the
 request file, because a notebook kernel may reset signal handlers between cells.
 
+In a notebook, :func:`attach` starts the watchdog on the kernel itself (the binary comes with
+``pip install training-watchdog``; no need to activate the environment)::
+
+    h = tw.attach(mem_limit="12GiB", lead="60s")   # returns once it watches; again: same handle
+    ...                                            # the loop above; a request is shown in the cell
+    h.report()                                     # the flight recording, drawn inline
+    h.stop()                                       # stopped, temp dir removed, recording kept
+
 Environment, set by ``watchdog run`` (or by :func:`attach`): ``WATCHDOG_SIGNAL`` (e.g.
 ``SIGUSR1``), ``WATCHDOG_REQUEST_FILE`` (path of the request file), ``WATCHDOG_PID``.
 
@@ -43,7 +51,10 @@ __all__ = [
     "request",
     "acknowledge",
     "attach",
+    "attached",
     "WatchdogHandle",
+    "StopResult",
+    "CheckpointRequestWarning",
     "request_file",
 ]
 
@@ -213,12 +224,17 @@ def checkpoint_requested():
     """True when the signal arrived or the request file holds a request not yet acknowledged.
 
     Cheap enough for every step: one ``stat`` of the request file (and of the ack when a
-    request exists); files are parsed only when they change.
+    request exists); files are parsed only when they change. While a watchdog started by
+    :func:`attach` runs, a new request is also shown once: an IPython display in a notebook
+    (what runs out, how much is used, how long is left), else a
+    :class:`CheckpointRequestWarning`. Under ``watchdog run`` the watchdog's own log says it.
     """
     global _handling
     req = request()
     if req is not None and _pending(req):
         _handling = req
+        if _attached is not None:
+            _announce(req)
         return True
     if _flag:
         if req is not None:
@@ -286,33 +302,413 @@ def acknowledge():
     return seq
 
 
+# ---------------------------------------------------------------------------------------------
+# attach(): a watchdog started from the training process itself, for notebooks.
+
+# How long attach() waits for the watchdog to say it is watching (a busy machine can be slow).
+_READY_TIMEOUT_S = 60.0
+# The variables attach() sets for this process, as `watchdog run` sets them for its child.
+_ENV_KEYS = ("WATCHDOG_SIGNAL", "WATCHDOG_REQUEST_FILE", "WATCHDOG_PID")
+# The flags attach() gives the binary itself; ``args`` may not repeat them.
+_OWN_FLAGS = {
+    "--pid": "it is always this process",
+    "--request-file": "use attach(request_file=...)",
+    "--signal": "use attach(sig=...)",
+    "--ready-fd": "attach() uses it to learn that the watchdog is watching",
+}
+# attach()'s keyword options: name -> (the binary's flag, kind of value).
+_OPTIONS = {
+    "lead": ("--lead", "duration"),
+    "interval": ("--interval", "duration"),
+    "mem_limit": ("--mem-limit", "size"),
+    "max_runtime": ("--max-runtime", "duration"),
+    "deadline": ("--deadline", "deadline"),
+    "disk": ("--disk", "paths"),
+    "events": ("--events", "path"),
+    "record": ("--record", "path"),
+    "record_window": ("--record-window", "duration"),
+    "on_alert": ("--on-alert", "text"),
+    "gpu": ("--gpu", "text"),
+    "floor": ("--floor", "number"),
+    "config": ("--config", "path"),
+    "dry_run": ("--dry-run", "flag"),
+    "notify": ("--no-notify", "negated"),
+}
+_MISSING = object()
+
+# The handle of the watchdog attach() started and nobody stopped yet, or None.
+_attached = None
+# (seq, time_unix) of the last request shown in the notebook.
+_shown = None
+_atexit_registered = False
+
+
+class CheckpointRequestWarning(UserWarning):
+    """The warning shown (outside IPython) when an attached watchdog asks for a checkpoint."""
+
+
 def _find_watchdog(watchdog):
+    """The binary to run: a path as given, else ``$WATCHDOG_BIN``, else the name in this
+    Python's scripts directory (beside ``sys.executable``: where ``pip install`` puts it, found
+    even when a kernel did not activate its venv), else the user scheme's scripts directory
+    (``pip install --user``), else on PATH."""
+    watchdog = os.fspath(watchdog)
     if os.sep in watchdog:
-        if os.access(watchdog, os.X_OK):
-            return watchdog
+        if os.path.isfile(watchdog) and os.access(watchdog, os.X_OK):
+            return os.path.abspath(watchdog)
         raise FileNotFoundError("watchdog binary %r is not an executable file" % watchdog)
     env = os.environ.get("WATCHDOG_BIN")
     if env:
-        if os.access(env, os.X_OK):
+        if os.path.isfile(env) and os.access(env, os.X_OK):
             return env
         raise FileNotFoundError("WATCHDOG_BIN=%r is not an executable file" % env)
+    import sysconfig
+
+    dirs = [os.path.dirname(sys.executable)] if sys.executable else []
+    for scheme in (None, "%s_user" % os.name):
+        try:
+            dirs.append(sysconfig.get_path("scripts", scheme) if scheme else sysconfig.get_path("scripts"))
+        except (KeyError, ValueError):
+            pass
+    for d in dirs:
+        candidate = os.path.join(d, watchdog)
+        if d and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
     found = shutil.which(watchdog)
     if found:
         return found
     raise FileNotFoundError(
-        "cannot find the %r binary: set WATCHDOG_BIN to its path or put it on PATH "
-        "(build it with `cargo build --release` and use target/release/watchdog)" % watchdog
+        "cannot find the %r binary beside %s or on PATH: install it into this environment with "
+        "`%s -m pip install training-watchdog` (or a checkout of the repository), or set WATCHDOG_BIN "
+        "to its path" % (watchdog, sys.executable, sys.executable)
     )
 
 
-class WatchdogHandle:
-    """A watchdog started by :func:`attach`: ``.process``, ``.log_path``, ``.request_file``, ``.stop()``."""
+def _checkpoint_signal(sig):
+    """(number, name) of the signal attach() may use; ValueError naming ``sig`` otherwise."""
+    signum = _resolve_signal(sig)
+    name = _signal_name(signum)
+    if name in ("SIGKILL", "SIGSTOP"):
+        why = "it cannot be caught, so no process could be asked to checkpoint with it"
+    elif name in _CRASH_SIGNALS:
+        why = "it is a crash signal (faulthandler and C runtimes end the process on it)"
+    elif name == "SIGINT":
+        why = "Jupyter interrupts the running cell with it"
+    elif signum not in signal.valid_signals():
+        why = "this system does not let a process catch it"
+    else:
+        return signum, name
+    raise ValueError(
+        "sig=%r (%s) cannot be the checkpoint signal: %s; expected e.g. SIGUSR1, SIGUSR2 or "
+        "SIGRTMIN+2" % (sig, name, why)
+    )
 
-    def __init__(self, process, log_path, request_file, command):
+
+def _seconds_text(name, value):
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    elif hasattr(value, "total_seconds"):  # datetime.timedelta
+        seconds = value.total_seconds()
+    else:
+        raise TypeError(
+            "%s=%r: expected a number of seconds, a datetime.timedelta or a duration string "
+            "such as '60s' or '1h30m'" % (name, value)
+        )
+    text = ("%.6f" % seconds).rstrip("0").rstrip(".")
+    if seconds < 0 or seconds != seconds or (seconds > 0 and text == "0"):
+        raise ValueError("%s=%r: expected a duration of 1 µs or more, or 0" % (name, value))
+    return text + "s"
+
+
+def _option_args(name, value):
+    """The binary's arguments for one attach() keyword option (values it parses are checked by it)."""
+    if name not in _OPTIONS:
+        raise TypeError(
+            "attach() got an unexpected keyword argument %r; expected one of: %s (or pass the "
+            "binary's flags in args=[...])" % (name, ", ".join(sorted(_OPTIONS)))
+        )
+    flag, kind = _OPTIONS[name]
+    if value is None:
+        return []
+    if kind in ("flag", "negated"):
+        if not isinstance(value, bool):
+            raise TypeError("%s=%r: expected True or False" % (name, value))
+        return [flag] if value == (kind == "flag") else []
+    if isinstance(value, str):
+        return [flag, value]
+    if kind == "duration":
+        return [flag, _seconds_text(name, value)]
+    if kind == "size" and isinstance(value, int) and not isinstance(value, bool):
+        if value <= 0:
+            raise ValueError("%s=%r: expected a positive number of bytes or a size such as '12GiB'" % (name, value))
+        return [flag, str(value)]
+    if kind == "number" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return [flag, repr(value)]
+    if kind == "deadline" and hasattr(value, "isoformat") and getattr(value, "tzinfo", None) is not None:
+        return [flag, value.isoformat()]
+    if kind in ("path", "paths") and isinstance(value, os.PathLike):
+        return [flag, os.fspath(value)]
+    if kind == "paths" and isinstance(value, (list, tuple)):
+        out = []
+        for v in value:
+            if not isinstance(v, (str, os.PathLike)):
+                raise TypeError("%s=%r: expected a path or a list of paths" % (name, value))
+            out += [flag, os.fspath(v)]
+        return out
+    expected = {
+        "size": "a number of bytes or a size string such as '12GiB'",
+        "number": "a number",
+        "deadline": "a timezone-aware datetime or an RFC 3339 string",
+        "path": "a path",
+        "paths": "a path or a list of paths",
+        "text": "a string",
+    }.get(kind, "a string")
+    raise TypeError("%s=%r: expected %s" % (name, value, expected))
+
+
+class _Plan:
+    """attach()'s arguments, checked, before anything is changed."""
+
+    def __init__(self, watchdog, args, request_file, sig, options):
+        if isinstance(args, (str, bytes)) or not isinstance(args, (list, tuple)):
+            raise TypeError(
+                "args=%r: expected a list of the binary's arguments, e.g. ['--lead', '60s']" % (args,)
+            )
+        argv = []
+        for a in args:
+            if isinstance(a, bool) or not isinstance(a, (str, int, float, os.PathLike)):
+                raise TypeError("args: %r is not a string, number or path" % (a,))
+            a = os.fspath(a) if isinstance(a, os.PathLike) else str(a)
+            own = a.split("=", 1)[0]
+            if own in _OWN_FLAGS:
+                raise ValueError("args: %s is set by attach() (%s)" % (own, _OWN_FLAGS[own]))
+            argv.append(a)
+        for name in sorted(options):
+            argv += _option_args(name, options[name])
+        if request_file is not None:
+            if not isinstance(request_file, (str, os.PathLike)):
+                raise TypeError("request_file=%r: expected a path" % (request_file,))
+            request_file = os.path.abspath(os.fspath(request_file))
+            if os.path.isdir(request_file):
+                raise ValueError("request_file=%r: expected a file path, not a directory" % request_file)
+            if not os.path.isdir(os.path.dirname(request_file)):
+                raise ValueError(
+                    "request_file=%r: its directory does not exist; expected a path in an existing "
+                    "directory" % request_file
+                )
+        self.signum, self.signame = _checkpoint_signal(sig)
+        self.binary = _find_watchdog(watchdog)
+        self.request_file = request_file
+        self.argv = argv
+        # Two calls with equal keys ask for the same watchdog.
+        self.key = (os.path.realpath(self.binary), self.signum, request_file, tuple(argv))
+
+
+class _Restore:
+    """What attach() changed in this process (environment, signal handlers), to put back."""
+
+    def __init__(self):
+        self.env = {}
+        self.handlers = {}
+
+    def note(self, signum):
+        for key in _ENV_KEYS:
+            self.env.setdefault(key, os.environ.get(key))
+        if signum not in self.handlers:
+            self.handlers[signum] = (signal.getsignal(signum), _previous.get(signum, _MISSING))
+
+    def under(self, older):
+        """This record beneath an older one: the older values (before the first attach) win."""
+        merged = _Restore()
+        merged.env = dict(self.env)
+        merged.env.update(older.env)
+        merged.handlers = dict(self.handlers)
+        merged.handlers.update(older.handlers)
+        return merged
+
+    def restore(self):
+        for key, value in self.env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        for signum, (handler, previous) in self.handlers.items():
+            # Only our own handler is undone; None (a handler set outside Python) cannot be
+            # put back, and leaving ours (it only sets a flag) is safer than SIG_DFL.
+            if handler is not None and signal.getsignal(signum) is _handler:
+                try:
+                    signal.signal(signum, handler)
+                except (OSError, ValueError):  # not the main thread: leave ours
+                    continue
+            if previous is _MISSING:
+                _previous.pop(signum, None)
+            else:
+                _previous[signum] = previous
+
+
+def _state_dir():
+    """Where recordings are kept: ``$XDG_STATE_HOME/watchdog``, else ``~/.local/state/watchdog``."""
+    base = os.environ.get("XDG_STATE_HOME", "")
+    if not os.path.isabs(base):
+        base = os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(base, "watchdog")
+
+
+def _keep_recording(path, workdir):
+    """A recording inside ``workdir`` (about to be removed) moved to the state directory.
+
+    Only an older binary writes it there (beside the request file); one that writes to the
+    state directory itself is left alone. Returns the path the recording is at, or None.
+    """
+    if not path or not os.path.isfile(path):
+        return path
+    inside = os.path.realpath(path).startswith(os.path.realpath(workdir) + os.sep)
+    if not inside:
+        return path
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    try:
+        directory = _state_dir()
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        for n in range(1000):
+            suffix = "" if n == 0 else "-%d" % n
+            dest = os.path.join(directory, "watchdog-%d-%s%s.recording.csv" % (os.getpid(), stamp, suffix))
+            if not os.path.exists(dest):
+                shutil.move(path, dest)
+                return dest
+        raise OSError("too many recordings named watchdog-%d-%s*" % (os.getpid(), stamp))
+    except OSError as e:
+        import warnings
+
+        warnings.warn("training_watchdog: cannot keep the recording %s: %s" % (path, e), RuntimeWarning, stacklevel=3)
+        return None
+
+
+# The recording's path in the watchdog's log: the closing summary (`Recording: PATH.`) and the
+# line written when it is saved; both are also the message of a `--log-format json` line.
+_RECORDING_IN_LOG = (re.compile(r"Recording: (.+)\.\s*$"), re.compile(r"recording written to (.+?)\s*$"))
+
+
+def _recording_from_log(log):
+    found = []
+    for line in reversed(log.splitlines()):
+        text = line
+        if line.startswith("{"):
+            try:
+                obj = json.loads(line)
+                text = str(obj.get("message") or obj.get("fields", {}).get("message") or "")
+            except (ValueError, AttributeError):
+                pass
+        for rx in _RECORDING_IN_LOG:
+            m = rx.search(text)
+            if m:
+                found.append(m.group(1))
+    return found
+
+
+def _ipython():
+    """The running IPython shell, or None (IPython is never imported here if it is not loaded)."""
+    mod = sys.modules.get("IPython")
+    get = getattr(mod, "get_ipython", None)
+    try:
+        return get() if get is not None else None
+    except Exception:
+        return None
+
+
+def _html_inline(path):
+    """An IPython HTML object showing the page at ``path`` in an iframe (its style stays inside)."""
+    import html
+
+    from IPython.display import HTML
+
+    with open(path, "r", encoding="utf-8", errors="replace") as f:
+        page = f.read()
+    return HTML(
+        '<div><iframe srcdoc="%s" style="width:100%%;height:720px;border:1px solid #ccc" '
+        'title="watchdog report"></iframe></div>' % html.escape(page, quote=True)
+    )
+
+
+def _report(binary, recording, output):
+    """Runs ``watchdog report``; returns an inline HTML object in IPython, else the page's path."""
+    if output is None:
+        name = os.path.basename(recording)
+        name = name[: -len(".recording.csv")] if name.endswith(".recording.csv") else name
+        # Beside the recording, unless that is attach()'s temporary directory.
+        directory = os.path.dirname(recording)
+        if os.path.basename(directory).startswith("training-watchdog-"):
+            directory = _state_dir()
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+        output = os.path.join(directory, name + ".report.html")
+    output = os.fspath(output)
+    proc = subprocess.run(
+        [binary, "report", recording, "-o", output],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=300,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(
+            "watchdog report %s -o %s failed with status %d: %s"
+            % (recording, output, proc.returncode, proc.stderr.strip())
+        )
+    if _ipython() is not None and output.endswith(".html"):
+        return _html_inline(output)
+    return output
+
+
+class StopResult:
+    """What :meth:`WatchdogHandle.stop` returns.
+
+    ``recording``: the path of the flight recording (None when none was written, e.g. a dry
+    run); ``log``: the watchdog's log (its temporary directory is gone); ``returncode``: the
+    binary's exit status, for the record: 0 when the watched process exited first, 143
+    (128 + SIGTERM, the binary's documented status) when ``stop()`` stopped it as asked; neither
+    is an error. ``report()`` draws the recording.
+    """
+
+    def __init__(self, returncode, recording, log, binary):
+        self.returncode = returncode
+        self.recording = recording
+        self.log = log
+        self._binary = binary
+
+    def report(self, output=None):
+        """Draw the recording as one HTML page (``watchdog report``); in IPython, return it to show inline."""
+        if not self.recording:
+            raise RuntimeError("no recording was written (a dry run writes none unless record= is given)")
+        return _report(self._binary, self.recording, output)
+
+    def __repr__(self):
+        where = "recording: %s" % self.recording if self.recording else "no recording"
+        return "<watchdog stopped; %s>" % where
+
+
+class WatchdogHandle:
+    """A watchdog started by :func:`attach`.
+
+    ``process`` (its ``subprocess.Popen``), ``pid``, ``request_file``, ``log_path``, ``command``,
+    ``recording`` (where it writes its flight recording), ``running``, ``log()``, ``report()``
+    and ``stop()``.
+    """
+
+    def __init__(self, process, workdir, request_file, command, ready, key, restore):
         self.process = process
-        self.log_path = log_path
+        self.workdir = workdir
+        self.log_path = os.path.join(workdir, "watchdog.log")
         self.request_file = request_file
         self.command = command
+        self.recording = ready.get("recording") if isinstance(ready.get("recording"), str) else None
+        self._key = key
+        self._restore = restore
+        self._result = None
+
+    @property
+    def pid(self):
+        """The watchdog's PID (also ``WATCHDOG_PID``)."""
+        return self.process.pid
 
     @property
     def running(self):
@@ -320,15 +716,47 @@ class WatchdogHandle:
         return self.process.poll() is None
 
     def log(self):
-        """The watchdog's log so far."""
+        """The watchdog's log so far (kept after ``stop()``)."""
+        if self._result is not None:
+            return self._result.log
         try:
             with open(self.log_path, "r", errors="replace") as f:
                 return f.read()
         except OSError:
             return ""
 
+    def report(self, output=None):
+        """Draw the flight recording as one self-contained HTML page (``watchdog report``).
+
+        While the watchdog runs it is first asked (SIGUSR2) to write the recording so far.
+        ``output`` defaults to the recording's path ending ``.report.html``. In IPython returns
+        an HTML object that shows the page inline; elsewhere the page's path.
+        """
+        if self._result is not None:
+            return self._result.report(output)
+        if not self.recording:
+            raise RuntimeError("this watchdog writes no recording (a dry run writes none unless record= is given)")
+        if self.running:
+            _fresh_recording(self.process, self.recording)
+        return _report(self.command[0], self.recording, output)
+
     def stop(self, timeout=5.0):
-        """Stop the watchdog (SIGTERM, then SIGKILL after ``timeout`` seconds); returns its exit code."""
+        """Stop the watchdog and clean up; returns a :class:`StopResult` (never raises for its status).
+
+        SIGTERM, then SIGKILL after ``timeout`` seconds. Removes the temporary directory, keeps
+        the recording (in the state directory) and restores what :func:`attach` set in this
+        process (``WATCHDOG_*`` variables, the signal handler) when this is the attached
+        watchdog. Calling it again returns the same result.
+        """
+        global _attached
+        if self._result is None:
+            self._result = self._shutdown(timeout)
+        if _attached is self:
+            _attached = None
+            self._restore.restore()
+        return self._result
+
+    def _shutdown(self, timeout):
         if self.process.poll() is None:
             self.process.terminate()
             try:
@@ -336,77 +764,287 @@ class WatchdogHandle:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        return self.process.returncode
+        log = self.log()
+        candidates = ([self.recording] if self.recording else []) + _recording_from_log(log)
+        recording = next((p for p in candidates if os.path.isfile(p)), None)
+        recording = _keep_recording(recording, self.workdir)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        self.recording = recording
+        return StopResult(self.process.returncode, recording, log, self.command[0])
 
     def __repr__(self):
-        state = "running" if self.running else "exited %s" % self.process.returncode
-        return "<WatchdogHandle pid=%d %s log=%s>" % (self.process.pid, state, self.log_path)
+        state = "running" if self.running else "stopped"
+        return "<WatchdogHandle pid=%d %s request_file=%s>" % (self.process.pid, state, self.request_file)
 
 
-def attach(watchdog="watchdog", args=(), request_file=None, sig=None):
+def _fresh_recording(process, path, timeout=10.0):
+    """Asks a running watchdog to write its recording now (SIGUSR2) and waits until it has."""
+
+    def stamp():
+        try:
+            st = os.stat(path)
+            return (st.st_ino, st.st_mtime_ns, st.st_size)
+        except OSError:
+            return None
+
+    before = stamp()
+    process.send_signal(signal.SIGUSR2)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and process.poll() is None:
+        now = stamp()
+        if now is not None and now != before:
+            return
+        time.sleep(0.02)
+
+
+def _wait_ready(read_fd, timeout):
+    """(ready line as a dict or None, timed out?) from the watchdog's ``--ready-fd`` pipe.
+
+    End of file with no line means it exited before watching.
+    """
+    import select
+
+    buf = b""
+    deadline = time.monotonic() + timeout
+    while b"\n" not in buf:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return None, True
+        readable, _, _ = select.select([read_fd], [], [], remaining)
+        if not readable:
+            continue
+        chunk = os.read(read_fd, 65536)
+        if not chunk:
+            break
+        buf += chunk
+    try:
+        ready = json.loads(buf.split(b"\n", 1)[0].decode("utf-8", "replace"))
+    except ValueError:
+        return None, False
+    return (ready if isinstance(ready, dict) and ready.get("ready") is True else None), False
+
+
+def _start_failure(process, command, log_path, timed_out):
+    """The exception for a watchdog that did not start watching (it is stopped by then)."""
+    if timed_out and process.poll() is None:
+        process.kill()
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    try:
+        with open(log_path, "r", errors="replace") as f:
+            log = f.read().strip()
+    except OSError:
+        log = ""
+    errors = [line.split("error: ", 1)[1] for line in log.splitlines() if line.startswith("watchdog: error: ")]
+    cmd = " ".join(command)
+    if timed_out:
+        return RuntimeError(
+            "the watchdog did not say it was watching within %g s; it was stopped. Command: %s; log:\n%s"
+            % (_READY_TIMEOUT_S, cmd, log)
+        )
+    if process.returncode == 2:
+        # The binary's usage errors name the flag or value and what it expected.
+        return ValueError("the watchdog refused its arguments: %s (command: %s)" % ("; ".join(errors) or log, cmd))
+    return RuntimeError(
+        "the watchdog exited with status %s before watching: %s (command: %s)"
+        % (process.returncode, "; ".join(errors) or log or "no output", cmd)
+    )
+
+
+def attach(watchdog="watchdog", args=(), request_file=None, sig=None, **options):
     """Start ``watchdog --pid <this process>`` in the background (for notebooks) and install the handler.
 
-    The binary is ``watchdog`` if it is a path, else ``$WATCHDOG_BIN``, else found on PATH.
-    Its output goes to ``watchdog.log`` in a new temp directory (``handle.log_path``); it runs
-    in its own session so the kernel's interrupt (SIGINT) does not reach it, and it exits by
-    itself when this process exits. Sets ``WATCHDOG_SIGNAL``, ``WATCHDOG_REQUEST_FILE`` and
-    ``WATCHDOG_PID`` in ``os.environ`` and calls :func:`install`. Raises RuntimeError with
-    the log when the watchdog exits at once (a bad argument, for example).
+    Options are keywords named after the binary's flags, e.g.
+    ``attach(mem_limit="12GiB", lead="60s")``: ``lead``, ``interval``, ``max_runtime`` and
+    ``record_window`` (seconds as a number, a ``timedelta`` or a string such as ``"1h30m"``),
+    ``mem_limit`` (bytes or ``"12GiB"``), ``deadline``, ``disk`` (one path or a list),
+    ``events``, ``record``, ``on_alert``, ``gpu``, ``floor``, ``config``, ``dry_run`` and
+    ``notify``; any other flag goes in ``args``. ``sig`` is the checkpoint signal (default
+    ``$WATCHDOG_SIGNAL``, else SIGUSR1); ``request_file`` defaults to one in a new temporary
+    directory ``training-watchdog-*``, which also holds the watchdog's log.
+
+    The binary: ``watchdog`` if it is a path, else ``$WATCHDOG_BIN``, else ``watchdog`` beside
+    ``sys.executable`` (where ``pip install training-watchdog`` puts it: found even when the
+    kernel did not activate its virtual environment), else on PATH.
+
+    Returns as soon as the watchdog says it is watching (its ``--ready-fd`` line). Everything
+    is checked first; on any failure nothing is left changed (no variable, handler, file or
+    process) and the error says what was wrong: ValueError for a bad value (the binary's own
+    message when it refuses one, naming the flag), TypeError for a value of the wrong type,
+    FileNotFoundError when there is no binary, RuntimeError otherwise.
+
+    Idempotent: calling it again with the same arguments while that watchdog runs returns the
+    same handle (re-installing the handler if something replaced it); with other arguments it
+    replaces it cleanly: the new watchdog is started, and once it is watching the old one is
+    stopped (as by ``stop()``). There is never more than one.
+
+    The watchdog runs in its own session (the kernel's interrupt does not reach it) and exits
+    by itself when this process exits; at interpreter exit it is stopped and its temporary
+    directory removed. Sets ``WATCHDOG_SIGNAL``, ``WATCHDOG_REQUEST_FILE`` and
+    ``WATCHDOG_PID`` in ``os.environ`` and calls :func:`install`; ``stop()`` puts them back.
+    While attached, the first :func:`checkpoint_requested` that sees a new request shows it
+    (an IPython display in a notebook, else a :class:`CheckpointRequestWarning`).
     """
-    binary = _find_watchdog(watchdog)
-    signum = _resolve_signal(sig)
-    signame = _signal_name(signum)
-    if signame in _CRASH_SIGNALS:
-        # The binary refuses these too; refuse before a handler replaces faulthandler's.
-        raise ValueError(
-            "%s cannot be the checkpoint signal: it is a crash signal (faulthandler and C runtimes "
-            "end the process on it); expected e.g. SIGUSR1, SIGUSR2 or SIGRTMIN+2" % signame
-        )
-    workdir = tempfile.mkdtemp(prefix="training-watchdog-")
-    if request_file is None:
-        request_file = os.path.join(workdir, "request.json")
-    request_file = os.path.abspath(request_file)
-    for stale in (request_file, _ack_path(request_file)):
-        try:
-            os.unlink(stale)
-        except FileNotFoundError:
-            pass
-    log_path = os.path.join(workdir, "watchdog.log")
-    pid = os.getpid()
-    command = [binary, "--pid", str(pid), "--request-file", request_file, "--signal", signame]
-    command += [str(a) for a in args]
-
-    os.environ["WATCHDOG_SIGNAL"] = signame
-    os.environ["WATCHDOG_REQUEST_FILE"] = request_file
-    install(signum)
-
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            close_fds=True,
-        )
-    os.environ["WATCHDOG_PID"] = str(process.pid)  # the watchdog's PID, as `watchdog run` sets it
-    handle = WatchdogHandle(process, log_path, request_file, command)
-    deadline = time.monotonic() + 0.5
-    while time.monotonic() < deadline and process.poll() is None:
-        time.sleep(0.02)
-    if process.poll() is not None:
+    global _attached
+    plan = _Plan(watchdog, args, request_file, sig, options)
+    if threading.current_thread() is not threading.main_thread():
         raise RuntimeError(
-            "watchdog exited at once with status %s; command: %s; log (%s):\n%s"
-            % (process.returncode, " ".join(command), log_path, handle.log().strip())
+            "training_watchdog.attach() must be called from the main thread: "
+            "Python only lets the main thread install signal handlers"
         )
+    current = _attached
+    if current is not None and current.running and current._key == plan.key:
+        install(plan.signum)
+        return current
+
+    restore = _Restore()
+    restore.note(plan.signum)
+    workdir = process = read_fd = write_fd = None
+    try:
+        install(plan.signum)
+        workdir = tempfile.mkdtemp(prefix="training-watchdog-")
+        request_path = plan.request_file or os.path.join(workdir, "request.json")
+        read_fd, write_fd = os.pipe()
+        command = [plan.binary, "--pid", str(os.getpid()), "--request-file", request_path,
+                   "--signal", plan.signame, "--ready-fd", str(write_fd)] + plan.argv
+        with open(os.path.join(workdir, "watchdog.log"), "wb") as log:
+            process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+                pass_fds=(write_fd,),
+            )
+        os.close(write_fd)
+        write_fd = None
+        ready, timed_out = _wait_ready(read_fd, _READY_TIMEOUT_S)
+        if ready is None:
+            raise _start_failure(process, command, os.path.join(workdir, "watchdog.log"), timed_out)
+    except BaseException:
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait()
+        if workdir is not None:
+            shutil.rmtree(workdir, ignore_errors=True)
+        restore.restore()
+        raise
+    finally:
+        for fd in (read_fd, write_fd):
+            if fd is not None:
+                os.close(fd)
+
+    os.environ["WATCHDOG_SIGNAL"] = plan.signame
+    os.environ["WATCHDOG_REQUEST_FILE"] = request_path
+    os.environ["WATCHDOG_PID"] = str(process.pid)  # the watchdog's PID, as `watchdog run` sets it
+    handle = WatchdogHandle(process, workdir, request_path, command, ready, plan.key, restore)
+    if current is not None:
+        # Replaced: stop the old one without putting back what it changed; the new one
+        # restores the state from before the first attach() when it stops.
+        current._result = current._result or current._shutdown(5.0)
+        handle._restore = restore.under(current._restore)
+    _attached = handle
+    _register_atexit()
     return handle
 
 
+def attached():
+    """The handle of the watchdog :func:`attach` started and nobody stopped yet, or None."""
+    return _attached
+
+
+def _register_atexit():
+    global _atexit_registered
+    if not _atexit_registered:
+        import atexit
+
+        atexit.register(_stop_at_exit)
+        _atexit_registered = True
+
+
+def _stop_at_exit():
+    handle = _attached
+    if handle is not None:
+        try:
+            handle.stop(timeout=2.0)
+        except Exception:
+            pass
+
+
+def _format_amount(value, unit):
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return "?"
+    if unit == "bytes":
+        for name, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+            if value >= scale:
+                return "%.1f %s" % (value / scale, name)
+        return "%d B" % value
+    if unit == "millis":
+        return _format_seconds(value / 1000.0)
+    return "%d" % value
+
+
+def _format_seconds(s):
+    if s >= 3600:
+        return "%dh%02dm" % (s // 3600, (s % 3600) // 60)
+    if s >= 60:
+        return "%dm%02ds" % (s // 60, s % 60)
+    return "%.1f s" % s
+
+
+def _alert_text(req):
+    """One sentence for a person: what runs out, how much is used, how long is left."""
+    unit = req.get("unit")
+    used, limit = _format_amount(req.get("used"), unit), _format_amount(req.get("limit"), unit)
+    left = _number(req, "predicted_s")
+    when = "about %s left" % _format_seconds(max(left, 0.0)) if left is not None else "headroom below the floor"
+    return (
+        "watchdog: %s is running out: %s of %s used, %s (request %s). Save a checkpoint, then call "
+        "training_watchdog.acknowledge(); the handle's report() draws the recording."
+        % (req.get("resource", "a resource"), used, limit, when, req.get("seq", "?"))
+    )
+
+
+def _announce(req):
+    """Shows a new request once, while a watchdog is attached (never raises into the loop)."""
+    global _shown
+    key = (_number(req, "seq"), _number(req, "time_unix"))
+    if _attached is None or key == _shown:
+        return
+    _shown = key
+    text = _alert_text(req)
+    try:
+        shell = _ipython()
+        if shell is not None:
+            import html
+
+            from IPython.display import display
+
+            box = (
+                '<div style="border-left:4px solid #c0392b;background:#fdecea;padding:6px 10px">'
+                "&#9888; %s</div>" % html.escape(text)
+            )
+            display({"text/plain": text, "text/html": box}, raw=True)
+            return
+    except Exception:
+        pass
+    import warnings
+
+    warnings.warn(text, CheckpointRequestWarning, stacklevel=3)
+
+
 def _reset():
-    """Forget all state (for tests)."""
-    global _flag, _handling, _acked
+    """Forget all state (for tests); stops an attached watchdog."""
+    global _flag, _handling, _acked, _shown
+    if _attached is not None:
+        _attached.stop()
     _flag = False
     _handling = None
     _acked = None
+    _shown = None
     _previous.clear()
     _cache.clear()

@@ -19,6 +19,11 @@ pub struct Cli {
     #[arg(long, value_name = "PID", value_parser = parse_pid)]
     pub pid: Option<u32>,
 
+    /// Once watching has begun, write one JSON line to this inherited descriptor and
+    /// close it (for programs that start the watchdog in the background).
+    #[arg(long, value_name = "FD", value_parser = crate::ready::parse_fd, global = true)]
+    pub ready_fd: Option<i32>,
+
     #[command(flatten)]
     pub options: WatchOptions,
 

@@ -10,6 +10,7 @@ mod logging;
 mod outputs;
 #[cfg(test)]
 mod prop_tests;
+mod ready;
 mod recorder;
 mod replay;
 mod target;
@@ -60,6 +61,10 @@ pub enum Failure {
 }
 
 fn run(cli: Cli) -> Result<ExitCode, Failure> {
+    // Before any file is opened, so the number cannot name one of ours.
+    if let Some(fd) = cli.ready_fd {
+        ready::take(fd).map_err(Failure::Usage)?;
+    }
     match cli.command {
         Some(Command::Replay {
             trace,

@@ -340,6 +340,11 @@ impl Watch {
                 reason: reason.clone(),
             });
         }
+        crate::ready::notify(
+            self.target.pid,
+            &self.request_file,
+            self.record_path.as_deref(),
+        );
     }
 
     /// Runs until the target exits; returns how it ended.
