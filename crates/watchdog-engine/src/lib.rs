@@ -1,4 +1,642 @@
-//! The watch engine: everything that decides, for one target, as a pure step
-//! function. Samples and the clock go in; actions come out (write the request file,
-//! signal, run the hook, notify, emit an event, flush the recording). No I/O.
+//! The watch engine: everything that decides, for one target, as a pure step function in
+//! earlyoom's style. Samples and the clock go in; [`Action`]s come out (write the request
+//! file and signal, run the hook, notify, emit an event, log, flush the recording). It
+//! owns each resource's predictor, the choice among resources, episodes and re-arming,
+//! the lead raised from acknowledgments, peaks, the summary and the verdict. No I/O: the
+//! binary reads the sources, carries out the actions and reports back what happened
+//! ([`Engine::alerted`]), so a live watch, `replay` and the service run the same code.
+//!
+//! One tick, as the binary drives it:
+//!
+//! 1. [`Engine::observe`] for every sample of the tick (limit changes, re-arms and
+//!    alert decisions; alerts wait until the tick is complete);
+//! 2. [`Engine::decide`]: the most urgent of this tick's alerts, if any, as an
+//!    [`AlertPlan`] (one request and one signal per tick, however many resources);
+//! 3. the binary writes the request file and signals the tree, then calls
+//!    [`Engine::alerted`] with what it did, which returns the events, log lines, hook,
+//!    notification and recording flush that follow;
+//! 4. [`Engine::acknowledged`] when the run acknowledges a request.
 #![deny(missing_docs)]
+
+pub mod text;
+pub mod verdict;
+
+use watchdog_predictor::{Decision, PredictorConfig, ResourcePredictor};
+use watchdog_types::units::format_duration_s;
+use watchdog_types::{AlertReason, EventBody, Forecast, Resource, ResourceKind, Sample, Unit};
+
+use text::{alert_sentence, format_amount};
+use verdict::{ExitFacts, ResourceEnd, Verdict};
+
+/// How the target ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetExit {
+    /// Exited with this status code.
+    Code(i32),
+    /// Killed by this signal.
+    Signal(i32),
+    /// Gone, but not our child, so its status is not ours to read.
+    Unknown,
+}
+
+impl TargetExit {
+    /// The status `watchdog run` exits with: the code, or 128+N for signal N.
+    pub fn shell_status(self) -> u8 {
+        match self {
+            TargetExit::Code(c) => (c & 0xff) as u8,
+            TargetExit::Signal(s) => (128 + s).clamp(0, 255) as u8,
+            TargetExit::Unknown => 0,
+        }
+    }
+
+    /// `(code, signal)` as the `exit` event writes them.
+    pub fn code_and_signal(self) -> (Option<i32>, Option<i32>) {
+        match self {
+            TargetExit::Code(c) => (Some(c), None),
+            TargetExit::Signal(s) => (None, Some(s)),
+            TargetExit::Unknown => (None, None),
+        }
+    }
+}
+
+/// The settings the engine decides with (the binary's flags and config, resolved).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineSettings {
+    /// Alert this many seconds before a resource runs out.
+    pub lead_s: f64,
+    /// Sampling interval, seconds.
+    pub interval_s: f64,
+    /// Alert whatever the trend when headroom is below this percentage of the limit.
+    pub floor_percent: f64,
+    /// The checkpoint signal (for messages and the verdict).
+    pub signal: i32,
+    /// Predict and log, but send and write nothing.
+    pub dry_run: bool,
+    /// Whether an `--on-alert` hook is configured.
+    pub hook: bool,
+}
+
+impl EngineSettings {
+    /// The predictor configuration these settings give.
+    pub fn predictor(&self) -> PredictorConfig {
+        PredictorConfig {
+            lead_s: self.lead_s,
+            interval_s: self.interval_s,
+            floor_percent: self.floor_percent,
+        }
+    }
+}
+
+/// What the closing summary says besides what the engine knows.
+#[derive(Debug, Clone, Copy)]
+pub struct Ending<'a> {
+    /// How the target ended.
+    pub exit: TargetExit,
+    /// Why.
+    pub verdict: &'a Verdict,
+    /// The target's PID.
+    pub pid: u32,
+    /// Its name.
+    pub name: &'a str,
+    /// How long the watch lasted, seconds.
+    pub elapsed_s: f64,
+    /// Said right after the duration (the processes the run left behind).
+    pub after_duration: &'a str,
+    /// Said at the end (the sampling figures, where the recording is).
+    pub tail: &'a str,
+}
+
+/// How important a log line is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    /// Normal operation.
+    Info,
+    /// Something the user should look at.
+    Warn,
+}
+
+/// What the binary is to do, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Log a line.
+    Log(Level, String),
+    /// Append this event to the events file and the recording.
+    Emit(EventBody),
+    /// Run the `--on-alert` hook for the request just made.
+    RunHook,
+    /// Show a desktop notification.
+    Notify {
+        /// Its title.
+        title: String,
+        /// Its text.
+        body: String,
+    },
+    /// Write the flight recording now (in the background), for this reason.
+    FlushRecording(&'static str),
+}
+
+/// One checkpoint request: what ran out, as the request file says it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    /// Sequence number, from 1.
+    pub seq: u64,
+    /// The resource's name.
+    pub resource: String,
+    /// Its kind.
+    pub kind: ResourceKind,
+    /// Why it alerted.
+    pub reason: AlertReason,
+    /// Usage when it alerted.
+    pub used: u64,
+    /// The limit.
+    pub limit: u64,
+    /// Predicted seconds left, when there is a forecast.
+    pub predicted_s: Option<f64>,
+}
+
+/// This tick's alerts, the most urgent first, and the request to make for it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlertPlan {
+    /// The request file's content.
+    pub request: Request,
+    alerts: Vec<Pending>,
+}
+
+/// What the binary did about an [`AlertPlan`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Delivery {
+    /// The request file written, if it was.
+    pub request_file: Option<String>,
+    /// The PIDs that were sent the signal.
+    pub signalled: Vec<u32>,
+    /// Whether the target itself was among them.
+    pub target_signalled: bool,
+}
+
+/// An alert decided this tick.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Pending {
+    id: usize,
+    sample: Sample,
+    forecast: Forecast,
+    reason: AlertReason,
+}
+
+/// What the engine knows about one resource.
+#[derive(Debug, Clone)]
+struct ResourceState {
+    resource: Resource,
+    predictor: ResourcePredictor,
+    last: Option<Sample>,
+    forecast: Forecast,
+    peak: u64,
+    peak_limit: u64,
+}
+
+/// One alert sent, for the summary.
+#[derive(Debug, Clone, PartialEq)]
+struct AlertRecord {
+    resource: String,
+    t_s: f64,
+    signalled: usize,
+}
+
+/// The decisions for one target.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    settings: EngineSettings,
+    states: Vec<ResourceState>,
+    pending: Vec<Pending>,
+    alerts: Vec<AlertRecord>,
+    seq: u64,
+    lead_s: f64,
+    last_alert_unix: Option<f64>,
+    signalled_target: Option<i32>,
+}
+
+impl Engine {
+    /// An engine for these resources (indexed by their [`watchdog_types::ResourceId`]).
+    pub fn new(resources: &[Resource], settings: EngineSettings) -> Engine {
+        let config = settings.predictor();
+        let states = resources
+            .iter()
+            .map(|r| ResourceState {
+                resource: r.clone(),
+                predictor: ResourcePredictor::new(r.kind, config.clone()),
+                last: None,
+                forecast: Forecast::default(),
+                peak: 0,
+                peak_limit: 0,
+            })
+            .collect();
+        Engine {
+            lead_s: settings.lead_s,
+            settings,
+            states,
+            pending: Vec::new(),
+            alerts: Vec::new(),
+            seq: 0,
+            last_alert_unix: None,
+            signalled_target: None,
+        }
+    }
+
+    /// The settings in force.
+    pub fn settings(&self) -> &EngineSettings {
+        &self.settings
+    }
+
+    /// The lead in force (raised by slow checkpoints), seconds.
+    pub fn lead_s(&self) -> f64 {
+        self.lead_s
+    }
+
+    /// How many alerts were sent.
+    pub fn alerts_sent(&self) -> usize {
+        self.alerts.len()
+    }
+
+    /// Takes one sample: announces a new or changed limit, runs the predictor, and
+    /// queues an alert for [`decide`](Self::decide).
+    pub fn observe(&mut self, s: &Sample, out: &mut Vec<Action>) {
+        let Some(st) = self.states.get_mut(s.resource.0 as usize) else {
+            return;
+        };
+        if s.used >= st.peak {
+            st.peak = s.used;
+            st.peak_limit = s.limit;
+        }
+        let previous = st.last.replace(*s);
+        if previous.map(|p| p.limit) != Some(s.limit) {
+            announce_limit(&st.resource, s.limit, previous.is_none(), out);
+        }
+        if !s.is_limited() {
+            return;
+        }
+        let obs = st.predictor.observe(s.t_ns as f64 / 1e9, s.used, s.limit);
+        st.forecast = obs.forecast;
+        match obs.decision {
+            Decision::Quiet => {}
+            Decision::Alert(reason) => self.pending.push(Pending {
+                id: s.resource.0 as usize,
+                sample: *s,
+                forecast: obs.forecast,
+                reason,
+            }),
+            Decision::Rearm => {
+                let name = st.resource.name.clone();
+                out.push(Action::Log(
+                    Level::Info,
+                    format!("{name} is back to normal; the next crossing alerts again"),
+                ));
+                out.push(Action::Emit(EventBody::Rearm { resource: name }));
+            }
+        }
+    }
+
+    /// This tick's alerts as one plan, the most urgent (fewest seconds left) first; `None`
+    /// when nothing alerted. The request's sequence number is taken now.
+    pub fn decide(&mut self) -> Option<AlertPlan> {
+        if self.pending.is_empty() {
+            return None;
+        }
+        let mut alerts = std::mem::take(&mut self.pending);
+        alerts.sort_by(|a, b| {
+            let left = |p: &Pending| p.forecast.seconds_left.unwrap_or(0.0);
+            left(a).total_cmp(&left(b))
+        });
+        let first = alerts.first()?;
+        let st = self.states.get(first.id)?;
+        self.seq += 1;
+        let request = Request {
+            seq: self.seq,
+            resource: st.resource.name.clone(),
+            kind: st.resource.kind,
+            reason: first.reason,
+            used: first.sample.used,
+            limit: first.sample.limit,
+            predicted_s: first.forecast.seconds_left,
+        };
+        Some(AlertPlan { request, alerts })
+    }
+
+    /// Drops this tick's alerts unacted (the target is gone).
+    pub fn discard_pending(&mut self) {
+        self.pending.clear();
+    }
+
+    /// Records what was done about a plan at `now_unix` (seconds since the epoch) and
+    /// returns what follows: the hook, the notification, one log line and one event per
+    /// alert, and a flush of the recording.
+    pub fn alerted(&mut self, plan: AlertPlan, delivery: &Delivery, now_unix: f64) -> Vec<Action> {
+        let mut out = Vec::new();
+        let dry_run = self.settings.dry_run;
+        let signal = self.settings.signal;
+        if delivery.target_signalled {
+            self.signalled_target = Some(signal);
+        }
+        if !dry_run && self.settings.hook {
+            out.push(Action::RunHook);
+        }
+        if let Some(first) = plan.alerts.first()
+            && let Some(st) = self.states.get(first.id)
+        {
+            out.push(Action::Notify {
+                title: format!("watchdog: {} running out", st.resource.name),
+                body: alert_sentence(&st.resource, &first.sample, first.forecast, first.reason),
+            });
+        }
+        self.last_alert_unix = Some(now_unix);
+        let sent = if dry_run {
+            "nothing sent".to_string()
+        } else if delivery.signalled.is_empty() {
+            "no process signalled".to_string()
+        } else {
+            format!(
+                "sent {} to PID {}",
+                watchdog_types::units::signal_name(signal),
+                join_pids(&delivery.signalled)
+            )
+        };
+        for p in &plan.alerts {
+            let Some(st) = self.states.get(p.id) else {
+                continue;
+            };
+            out.push(Action::Log(
+                Level::Warn,
+                format!(
+                    "ALERT {}{}; {sent}",
+                    alert_sentence(&st.resource, &p.sample, p.forecast, p.reason),
+                    if dry_run { " (dry run)" } else { "" },
+                ),
+            ));
+            self.alerts.push(AlertRecord {
+                resource: st.resource.name.clone(),
+                t_s: p.sample.t_ns as f64 / 1e9,
+                signalled: delivery.signalled.len(),
+            });
+            out.push(Action::Emit(EventBody::Alert {
+                resource: st.resource.name.clone(),
+                reason: p.reason,
+                used: p.sample.used,
+                limit: p.sample.limit,
+                unit: st.resource.kind.unit(),
+                predicted_s: p.forecast.seconds_left,
+                rate_per_s: p.forecast.rate_per_s,
+                signalled: delivery.signalled.clone(),
+                signal: (!delivery.signalled.is_empty())
+                    .then(|| watchdog_types::units::signal_name(signal)),
+                request_file: delivery.request_file.clone(),
+                dry_run,
+            }));
+        }
+        out.push(Action::FlushRecording("alert"));
+        out
+    }
+
+    /// The run acknowledged request `seq` at `ack_unix`: the episodes learn it, the time
+    /// since the alert is the checkpoint's duration, and the lead rises if saving takes
+    /// longer than the lead allows (the predictors own that rule).
+    pub fn acknowledged(&mut self, seq: u64, ack_unix: f64) -> Vec<Action> {
+        let mut out = Vec::new();
+        for st in &mut self.states {
+            st.predictor.note_acknowledged();
+        }
+        let checkpoint_s = self
+            .last_alert_unix
+            .map(|alert| ack_unix - alert)
+            .filter(|d| d.is_finite() && *d >= 0.0);
+        if let Some(d) = checkpoint_s {
+            for st in &mut self.states {
+                st.predictor.note_checkpoint_duration(d);
+            }
+            let needed = self
+                .states
+                .iter()
+                .map(|st| st.predictor.effective_lead())
+                .fold(self.settings.lead_s, f64::max);
+            if needed > self.lead_s {
+                self.lead_s = needed;
+                out.push(Action::Log(
+                    Level::Info,
+                    format!(
+                        "checkpoint took {}: lead raised to {}",
+                        format_duration_s(d),
+                        format_duration_s(needed)
+                    ),
+                ));
+            }
+        }
+        out.push(Action::Log(
+            Level::Info,
+            format!(
+                "checkpoint acknowledged (request {seq}){}",
+                checkpoint_s
+                    .map(|d| format!(", saved in {}", format_duration_s(d)))
+                    .unwrap_or_default()
+            ),
+        ));
+        out.push(Action::Emit(EventBody::Ack {
+            checkpoint_s,
+            lead_s: self.lead_s,
+        }));
+        out
+    }
+
+    /// The live status: every limited resource as `name used% [+rate/s] [time left]`, the
+    /// most urgent first, so what matters survives a narrow terminal.
+    pub fn status_line(&self) -> String {
+        let mut rows: Vec<(f64, f64, String)> = Vec::new();
+        for st in &self.states {
+            let Some(s) = st.last else { continue };
+            if !s.is_limited() {
+                continue;
+            }
+            let unit = st.resource.kind.unit();
+            let fraction = s.used as f64 / s.limit as f64;
+            let mut part = format!("{} {:.0}%", st.resource.name, fraction * 100.0);
+            if st.forecast.rate_per_s >= 1.0 && unit != Unit::Millis {
+                part.push_str(&format!(
+                    " +{}/s",
+                    format_amount(st.forecast.rate_per_s as u64, unit)
+                ));
+            }
+            let left = st.forecast.seconds_left.unwrap_or(f64::INFINITY);
+            if left.is_finite() {
+                part.push_str(&format!(" {} left", format_duration_s(left)));
+            }
+            rows.push((left, -fraction, part));
+        }
+        rows.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
+        rows.into_iter()
+            .map(|r| r.2)
+            .collect::<Vec<_>>()
+            .join(" | ")
+    }
+
+    /// Each sampled resource's last figures at `now_s`, for the verdict; `recent_peak`
+    /// gives the highest usage of resource `i` shortly before the exit, when known.
+    pub fn resource_ends(
+        &self,
+        now_s: f64,
+        recent_peak: impl Fn(usize) -> Option<u64>,
+    ) -> Vec<ResourceEnd> {
+        self.states
+            .iter()
+            .enumerate()
+            .filter_map(|(i, st)| {
+                let last = st.last?;
+                Some(ResourceEnd {
+                    name: st.resource.name.clone(),
+                    kind: st.resource.kind,
+                    recent_peak: recent_peak(i).unwrap_or(last.used).max(last.used),
+                    last_used: last.used,
+                    limit: last.limit,
+                    age_s: (now_s - last.t_ns as f64 / 1e9).max(0.0),
+                })
+            })
+            .collect()
+    }
+
+    /// Why the run ended, from what the binary found out at the end and what the engine
+    /// saw (its resources' last figures, the signal it had sent the target).
+    pub fn verdict(&self, mut facts: ExitFacts) -> Verdict {
+        facts.sent_signal = self.signalled_target;
+        verdict::diagnose(&facts)
+    }
+
+    /// The closing summary sentence and the `exit` event.
+    pub fn closing(&self, end: &Ending<'_>) -> (String, EventBody) {
+        let Ending {
+            exit,
+            verdict,
+            pid,
+            name,
+            elapsed_s,
+            after_duration,
+            tail,
+        } = *end;
+        let (peaks, peak_text) = self.peaks();
+        let evidence =
+            if verdict.evidence.is_empty() || verdict.kind == verdict::VerdictKind::Exited {
+                String::new()
+            } else {
+                format!(" Evidence: {}.", verdict.evidence.join("; "))
+            };
+        let alerts = if self.alerts.is_empty() {
+            "No alerts were sent.".to_string()
+        } else {
+            let list: Vec<String> = self
+                .alerts
+                .iter()
+                .map(|a| {
+                    format!(
+                        "{} at +{} ({} signalled)",
+                        a.resource,
+                        format_duration_s(a.t_s),
+                        a.signalled
+                    )
+                })
+                .collect();
+            format!("{} alert(s): {}.", self.alerts.len(), list.join(", "))
+        };
+        let text = format!(
+            "watchdog: PID {pid} ({name}) {}, after {}.{after_duration}{evidence} Peak usage: {}. {alerts}{tail}",
+            verdict.summary,
+            format_duration_s(elapsed_s),
+            if peak_text.is_empty() {
+                "nothing sampled".to_string()
+            } else {
+                peak_text.join(", ")
+            },
+        );
+        let (code, signal) = exit.code_and_signal();
+        let event = EventBody::Exit {
+            code,
+            signal,
+            peaks,
+            alerts: self.alerts.len() as u32,
+            verdict: Some(verdict.kind.name().to_string()),
+            summary: Some(verdict.summary.clone()),
+            evidence: verdict.evidence.clone(),
+        };
+        (text, event)
+    }
+
+    /// Every sampled resource's peak: as the `exit` event's map, and as text.
+    fn peaks(&self) -> (serde_json::Map<String, serde_json::Value>, Vec<String>) {
+        let mut peaks = serde_json::Map::new();
+        let mut text = Vec::new();
+        for st in &self.states {
+            if st.last.is_none() {
+                continue;
+            }
+            let unit = st.resource.kind.unit();
+            let mut entry = serde_json::Map::new();
+            entry.insert("used".into(), st.peak.into());
+            if st.peak_limit != u64::MAX {
+                entry.insert("limit".into(), st.peak_limit.into());
+            }
+            entry.insert(
+                "unit".into(),
+                serde_json::to_value(unit).unwrap_or_default(),
+            );
+            peaks.insert(st.resource.name.clone(), entry.into());
+            if st.peak_limit != u64::MAX && st.peak_limit > 0 {
+                text.push(format!(
+                    "{} {} of {} ({:.0}%)",
+                    st.resource.name,
+                    format_amount(st.peak, unit),
+                    format_amount(st.peak_limit, unit),
+                    st.peak as f64 * 100.0 / st.peak_limit as f64
+                ));
+            } else {
+                text.push(format!(
+                    "{} {}",
+                    st.resource.name,
+                    format_amount(st.peak, unit)
+                ));
+            }
+        }
+        (peaks, text)
+    }
+}
+
+/// Logs and records a resource's limit when first seen and whenever it changes (`limit:
+/// null` in the event for a resource with no limit).
+fn announce_limit(resource: &Resource, limit: u64, first: bool, out: &mut Vec<Action>) {
+    let unit = resource.kind.unit();
+    let verb = if first {
+        "watching"
+    } else {
+        "limit changed for"
+    };
+    let line = if limit == u64::MAX {
+        format!("{verb} {}: no limit ({})", resource.name, resource.source)
+    } else {
+        format!(
+            "{verb} {}: limit {} ({})",
+            resource.name,
+            format_amount(limit, unit),
+            resource.source
+        )
+    };
+    out.push(Action::Log(Level::Info, line));
+    out.push(Action::Emit(EventBody::Limit {
+        resource: resource.name.clone(),
+        kind: resource.kind,
+        limit: (limit != u64::MAX).then_some(limit),
+        unit,
+        source: resource.source.clone(),
+    }));
+}
+
+fn join_pids(pids: &[u32]) -> String {
+    pids.iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests;

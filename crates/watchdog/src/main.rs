@@ -14,7 +14,6 @@ mod ready;
 mod recorder;
 mod replay;
 mod target;
-mod verdict;
 mod watch;
 
 use std::process::ExitCode;

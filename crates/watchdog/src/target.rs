@@ -9,27 +9,7 @@ use watchdog_alerter::pidfd::PidFd;
 
 use crate::Failure;
 
-/// How the target ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TargetExit {
-    /// Exited with this status code.
-    Code(i32),
-    /// Killed by this signal.
-    Signal(i32),
-    /// Gone, but not our child, so its status is not ours to read.
-    Unknown,
-}
-
-impl TargetExit {
-    /// The status `watchdog run` exits with: the code, or 128+N for signal N.
-    pub fn shell_status(self) -> u8 {
-        match self {
-            TargetExit::Code(c) => (c & 0xff) as u8,
-            TargetExit::Signal(s) => (128 + s).clamp(0, 255) as u8,
-            TargetExit::Unknown => 0,
-        }
-    }
-}
+pub use watchdog_engine::TargetExit;
 
 /// The watched process.
 pub struct Target {

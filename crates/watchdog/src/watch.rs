@@ -11,11 +11,12 @@ use std::time::{Duration, Instant, SystemTime};
 
 use watchdog_alerter::events::EventLog;
 use watchdog_alerter::request::{AckWatcher, AlertRequest, serde_name};
-use watchdog_predictor::{Decision, PredictorConfig, ResourcePredictor};
+use watchdog_engine::verdict::{self, ExitFacts};
+use watchdog_engine::{Action, AlertPlan, Delivery, Ending, Engine, EngineSettings, Level};
 use watchdog_sampler::ring::SampleReader;
 use watchdog_sampler::{ResourceTable, Sampler};
-use watchdog_types::units::{format_bytes, format_duration_s, signal_name};
-use watchdog_types::{AlertReason, Event, EventBody, Forecast, Resource, Sample, Unit};
+use watchdog_types::units::{format_duration_s, signal_name};
+use watchdog_types::{Event, EventBody, Sample};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -28,7 +29,6 @@ use crate::logging;
 use crate::outputs::{self, Outputs};
 use crate::recorder::{self, FlightRecorder};
 use crate::target::{self, Target, TargetExit};
-use crate::verdict::{self, ExitFacts, ResourceEnd};
 
 mod actions;
 mod kmsg;
@@ -141,50 +141,20 @@ impl Prepared {
     }
 }
 
-/// What the watchdog knows about one resource.
-struct ResourceState {
-    resource: Resource,
-    predictor: ResourcePredictor,
-    last: Option<Sample>,
-    forecast: Forecast,
-    peak: u64,
-    peak_limit: u64,
-}
-
-/// One alert sent, for the summary.
-struct AlertRecord {
-    resource: String,
-    at: Instant,
-    signalled: usize,
-}
-
-/// An alert decided this tick, acted on after the ring is drained.
-struct PendingAlert {
-    id: usize,
-    sample: Sample,
-    forecast: Forecast,
-    reason: AlertReason,
-}
-
 struct Watch {
     settings: Settings,
     target: Target,
     sampler: Sampler,
     reader: Option<SampleReader>,
-    states: Vec<ResourceState>,
+    engine: Engine,
     events: Option<EventLog>,
     request_file: PathBuf,
     outputs: Outputs,
     ack: AckWatcher,
     actions: actions::Actions,
-    alerts: Vec<AlertRecord>,
-    pending: Vec<PendingAlert>,
-    seq: u64,
     start: Instant,
     ticks: u64,
     late_ticks: u64,
-    lead_s: f64,
-    last_alert_at: Option<SystemTime>,
     recorder: FlightRecorder,
     record_path: Option<PathBuf>,
     record_now: Arc<AtomicBool>,
@@ -200,8 +170,6 @@ struct Watch {
     unforwarded: Option<Arc<AtomicUsize>>,
     hooks: watchdog_alerter::hook::Hooks,
     hook_outcomes: std::sync::mpsc::Receiver<watchdog_alerter::hook::HookOutcome>,
-    /// The checkpoint signal, once it was sent to the target itself (for the verdict).
-    signalled_target: Option<i32>,
 }
 
 impl Watch {
@@ -227,11 +195,17 @@ impl Watch {
         let (hook_tx, hook_outcomes) = std::sync::mpsc::channel();
         hooks.report_to(hook_tx);
         lineage::follow_the_run(sampler.tree_mut(), &hooks, target.is_child());
-        let config = PredictorConfig {
-            lead_s: settings.lead.as_secs_f64(),
-            interval_s: settings.interval.as_secs_f64(),
-            floor_percent: settings.floor_percent,
-        };
+        let engine = Engine::new(
+            table.all(),
+            EngineSettings {
+                lead_s: settings.lead.as_secs_f64(),
+                interval_s: settings.interval.as_secs_f64(),
+                floor_percent: settings.floor_percent,
+                signal: settings.signal,
+                dry_run: settings.dry_run,
+                hook: settings.on_alert.is_some(),
+            },
+        );
         let start_wall = SystemTime::now();
         let recorder = FlightRecorder::new(
             table.all().to_vec(),
@@ -251,37 +225,20 @@ impl Watch {
         let oom_counter = built
             .oom_counter
             .and_then(|mut c| c.read().ok().map(|n| (c, n)));
-        let states = table
-            .all()
-            .iter()
-            .map(|r| ResourceState {
-                resource: r.clone(),
-                predictor: ResourcePredictor::new(r.kind, config.clone()),
-                last: None,
-                forecast: Forecast::default(),
-                peak: 0,
-                peak_limit: 0,
-            })
-            .collect();
         let mut watch = Watch {
             ack: AckWatcher::new(&request_file),
-            lead_s: settings.lead.as_secs_f64(),
             actions: actions::Actions::start(settings.notify && !settings.dry_run, hooks.clone()),
             settings,
             target,
             sampler,
             reader: Some(reader),
-            states,
+            engine,
             events,
             request_file,
             outputs,
-            alerts: Vec::new(),
-            pending: Vec::new(),
-            seq: 0,
             start,
             ticks: 0,
             late_ticks: 0,
-            last_alert_at: None,
             recorder,
             record_path,
             record_now,
@@ -293,7 +250,6 @@ impl Watch {
             unforwarded: None,
             hooks,
             hook_outcomes,
-            signalled_target: None,
         };
         if !watch.settings.dry_run
             && let Err(e) = watchdog_alerter::request::clear_request_files(&watch.request_file)
@@ -362,12 +318,12 @@ impl Watch {
             }
             let now = Instant::now();
             self.tick(now);
-            if !self.alerts.is_empty() && now >= next_ack {
+            if self.engine.alerts_sent() > 0 && now >= next_ack {
                 self.check_ack();
                 next_ack = now + ACK_CHECK_EVERY;
             }
             if show_status && now >= next_status {
-                logging::draw_status(&self.status_line());
+                logging::draw_status(&self.engine.status_line());
                 next_status = now + STATUS_EVERY;
             }
             deadline += interval;
@@ -386,8 +342,8 @@ impl Watch {
         // One last look for the verdict: a full disk stays full after the writer died.
         // Nothing is acted on: the target is gone.
         self.sample(Instant::now());
-        self.pending.clear();
-        if !self.alerts.is_empty() {
+        self.engine.discard_pending();
+        if self.engine.alerts_sent() > 0 {
             // A target that acknowledges and exits at once must still have its ack recorded.
             self.check_ack();
         }
@@ -400,7 +356,7 @@ impl Watch {
     fn stopped(&mut self, sig: i32) -> Ended {
         logging::clear_status();
         self.end_hooks();
-        let alerts = self.alerts.len();
+        let alerts = self.engine.alerts_sent();
         logging::summary(&format!(
             "watchdog: stopped by {} after {}; PID {} ({}) is still running. {alerts} alert(s) sent.{}",
             signal_name(sig),
@@ -453,9 +409,8 @@ impl Watch {
         self.reap_adopted();
         self.record_hook_outcomes();
         self.sample(now);
-        if !self.pending.is_empty() {
-            self.act();
-            self.save_recording_in_background("alert");
+        if let Some(plan) = self.engine.decide() {
+            self.act(plan);
         }
         if self.record_now.swap(false, Ordering::Relaxed) {
             self.save_recording_in_background("SIGUSR2");
@@ -501,192 +456,93 @@ impl Watch {
     }
 
     fn on_sample(&mut self, s: Sample) {
-        let Some(st) = self.states.get_mut(s.resource.0 as usize) else {
-            return;
-        };
-        if s.used >= st.peak {
-            st.peak = s.used;
-            st.peak_limit = s.limit;
-        }
         self.recorder.observe(&s);
-        let previous = st.last.replace(s);
-        if previous.map(|p| p.limit) != Some(s.limit) {
-            let resource = st.resource.clone();
-            self.announce_limit(&resource, s.limit, previous.is_none());
-        }
-        let Some(st) = self.states.get_mut(s.resource.0 as usize) else {
-            return;
-        };
-        if !s.is_limited() {
-            return;
-        }
-        let obs = st.predictor.observe(s.t_ns as f64 / 1e9, s.used, s.limit);
-        st.forecast = obs.forecast;
-        match obs.decision {
-            Decision::Quiet => {}
-            Decision::Alert(reason) => self.pending.push(PendingAlert {
-                id: s.resource.0 as usize,
-                sample: s,
-                forecast: obs.forecast,
-                reason,
-            }),
-            Decision::Rearm => {
-                let name = st.resource.name.clone();
-                tracing::info!("{name} is back to normal; the next crossing alerts again");
-                self.emit(EventBody::Rearm { resource: name });
+        let mut actions = Vec::new();
+        self.engine.observe(&s, &mut actions);
+        self.perform(actions, None);
+    }
+
+    /// Carries out what the engine decided; `request` is the request just made (for the
+    /// hook) and where it was written.
+    fn perform(&mut self, actions: Vec<Action>, request: Option<(&AlertRequest, Option<&str>)>) {
+        for action in actions {
+            match action {
+                Action::Log(Level::Info, line) => tracing::info!("{line}"),
+                Action::Log(Level::Warn, line) => tracing::warn!("{line}"),
+                Action::Emit(body) => self.emit(body),
+                Action::RunHook => {
+                    if let (Some(cmd), Some((req, written))) = (&self.settings.on_alert, request) {
+                        self.actions.hook(
+                            cmd.clone(),
+                            watchdog_alerter::hook::hook_env(req, written.map(Path::new)),
+                        );
+                    }
+                }
+                Action::Notify { title, body } => self.actions.notify(title, body),
+                Action::FlushRecording(why) => self.save_recording_in_background(why),
             }
         }
     }
 
-    /// Logs and records a resource's limit when first seen and whenever it changes
-    /// (`limit: null` in the event for a resource with no limit).
-    fn announce_limit(&mut self, resource: &Resource, limit: u64, first: bool) {
-        let unit = resource.kind.unit();
-        let verb = if first {
-            "watching"
-        } else {
-            "limit changed for"
-        };
-        if limit == u64::MAX {
-            tracing::info!("{verb} {}: no limit ({})", resource.name, resource.source);
-        } else {
-            tracing::info!(
-                "{verb} {}: limit {} ({})",
-                resource.name,
-                format_amount(limit, unit),
-                resource.source
-            );
-        }
-        self.emit(EventBody::Limit {
-            resource: resource.name.clone(),
-            kind: resource.kind,
-            limit: (limit != u64::MAX).then_some(limit),
-            unit,
-            source: resource.source.clone(),
-        });
-    }
-
-    /// Acts on this tick's alerts: one request file and one signal for the most urgent,
-    /// one event and one log line for each.
-    fn act(&mut self) {
-        let mut pending = std::mem::take(&mut self.pending);
-        pending.sort_by(|a, b| {
-            let left = |p: &PendingAlert| p.forecast.seconds_left.unwrap_or(0.0);
-            left(a).total_cmp(&left(b))
-        });
-        let tree: Vec<u32> = self.sampler.tree_pids().to_vec();
-        let dry_run = self.settings.dry_run;
-        let signal = self.settings.signal;
-        let mut signalled: Vec<u32> = Vec::new();
-        let mut request_written = None;
-        if let Some(first) = pending.first() {
-            self.seq += 1;
-            let request = self.request_for(first);
-            if dry_run {
-                tracing::info!(
-                    "dry run: would write {} and signal the tree",
-                    self.request_file.display()
-                );
-            } else {
-                match watchdog_alerter::request::write_request_file(&self.request_file, &request) {
-                    Ok(()) => {
-                        outputs::write_ok("request_file");
-                        request_written = Some(self.request_file.display().to_string());
-                    }
-                    Err(e) => {
-                        outputs::write_failed("request_file", &self.request_file, &e.to_string())
-                    }
-                }
-                let roots = self.roots();
-                let report = watchdog_alerter::signal::signal_tree_with_roots(
-                    Path::new("/proc"),
-                    &tree,
-                    &self.target.pidfd,
-                    &roots,
-                    signal,
-                );
-                for (pid, why) in &report.failed {
-                    tracing::warn!("could not signal PID {pid}: {why}");
-                }
-                if report.none_catching() {
-                    tracing::warn!(
-                        "{}",
-                        watchdog_alerter::signal::no_handler_warning(signal, &report)
-                    );
-                }
-                if report.sent.contains(&self.target.pid) {
-                    self.signalled_target = Some(signal);
-                }
-                signalled = report.sent;
-                if let Some(cmd) = &self.settings.on_alert {
-                    self.actions.hook(
-                        cmd.clone(),
-                        watchdog_alerter::hook::hook_env(
-                            &request,
-                            request_written.as_ref().map(Path::new),
-                        ),
-                    );
-                }
-            }
-            self.actions.notify(
-                format!("watchdog: {} running out", request.resource),
-                alert_sentence(&self.states[first.id].resource, first),
-            );
-            self.last_alert_at = Some(SystemTime::now());
-        }
-        for p in &pending {
-            let st = &self.states[p.id];
-            let unit = st.resource.kind.unit();
-            tracing::warn!(
-                "ALERT {}{}; {}",
-                alert_sentence(&st.resource, p),
-                if dry_run { " (dry run)" } else { "" },
-                if dry_run {
-                    "nothing sent".to_string()
-                } else if signalled.is_empty() {
-                    "no process signalled".to_string()
-                } else {
-                    format!(
-                        "sent {} to PID {}",
-                        signal_name(signal),
-                        join_pids(&signalled)
-                    )
-                }
-            );
-            self.alerts.push(AlertRecord {
-                resource: st.resource.name.clone(),
-                at: Instant::now(),
-                signalled: signalled.len(),
-            });
-            let body = EventBody::Alert {
-                resource: st.resource.name.clone(),
-                reason: p.reason,
-                used: p.sample.used,
-                limit: p.sample.limit,
-                unit,
-                predicted_s: p.forecast.seconds_left,
-                rate_per_s: p.forecast.rate_per_s,
-                signalled: signalled.clone(),
-                signal: (!signalled.is_empty()).then(|| signal_name(signal)),
-                request_file: request_written.clone(),
-                dry_run,
-            };
-            self.emit(body);
-        }
-    }
-
-    fn request_for(&self, p: &PendingAlert) -> AlertRequest {
-        let st = &self.states[p.id];
+    /// Carries out this tick's alert: the request file and one signal to the tree, then
+    /// what the engine says follows (events, log lines, hook, notification).
+    fn act(&mut self, plan: AlertPlan) {
         let now = SystemTime::now();
+        let request = self.request_for(&plan, now);
+        let mut delivery = Delivery::default();
+        if self.settings.dry_run {
+            tracing::info!(
+                "dry run: would write {} and signal the tree",
+                self.request_file.display()
+            );
+        } else {
+            match watchdog_alerter::request::write_request_file(&self.request_file, &request) {
+                Ok(()) => {
+                    outputs::write_ok("request_file");
+                    delivery.request_file = Some(self.request_file.display().to_string());
+                }
+                Err(e) => outputs::write_failed("request_file", &self.request_file, &e.to_string()),
+            }
+            let tree: Vec<u32> = self.sampler.tree_pids().to_vec();
+            let roots = self.roots();
+            let signal = self.settings.signal;
+            let report = watchdog_alerter::signal::signal_tree_with_roots(
+                Path::new("/proc"),
+                &tree,
+                &self.target.pidfd,
+                &roots,
+                signal,
+            );
+            for (pid, why) in &report.failed {
+                tracing::warn!("could not signal PID {pid}: {why}");
+            }
+            if report.none_catching() {
+                tracing::warn!(
+                    "{}",
+                    watchdog_alerter::signal::no_handler_warning(signal, &report)
+                );
+            }
+            delivery.target_signalled = report.sent.contains(&self.target.pid);
+            delivery.signalled = report.sent;
+        }
+        let unix = watchdog_alerter::events::unix_time_s(now);
+        let written = delivery.request_file.clone();
+        let actions = self.engine.alerted(plan, &delivery, unix);
+        self.perform(actions, Some((&request, written.as_deref())));
+    }
+
+    /// The request file's content for a plan, with the time and the processes.
+    fn request_for(&self, plan: &AlertPlan, now: SystemTime) -> AlertRequest {
+        let r = &plan.request;
         AlertRequest {
-            seq: self.seq,
-            resource: st.resource.name.clone(),
-            kind: serde_name(&st.resource.kind),
-            reason: serde_name(&p.reason),
-            used: p.sample.used,
-            limit: p.sample.limit,
-            unit: serde_name(&st.resource.kind.unit()),
-            predicted_s: p.forecast.seconds_left,
+            seq: r.seq,
+            resource: r.resource.clone(),
+            kind: serde_name(&r.kind),
+            reason: serde_name(&r.reason),
+            used: r.used,
+            limit: r.limit,
+            unit: serde_name(&r.kind.unit()),
+            predicted_s: r.predicted_s,
             time: watchdog_alerter::events::format_rfc3339_ms(now),
             time_unix: watchdog_alerter::events::unix_time_s(now),
             pid: self.target.pid,
@@ -695,53 +551,13 @@ impl Watch {
         }
     }
 
-    /// Reads the acknowledgment file and, on a new one, measures the checkpoint time.
+    /// Reads the acknowledgment file and tells the engine of a new one.
     fn check_ack(&mut self) {
         let Some(ack) = self.ack.check() else {
             return;
         };
-        // An acknowledged episode that ends by a drop starts the history afresh.
-        for st in &mut self.states {
-            st.predictor.note_acknowledged();
-        }
-        let checkpoint_s = self.last_alert_at.and_then(|wall| {
-            let alert_unix = wall
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .ok()?
-                .as_secs_f64();
-            let d = ack.time_unix - alert_unix;
-            (d >= 0.0).then_some(d)
-        });
-        if let Some(d) = checkpoint_s {
-            for st in &mut self.states {
-                st.predictor.note_checkpoint_duration(d);
-            }
-            // The predictors own the rule (duration x safety + one interval); ask them.
-            let needed = self
-                .states
-                .iter()
-                .map(|st| st.predictor.effective_lead())
-                .fold(self.settings.lead.as_secs_f64(), f64::max);
-            if needed > self.lead_s {
-                self.lead_s = needed;
-                tracing::info!(
-                    "checkpoint took {}: lead raised to {}",
-                    format_duration_s(d),
-                    format_duration_s(needed)
-                );
-            }
-        }
-        tracing::info!(
-            "checkpoint acknowledged (request {}){}",
-            ack.seq,
-            checkpoint_s
-                .map(|d| format!(", saved in {}", format_duration_s(d)))
-                .unwrap_or_default()
-        );
-        self.emit(EventBody::Ack {
-            checkpoint_s,
-            lead_s: self.lead_s,
-        });
+        let actions = self.engine.acknowledged(ack.seq, ack.time_unix);
+        self.perform(actions, None);
     }
 
     fn emit(&mut self, body: EventBody) {
@@ -765,26 +581,10 @@ impl Watch {
     /// Gathers what the verdict looks at and decides.
     fn diagnose(&mut self, exit: TargetExit) -> verdict::Verdict {
         let now_ms = self.start.elapsed().as_millis().min(u64::MAX as u128) as u64;
-        let resources = self
-            .states
-            .iter()
-            .enumerate()
-            .filter_map(|(i, st)| {
-                let last = st.last?;
-                Some(ResourceEnd {
-                    name: st.resource.name.clone(),
-                    kind: st.resource.kind,
-                    recent_peak: self
-                        .recorder
-                        .recent_peak(i, now_ms, RECENT_MS)
-                        .unwrap_or(last.used)
-                        .max(last.used),
-                    last_used: last.used,
-                    limit: last.limit,
-                    age_s: (now_ms as f64 / 1e3 - last.t_ns as f64 / 1e9).max(0.0),
-                })
-            })
-            .collect();
+        let recorder = &self.recorder;
+        let resources = self.engine.resource_ends(now_ms as f64 / 1e3, |i| {
+            recorder.recent_peak(i, now_ms, RECENT_MS)
+        });
         let oom_kills = self
             .oom_counter
             .as_mut()
@@ -795,7 +595,7 @@ impl Watch {
             .kmsg
             .as_mut()
             .and_then(|k| verdict::find_oom_line(&k.read_new(), &pids));
-        verdict::diagnose(&ExitFacts {
+        self.engine.verdict(ExitFacts {
             exit: match exit {
                 TargetExit::Unknown => None,
                 known => Some(known),
@@ -803,170 +603,33 @@ impl Watch {
             oom_kills,
             kernel_oom_line,
             resources,
-            sent_signal: self.signalled_target,
+            sent_signal: None,
         })
-    }
-
-    /// The live status: every limited resource as `name used% [+rate/s] [time left]`,
-    /// the most urgent first, so what matters survives a narrow terminal.
-    fn status_line(&self) -> String {
-        let mut rows: Vec<(f64, f64, String)> = Vec::new();
-        for st in &self.states {
-            let Some(s) = st.last else { continue };
-            if !s.is_limited() {
-                continue;
-            }
-            let unit = st.resource.kind.unit();
-            let fraction = s.used as f64 / s.limit as f64;
-            let mut part = format!("{} {:.0}%", st.resource.name, fraction * 100.0);
-            if st.forecast.rate_per_s >= 1.0 && unit != Unit::Millis {
-                part.push_str(&format!(
-                    " +{}/s",
-                    format_amount(st.forecast.rate_per_s as u64, unit)
-                ));
-            }
-            let left = st.forecast.seconds_left.unwrap_or(f64::INFINITY);
-            if left.is_finite() {
-                part.push_str(&format!(" {} left", format_duration_s(left)));
-            }
-            rows.push((left, -fraction, part));
-        }
-        rows.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
-        rows.into_iter()
-            .map(|r| r.2)
-            .collect::<Vec<_>>()
-            .join(" | ")
     }
 
     fn finish(&mut self, exit: TargetExit) {
         self.end_hooks();
-        let elapsed = self.start.elapsed().as_secs_f64();
-        let mut peaks = serde_json::Map::new();
-        let mut peak_text = Vec::new();
-        for st in &self.states {
-            if st.last.is_none() {
-                continue;
-            }
-            let unit = st.resource.kind.unit();
-            let mut entry = serde_json::Map::new();
-            entry.insert("used".into(), st.peak.into());
-            if st.peak_limit != u64::MAX {
-                entry.insert("limit".into(), st.peak_limit.into());
-            }
-            entry.insert(
-                "unit".into(),
-                serde_json::to_value(unit).unwrap_or_default(),
-            );
-            peaks.insert(st.resource.name.clone(), entry.into());
-            if st.peak_limit != u64::MAX && st.peak_limit > 0 {
-                peak_text.push(format!(
-                    "{} {} of {} ({:.0}%)",
-                    st.resource.name,
-                    format_amount(st.peak, unit),
-                    format_amount(st.peak_limit, unit),
-                    st.peak as f64 * 100.0 / st.peak_limit as f64
-                ));
-            } else {
-                peak_text.push(format!(
-                    "{} {}",
-                    st.resource.name,
-                    format_amount(st.peak, unit)
-                ));
-            }
-        }
         let verdict = self.diagnose(exit);
-        let how = verdict.summary.clone();
-        let evidence =
-            if verdict.evidence.is_empty() || verdict.kind == verdict::VerdictKind::Exited {
-                String::new()
-            } else {
-                format!(" Evidence: {}.", verdict.evidence.join("; "))
-            };
-        let alerts = if self.alerts.is_empty() {
-            "No alerts were sent.".to_string()
-        } else {
-            let list: Vec<String> = self
-                .alerts
-                .iter()
-                .map(|a| {
-                    format!(
-                        "{} at +{} ({} signalled)",
-                        a.resource,
-                        format_duration_s(a.at.duration_since(self.start).as_secs_f64()),
-                        a.signalled
-                    )
-                })
-                .collect();
-            format!("{} alert(s): {}.", self.alerts.len(), list.join(", "))
-        };
         let late = format!(
-            " Sampled {} times every {} ({} late, {} samples dropped).",
+            " Sampled {} times every {} ({} late, {} samples dropped).{}",
             self.ticks,
             format_duration_s(self.settings.interval.as_secs_f64()),
             self.late_ticks,
-            self.sampler.dropped()
-        );
-        logging::summary(&format!(
-            "watchdog: PID {} ({}) {how}, after {}.{}{evidence} Peak usage: {}. {alerts}{late}{}",
-            self.target.pid,
-            self.target.name,
-            format_duration_s(elapsed),
-            self.survivors_note(),
-            if peak_text.is_empty() {
-                "nothing sampled".to_string()
-            } else {
-                peak_text.join(", ")
-            },
+            self.sampler.dropped(),
             self.recording_note(),
-        ));
-        let (code, signal) = match exit {
-            TargetExit::Code(c) => (Some(c), None),
-            TargetExit::Signal(s) => (None, Some(s)),
-            TargetExit::Unknown => (None, None),
-        };
-        self.emit(EventBody::Exit {
-            code,
-            signal,
-            peaks,
-            alerts: self.alerts.len() as u32,
-            verdict: Some(verdict.kind.name().to_string()),
-            summary: Some(verdict.summary.clone()),
-            evidence: verdict.evidence.clone(),
+        );
+        let survivors = self.survivors_note();
+        let (text, event) = self.engine.closing(&Ending {
+            exit,
+            verdict: &verdict,
+            pid: self.target.pid,
+            name: &self.target.name,
+            elapsed_s: self.start.elapsed().as_secs_f64(),
+            after_duration: &survivors,
+            tail: &late,
         });
+        logging::summary(&text);
+        self.emit(event);
         self.close();
     }
-}
-
-fn alert_sentence(resource: &Resource, p: &PendingAlert) -> String {
-    let unit = resource.kind.unit();
-    let what = match p.reason {
-        AlertReason::Trend => "will run out",
-        AlertReason::HeadroomFloor => "is nearly exhausted",
-        AlertReason::NextStep => "cannot take the next step",
-    };
-    let when = match p.forecast.seconds_left {
-        Some(s) => format!(" in about {}", format_duration_s(s)),
-        None => String::new(),
-    };
-    format!(
-        "{} {what}{when}: {} of {} used",
-        resource.name,
-        format_amount(p.sample.used, unit),
-        format_amount(p.sample.limit, unit)
-    )
-}
-
-fn format_amount(v: u64, unit: Unit) -> String {
-    match unit {
-        Unit::Bytes => format_bytes(v),
-        Unit::Count => format!("{v} inodes"),
-        Unit::Millis => format_duration_s(v as f64 / 1e3),
-    }
-}
-
-fn join_pids(pids: &[u32]) -> String {
-    pids.iter()
-        .map(u32::to_string)
-        .collect::<Vec<_>>()
-        .join(", ")
 }

@@ -5,7 +5,7 @@
 use watchdog_types::ResourceKind;
 use watchdog_types::units::{format_bytes, format_duration_s, signal_name};
 
-use crate::target::TargetExit;
+use crate::TargetExit;
 
 /// The kinds of verdict, as written in the `exit` event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
