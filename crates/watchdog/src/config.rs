@@ -71,9 +71,63 @@ pub struct FileConfig {
     log_format: Option<LogFormat>,
 }
 
+/// The host as the watchdog sees it: where the kernel's interfaces are, and what the
+/// environment says. Built once, here (the only place that reads environment variables
+/// or names a host path), and passed down, so tests can point it elsewhere.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Host {
+    /// procfs (`/proc`).
+    pub proc: PathBuf,
+    /// The cgroup mount root (`/sys/fs/cgroup`), used when mountinfo cannot be read.
+    pub cgroup: PathBuf,
+    /// The shared-memory tmpfs (`/dev/shm`), watched by default.
+    pub shm: PathBuf,
+    /// The kernel log (`/dev/kmsg`), read for the OOM killer's line.
+    pub kmsg: PathBuf,
+    /// `$XDG_RUNTIME_DIR`: the request file's default place.
+    pub runtime_dir: Option<PathBuf>,
+    /// `$XDG_STATE_HOME`, else `$HOME/.local/state`: where recordings are kept.
+    pub state_home: Option<PathBuf>,
+    /// `$CUDA_VISIBLE_DEVICES` of the watchdog (a `run` target inherits it).
+    pub cuda_visible_devices: Option<String>,
+    /// `$NVIDIA_VISIBLE_DEVICES` of the watchdog (set by container runtimes).
+    pub nvidia_visible_devices: Option<String>,
+}
+
+impl Host {
+    /// The real host and this process's environment.
+    pub fn from_env() -> Host {
+        Host {
+            proc: PathBuf::from("/proc"),
+            cgroup: PathBuf::from("/sys/fs/cgroup"),
+            shm: PathBuf::from("/dev/shm"),
+            kmsg: PathBuf::from("/dev/kmsg"),
+            runtime_dir: env_path("XDG_RUNTIME_DIR"),
+            state_home: env_path("XDG_STATE_HOME")
+                .or_else(|| env_path("HOME").map(|h| h.join(".local/state"))),
+            cuda_visible_devices: std::env::var("CUDA_VISIBLE_DEVICES").ok(),
+            nvidia_visible_devices: std::env::var("NVIDIA_VISIBLE_DEVICES").ok(),
+        }
+    }
+
+    /// `PROC/PID/NAME`.
+    pub fn proc_file(&self, pid: u32, name: &str) -> PathBuf {
+        self.proc.join(pid.to_string()).join(name)
+    }
+}
+
+/// An environment variable holding an absolute path.
+fn env_path(var: &str) -> Option<PathBuf> {
+    std::env::var_os(var)
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+}
+
 /// The settings in force for one watchdog, after defaults, file and flags.
 #[derive(Debug, Clone)]
 pub struct Settings {
+    /// Where the host's kernel interfaces are, and what the environment said.
+    pub host: Host,
     /// Sampling period.
     pub interval: Duration,
     /// Lead time before predicted exhaustion.
@@ -130,6 +184,7 @@ impl Settings {
             None => FileConfig::default(),
         };
         let settings = Settings {
+            host: Host::from_env(),
             interval: flags
                 .interval
                 .or(file.interval)
@@ -158,9 +213,7 @@ impl Settings {
                 .unwrap_or(Duration::from_secs(600)),
             dry_run: flags.dry_run || file.dry_run.unwrap_or(false),
             gpu: flags.gpu.or(file.gpu).unwrap_or(GpuMode::Auto),
-            nvml_library: file
-                .nvml_library
-                .or_else(|| std::env::var_os("WATCHDOG_NVML_LIB").map(PathBuf::from)),
+            nvml_library: file.nvml_library.or_else(|| env_path("WATCHDOG_NVML_LIB")),
             floor_percent: flags.floor.or(file.floor).unwrap_or(5.0),
             notify: !flags.no_notify && file.notify.unwrap_or(true),
             status: !flags.no_status && file.status.unwrap_or(true),

@@ -28,6 +28,7 @@ use std::sync::Mutex;
 use watchdog_alerter::request::{ack_path, is_request_file, parent_dir, read_ack};
 
 use crate::Failure;
+use crate::config::Host;
 use crate::config::Settings;
 
 /// Most default recordings kept in the state directory.
@@ -90,10 +91,10 @@ impl Outputs {
     ) -> Result<Outputs, Failure> {
         let request_file = match &settings.request_file {
             Some(p) => p.clone(),
-            None => default_request_file(name_pid, cwd)?,
+            None => default_request_file(&settings.host, name_pid, cwd)?,
         };
         let state_dir = match (&settings.record, settings.dry_run) {
-            (None, false) => Some(state_dir().map_err(Failure::Usage)?),
+            (None, false) => Some(state_dir(&settings.host).map_err(Failure::Usage)?),
             _ => None,
         };
         let default_recording = state_dir
@@ -148,8 +149,8 @@ impl Outputs {
 /// The working directory of `pid` if it still exists: `/proc/PID/cwd` names a deleted
 /// directory as `PATH (deleted)`, and that name may belong to another directory (or to
 /// none); only a path that is the very directory the process is in is returned.
-pub fn live_cwd(pid: u32) -> Option<PathBuf> {
-    let link = format!("/proc/{pid}/cwd");
+pub fn live_cwd(host: &Host, pid: u32) -> Option<PathBuf> {
+    let link = host.proc_file(pid, "cwd");
     let path = std::fs::read_link(&link).ok()?;
     let real = std::fs::metadata(&link).ok()?;
     let named = std::fs::metadata(&path).ok()?;
@@ -159,28 +160,21 @@ pub fn live_cwd(pid: u32) -> Option<PathBuf> {
 /// The request file's default place: `$XDG_RUNTIME_DIR` (a tmpfs that a full data disk
 /// cannot block) when set, else the target's working directory, else (deleted or
 /// unreadable) the state directory.
-fn default_request_file(pid: u32, cwd: Option<&Path>) -> Result<PathBuf, Failure> {
+fn default_request_file(host: &Host, pid: u32, cwd: Option<&Path>) -> Result<PathBuf, Failure> {
     let name = format!("watchdog-{pid}.request.json");
-    match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
-        Some(dir) if dir.is_absolute() && dir.is_dir() => Ok(dir.join(name)),
+    match &host.runtime_dir {
+        Some(dir) if dir.is_dir() => Ok(dir.join(name)),
         _ => match cwd {
             Some(dir) => Ok(dir.join(name)),
-            None => Ok(state_dir().map_err(Failure::Usage)?.join(name)),
+            None => Ok(state_dir(host).map_err(Failure::Usage)?.join(name)),
         },
     }
 }
 
 /// The watchdog's state directory, created (0700) when missing:
 /// `$XDG_STATE_HOME/watchdog`, else `$HOME/.local/state/watchdog`.
-pub fn state_dir() -> Result<PathBuf, String> {
-    let absolute = |var: &str| {
-        std::env::var_os(var)
-            .map(PathBuf::from)
-            .filter(|p| p.is_absolute())
-    };
-    let base = absolute("XDG_STATE_HOME")
-        .or_else(|| absolute("HOME").map(|h| h.join(".local/state")))
-        .ok_or_else(|| {
+pub fn state_dir(host: &Host) -> Result<PathBuf, String> {
+    let base = host.state_home.clone().ok_or_else(|| {
             "cannot find the state directory for the default recording: neither XDG_STATE_HOME nor HOME is set to an absolute path; expected one of them, or --record PATH".to_string()
         })?;
     let dir = base.join("watchdog");
@@ -630,11 +624,11 @@ mod tests {
             .current_dir(&gone)
             .spawn()
             .unwrap();
-        assert_eq!(live_cwd(child.id()), Some(gone.clone()));
+        assert_eq!(live_cwd(&Host::from_env(), child.id()), Some(gone.clone()));
         std::fs::remove_dir(&gone).unwrap();
         // A directory with the name /proc shows for the deleted one is not it.
         std::fs::create_dir(dir.path().join("d (deleted)")).unwrap();
-        assert_eq!(live_cwd(child.id()), None);
+        assert_eq!(live_cwd(&Host::from_env(), child.id()), None);
         child.kill().unwrap();
         child.wait().unwrap();
     }

@@ -2,6 +2,7 @@
 //! pidfd from the first moment so its exit is seen at once and its PID is never
 //! confused with a later process's.
 
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::Arc;
 
@@ -21,23 +22,25 @@ pub struct Target {
     pub name: String,
     child: Option<Child>,
     /// The working directory it started in, when the watchdog started it (it inherits ours).
-    start_cwd: Option<std::path::PathBuf>,
+    start_cwd: Option<PathBuf>,
+    /// procfs, where its working directory is read.
+    proc: PathBuf,
 }
 
 impl Target {
     /// Attaches to a running process, or explains in one line why it cannot be watched.
-    pub fn attach(pid: u32) -> Result<Target, Failure> {
+    pub fn attach(proc: &Path, pid: u32) -> Result<Target, Failure> {
         if pid == std::process::id() {
             return Err(Failure::Usage(format!(
                 "invalid PID {pid}: that is the watchdog itself; expected the PID of the training process"
             )));
         }
-        if let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat"))
+        if let Ok(stat) = std::fs::read(proc.join(pid.to_string()).join("stat"))
             && is_kernel_thread(&stat)
         {
             return Err(Failure::Usage(format!(
                 "invalid PID {pid}: it is a kernel thread ({}), not a program; expected the PID of the training process",
-                comm(pid)
+                comm(proc, pid)
             )));
         }
         let pidfd = PidFd::open(pid).map_err(|e| {
@@ -52,18 +55,23 @@ impl Target {
             }
         })?;
         check_may_signal(pid)?;
-        let name = comm(pid);
+        let name = comm(proc, pid);
         Ok(Target {
             pid,
             pidfd: Arc::new(pidfd),
             name,
             child: None,
             start_cwd: None,
+            proc: proc.to_path_buf(),
         })
     }
 
     /// Starts `argv` with the extra environment and holds it as the target.
-    pub fn spawn(argv: &[std::ffi::OsString], env: &[(String, String)]) -> Result<Target, Failure> {
+    pub fn spawn(
+        proc: &Path,
+        argv: &[std::ffi::OsString],
+        env: &[(String, String)],
+    ) -> Result<Target, Failure> {
         let (program, args) = argv.split_first().ok_or_else(|| {
             Failure::Usage("run needs a command: expected run -- CMD [ARGS...]".into())
         })?;
@@ -92,6 +100,7 @@ impl Target {
             name: program.to_string_lossy().into_owned(),
             child: Some(child),
             start_cwd: std::env::current_dir().ok(),
+            proc: proc.to_path_buf(),
         })
     }
 
@@ -101,10 +110,10 @@ impl Target {
     }
 
     /// Its working directory: the one it was started in (`run`), else `/proc/PID/cwd`.
-    pub fn cwd(&self) -> std::io::Result<std::path::PathBuf> {
+    pub fn cwd(&self) -> std::io::Result<PathBuf> {
         match &self.start_cwd {
             Some(dir) => Ok(dir.clone()),
-            None => std::fs::read_link(format!("/proc/{}/cwd", self.pid)),
+            None => std::fs::read_link(self.proc.join(self.pid.to_string()).join("cwd")),
         }
     }
 
@@ -161,8 +170,8 @@ fn check_may_signal(pid: u32) -> Result<(), Failure> {
 }
 
 /// The process's command name from `/proc/PID/comm`, or `?`.
-pub fn comm(pid: u32) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+pub fn comm(proc: &Path, pid: u32) -> String {
+    std::fs::read_to_string(proc.join(pid.to_string()).join("comm"))
         .map(|s| s.trim_end().to_string())
         .unwrap_or_else(|_| "?".to_string())
 }
@@ -249,13 +258,14 @@ mod tests {
         assert!(!is_kernel_thread(python));
         assert!(!is_kernel_thread(hostile), "a name may not forge the flags");
         assert!(!is_kernel_thread(b"garbage"));
-        if let Ok(stat) = std::fs::read("/proc/2/stat")
-            && comm(2) == "kthreadd"
+        let proc = crate::config::Host::from_env().proc;
+        if let Ok(stat) = std::fs::read(proc.join("2/stat"))
+            && comm(&proc, 2) == "kthreadd"
         {
             assert!(is_kernel_thread(&stat));
         }
         assert!(!is_kernel_thread(
-            &std::fs::read("/proc/self/stat").unwrap_or_default()
+            &std::fs::read(proc.join("self/stat")).unwrap_or_default()
         ));
     }
 }

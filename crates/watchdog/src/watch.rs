@@ -54,8 +54,12 @@ pub fn attach(pid: u32, settings: Settings) -> Result<ExitCode, Failure> {
             tracing::debug!("cannot catch signal {sig}: {e}");
         }
     }
-    let target = Target::attach(pid)?;
-    let outputs = Outputs::plan(&settings, pid, outputs::live_cwd(pid).as_deref())?;
+    let target = Target::attach(&settings.host.proc, pid)?;
+    let outputs = Outputs::plan(
+        &settings,
+        pid,
+        outputs::live_cwd(&settings.host, pid).as_deref(),
+    )?;
     let prepared = Prepared::new(&settings, Some(pid))?;
     let mut watch = Watch::new(target, settings, prepared, outputs, record_now)?;
     // Stopping the watchdog (Ctrl-C, kill) ends the watch with a summary, not silently.
@@ -91,12 +95,16 @@ pub fn run_command(argv: &[std::ffi::OsString], settings: Settings) -> Result<Ex
     let forwarded = target::catch_forwarded_signals()?;
     // The command starts in our working directory, which may have been deleted.
     let own = std::process::id();
-    let outputs = Outputs::plan(&settings, own, outputs::live_cwd(own).as_deref())?;
+    let outputs = Outputs::plan(
+        &settings,
+        own,
+        outputs::live_cwd(&settings.host, own).as_deref(),
+    )?;
     let prepared = Prepared::new(&settings, None)?;
     let env = target::child_env(settings.signal, &outputs.request_file);
     // Before the spawn, so nothing the command backgrounds can leave the watch.
     lineage::become_subreaper()?;
-    let target = Target::spawn(argv, &env)?;
+    let target = Target::spawn(&settings.host.proc, argv, &env)?;
     let unforwarded = Arc::new(AtomicUsize::new(0));
     target::forward_signals(forwarded, target.pidfd.clone(), unforwarded.clone())?;
     let pidfd = target.pidfd.clone();
@@ -188,9 +196,13 @@ impl Watch {
             gpu,
         } = prepared;
         let built = sources::build(&target, &settings, &mut table, gpu);
-        let (mut sampler, reader) =
-            Sampler::for_target(Path::new("/proc"), target.pid, built.sources, RING_CAPACITY)
-                .map_err(|e| Failure::Usage(format!("cannot watch PID {}: {e}", target.pid)))?;
+        let (mut sampler, reader) = Sampler::for_target(
+            &settings.host.proc,
+            target.pid,
+            built.sources,
+            RING_CAPACITY,
+        )
+        .map_err(|e| Failure::Usage(format!("cannot watch PID {}: {e}", target.pid)))?;
         let hooks = watchdog_alerter::hook::Hooks::new(settings.hook_timeout);
         let (hook_tx, hook_outcomes) = std::sync::mpsc::channel();
         hooks.report_to(hook_tx);
@@ -225,6 +237,7 @@ impl Watch {
         let oom_counter = built
             .oom_counter
             .and_then(|mut c| c.read().ok().map(|n| (c, n)));
+        let settings_kmsg = settings.host.kmsg.clone();
         let mut watch = Watch {
             ack: AckWatcher::new(&request_file),
             actions: actions::Actions::start(settings.notify && !settings.dry_run, hooks.clone()),
@@ -243,7 +256,7 @@ impl Watch {
             record_path,
             record_now,
             oom_counter,
-            kmsg: kmsg::Kmsg::open_at_end(),
+            kmsg: kmsg::Kmsg::open_at_end(&settings_kmsg),
             stop: None,
             target_exit: None,
             survivors_since: None,
@@ -507,7 +520,7 @@ impl Watch {
             let roots = self.roots();
             let signal = self.settings.signal;
             let report = watchdog_alerter::signal::signal_tree_with_roots(
-                Path::new("/proc"),
+                &self.settings.host.proc,
                 &tree,
                 &self.target.pidfd,
                 &roots,

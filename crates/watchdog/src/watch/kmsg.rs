@@ -12,10 +12,10 @@ pub struct Kmsg {
 }
 
 impl Kmsg {
-    /// Opens `/dev/kmsg` at its end, or `None` when it cannot be read.
-    pub fn open_at_end() -> Option<Kmsg> {
+    /// Opens the kernel log (`/dev/kmsg`) at its end, or `None` when it cannot be read.
+    pub fn open_at_end(path: &std::path::Path) -> Option<Kmsg> {
         let fd = rustix::fs::open(
-            "/dev/kmsg",
+            path,
             OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC,
             Mode::empty(),
         )

@@ -134,13 +134,13 @@ impl Watch {
 
     /// The processes of the tree other than the target that have not exited, with names.
     fn survivors_alive(&self) -> Vec<(u32, String)> {
-        let proc = std::path::Path::new("/proc");
+        let proc = self.settings.host.proc.as_path();
         self.sampler
             .tree_pids()
             .iter()
             .copied()
             .filter(|&p| p != self.target.pid && is_alive(proc, p))
-            .map(|p| (p, comm(p)))
+            .map(|p| (p, comm(proc, p)))
             .collect()
     }
 

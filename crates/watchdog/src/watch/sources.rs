@@ -2,7 +2,7 @@
 //! cgroup, its process tree, its filesystems, its runtime limit and its GPUs. A source
 //! that cannot be opened is reported once, with the reason, and the others go on.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::SystemTime;
 
 use watchdog_sampler::cgroup::{CgroupMemory, CgroupMounts, OomKillCounter};
@@ -34,7 +34,7 @@ pub fn build(
     table: &mut ResourceTable,
     gpu: GpuSetup,
 ) -> Built {
-    let proc_root = Path::new("/proc");
+    let proc_root = settings.host.proc.as_path();
     let pid = target.pid;
     let mut sources: Vec<Box<dyn Source>> = Vec::new();
     let mut unwatched = Vec::new();
@@ -45,7 +45,7 @@ pub fn build(
     }
 
     let mounts = CgroupMounts::read(proc_root)
-        .unwrap_or_else(|_| CgroupMounts::standard(Path::new("/sys/fs/cgroup")));
+        .unwrap_or_else(|_| CgroupMounts::standard(&settings.host.cgroup));
     let mut oom_counter = None;
     match CgroupMemory::for_pid(proc_root, pid, &mounts, table) {
         Ok(s) => {
@@ -126,7 +126,7 @@ fn disk_paths(
             format!("the target's working directory cannot be read: {e}"),
         )),
     }
-    let shm = Path::new("/dev/shm");
+    let shm = settings.host.shm.as_path();
     if is_tmpfs(shm) {
         paths.push(shm.to_path_buf());
     }
@@ -168,10 +168,10 @@ impl GpuSetup {
                 config.lib_path = Some(lib.clone());
             }
             config.visible = match pid_for_visibility {
-                Some(pid) => VisibleDevices::of_process(Path::new("/proc"), pid),
+                Some(pid) => VisibleDevices::of_process(&settings.host.proc, pid),
                 None => VisibleDevices {
-                    cuda: std::env::var("CUDA_VISIBLE_DEVICES").ok(),
-                    nvidia: std::env::var("NVIDIA_VISIBLE_DEVICES").ok(),
+                    cuda: settings.host.cuda_visible_devices.clone(),
+                    nvidia: settings.host.nvidia_visible_devices.clone(),
                 },
             };
             match GpuWatch::start(&config, table) {
