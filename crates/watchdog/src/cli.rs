@@ -255,10 +255,13 @@ fn offset_fields(offset: &str) -> Option<(u32, u32)> {
     let two = |d: &str| {
         (d.len() == 2 && d.bytes().all(|b| b.is_ascii_digit())).then(|| d.parse().ok())?
     };
+    // `get`, not indexing: the text is the user's, and a multi-byte character is no digit.
     match digits.len() {
         2 => Some((two(digits)?, 0)),
-        4 => Some((two(&digits[..2])?, two(&digits[2..])?)),
-        5 if digits.as_bytes()[2] == b':' => Some((two(&digits[..2])?, two(&digits[3..])?)),
+        4 => Some((two(digits.get(..2)?)?, two(digits.get(2..)?)?)),
+        5 if digits.as_bytes().get(2) == Some(&b':') => {
+            Some((two(digits.get(..2)?)?, two(digits.get(3..)?)?))
+        }
         _ => None,
     }
 }
@@ -352,6 +355,20 @@ mod tests {
             "2026-11-23t08:00:00z",
         ] {
             assert!(parse_deadline(good).is_ok(), "{good}");
+        }
+    }
+
+    /// The property test found `--deadline` slicing an offset through a multi-byte
+    /// character (a panic on "RTMIN+RTMIN+\u{2028}'").
+    #[test]
+    fn a_multibyte_character_in_a_deadline_offset_is_an_error_not_a_panic() {
+        for bad in [
+            "RTMIN+RTMIN+\u{2028}'",
+            "2026-11-23T08:00:00+\u{e9}\u{e9}",
+            "2026-11-23T08:00:00+1\u{e9}00",
+        ] {
+            let e = parse_deadline(bad).unwrap_err();
+            assert!(e.starts_with("invalid deadline"), "{e}");
         }
     }
 }
