@@ -2,3 +2,5 @@
 //! function. Samples and the clock go in; actions come out (write the request file,
 //! signal, run the hook, notify, emit an event, flush the recording). No I/O.
 #![deny(missing_docs)]
+
+pub mod replay;

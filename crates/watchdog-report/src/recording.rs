@@ -4,7 +4,7 @@
 //! form `#{...}` are JSON objects: the `meta` line, one `resource` line per
 //! resource, and the events (`alert`, `ack`, `exit`, ...) with `t` in seconds since
 //! the recording's start. The table is the same trace format `watchdog replay`
-//! reads, so it is parsed by [`watchdog_predictor::trace::parse`]: columns are found
+//! reads, so it is parsed by [`trace::parse`](crate::trace::parse): columns are found
 //! by their header names in any order (the doc's prose says `time,used,limit,resource`
 //! while its example writes `time,resource,used,limit`; both are read).
 //!
@@ -20,8 +20,8 @@
 //!
 //! Every error carries the 1-based line number and says what was expected.
 
+use crate::trace::{self, TraceError, kind_for_name};
 use serde::Deserialize;
-use watchdog_predictor::trace::{self, TraceError, kind_for_name};
 use watchdog_types::Unit;
 use watchdog_types::units::printable;
 

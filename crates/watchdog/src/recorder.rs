@@ -315,7 +315,7 @@ mod tests {
         );
         let text = r.snapshot().render();
         assert!(text.starts_with("# watchdog recording v1\n"));
-        let trace = watchdog_predictor::trace::parse(&text).unwrap();
+        let trace = watchdog_report::trace::parse(&text).unwrap();
         assert_eq!(trace.samples.len(), 30);
     }
 }

@@ -236,7 +236,7 @@ pub(crate) fn parse_with(text: &str, fast: bool) -> Result<Trace, TraceError> {
 }
 
 /// Where [`parse_into`] puts the samples, in file order.
-pub(crate) trait Sink {
+pub trait Sink {
     /// About `n` samples are to come (a hint, from the text's length).
     fn expect(&mut self, _n: usize) {}
     /// The next sample, from 1-based `line`; `resources` are the resource names so far,
@@ -254,18 +254,19 @@ impl Sink for Vec<TraceSample> {
 }
 
 /// A [`Trace`] without its samples.
-pub(crate) struct Parsed {
-    pub(crate) format: TraceFormat,
-    pub(crate) resources: Vec<String>,
-    pub(crate) meta: Vec<(String, String)>,
+pub struct Parsed {
+    /// The format detected from the header.
+    pub format: TraceFormat,
+    /// Resource names, in order of first appearance.
+    pub resources: Vec<String>,
+    /// `# key: value` comments, in file order.
+    pub meta: Vec<(String, String)>,
 }
 
-/// Parses `text`, handing every sample to `sink` as it is read.
-pub(crate) fn parse_into<S: Sink>(
-    text: &str,
-    fast: bool,
-    sink: &mut S,
-) -> Result<Parsed, TraceError> {
+/// Parses `text`, handing every sample to `sink` as it is read (`fast`: whether data
+/// lines take the fast path [`parse`] describes); what `watchdog replay` streams through
+/// its predictors.
+pub fn parse_into<S: Sink>(text: &str, fast: bool, sink: &mut S) -> Result<Parsed, TraceError> {
     let bytes = text.as_bytes();
     let mut rec = Records::default();
     let mut header: Option<(Columns, TraceFormat, Vec<Role>)> = None;

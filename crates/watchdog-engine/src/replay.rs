@@ -10,8 +10,8 @@ use std::fmt::Write as _;
 
 use watchdog_types::{AlertReason, ResourceKind};
 
-use crate::trace::{self, Trace, TraceError, TraceSample};
-use crate::{Decision, Observation, PredictorConfig, ResourcePredictor};
+use watchdog_predictor::{Decision, Observation, PredictorConfig, ResourcePredictor};
+use watchdog_report::trace::{self, Trace, TraceError, TraceSample};
 
 /// One alert raised during the replay.
 #[derive(Debug, Clone, PartialEq)]
