@@ -120,16 +120,6 @@ pub enum RequestError {
     Json(#[from] serde_json::Error),
 }
 
-/// The snake_case name serde gives a unit-like enum value (`ResourceKind::CgroupMemory` -> `cgroup_memory`,
-/// `AlertReason::HeadroomFloor` -> `headroom_floor`, `Unit::Bytes` -> `bytes`), for [`AlertRequest`]'s string fields.
-pub fn serde_name<T: Serialize>(value: &T) -> String {
-    match serde_json::to_value(value) {
-        Ok(serde_json::Value::String(s)) => s,
-        Ok(other) => other.to_string(),
-        Err(e) => format!("<{e}>"),
-    }
-}
-
 /// The directory a file path is in: its parent, or `.` for a bare file name.
 pub fn parent_dir(path: &Path) -> &Path {
     match path.parent() {
@@ -382,15 +372,6 @@ mod tests {
             signal: "SIGUSR1".into(),
             watchdog_pid: 41,
         }
-    }
-
-    #[test]
-    fn serde_names() {
-        use watchdog_types::{AlertReason, ResourceKind, Unit};
-        assert_eq!(serde_name(&ResourceKind::CgroupMemory), "cgroup_memory");
-        assert_eq!(serde_name(&AlertReason::HeadroomFloor), "headroom_floor");
-        assert_eq!(serde_name(&AlertReason::NextStep), "next_step");
-        assert_eq!(serde_name(&Unit::Millis), "millis");
     }
 
     #[test]

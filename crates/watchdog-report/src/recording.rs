@@ -20,9 +20,10 @@
 //!
 //! Every error carries the 1-based line number and says what was expected.
 
-use crate::trace::{self, TraceError, kind_for_name};
 use serde::Deserialize;
-use watchdog_types::Unit;
+use watchdog_types::{ResourceKind, Unit};
+
+use crate::trace::{self, TraceError};
 use watchdog_types::units::printable;
 
 /// The first line a recording starts with (the version may grow).
@@ -258,24 +259,12 @@ struct ResourceLine {
     source: Option<String>,
 }
 
-fn parse_unit(text: &str) -> Option<Unit> {
-    match text {
-        "bytes" => Some(Unit::Bytes),
-        "count" => Some(Unit::Count),
-        "millis" => Some(Unit::Millis),
-        _ => None,
-    }
-}
-
 fn unit_for_name(name: &str) -> Unit {
-    kind_for_name(name).unit()
+    ResourceKind::of_resource_name(name).unit()
 }
 
 fn kind_name(name: &str) -> String {
-    serde_json::to_value(kind_for_name(name))
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_else(|| "unknown".to_string())
+    ResourceKind::of_resource_name(name).as_str().to_string()
 }
 
 fn json_type(v: &serde_json::Value) -> &'static str {
@@ -377,7 +366,7 @@ fn parse_json_line(rec: &mut Recording, json: &str, line: usize) -> Result<(), P
         let r: ResourceLine = typed(r.clone(), line, "resource line")?;
         let unit = match r.unit.as_deref() {
             None => unit_for_name(&r.name),
-            Some(u) => parse_unit(u).ok_or_else(|| {
+            Some(u) => u.parse::<Unit>().map_err(|_| {
                 malformed(
                     line,
                     format!(

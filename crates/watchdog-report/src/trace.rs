@@ -22,7 +22,6 @@
 //! error: no sample needs it, and readers of trace files stop there rather than
 //! hold a runaway line (`/dev/zero`) in memory.
 
-use watchdog_types::ResourceKind;
 use watchdog_types::quote::quote_value;
 use watchdog_types::units::{parse_size, printable};
 
@@ -108,33 +107,6 @@ pub enum TraceError {
         /// What was found and what was expected.
         message: String,
     },
-}
-
-/// The resource kind a trace's resource name stands for, from the names the
-/// watchdog uses (`host_memory`, `swap`, `cgroup_memory`, `cgroup_cache`, `tree_memory`,
-/// `disk:/path`, `inodes:/path`, `runtime`, `gpu0`); anything else is taken as
-/// cgroup memory.
-pub fn kind_for_name(name: &str) -> ResourceKind {
-    let n = name.trim().to_ascii_lowercase();
-    if n.starts_with("gpu") {
-        ResourceKind::GpuMemory
-    } else if n.starts_with("disk") || n.starts_with("tmpfs") || n.starts_with("shm") {
-        ResourceKind::DiskBytes
-    } else if n.starts_with("inode") {
-        ResourceKind::DiskInodes
-    } else if n.starts_with("runtime") {
-        ResourceKind::Runtime
-    } else if n.starts_with("swap") {
-        ResourceKind::Swap
-    } else if n.starts_with("host") {
-        ResourceKind::HostMemory
-    } else if n.starts_with("tree") {
-        ResourceKind::TreeMemory
-    } else if n.starts_with("cgroup_cache") {
-        ResourceKind::CgroupCache
-    } else {
-        ResourceKind::CgroupMemory
-    }
 }
 
 struct Columns {
@@ -1176,17 +1148,6 @@ mod tests {
         assert_eq!(parse_time("."), None);
         assert_eq!(parse_time("-2.5"), Some(-2.5));
         assert_eq!(parse_time("1e3"), Some(1000.0));
-    }
-
-    #[test]
-    fn kinds_from_names() {
-        assert_eq!(kind_for_name("gpu3"), ResourceKind::GpuMemory);
-        assert_eq!(kind_for_name("disk:/mnt/x"), ResourceKind::DiskBytes);
-        assert_eq!(kind_for_name("inodes:/"), ResourceKind::DiskInodes);
-        assert_eq!(kind_for_name("runtime"), ResourceKind::Runtime);
-        assert_eq!(kind_for_name("cgroup_memory"), ResourceKind::CgroupMemory);
-        assert_eq!(kind_for_name("cgroup_cache"), ResourceKind::CgroupCache);
-        assert_eq!(kind_for_name("whatever"), ResourceKind::CgroupMemory);
     }
 
     #[test]

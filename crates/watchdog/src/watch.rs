@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime};
 
 use watchdog_alerter::events::EventLog;
-use watchdog_alerter::request::{AckWatcher, AlertRequest, serde_name};
+use watchdog_alerter::request::{AckWatcher, AlertRequest};
 use watchdog_predictor::{Decision, PredictorConfig, ResourcePredictor};
 use watchdog_sampler::ring::SampleReader;
 use watchdog_sampler::{ResourceTable, Sampler};
@@ -681,11 +681,11 @@ impl Watch {
         AlertRequest {
             seq: self.seq,
             resource: st.resource.name.clone(),
-            kind: serde_name(&st.resource.kind),
-            reason: serde_name(&p.reason),
+            kind: st.resource.kind.to_string(),
+            reason: p.reason.to_string(),
             used: p.sample.used,
             limit: p.sample.limit,
-            unit: serde_name(&st.resource.kind.unit()),
+            unit: st.resource.kind.unit().to_string(),
             predicted_s: p.forecast.seconds_left,
             time: watchdog_alerter::events::format_rfc3339_ms(now),
             time_unix: watchdog_alerter::events::unix_time_s(now),
@@ -929,7 +929,7 @@ impl Watch {
             signal,
             peaks,
             alerts: self.alerts.len() as u32,
-            verdict: Some(verdict.kind.name().to_string()),
+            verdict: Some(verdict.kind.to_string()),
             summary: Some(verdict.summary.clone()),
             evidence: verdict.evidence.clone(),
         });
