@@ -169,7 +169,7 @@ fn open_error(path: &Path, source: io::Error) -> EventLogError {
             };
         }
     }
-    let dir = crate::request::parent_dir(path);
+    let dir = watchdog_types::fs::parent_dir(path);
     if source.kind() == io::ErrorKind::NotFound && !dir.exists() {
         EventLogError::NoDir {
             path: path.to_path_buf(),

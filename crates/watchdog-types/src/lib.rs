@@ -7,9 +7,11 @@
 //! A [`Forecast`] is what the predictor says about one resource, and an
 //! [`Event`] is one line of the `--events` JSON log. The unit parsers for the
 //! command line and the config file live in [`units`]; the names of the enums (as
-//! serde writes them) in [`names`].
+//! serde writes them) in [`names`]; the
+//! atomic file write every output uses in [`fs`].
 #![deny(missing_docs)]
 
+pub mod fs;
 pub mod names;
 pub mod quote;
 pub mod units;

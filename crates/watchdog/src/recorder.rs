@@ -208,7 +208,7 @@ impl Snapshot {
 /// reason alone (the caller names the file).
 pub fn write(path: &Path, snapshot: &Snapshot) -> Result<(), String> {
     crate::outputs::check_recording(path)?;
-    let dir = watchdog_alerter::request::parent_dir(path);
+    let dir = watchdog_types::fs::parent_dir(path);
     if let Ok(vfs) = rustix::fs::statvfs(dir) {
         let total = vfs.f_blocks.saturating_mul(vfs.f_frsize);
         let free = vfs.f_bavail.saturating_mul(vfs.f_frsize);
@@ -219,8 +219,7 @@ pub fn write(path: &Path, snapshot: &Snapshot) -> Result<(), String> {
             ));
         }
     }
-    watchdog_alerter::request::write_atomic(path, snapshot.render().as_bytes())
-        .map_err(|e| e.to_string())
+    watchdog_types::fs::write_atomic(path, snapshot.render().as_bytes()).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
