@@ -983,20 +983,28 @@ fn parse_datetime(s: &str) -> Option<f64> {
             sign * (oh * 3600 + om * 60)
         }
     };
-    let days = days_from_civil(year, month, day);
-    let secs = days * 86_400 + hour * 3600 + minute * 60 + second - offset_s;
+    // The calendar is jiff's (it refuses a day the month does not have); a leap
+    // second (:60) counts as the second after :59, as it did before.
+    let time = jiff::civil::Time::new(
+        i8::try_from(hour).ok()?,
+        i8::try_from(minute).ok()?,
+        i8::try_from(second.min(59)).ok()?,
+        0,
+    )
+    .ok()?;
+    let date = jiff::civil::Date::new(
+        i16::try_from(year).ok()?,
+        i8::try_from(month).ok()?,
+        i8::try_from(day).ok()?,
+    )
+    .ok()?;
+    let offset = jiff::tz::Offset::from_seconds(i32::try_from(offset_s).ok()?).ok()?;
+    let secs = offset
+        .to_timestamp(date.to_datetime(time))
+        .ok()?
+        .as_second()
+        + (second - 59).max(0);
     Some(secs as f64 + frac)
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = if y >= 0 { y } else { y - 399 } / 400;
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 #[cfg(test)]
@@ -1132,6 +1140,11 @@ mod tests {
         assert_eq!(parse_time("1970-01-01T01:00:00+01:00"), Some(0.0));
         assert_eq!(parse_time("2000-03-01 00:00:00"), Some(951_868_800.0));
         assert_eq!(parse_time("2024-13-01T00:00:00Z"), None);
+        // jiff's calendar: leap days where they exist, none where they do not.
+        assert_eq!(parse_time("2000-02-29T00:00:00Z"), Some(951_782_400.0));
+        assert_eq!(parse_time("2100-02-29T00:00:00Z"), None);
+        assert_eq!(parse_time("2024-04-31T00:00:00Z"), None);
+        assert_eq!(parse_time("2016-12-31T23:59:60Z"), Some(1_483_228_800.0));
         assert_eq!(parse_time("2024-01-01T00:00:00Q"), None);
         assert_eq!(parse_time("12.25"), Some(12.25));
         for text in [
