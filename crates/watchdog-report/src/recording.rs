@@ -1,4 +1,5 @@
-//! Parsing a flight recording (`docs/recording.md`) into a [`Recording`].
+//! The flight recording format (`docs/recording.md`): parsing it into a [`Recording`],
+//! and writing it ([`write::render`], what the watchdog's flight recorder writes).
 //!
 //! A recording is `#` comment lines followed by a CSV table. Comment lines of the
 //! form `#{...}` are JSON objects: the `meta` line, one `resource` line per
@@ -20,14 +21,19 @@
 //!
 //! Every error carries the 1-based line number and says what was expected.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use watchdog_types::{ResourceKind, Unit};
 
 use crate::trace::{self, TraceError};
 use watchdog_types::units::printable;
 
-/// The first line a recording starts with (the version may grow).
+pub mod write;
+
+/// The first line a recording starts with, before its version (the version may grow).
 pub const MAGIC: &str = "# watchdog recording v";
+
+/// The version this watchdog writes and reads.
+pub const VERSION: u32 = 1;
 
 /// `limit` value meaning "unlimited".
 pub const UNLIMITED: u64 = u64::MAX;
@@ -58,27 +64,35 @@ fn malformed(line: usize, message: impl Into<String>) -> ParseError {
     }
 }
 
-/// The recording's `meta` line. Every field is optional so that partial or older
-/// recordings still render; unknown fields are kept in [`Meta::extra`].
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+/// The recording's `meta` line, as written and as read. Every field is optional so
+/// that partial or older recordings still render (and absent fields are not written);
+/// unknown fields are kept in [`Meta::extra`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Meta {
     /// The recording format version from the first line (`1` for `v1`), if present.
     #[serde(skip)]
     pub version: Option<u32>,
     /// The target's PID.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub pid: Option<u64>,
     /// The target's command.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
     /// Wall-clock start, RFC 3339.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub start: Option<String>,
     /// Wall-clock start, seconds since 1970.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub start_unix: Option<f64>,
     /// Sampling interval in seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub interval_s: Option<f64>,
     /// Lead time in seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub lead_s: Option<f64>,
     /// Version of the watchdog that wrote the recording.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub watchdog_version: Option<String>,
     /// Any other fields, as written.
     #[serde(flatten)]
@@ -435,7 +449,7 @@ pub fn parse(text: &str) -> Result<Recording, ParseError> {
                     ),
                 )
             })?;
-            if version != 1 {
+            if version != VERSION {
                 return Err(malformed(
                     line,
                     format!(

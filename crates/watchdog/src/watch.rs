@@ -236,13 +236,14 @@ impl Watch {
         let recorder = FlightRecorder::new(
             table.all().to_vec(),
             recorder::Meta {
-                pid: target.pid,
-                command: target.name.clone(),
-                start: watchdog_alerter::events::format_rfc3339_ms(start_wall),
-                start_unix: watchdog_alerter::events::unix_time_s(start_wall),
-                interval_s: settings.interval.as_secs_f64(),
-                lead_s: settings.lead.as_secs_f64(),
-                watchdog_version: env!("CARGO_PKG_VERSION").to_string(),
+                pid: Some(target.pid.into()),
+                command: Some(target.name.clone()),
+                start: Some(watchdog_alerter::events::format_rfc3339_ms(start_wall)),
+                start_unix: Some(watchdog_alerter::events::unix_time_s(start_wall)),
+                interval_s: Some(settings.interval.as_secs_f64()),
+                lead_s: Some(settings.lead.as_secs_f64()),
+                watchdog_version: Some(env!("CARGO_PKG_VERSION").to_string()),
+                ..recorder::Meta::default()
             },
             settings.record_window.as_secs_f64(),
         );
