@@ -14,28 +14,15 @@ fn main() {
     divan::main();
 }
 
-const LIMIT: u64 = 64 << 30;
-
-/// A leak of 64 KiB/s under a 1 s saw-tooth of 256 MiB, sampled at 100 Hz.
-fn samples(n: usize) -> Vec<(f64, u64)> {
-    (0..n)
-        .map(|i| {
-            let t = i as f64 * 0.01;
-            let saw = ((i % 100) as u64) * (256 << 20) / 100;
-            (t, (8u64 << 30) + (t * 65536.0) as u64 + saw)
-        })
-        .collect()
-}
+#[path = "../../watchdog-predictor/benches/support/leak.rs"]
+mod leak;
+use leak::{LIMIT, samples};
 
 /// `replay::run` on the text of one hour of 100 Hz samples (360 000 CSV lines):
 /// parsing plus prediction, what `watchdog replay` spends per trace hour.
 #[divan::bench(sample_count = 10)]
 fn replay_text_1h_100hz(bencher: Bencher) {
-    use std::fmt::Write as _;
-    let mut text = String::from("time,used,limit,resource\n");
-    for (t, used) in samples(3600 * 100) {
-        let _ = writeln!(text, "{t:.2},{used},{LIMIT},cgroup_memory");
-    }
+    let text = generic_csv(3600 * 100);
     bencher
         .counter(ItemsCount::new(3600usize * 100))
         .bench(|| watchdog_engine::replay::run(black_box(&text), 30.0, 0.01).unwrap());
@@ -44,11 +31,7 @@ fn replay_text_1h_100hz(bencher: Bencher) {
 /// `trace::parse` alone on the same hour of text.
 #[divan::bench(sample_count = 10)]
 fn parse_text_1h_100hz(bencher: Bencher) {
-    use std::fmt::Write as _;
-    let mut text = String::from("time,used,limit,resource\n");
-    for (t, used) in samples(3600 * 100) {
-        let _ = writeln!(text, "{t:.2},{used},{LIMIT},cgroup_memory");
-    }
+    let text = generic_csv(3600 * 100);
     bencher
         .counter(ItemsCount::new(3600usize * 100))
         .bench(|| watchdog_report::trace::parse(black_box(&text)).unwrap());
