@@ -169,7 +169,7 @@ fn open_error(path: &Path, source: io::Error) -> EventLogError {
             };
         }
     }
-    let dir = crate::request::parent_dir(path);
+    let dir = watchdog_types::fs::parent_dir(path);
     if source.kind() == io::ErrorKind::NotFound && !dir.exists() {
         EventLogError::NoDir {
             path: path.to_path_buf(),
@@ -216,37 +216,21 @@ pub fn unix_time_s(t: SystemTime) -> f64 {
     }
 }
 
-/// Formats `t` as RFC 3339 UTC with milliseconds (truncated): `2026-11-22T20:31:05.123Z`.
+/// Formats `t` as RFC 3339 UTC with milliseconds (truncated toward 1970):
+/// `2026-11-22T20:31:05.123Z`, through jiff's calendar. Times beyond jiff's range (years
+/// -9999 to 9999) are written as its first or last instant.
 pub fn format_rfc3339_ms(t: SystemTime) -> String {
-    let ms: i128 = match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => d.as_millis() as i128,
-        Err(e) => -(e.duration().as_millis() as i128),
+    let ms = |d: std::time::Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+    let ms = match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => ms(d),
+        Err(e) => -ms(e.duration()),
     };
-    let secs = ms.div_euclid(1000);
-    let milli = ms.rem_euclid(1000);
-    let days = secs.div_euclid(86_400);
-    let sod = secs.rem_euclid(86_400);
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{milli:03}Z",
-        sod / 3600,
-        (sod % 3600) / 60,
-        sod % 60
-    )
-}
-
-/// Days since 1970-01-01 to (year, month 1-12, day 1-31) in the proleptic Gregorian calendar.
-fn civil_from_days(z: i128) -> (i128, i128, i128) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097); // [0, 146096]
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365; // [0, 399]
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100); // [0, 365]
-    let mp = (5 * doy + 2) / 153; // [0, 11], March-based
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (if m <= 2 { y + 1 } else { y }, m, d)
+    let ts = jiff::Timestamp::from_millisecond(ms).unwrap_or(if ms < 0 {
+        jiff::Timestamp::MIN
+    } else {
+        jiff::Timestamp::MAX
+    });
+    format!("{ts:.3}")
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ pub use notify::{NotifyError, NotifyOutcome, notify_desktop, spawn_notify};
 pub use pidfd::{PidFd, PidFdError};
 pub use request::{
     Ack, AckWatcher, AlertRequest, RequestError, ack_path, clear_request_files, is_request_file,
-    read_ack, serde_name, write_ack, write_request_file,
+    read_ack, write_ack, write_request_file,
 };
 pub use sigcgt::{catches, parse_sigcgt};
 pub use signal::{

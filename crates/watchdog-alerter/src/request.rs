@@ -25,12 +25,12 @@
 
 use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
+use watchdog_types::fs::{Durability, WriteError, write_atomic, write_atomic_with};
 
 /// The JSON document written to the request file on every alert.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -75,67 +75,12 @@ pub struct Ack {
 /// What can go wrong writing the request file.
 #[derive(Debug, thiserror::Error)]
 pub enum RequestError {
-    /// The destination is a symlink; we refuse to write through or replace it.
-    #[error(
-        "refusing to write {path}: it is a symbolic link (remove it or choose another --request-file)"
-    )]
-    Symlink {
-        /// The destination.
-        path: PathBuf,
-    },
-    /// The destination exists and is not a regular file.
-    #[error("refusing to write {path}: it exists and is not a regular file")]
-    NotAFile {
-        /// The destination.
-        path: PathBuf,
-    },
-    /// The path has no file name.
-    #[error("invalid request file path {path}: expected a path to a file")]
-    NoFileName {
-        /// The destination.
-        path: PathBuf,
-    },
-    /// Creating, writing or syncing the temp file failed.
-    #[error("cannot write {path}: {source}")]
-    Write {
-        /// The temp file or destination.
-        path: PathBuf,
-        /// The OS error.
-        #[source]
-        source: io::Error,
-    },
-    /// Renaming the temp file over the destination failed.
-    #[error("cannot rename {from} to {to}: {source}")]
-    Rename {
-        /// The temp file.
-        from: PathBuf,
-        /// The destination.
-        to: PathBuf,
-        /// The OS error.
-        #[source]
-        source: io::Error,
-    },
+    /// The atomic write failed (a symlink or a non-file in the way, an I/O error).
+    #[error(transparent)]
+    Write(#[from] WriteError),
     /// JSON serialization failed.
     #[error("cannot serialize the request: {0}")]
     Json(#[from] serde_json::Error),
-}
-
-/// The snake_case name serde gives a unit-like enum value (`ResourceKind::CgroupMemory` -> `cgroup_memory`,
-/// `AlertReason::HeadroomFloor` -> `headroom_floor`, `Unit::Bytes` -> `bytes`), for [`AlertRequest`]'s string fields.
-pub fn serde_name<T: Serialize>(value: &T) -> String {
-    match serde_json::to_value(value) {
-        Ok(serde_json::Value::String(s)) => s,
-        Ok(other) => other.to_string(),
-        Err(e) => format!("<{e}>"),
-    }
-}
-
-/// The directory a file path is in: its parent, or `.` for a bare file name.
-pub fn parent_dir(path: &Path) -> &Path {
-    match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    }
 }
 
 /// The acknowledgment path for a request file: `<request_file>.ack`.
@@ -149,14 +94,14 @@ pub fn ack_path(request_file: &Path) -> PathBuf {
 pub fn write_request_file(path: &Path, req: &AlertRequest) -> Result<(), RequestError> {
     let mut json = serde_json::to_vec_pretty(req)?;
     json.push(b'\n');
-    write_atomic_with(path, &json, Durability::Visible)
+    Ok(write_atomic_with(path, &json, Durability::Visible)?)
 }
 
 /// Writes an acknowledgment to `<request_file>.ack` atomically (what the Python client does; for tests and other clients).
 pub fn write_ack(request_file: &Path, ack: &Ack) -> Result<(), RequestError> {
     let mut json = serde_json::to_vec(ack)?;
     json.push(b'\n');
-    write_atomic(&ack_path(request_file), &json)
+    Ok(write_atomic(&ack_path(request_file), &json)?)
 }
 
 /// Largest file [`is_request_file`] reads; a request is well under 1 KiB.
@@ -198,91 +143,6 @@ pub fn clear_request_files(request_file: &Path) -> io::Result<()> {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
-    }
-    Ok(())
-}
-
-static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
-
-/// Whether a write must survive a crash of the machine (fsync) or only be seen whole.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Durability {
-    /// Seen whole by readers (rename), without waiting for the disk: the request file,
-    /// which matters only while the run lives and must not delay the signal (an fsync
-    /// on ext4 costs milliseconds).
-    Visible,
-    /// Also on disk before returning (fsync of the file and its directory): recordings.
-    Durable,
-}
-
-/// Atomic replace of `path` with `data`: temp file (O_EXCL|O_NOFOLLOW) + fsync + rename + fsync of the directory.
-pub fn write_atomic(path: &Path, data: &[u8]) -> Result<(), RequestError> {
-    write_atomic_with(path, data, Durability::Durable)
-}
-
-/// Atomic replace of `path` with `data`, fsynced or not as `durability` says.
-pub fn write_atomic_with(
-    path: &Path,
-    data: &[u8],
-    durability: Durability,
-) -> Result<(), RequestError> {
-    let durable = durability == Durability::Durable;
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.file_type().is_symlink() => {
-            return Err(RequestError::Symlink {
-                path: path.to_path_buf(),
-            });
-        }
-        Ok(m) if !m.file_type().is_file() => {
-            return Err(RequestError::NotAFile {
-                path: path.to_path_buf(),
-            });
-        }
-        _ => {}
-    }
-    let name = path.file_name().ok_or_else(|| RequestError::NoFileName {
-        path: path.to_path_buf(),
-    })?;
-    let dir = parent_dir(path);
-    let mut tmp_name = OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(
-        ".tmp.{}.{}",
-        std::process::id(),
-        TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let tmp = dir.join(&tmp_name);
-
-    let write_err = |source| RequestError::Write {
-        path: tmp.clone(),
-        source,
-    };
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create_new(true) // O_CREAT|O_EXCL: fails on any existing entry, symlinks included
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .mode(0o644)
-        .open(&tmp)
-        .map_err(write_err)?;
-    let written = f
-        .write_all(data)
-        .and_then(|()| if durable { f.sync_all() } else { Ok(()) });
-    drop(f);
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(write_err(e));
-    }
-    if let Err(source) = std::fs::rename(&tmp, path) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(RequestError::Rename {
-            from: tmp,
-            to: path.to_path_buf(),
-            source,
-        });
-    }
-    // Make the rename itself durable; failure here does not undo the write, so it is not an error.
-    if durable && let Ok(d) = File::open(dir) {
-        let _ = d.sync_all();
     }
     Ok(())
 }
@@ -385,15 +245,6 @@ mod tests {
     }
 
     #[test]
-    fn serde_names() {
-        use watchdog_types::{AlertReason, ResourceKind, Unit};
-        assert_eq!(serde_name(&ResourceKind::CgroupMemory), "cgroup_memory");
-        assert_eq!(serde_name(&AlertReason::HeadroomFloor), "headroom_floor");
-        assert_eq!(serde_name(&AlertReason::NextStep), "next_step");
-        assert_eq!(serde_name(&Unit::Millis), "millis");
-    }
-
-    #[test]
     fn ack_path_appends() {
         assert_eq!(
             ack_path(Path::new("/tmp/x/req.json")),
@@ -445,7 +296,10 @@ mod tests {
         let p = dir.path().join("req.json");
         std::os::unix::fs::symlink(&victim, &p).unwrap();
         let err = write_request_file(&p, &sample()).unwrap_err();
-        assert!(matches!(err, RequestError::Symlink { .. }), "{err}");
+        assert!(
+            matches!(err, RequestError::Write(WriteError::Symlink { .. })),
+            "{err}"
+        );
         assert!(err.to_string().contains("symbolic link"), "{err}");
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
         // A dangling symlink is refused as well.
@@ -453,7 +307,7 @@ mod tests {
         std::os::unix::fs::symlink(dir.path().join("nowhere"), &p2).unwrap();
         assert!(matches!(
             write_request_file(&p2, &sample()),
-            Err(RequestError::Symlink { .. })
+            Err(RequestError::Write(WriteError::Symlink { .. }))
         ));
         assert!(!dir.path().join("nowhere").exists());
     }
@@ -463,7 +317,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         assert!(matches!(
             write_request_file(dir.path(), &sample()),
-            Err(RequestError::NotAFile { .. })
+            Err(RequestError::Write(WriteError::NotAFile { .. }))
         ));
         let err = write_request_file(&dir.path().join("no/such/req.json"), &sample()).unwrap_err();
         assert!(err.to_string().contains("no/such"), "{err}");

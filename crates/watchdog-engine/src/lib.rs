@@ -18,6 +18,7 @@
 //! 4. [`Engine::acknowledged`] when the run acknowledges a request.
 #![deny(missing_docs)]
 
+pub mod replay;
 pub mod text;
 pub mod verdict;
 
@@ -556,7 +557,7 @@ impl Engine {
             signal,
             peaks,
             alerts: self.alerts.len() as u32,
-            verdict: Some(verdict.kind.name().to_string()),
+            verdict: Some(verdict.kind.to_string()),
             summary: Some(verdict.summary.clone()),
             evidence: verdict.evidence.clone(),
         };

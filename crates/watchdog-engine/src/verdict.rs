@@ -3,49 +3,10 @@
 //! verdict with its evidence. It never guesses: without evidence it says so.
 
 use watchdog_types::ResourceKind;
+pub use watchdog_types::VerdictKind;
 use watchdog_types::units::{format_bytes, format_duration_s, signal_name};
 
 use crate::TargetExit;
-
-/// The kinds of verdict, as written in the `exit` event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum VerdictKind {
-    /// Exited on its own (any status) with no resource exhausted.
-    Exited,
-    /// Killed by the kernel's OOM killer.
-    OomKill,
-    /// Killed by a signal, no resource exhausted.
-    Signal,
-    /// Died of a fault or `abort()` of its own (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT).
-    Crash,
-    /// Died of the checkpoint signal the watchdog sent it.
-    WatchdogSignal,
-    /// A watched filesystem was full at the end.
-    DiskFull,
-    /// The runtime limit was reached.
-    RuntimeLimit,
-    /// A GPU was at its memory limit just before the exit.
-    GpuOom,
-    /// Gone, with no status and no evidence.
-    Unknown,
-}
-
-impl VerdictKind {
-    /// The name in events and recordings.
-    pub fn name(self) -> &'static str {
-        match self {
-            VerdictKind::Exited => "exited",
-            VerdictKind::OomKill => "oom_kill",
-            VerdictKind::Signal => "signal",
-            VerdictKind::Crash => "crash",
-            VerdictKind::WatchdogSignal => "watchdog_signal",
-            VerdictKind::DiskFull => "disk_full",
-            VerdictKind::RuntimeLimit => "runtime_limit",
-            VerdictKind::GpuOom => "gpu_oom",
-            VerdictKind::Unknown => "unknown",
-        }
-    }
-}
 
 /// The last figures of one resource before the exit.
 #[derive(Debug, Clone, PartialEq)]
@@ -564,7 +525,7 @@ mod tests {
     #[test]
     fn crash_and_watchdog_signal_summaries_say_what_happened() {
         let v = diagnose(&facts(Some(TargetExit::Signal(libc::SIGSEGV)), vec![]));
-        assert_eq!(v.kind.name(), "crash");
+        assert_eq!(v.kind.as_str(), "crash");
         assert!(
             v.summary
                 .starts_with("crashed (SIGSEGV: a fault in the process itself"),
@@ -576,7 +537,7 @@ mod tests {
             sent_signal: Some(libc::SIGUSR1),
             ..facts(Some(TargetExit::Signal(libc::SIGUSR1)), vec![])
         });
-        assert_eq!(v.kind.name(), "watchdog_signal");
+        assert_eq!(v.kind.as_str(), "watchdog_signal");
         assert!(
             v.summary
                 .contains("the checkpoint signal the watchdog sent it"),

@@ -17,14 +17,12 @@
 //! (disks, GPU memory) alert when the next step will not fit. The runtime resource grows at exactly
 //! 1000 ms per second, so its forecast is exact.
 //!
-//! The [`trace`] module parses recorded traces and [`replay`] runs this
-//! predictor over them.
+//! Traces are parsed by `watchdog_report::trace`, and `watchdog_engine::replay` runs
+//! this predictor over them.
 #![deny(missing_docs)]
 
 mod envelope;
-pub mod replay;
 mod steps;
-pub mod trace;
 
 use envelope::{BUCKETS_PER_LEAD, Envelope};
 use steps::StepLearner;

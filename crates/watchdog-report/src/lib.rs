@@ -27,6 +27,7 @@
 pub mod recording;
 pub mod render;
 pub mod text;
+pub mod trace;
 
 use std::path::{Path, PathBuf};
 

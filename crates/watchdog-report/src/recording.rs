@@ -1,10 +1,11 @@
-//! Parsing a flight recording (`docs/recording.md`) into a [`Recording`].
+//! The flight recording format (`docs/recording.md`): parsing it into a [`Recording`],
+//! and writing it ([`write::render`], what the watchdog's flight recorder writes).
 //!
 //! A recording is `#` comment lines followed by a CSV table. Comment lines of the
 //! form `#{...}` are JSON objects: the `meta` line, one `resource` line per
 //! resource, and the events (`alert`, `ack`, `exit`, ...) with `t` in seconds since
 //! the recording's start. The table is the same trace format `watchdog replay`
-//! reads, so it is parsed by [`watchdog_predictor::trace::parse`]: columns are found
+//! reads, so it is parsed by [`trace::parse`](crate::trace::parse): columns are found
 //! by their header names in any order (the doc's prose says `time,used,limit,resource`
 //! while its example writes `time,resource,used,limit`; both are read).
 //!
@@ -20,13 +21,19 @@
 //!
 //! Every error carries the 1-based line number and says what was expected.
 
-use serde::Deserialize;
-use watchdog_predictor::trace::{self, TraceError, kind_for_name};
-use watchdog_types::Unit;
+use serde::{Deserialize, Serialize};
+use watchdog_types::{ResourceKind, Unit};
+
+use crate::trace::{self, TraceError};
 use watchdog_types::units::printable;
 
-/// The first line a recording starts with (the version may grow).
+pub mod write;
+
+/// The first line a recording starts with, before its version (the version may grow).
 pub const MAGIC: &str = "# watchdog recording v";
+
+/// The version this watchdog writes and reads.
+pub const VERSION: u32 = 1;
 
 /// `limit` value meaning "unlimited".
 pub const UNLIMITED: u64 = u64::MAX;
@@ -57,27 +64,35 @@ fn malformed(line: usize, message: impl Into<String>) -> ParseError {
     }
 }
 
-/// The recording's `meta` line. Every field is optional so that partial or older
-/// recordings still render; unknown fields are kept in [`Meta::extra`].
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+/// The recording's `meta` line, as written and as read. Every field is optional so
+/// that partial or older recordings still render (and absent fields are not written);
+/// unknown fields are kept in [`Meta::extra`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Meta {
     /// The recording format version from the first line (`1` for `v1`), if present.
     #[serde(skip)]
     pub version: Option<u32>,
     /// The target's PID.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub pid: Option<u64>,
     /// The target's command.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
     /// Wall-clock start, RFC 3339.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub start: Option<String>,
     /// Wall-clock start, seconds since 1970.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub start_unix: Option<f64>,
     /// Sampling interval in seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub interval_s: Option<f64>,
     /// Lead time in seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub lead_s: Option<f64>,
     /// Version of the watchdog that wrote the recording.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub watchdog_version: Option<String>,
     /// Any other fields, as written.
     #[serde(flatten)]
@@ -258,24 +273,12 @@ struct ResourceLine {
     source: Option<String>,
 }
 
-fn parse_unit(text: &str) -> Option<Unit> {
-    match text {
-        "bytes" => Some(Unit::Bytes),
-        "count" => Some(Unit::Count),
-        "millis" => Some(Unit::Millis),
-        _ => None,
-    }
-}
-
 fn unit_for_name(name: &str) -> Unit {
-    kind_for_name(name).unit()
+    ResourceKind::of_resource_name(name).unit()
 }
 
 fn kind_name(name: &str) -> String {
-    serde_json::to_value(kind_for_name(name))
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_else(|| "unknown".to_string())
+    ResourceKind::of_resource_name(name).as_str().to_string()
 }
 
 fn json_type(v: &serde_json::Value) -> &'static str {
@@ -377,7 +380,7 @@ fn parse_json_line(rec: &mut Recording, json: &str, line: usize) -> Result<(), P
         let r: ResourceLine = typed(r.clone(), line, "resource line")?;
         let unit = match r.unit.as_deref() {
             None => unit_for_name(&r.name),
-            Some(u) => parse_unit(u).ok_or_else(|| {
+            Some(u) => u.parse::<Unit>().map_err(|_| {
                 malformed(
                     line,
                     format!(
@@ -446,7 +449,7 @@ pub fn parse(text: &str) -> Result<Recording, ParseError> {
                     ),
                 )
             })?;
-            if version != 1 {
+            if version != VERSION {
                 return Err(malformed(
                     line,
                     format!(

@@ -6,7 +6,7 @@
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::Path;
 
-pub use watchdog_predictor::trace::MAX_LINE_BYTES;
+pub use crate::trace::MAX_LINE_BYTES;
 
 /// Why a text file could not be read.
 #[derive(Debug, thiserror::Error)]

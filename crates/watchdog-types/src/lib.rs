@@ -6,9 +6,13 @@
 //! [`ResourceId`] stands for (its kind, its name as users see it, its unit).
 //! A [`Forecast`] is what the predictor says about one resource, and an
 //! [`Event`] is one line of the `--events` JSON log. The unit parsers for the
-//! command line and the config file live in [`units`].
+//! command line and the config file live in [`units`]; the names of the enums (as
+//! serde writes them) in [`names`]; the
+//! atomic file write every output uses in [`fs`].
 #![deny(missing_docs)]
 
+pub mod fs;
+pub mod names;
 pub mod quote;
 pub mod units;
 
@@ -123,6 +127,30 @@ pub struct Forecast {
     pub confidence: f64,
     /// Bytes (or units) left before the limit.
     pub headroom: u64,
+}
+
+/// Why the run ended: the verdict of the `exit` event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerdictKind {
+    /// Exited on its own (any status) with no resource exhausted.
+    Exited,
+    /// Killed by the kernel's OOM killer.
+    OomKill,
+    /// Killed by a signal, no resource exhausted.
+    Signal,
+    /// Died of a fault or `abort()` of its own (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT).
+    Crash,
+    /// Died of the checkpoint signal the watchdog sent it.
+    WatchdogSignal,
+    /// A watched filesystem was full at the end.
+    DiskFull,
+    /// The runtime limit was reached.
+    RuntimeLimit,
+    /// A GPU was at its memory limit just before the exit.
+    GpuOom,
+    /// Gone, with no status and no evidence.
+    Unknown,
 }
 
 /// Why an alert fired.

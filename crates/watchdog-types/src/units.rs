@@ -332,19 +332,25 @@ pub fn signal_name(num: i32) -> String {
     }
 }
 
-/// Formats bytes for people: `1.50 GiB`, `512.0 MiB`, `900 B`.
-pub fn format_bytes(bytes: u64) -> String {
-    const UNITS: &[&str] = &["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = bytes as f64;
+/// The one size scale: `bytes` in the largest binary unit (`B`, `KiB`, ... `EiB`) that
+/// keeps it at 1 or more, and that unit. [`format_bytes`] and the report's axis ticks
+/// both print through it.
+pub fn binary_size(bytes: f64) -> (f64, &'static str) {
+    const UNITS: &[&str] = &["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    let mut v = bytes;
     let mut i = 0;
     while v >= 1024.0 && i + 1 < UNITS.len() {
         v /= 1024.0;
         i += 1;
     }
-    if i == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{v:.2} {}", UNITS[i])
+    (v, UNITS.get(i).copied().unwrap_or("B"))
+}
+
+/// Formats bytes for people: `1.50 GiB`, `512.00 MiB`, `900 B`.
+pub fn format_bytes(bytes: u64) -> String {
+    match binary_size(bytes as f64) {
+        (_, "B") => format!("{bytes} B"),
+        (v, unit) => format!("{v:.2} {unit}"),
     }
 }
 
@@ -372,6 +378,16 @@ pub fn format_duration_s(secs: f64) -> String {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_print_on_one_binary_scale() {
+        assert_eq!(format_bytes(900), "900 B");
+        assert_eq!(format_bytes(1536 << 20), "1.50 GiB");
+        assert_eq!(format_bytes(512 << 20), "512.00 MiB");
+        assert_eq!(format_bytes(3 << 50), "3.00 PiB");
+        assert_eq!(binary_size(1024.0), (1.0, "KiB"));
+        assert_eq!(binary_size(u64::MAX as f64).1, "EiB");
+    }
 
     #[test]
     fn durations_parse() {

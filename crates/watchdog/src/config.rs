@@ -301,7 +301,7 @@ impl Settings {
             ("record", "recording", &self.record),
         ] {
             if let Some(path) = path {
-                let dir = watchdog_alerter::request::parent_dir(path);
+                let dir = watchdog_types::fs::parent_dir(path);
                 if path.as_os_str().is_empty() || path.file_name().is_none() || !dir.is_dir() {
                     return Err((
                         key,

@@ -25,7 +25,8 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use watchdog_alerter::request::{ack_path, is_request_file, parent_dir, read_ack};
+use watchdog_alerter::request::{ack_path, is_request_file, read_ack};
+use watchdog_types::fs::parent_dir;
 
 use crate::Failure;
 use crate::config::Host;

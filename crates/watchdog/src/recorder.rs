@@ -2,12 +2,14 @@
 //! memory and written as a recording (docs/recording.md) on every alert, at exit and on
 //! SIGUSR2. Rows are kept only when a figure changes (and once a second regardless), so
 //! flat resources cost nothing; the window is bounded in time and in rows, so memory is
-//! bounded whatever the run does.
+//! bounded whatever the run does. The text is written by `watchdog_report::recording::write`,
+//! next to the reader of the format.
 
 use std::collections::VecDeque;
-use std::fmt::Write as _;
 use std::path::Path;
 
+pub use watchdog_report::recording::Meta;
+use watchdog_report::recording::write;
 use watchdog_types::{Resource, Sample};
 
 /// Most rows kept in memory (24 bytes each: 3 MiB).
@@ -24,25 +26,6 @@ struct Row {
     resource: u16,
     used: u64,
     limit: u64,
-}
-
-/// What the recording's meta line says.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct Meta {
-    /// Target PID.
-    pub pid: u32,
-    /// Its command name.
-    pub command: String,
-    /// Wall-clock start, RFC 3339.
-    pub start: String,
-    /// Wall-clock start, Unix seconds.
-    pub start_unix: f64,
-    /// Sampling interval, seconds.
-    pub interval_s: f64,
-    /// Lead time, seconds.
-    pub lead_s: f64,
-    /// The watchdog's version.
-    pub watchdog_version: String,
 }
 
 /// The in-memory window.
@@ -166,40 +149,13 @@ impl FlightRecorder {
 impl Snapshot {
     /// The recording's text.
     pub fn render(&self) -> String {
-        let mut out = String::with_capacity(64 + self.rows.len() * 40);
-        out.push_str("# watchdog recording v1\n");
-        let meta = serde_json::json!({ "meta": self.meta });
-        let _ = writeln!(out, "#{meta}");
-        for r in &self.resources {
-            let line = serde_json::json!({"resource": {
-                "name": r.name, "kind": r.kind, "unit": r.kind.unit(), "source": r.source,
-            }});
-            let _ = writeln!(out, "#{line}");
-        }
-        for (t, e) in &self.events {
-            let mut e = e.clone();
-            if let Some(obj) = e.as_object_mut() {
-                obj.insert("t".into(), serde_json::json!((t * 1e3).round() / 1e3));
-            }
-            let _ = writeln!(out, "#{e}");
-        }
-        out.push_str("time,resource,used,limit\n");
-        for row in &self.rows {
-            let name = self
-                .resources
-                .get(row.resource as usize)
-                .map_or("?", |r| r.name.as_str());
-            let t_ms = self.base_ms + u64::from(row.t_ms);
-            let _ = writeln!(
-                out,
-                "{}.{:03},{name},{},{}",
-                t_ms / 1000,
-                t_ms % 1000,
-                row.used,
-                row.limit
-            );
-        }
-        out
+        let rows = self.rows.iter().map(|r| write::Row {
+            t_ms: self.base_ms + u64::from(r.t_ms),
+            resource: usize::from(r.resource),
+            used: r.used,
+            limit: r.limit,
+        });
+        write::render(&self.meta, &self.resources, &self.events, rows)
     }
 }
 
@@ -208,7 +164,7 @@ impl Snapshot {
 /// reason alone (the caller names the file).
 pub fn write(path: &Path, snapshot: &Snapshot) -> Result<(), String> {
     crate::outputs::check_recording(path)?;
-    let dir = watchdog_alerter::request::parent_dir(path);
+    let dir = watchdog_types::fs::parent_dir(path);
     if let Ok(vfs) = rustix::fs::statvfs(dir) {
         let total = vfs.f_blocks.saturating_mul(vfs.f_frsize);
         let free = vfs.f_bavail.saturating_mul(vfs.f_frsize);
@@ -219,8 +175,7 @@ pub fn write(path: &Path, snapshot: &Snapshot) -> Result<(), String> {
             ));
         }
     }
-    watchdog_alerter::request::write_atomic(path, snapshot.render().as_bytes())
-        .map_err(|e| e.to_string())
+    watchdog_types::fs::write_atomic(path, snapshot.render().as_bytes()).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -237,13 +192,9 @@ mod tests {
             source: "x".into(),
         }];
         let meta = Meta {
-            pid: 1,
-            command: "python3".into(),
-            start: "2026-01-01T00:00:00.000Z".into(),
-            start_unix: 0.0,
-            interval_s: 0.1,
-            lead_s: 30.0,
-            watchdog_version: "0".into(),
+            pid: Some(1),
+            command: Some("python3".into()),
+            ..Meta::default()
         };
         FlightRecorder::new(resources, meta, window_s)
     }
@@ -315,7 +266,7 @@ mod tests {
         );
         let text = r.snapshot().render();
         assert!(text.starts_with("# watchdog recording v1\n"));
-        let trace = watchdog_predictor::trace::parse(&text).unwrap();
+        let trace = watchdog_report::trace::parse(&text).unwrap();
         assert_eq!(trace.samples.len(), 30);
     }
 }

@@ -25,7 +25,7 @@ pub fn run(
     let lead_s = lead.unwrap_or(Duration::from_secs(30)).as_secs_f64();
     // Without --interval, the watchdog's default sampling period.
     let interval_s = interval.map_or(0.1, |d| d.as_secs_f64());
-    let report = watchdog_predictor::replay::run(&text, lead_s, interval_s)
+    let report = watchdog_engine::replay::run(&text, lead_s, interval_s)
         .map_err(|e| Failure::Usage(format!("trace {}: {e}", trace.display())))?;
     if let Some(back) = &report.time_went_back {
         crate::logging::warning_line(&format!("trace {}: {}", trace.display(), back.warning()));

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime};
 
 use watchdog_alerter::events::EventLog;
-use watchdog_alerter::request::{AckWatcher, AlertRequest, serde_name};
+use watchdog_alerter::request::{AckWatcher, AlertRequest};
 use watchdog_engine::verdict::{self, ExitFacts};
 use watchdog_engine::{Action, AlertPlan, Delivery, Ending, Engine, EngineSettings, Level};
 use watchdog_sampler::ring::SampleReader;
@@ -222,13 +222,14 @@ impl Watch {
         let recorder = FlightRecorder::new(
             table.all().to_vec(),
             recorder::Meta {
-                pid: target.pid,
-                command: target.name.clone(),
-                start: watchdog_alerter::events::format_rfc3339_ms(start_wall),
-                start_unix: watchdog_alerter::events::unix_time_s(start_wall),
-                interval_s: settings.interval.as_secs_f64(),
-                lead_s: settings.lead.as_secs_f64(),
-                watchdog_version: env!("CARGO_PKG_VERSION").to_string(),
+                pid: Some(target.pid.into()),
+                command: Some(target.name.clone()),
+                start: Some(watchdog_alerter::events::format_rfc3339_ms(start_wall)),
+                start_unix: Some(watchdog_alerter::events::unix_time_s(start_wall)),
+                interval_s: Some(settings.interval.as_secs_f64()),
+                lead_s: Some(settings.lead.as_secs_f64()),
+                watchdog_version: Some(env!("CARGO_PKG_VERSION").to_string()),
+                ..recorder::Meta::default()
             },
             settings.record_window.as_secs_f64(),
         );
@@ -550,11 +551,11 @@ impl Watch {
         AlertRequest {
             seq: r.seq,
             resource: r.resource.clone(),
-            kind: serde_name(&r.kind),
-            reason: serde_name(&r.reason),
+            kind: r.kind.to_string(),
+            reason: r.reason.to_string(),
             used: r.used,
             limit: r.limit,
-            unit: serde_name(&r.kind.unit()),
+            unit: r.kind.unit().to_string(),
             predicted_s: r.predicted_s,
             time: watchdog_alerter::events::format_rfc3339_ms(now),
             time_unix: watchdog_alerter::events::unix_time_s(now),

@@ -143,17 +143,11 @@ pub(crate) fn format_value_tick(unit: Unit, v: f64) -> String {
 
 /// Bytes with the largest binary unit that keeps the number at least 1: `768 MiB`, `1.25 GiB`.
 pub(crate) fn format_bytes_short(v: f64) -> String {
-    const UNITS: &[&str] = &["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
     if v <= 0.0 {
         return "0".to_string();
     }
-    let mut x = v;
-    let mut i = 0;
-    while x >= 1024.0 && i + 1 < UNITS.len() {
-        x /= 1024.0;
-        i += 1;
-    }
-    format!("{} {}", trim_decimals(x, 2), UNITS[i])
+    let (x, unit) = watchdog_types::units::binary_size(v);
+    format!("{} {unit}", trim_decimals(x, 2))
 }
 
 fn format_count(v: f64) -> String {

@@ -31,7 +31,7 @@ use svg::Document;
 use svg::node::element::{
     Circle, ClipPath, Definitions, Group, Line, Path as SvgPath, Rectangle, TSpan, Text, Title,
 };
-use watchdog_types::Unit;
+use watchdog_types::{Unit, VerdictKind};
 
 use crate::recording::{EventKind, Recording, UNLIMITED};
 use axis::Scale;
@@ -104,19 +104,23 @@ pub fn title(rec: &Recording) -> String {
     {
         return summary.trim().to_string();
     }
-    match rec.verdict.as_deref() {
-        Some("exited") => "the target exited normally".to_string(),
-        Some("oom_kill") => "the target was killed by the kernel's OOM killer".to_string(),
-        Some("signal") => "the target was killed by a signal".to_string(),
-        Some("disk_full") => "the disk was full when the target exited".to_string(),
-        Some("runtime_limit") => "the target reached its runtime limit".to_string(),
-        Some("gpu_oom") => {
+    let Some(name) = rec.verdict.as_deref() else {
+        return "watchdog recording".to_string();
+    };
+    match name.parse::<VerdictKind>() {
+        Ok(VerdictKind::Exited) => "the target exited normally".to_string(),
+        Ok(VerdictKind::OomKill) => "the target was killed by the kernel's OOM killer".to_string(),
+        Ok(VerdictKind::Signal) => "the target was killed by a signal".to_string(),
+        Ok(VerdictKind::DiskFull) => "the disk was full when the target exited".to_string(),
+        Ok(VerdictKind::RuntimeLimit) => "the target reached its runtime limit".to_string(),
+        Ok(VerdictKind::GpuOom) => {
             "the GPU was at its memory limit when the target exited (a likely CUDA out-of-memory)"
                 .to_string()
         }
-        Some("unknown") => "the target exited for a reason the watchdog cannot tell".to_string(),
-        Some(other) => format!("verdict: {other}"),
-        None => "watchdog recording".to_string(),
+        Ok(VerdictKind::Unknown) => {
+            "the target exited for a reason the watchdog cannot tell".to_string()
+        }
+        Ok(VerdictKind::Crash | VerdictKind::WatchdogSignal) | Err(_) => format!("verdict: {name}"),
     }
 }
 
@@ -533,7 +537,7 @@ fn panel(rec: &Recording, plan: &PanelPlan, xs_domain: (f64, f64), top: f64) -> 
     let mut g = Group::new()
         .set("class", "panel")
         .set("data-resource", res.name.as_str())
-        .set("data-unit", unit_name(res.unit))
+        .set("data-unit", res.unit.as_str())
         .add(Title::new(match &res.source {
             Some(src) => format!("{} ({}): {src}", res.name, res.kind),
             None => format!("{} ({})", res.name, res.kind),
@@ -842,14 +846,6 @@ fn panel(rec: &Recording, plan: &PanelPlan, xs_domain: (f64, f64), top: f64) -> 
     (g, clip)
 }
 
-fn unit_name(unit: Unit) -> &'static str {
-    match unit {
-        Unit::Bytes => "bytes",
-        Unit::Count => "count",
-        Unit::Millis => "millis",
-    }
-}
-
 /// The (used, limit) in force at `t`: the last row at or before it.
 fn value_at(series: &[crate::recording::Point], t: f64) -> Option<(u64, u64)> {
     let i = series.partition_point(|p| p.t_s <= t);
@@ -988,7 +984,7 @@ pub fn render_html(rec: &Recording) -> String {
             "<tr><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td class=\"num\">{rows}</td></tr>",
             esc(&r.name),
             esc(&r.kind),
-            unit_name(r.unit),
+            r.unit.as_str(),
             esc(r.source.as_deref().unwrap_or("")),
         );
     }

@@ -3,8 +3,8 @@
 //! `predict_linear`-style least-squares fit over the last 4 lead times of raw
 //! samples, side by side.
 //!
-//!     cargo run -p watchdog-predictor --example accuracy --release              # print
-//!     cargo run -p watchdog-predictor --example accuracy --release -- --update-doc
+//!     cargo run -p watchdog-engine --example accuracy --release              # print
+//!     cargo run -p watchdog-engine --example accuracy --release -- --update-doc
 //!
 //! `--update-doc` rewrites the block between `<!-- accuracy:begin -->` and
 //! `<!-- accuracy:end -->` in `docs/prediction.md`.
@@ -14,9 +14,9 @@ use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use watchdog_predictor::replay;
-use watchdog_predictor::trace::{self, Trace};
+use watchdog_engine::replay;
 use watchdog_predictor::{Decision, PredictorConfig};
+use watchdog_report::trace::{self, Trace};
 use watchdog_types::AlertReason;
 
 /// What one method did on one trace.

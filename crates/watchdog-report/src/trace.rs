@@ -22,7 +22,6 @@
 //! error: no sample needs it, and readers of trace files stop there rather than
 //! hold a runaway line (`/dev/zero`) in memory.
 
-use watchdog_types::ResourceKind;
 use watchdog_types::quote::quote_value;
 use watchdog_types::units::{parse_size, printable};
 
@@ -108,33 +107,6 @@ pub enum TraceError {
         /// What was found and what was expected.
         message: String,
     },
-}
-
-/// The resource kind a trace's resource name stands for, from the names the
-/// watchdog uses (`host_memory`, `swap`, `cgroup_memory`, `cgroup_cache`, `tree_memory`,
-/// `disk:/path`, `inodes:/path`, `runtime`, `gpu0`); anything else is taken as
-/// cgroup memory.
-pub fn kind_for_name(name: &str) -> ResourceKind {
-    let n = name.trim().to_ascii_lowercase();
-    if n.starts_with("gpu") {
-        ResourceKind::GpuMemory
-    } else if n.starts_with("disk") || n.starts_with("tmpfs") || n.starts_with("shm") {
-        ResourceKind::DiskBytes
-    } else if n.starts_with("inode") {
-        ResourceKind::DiskInodes
-    } else if n.starts_with("runtime") {
-        ResourceKind::Runtime
-    } else if n.starts_with("swap") {
-        ResourceKind::Swap
-    } else if n.starts_with("host") {
-        ResourceKind::HostMemory
-    } else if n.starts_with("tree") {
-        ResourceKind::TreeMemory
-    } else if n.starts_with("cgroup_cache") {
-        ResourceKind::CgroupCache
-    } else {
-        ResourceKind::CgroupMemory
-    }
 }
 
 struct Columns {
@@ -236,7 +208,7 @@ pub(crate) fn parse_with(text: &str, fast: bool) -> Result<Trace, TraceError> {
 }
 
 /// Where [`parse_into`] puts the samples, in file order.
-pub(crate) trait Sink {
+pub trait Sink {
     /// About `n` samples are to come (a hint, from the text's length).
     fn expect(&mut self, _n: usize) {}
     /// The next sample, from 1-based `line`; `resources` are the resource names so far,
@@ -254,18 +226,19 @@ impl Sink for Vec<TraceSample> {
 }
 
 /// A [`Trace`] without its samples.
-pub(crate) struct Parsed {
-    pub(crate) format: TraceFormat,
-    pub(crate) resources: Vec<String>,
-    pub(crate) meta: Vec<(String, String)>,
+pub struct Parsed {
+    /// The format detected from the header.
+    pub format: TraceFormat,
+    /// Resource names, in order of first appearance.
+    pub resources: Vec<String>,
+    /// `# key: value` comments, in file order.
+    pub meta: Vec<(String, String)>,
 }
 
-/// Parses `text`, handing every sample to `sink` as it is read.
-pub(crate) fn parse_into<S: Sink>(
-    text: &str,
-    fast: bool,
-    sink: &mut S,
-) -> Result<Parsed, TraceError> {
+/// Parses `text`, handing every sample to `sink` as it is read (`fast`: whether data
+/// lines take the fast path [`parse`] describes); what `watchdog replay` streams through
+/// its predictors.
+pub fn parse_into<S: Sink>(text: &str, fast: bool, sink: &mut S) -> Result<Parsed, TraceError> {
     let bytes = text.as_bytes();
     let mut rec = Records::default();
     let mut header: Option<(Columns, TraceFormat, Vec<Role>)> = None;
@@ -1010,20 +983,28 @@ fn parse_datetime(s: &str) -> Option<f64> {
             sign * (oh * 3600 + om * 60)
         }
     };
-    let days = days_from_civil(year, month, day);
-    let secs = days * 86_400 + hour * 3600 + minute * 60 + second - offset_s;
+    // The calendar is jiff's (it refuses a day the month does not have); a leap
+    // second (:60) counts as the second after :59, as it did before.
+    let time = jiff::civil::Time::new(
+        i8::try_from(hour).ok()?,
+        i8::try_from(minute).ok()?,
+        i8::try_from(second.min(59)).ok()?,
+        0,
+    )
+    .ok()?;
+    let date = jiff::civil::Date::new(
+        i16::try_from(year).ok()?,
+        i8::try_from(month).ok()?,
+        i8::try_from(day).ok()?,
+    )
+    .ok()?;
+    let offset = jiff::tz::Offset::from_seconds(i32::try_from(offset_s).ok()?).ok()?;
+    let secs = offset
+        .to_timestamp(date.to_datetime(time))
+        .ok()?
+        .as_second()
+        + (second - 59).max(0);
     Some(secs as f64 + frac)
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = if y >= 0 { y } else { y - 399 } / 400;
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 #[cfg(test)]
@@ -1159,6 +1140,11 @@ mod tests {
         assert_eq!(parse_time("1970-01-01T01:00:00+01:00"), Some(0.0));
         assert_eq!(parse_time("2000-03-01 00:00:00"), Some(951_868_800.0));
         assert_eq!(parse_time("2024-13-01T00:00:00Z"), None);
+        // jiff's calendar: leap days where they exist, none where they do not.
+        assert_eq!(parse_time("2000-02-29T00:00:00Z"), Some(951_782_400.0));
+        assert_eq!(parse_time("2100-02-29T00:00:00Z"), None);
+        assert_eq!(parse_time("2024-04-31T00:00:00Z"), None);
+        assert_eq!(parse_time("2016-12-31T23:59:60Z"), Some(1_483_228_800.0));
         assert_eq!(parse_time("2024-01-01T00:00:00Q"), None);
         assert_eq!(parse_time("12.25"), Some(12.25));
         for text in [
@@ -1175,17 +1161,6 @@ mod tests {
         assert_eq!(parse_time("."), None);
         assert_eq!(parse_time("-2.5"), Some(-2.5));
         assert_eq!(parse_time("1e3"), Some(1000.0));
-    }
-
-    #[test]
-    fn kinds_from_names() {
-        assert_eq!(kind_for_name("gpu3"), ResourceKind::GpuMemory);
-        assert_eq!(kind_for_name("disk:/mnt/x"), ResourceKind::DiskBytes);
-        assert_eq!(kind_for_name("inodes:/"), ResourceKind::DiskInodes);
-        assert_eq!(kind_for_name("runtime"), ResourceKind::Runtime);
-        assert_eq!(kind_for_name("cgroup_memory"), ResourceKind::CgroupMemory);
-        assert_eq!(kind_for_name("cgroup_cache"), ResourceKind::CgroupCache);
-        assert_eq!(kind_for_name("whatever"), ResourceKind::CgroupMemory);
     }
 
     #[test]

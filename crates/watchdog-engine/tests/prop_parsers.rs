@@ -8,7 +8,8 @@ mod prop_support;
 
 use prop_support::{arbitrary_text, check_message, config, near_valid};
 use proptest::prelude::*;
-use watchdog_predictor::{replay, trace};
+use watchdog_engine::replay;
+use watchdog_report::trace;
 
 /// `line N: found header '...': expected ...` is the longest fixed part.
 const FIXED: usize = 260;
@@ -97,5 +98,35 @@ fn a_carriage_return_inside_a_trace_line_is_escaped_in_the_message() {
             e.starts_with("line ") && !e.contains(['\r', '\n', '\u{85}']),
             "{e:?}"
         );
+    }
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// Any text of trace-like pieces parses or errors, and a replay's JSON lines end closed.
+    #[test]
+    fn any_text_parses_or_errors_without_panicking(
+        body in prop::collection::vec(
+            prop::sample::select(vec![
+                "0", "1.5", "-2", "12 MiB", "", "x", ",", "#", "# k: v", "\"", "inf",
+                "2024-01-15T10:23:45Z", "2024/01/15 10:23:45.1", "gpu0", "9999999999999999999999",
+                "\n", " ", "\u{e9}", "[MiB]", "memory.used", ".", "1e400",
+            ]),
+            0..200,
+        ),
+        header in prop::sample::select(vec![
+            "time,used,limit\n",
+            "resource,time,used,limit\n",
+            "timestamp, index, memory.used [MiB], memory.total [MiB]\n",
+            "",
+        ]),
+    ) {
+        let text = format!("{header}{}", body.concat());
+        if let Ok(report) = watchdog_engine::replay::run(&text, 30.0, 0.1) {
+            let out = report.to_json_lines();
+            let ok = out.ends_with("]}\n");
+            prop_assert!(ok, "summary line not closed");
+        }
     }
 }

@@ -15,9 +15,9 @@
 
 use std::path::PathBuf;
 
+use watchdog_engine::replay::{self, ReplayReport};
 use watchdog_predictor::PredictorConfig;
-use watchdog_predictor::replay::{self, ReplayReport};
-use watchdog_predictor::trace::{self, Trace};
+use watchdog_report::trace::{self, Trace};
 use watchdog_types::AlertReason;
 
 fn corpus_dir() -> PathBuf {

@@ -2,7 +2,7 @@
 //!
 //! Pure: text in, a [`ReplayReport`] out. One [`ResourcePredictor`] per
 //! resource of the trace (its kind taken from the resource's name, see
-//! [`trace::kind_for_name`]), fed every sample in file order with times
+//! [`ResourceKind::of_resource_name`]), fed every sample in file order with times
 //! relative to the trace's first sample. `watchdog replay` prints
 //! [`ReplayReport::to_json_lines`].
 
@@ -10,8 +10,8 @@ use std::fmt::Write as _;
 
 use watchdog_types::{AlertReason, ResourceKind};
 
-use crate::trace::{self, Trace, TraceError, TraceSample};
-use crate::{Decision, Observation, PredictorConfig, ResourcePredictor};
+use watchdog_predictor::{Decision, Observation, PredictorConfig, ResourcePredictor};
+use watchdog_report::trace::{self, Trace, TraceError, TraceSample};
 
 /// One alert raised during the replay.
 #[derive(Debug, Clone, PartialEq)]
@@ -205,7 +205,7 @@ where
     /// A predictor and a summary for each of `names` past the ones already there.
     fn add_resources(&mut self, names: &[String]) {
         for name in names.iter().skip(self.predictors.len()) {
-            let kind = trace::kind_for_name(name);
+            let kind = ResourceKind::of_resource_name(name);
             self.predictors
                 .push(ResourcePredictor::new(kind, self.config.clone()));
             self.resources.push(ResourceSummary {
@@ -318,30 +318,6 @@ where
     }
 }
 
-/// snake_case name of a kind, as serde writes it in the events log.
-pub fn kind_name(kind: ResourceKind) -> &'static str {
-    match kind {
-        ResourceKind::HostMemory => "host_memory",
-        ResourceKind::Swap => "swap",
-        ResourceKind::CgroupMemory => "cgroup_memory",
-        ResourceKind::CgroupCache => "cgroup_cache",
-        ResourceKind::TreeMemory => "tree_memory",
-        ResourceKind::DiskBytes => "disk_bytes",
-        ResourceKind::DiskInodes => "disk_inodes",
-        ResourceKind::Runtime => "runtime",
-        ResourceKind::GpuMemory => "gpu_memory",
-    }
-}
-
-/// snake_case name of a reason, as serde writes it in the events log.
-pub fn reason_name(reason: AlertReason) -> &'static str {
-    match reason {
-        AlertReason::Trend => "trend",
-        AlertReason::HeadroomFloor => "headroom_floor",
-        AlertReason::NextStep => "next_step",
-    }
-}
-
 impl ReplayReport {
     /// One JSON object per line: every alert
     /// (`{"event":"alert","resource":...,"time":...,"predicted_s":...,"used":...,"limit":...,...}`)
@@ -354,8 +330,8 @@ impl ReplayReport {
             let _ = write!(
                 out,
                 ",\"kind\":\"{}\",\"reason\":\"{}\",\"time\":{},\"predicted_s\":{},\"used\":{},\"limit\":{},\"rate_per_s\":{},\"confidence\":{}}}",
-                kind_name(a.kind),
-                reason_name(a.reason),
+                a.kind.as_str(),
+                a.reason.as_str(),
                 json_f64(a.time_s, 3),
                 a.predicted_s
                     .map_or_else(|| "null".to_string(), |p| json_f64(p, 3)),
@@ -384,7 +360,7 @@ impl ReplayReport {
             let _ = write!(
                 out,
                 ",\"kind\":\"{}\",\"samples\":{},\"peak_used\":{},\"limit\":{},\"alerts\":{},\"rearms\":{},\"exhausted_at\":{}}}",
-                kind_name(r.kind),
+                r.kind.as_str(),
                 r.samples,
                 r.peak_used,
                 json_limit(r.limit),
