@@ -1,6 +1,7 @@
 //! End-to-end tests: the built `watchdog` binary against real processes, a real memory
-//! cgroup, a real tmpfs and real signals. Tests that need root or cgroups fail when
-//! `CI=true` and the facility is missing, and skip with a printed reason elsewhere.
+//! cgroup, a real tmpfs and real signals. Tests that need root, cgroups, tmpfs or Chromium
+//! go through `watchdog_testsupport::require`: they fail when `CI` is set (to anything but
+//! empty, `false` or `0`) and the facility is missing, and skip with a printed reason elsewhere.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
