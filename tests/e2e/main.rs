@@ -11,6 +11,7 @@ mod hooks;
 mod hostile;
 mod inputs;
 mod launchers;
+mod notify;
 mod outputs;
 mod page_cache;
 mod support;
