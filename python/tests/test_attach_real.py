@@ -2,8 +2,8 @@
 past a --mem-limit budget is asked to checkpoint, saves, acknowledges, and the watchdog
 records the acknowledgment.
 
-Needs the built binary in $WATCHDOG_BIN (scripts/test.sh sets it); fails under CI=true
-without it, skips otherwise.
+Needs the built binary in $WATCHDOG_BIN (scripts/test.sh sets it); without it the tests
+fail when CI is set and skip otherwise (need.py).
 """
 import json
 import os
@@ -13,6 +13,8 @@ import tempfile
 import textwrap
 import time
 import unittest
+
+import need
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYTHON_DIR = os.path.dirname(HERE)
@@ -49,18 +51,9 @@ NOTEBOOK = textwrap.dedent(
 )
 
 
-def require_binary(test):
-    binary = os.environ.get("WATCHDOG_BIN")
-    if not binary or not os.path.exists(binary):
-        if os.environ.get("CI") == "true":
-            test.fail("WATCHDOG_BIN must name the built watchdog binary under CI")
-        test.skipTest("WATCHDOG_BIN is not set to the built binary")
-    return binary
-
-
 class AttachWithRealBinary(unittest.TestCase):
     def test_leak_in_an_attached_process_is_checkpointed(self):
-        require_binary(self)
+        need.watchdog_bin()
         with tempfile.TemporaryDirectory() as d:
             out, events = os.path.join(d, "out.json"), os.path.join(d, "events.jsonl")
             tmp, state = os.path.join(d, "tmp"), os.path.join(d, "state")
@@ -96,7 +89,7 @@ class AttachWithRealBinary(unittest.TestCase):
 
     def test_ready_fd_line_and_end_of_file(self):
         # The binary's side of attach()'s ready signal.
-        binary = require_binary(self)
+        binary = need.watchdog_bin()
         with tempfile.TemporaryDirectory() as d:
             request = os.path.join(d, "r.request.json")
             target = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])

@@ -15,11 +15,10 @@ callback under DDP; a request reaches rank 1 only (its own request file, and a s
 it alone); both ranks save at the same step and train on; only rank 1 acknowledges.
 
 The frameworks come from scripts/frameworks-requirements.txt (.ci/run installs them). When
-one is missing these tests fail under CI=true and skip (saying so) otherwise. Needs the
+one is missing these tests fail when CI is set and skip (saying so) otherwise (need.py). Needs the
 built binary in $WATCHDOG_BIN, as test_attach_real.py.
 """
 
-import importlib.util
 import json
 import os
 import signal
@@ -33,27 +32,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = os.path.join(HERE, "frameworks")
 sys.path.insert(0, SCRIPTS)
 import common  # noqa: E402
+import need  # noqa: E402
 
 MEM_LIMIT = 2 << 30
 RUN_TIMEOUT = 300  # seconds for one training run: importing torch alone takes 10 s on a busy machine
-
-
-def require(test, *modules):
-    missing = [m for m in modules if importlib.util.find_spec(m) is None]
-    if missing:
-        why = "%s not importable: pip install -r scripts/frameworks-requirements.txt" % ", ".join(missing)
-        if os.environ.get("CI") == "true":
-            test.fail(why)
-        test.skipTest(why)
-
-
-def watchdog_bin(test):
-    binary = os.environ.get("WATCHDOG_BIN")
-    if not binary or not os.path.exists(binary):
-        if os.environ.get("CI") == "true":
-            test.fail("WATCHDOG_BIN must name the built watchdog binary under CI")
-        test.skipTest("WATCHDOG_BIN is not set to the built binary")
-    return binary
 
 
 def child_env():
@@ -76,7 +58,7 @@ def read_events(path):
 class CallbackSavesBeforeTheLimitAndResumes(unittest.TestCase):
     def leak_run(self, d, script, mode="leak", env=None):
         """Run SCRIPT in MODE under the watchdog; check it saved before the limit and acknowledged."""
-        binary = watchdog_bin(self)
+        binary = need.watchdog_bin()
         events = os.path.join(d, "events.jsonl")
         cmd = [binary, "--mem-limit", str(MEM_LIMIT), "--lead", "1s", "--interval", "20ms",
                "--gpu", "off", "--events", events, "--request-file", os.path.join(d, "request.json"),
@@ -117,11 +99,11 @@ class CallbackSavesBeforeTheLimitAndResumes(unittest.TestCase):
                              % (script, leak_s, saved["step"], saved["rss_bytes"] / 2**20, resume_s))
 
     def test_lightning_callback_saves_through_the_trainer_and_fit_resumes(self):
-        require(self, "torch", "lightning")
+        need.require_modules("torch", "lightning")
         self.leak_then_resume("train_lightning.py")
 
     def test_lightning_under_slurm_a_watchdog_request_does_not_requeue_but_slurms_signal_does(self):
-        require(self, "torch", "lightning")
+        need.require_modules("torch", "lightning")
         with tempfile.TemporaryDirectory(prefix="tw-slurm-") as d:
             bin_dir, marker = os.path.join(d, "bin"), os.path.join(d, "requeued")
             os.mkdir(bin_dir)
@@ -141,11 +123,11 @@ class CallbackSavesBeforeTheLimitAndResumes(unittest.TestCase):
             self.assertTrue(os.path.exists(saved["path"]), saved)
 
     def test_transformers_callback_saves_a_checkpoint_and_train_resumes(self):
-        require(self, "torch", "transformers", "accelerate")
+        need.require_modules("torch", "transformers", "accelerate")
         self.leak_then_resume("train_transformers.py")
 
     def test_keras_callback_saves_through_backup_and_restore_and_fit_resumes(self):
-        require(self, "torch", "keras")
+        need.require_modules("torch", "keras")
         self.leak_then_resume("train_keras.py")
 
 
@@ -212,11 +194,11 @@ class TwoRanksAgree(unittest.TestCase):
                              % (script, step, asked, took))
 
     def test_request_on_one_rank_saves_on_both_at_the_same_step(self):
-        require(self, "torch")
+        need.require_modules("torch")
         self.two_ranks("train_ranks.py")
 
     def test_lightning_ddp_request_on_one_rank_saves_on_both_through_the_strategy(self):
-        require(self, "torch", "lightning")
+        need.require_modules("torch", "lightning")
         self.two_ranks("train_lightning_ranks.py")
 
 if __name__ == "__main__":

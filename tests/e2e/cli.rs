@@ -1,10 +1,9 @@
 //! The command-line contract: bad input gets one line naming the thing and what was
 //! expected, with exit status 2; `run` passes the child's status and environment through.
 
-use std::os::unix::process::CommandExt;
 use std::process::Command;
 
-use crate::support::{bin, is_root, require, run, scratch};
+use crate::support::{bin, bin_as_nobody, is_root, require, run, scratch};
 
 /// Asserts exit status 2 and a one-line stderr containing every fragment.
 fn assert_usage_error(args: &[&str], fragments: &[&str]) {
@@ -404,13 +403,10 @@ fn a_pid_we_may_not_signal_is_refused() {
     if !require(is_root(), "root (to drop to user nobody)") {
         return;
     }
-    // As user nobody, PID 1 (root's) may not be signalled.
-    let out = bin()
-        .args(["--pid", "1"])
-        .uid(65534)
-        .gid(65534)
-        .output()
-        .unwrap();
+    // As user nobody, PID 1 (root's) may not be signalled. Nobody runs a copy of the
+    // binary: the build directory may be private (a clone in a 0700 home).
+    let (_copy, mut as_nobody) = bin_as_nobody();
+    let out = as_nobody.args(["--pid", "1"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("not permitted to signal PID 1"), "{stderr}");

@@ -1,6 +1,7 @@
 //! End-to-end tests: the built `watchdog` binary against real processes, a real memory
-//! cgroup, a real tmpfs and real signals. Tests that need root or cgroups fail when
-//! `CI=true` and the facility is missing, and skip with a printed reason elsewhere.
+//! cgroup, a real tmpfs and real signals. Tests that need root, cgroups, tmpfs or Chromium
+//! go through `watchdog_testsupport::require`: they fail when `CI` is set (to anything but
+//! empty, `false` or `0`) and the facility is missing, and skip with a printed reason elsewhere.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -10,6 +11,7 @@ mod hooks;
 mod hostile;
 mod inputs;
 mod launchers;
+mod notify;
 mod outputs;
 mod page_cache;
 mod support;

@@ -28,12 +28,10 @@ fn cgroup(limit: u64) -> Option<MemoryCgroup> {
     if !require(is_root(), "root (to create a memory cgroup)") {
         return None;
     }
-    let cg = MemoryCgroup::create(limit);
-    require(
-        cg.is_some(),
+    need(
+        MemoryCgroup::create(limit),
         "a memory cgroup (cgroup v1 or v2 memory controller)",
-    );
-    cg
+    )
 }
 
 /// A scratch directory on a real disk: page cache is what is tested, and a tmpfs's pages
@@ -51,7 +49,7 @@ fn disk_scratch() -> Option<tempfile::TempDir> {
     let fstype = String::from_utf8_lossy(&fstype.stdout).trim().to_string();
     require(
         fstype != "tmpfs" && fstype != "ramfs",
-        "/var/tmp on a disk filesystem (it is {fstype})",
+        &format!("/var/tmp on a disk filesystem (it is {fstype})"),
     )
     .then_some(dir)
 }
@@ -278,8 +276,7 @@ fn tmpfs_files_written_inside_the_cgroup_are_warned_before_it_is_full() {
     const LIMIT: u64 = 400 * MIB;
     let Some(cg) = cgroup(LIMIT) else { return };
     // Bigger than the cgroup: the cgroup, not the tmpfs, is what fills.
-    let Some(fs) = Tmpfs::mount("1g") else {
-        require(false, "a tmpfs mount");
+    let Some(fs) = need(Tmpfs::mount("1g"), "a tmpfs mount") else {
         return;
     };
     let scene = Scene::new();

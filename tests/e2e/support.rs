@@ -7,10 +7,16 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+pub use watchdog_testsupport::{Chromium, RunnableCopy, is_root, need, require};
 
 /// The watchdog binary under test.
 pub fn bin() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_watchdog"));
+    command(Path::new(env!("CARGO_BIN_EXE_watchdog")))
+}
+
+/// `program` with the environment every end-to-end run gets.
+fn command(program: &Path) -> Command {
+    let mut cmd = Command::new(program);
     // Default request files land in the working directory: not the repo. Default
     // recordings go to the state directory: a shared scratch one, not the tester's.
     cmd.current_dir(std::env::temp_dir())
@@ -37,28 +43,6 @@ pub fn hog() -> String {
         .join("tests/e2e/scripts/hog.py")
         .display()
         .to_string()
-}
-
-/// Whether the environment demands every test run for real.
-pub fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
-}
-
-/// Returns false (after printing why) when a precondition is missing outside CI; panics in CI.
-pub fn require(ok: bool, what: &str) -> bool {
-    if ok {
-        return true;
-    }
-    if in_ci() {
-        panic!("this test needs {what}, and CI=true: refusing to skip");
-    }
-    eprintln!("SKIPPED: this test needs {what}");
-    false
-}
-
-/// Whether we run as root.
-pub fn is_root() -> bool {
-    rustix::process::geteuid().is_root()
 }
 
 /// A scratch directory.
@@ -258,39 +242,19 @@ fn rand_suffix() -> u32 {
         .unwrap_or(0)
 }
 
-/// Headless Chromium's DOM of `page` (a file path), or None (after printing why) when
-/// Chromium is not installed outside CI; panics in CI without it.
+/// Headless Chromium's DOM of `page` (a file path), or None when Chromium is missing
+/// (see [`require`]).
 pub fn chromium_dom(page: &Path) -> Option<String> {
-    let bin = Path::new("/usr/bin/chromium");
-    if !require(
-        bin.exists(),
-        "headless Chromium (/usr/bin/chromium, Debian package chromium)",
-    ) {
-        return None;
-    }
-    let profile = scratch();
-    let out = Command::new("timeout")
-        .arg("120")
-        .arg(bin)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-        ])
-        .arg(format!("--user-data-dir={}", profile.path().display()))
-        .arg("--dump-dom")
-        .arg(format!("file://{}", page.display()))
-        .output()
-        .expect("run chromium");
-    assert!(
-        out.status.success(),
-        "chromium failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(String::from_utf8_lossy(&out.stdout).into_owned())
+    Chromium::find().map(|chromium| chromium.dom(page))
+}
+
+/// The watchdog binary copied where user `nobody` can reach it (the build directory may
+/// sit in a private home or a `mktemp -d`), and a command that runs that copy as `nobody`
+/// with [`bin`]'s environment. Keep the copy until the command has finished.
+pub fn bin_as_nobody() -> (RunnableCopy, Command) {
+    use std::os::unix::process::CommandExt as _;
+    let copy = RunnableCopy::of(Path::new(env!("CARGO_BIN_EXE_watchdog")));
+    let mut cmd = command(copy.path());
+    cmd.uid(65534).gid(65534);
+    (copy, cmd)
 }

@@ -17,7 +17,8 @@ venv's Python *without activating the venv* (its ``bin/`` is not on PATH, and a 
 
 Slow (a release build of the binary, a few minutes; pip downloads): scripts/test.sh runs it
 on its own, once. Needs ``python3 -m venv`` (Debian: python3-venv), a Rust toolchain and
-PyPI: fails under CI=true without them, skips saying why otherwise.
+PyPI: without them it fails when CI is set and skips saying why otherwise
+(python/tests/need.py).
 """
 
 import json
@@ -31,6 +32,9 @@ import unittest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KERNEL = "training-watchdog-test"
+
+sys.path.insert(0, os.path.join(REPO, "python", "tests"))
+import need  # noqa: E402  (the CI rule of every test: fail when CI is set, else skip)
 
 # The notebook's cells. {limit_mib} is the headroom over the kernel's RSS at attach().
 CELLS = [
@@ -114,8 +118,13 @@ nbformat.write(nb, {out!r})
 """
 
 
-def in_ci():
-    return os.environ.get("CI") == "true"
+def venv_works():
+    try:
+        import ensurepip  # noqa: F401
+        import venv  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def run(argv, what, **kw):
@@ -170,19 +179,10 @@ def venv_watchdogs(binary):
 class NotebookInAFreshVenv(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
+        need.require(venv_works(), "python3 -m venv (Debian: apt-get install python3-venv)")
+        need.require(shutil.which("cargo") is not None, "cargo on PATH (to build the wheel)")
         cls.tmp = tempfile.mkdtemp(prefix="wd-notebook-test-")
         cls.venv = os.path.join(cls.tmp, "venv")
-        try:
-            import ensurepip  # noqa: F401
-            import venv  # noqa: F401
-        except ImportError as e:
-            if in_ci():
-                raise AssertionError("python3 -m venv is needed under CI (Debian: apt-get install python3-venv): %s" % e)
-            raise unittest.SkipTest("python3 -m venv is not available (Debian: apt-get install python3-venv): %s" % e)
-        if shutil.which("cargo") is None:
-            if in_ci():
-                raise AssertionError("cargo is needed under CI to build the wheel")
-            raise unittest.SkipTest("no cargo on PATH: the wheel cannot be built")
         # The environment a user's shell would have: nothing of this project's test setup.
         env = {k: v for k, v in os.environ.items()
                if k not in ("VIRTUAL_ENV", "WATCHDOG_BIN", "PYTHONPATH", "PYTHONHOME")}

@@ -4,7 +4,7 @@
 //!   through a pidfd ([`pidfd`]), after reading its caught-signal mask ([`sigcgt`]);
 //! - [`request`]: the JSON request file, written atomically, and the client's `.ack`;
 //! - [`hook`]: the `--on-alert` command;
-//! - [`notify`]: a desktop notification under a timeout;
+//! - [`notify`]: a desktop notification under a timeout (the `notify` feature, on by default);
 //! - [`events`]: the `--events` JSON-lines log and the RFC 3339 clock.
 //!
 //! Decisions ([`sigcgt::parse_sigcgt`], [`signal::decide`]) are pure; every `/proc`
@@ -21,7 +21,9 @@ pub mod signal;
 
 pub use events::{EventLog, EventLogError, format_rfc3339_ms, now_rfc3339, unix_time_s};
 pub use hook::{HookError, HookHandle, HookOutcome, Hooks, hook_env, run_hook};
-pub use notify::{NotifyError, NotifyOutcome, notify_desktop, spawn_notify};
+#[cfg(feature = "notify")]
+pub use notify::notify_desktop;
+pub use notify::{Notifier, NotifyError, NotifyOutcome, spawn_notify};
 pub use pidfd::{PidFd, PidFdError};
 pub use request::{
     Ack, AckWatcher, AlertRequest, RequestError, ack_path, clear_request_files, is_request_file,

@@ -351,6 +351,7 @@ fn event_log_lines_parse_with_concurrent_writers() {
 
 /// Runs the notification part in a child copy of this test binary, so its environment
 /// (DBUS_SESSION_BUS_ADDRESS) is set without touching this process's environment.
+#[cfg(feature = "notify")]
 fn run_self(test: &str, env: &[(&str, &str)], remove: &[&str]) -> (bool, Duration, String) {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args([test, "--exact", "--nocapture", "--include-ignored"])
@@ -370,6 +371,7 @@ fn run_self(test: &str, env: &[(&str, &str)], remove: &[&str]) -> (bool, Duratio
 
 /// A bus that accepts connections and never answers: the notification gives up at its timeout.
 #[test]
+#[cfg(feature = "notify")]
 fn notification_times_out_on_a_silent_bus() {
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("bus");
@@ -408,6 +410,7 @@ fn child_notify_silent_bus() {
 
 /// Headless (no bus address, no /run/user/UID/bus): skipped, quickly.
 #[test]
+#[cfg(feature = "notify")]
 fn notification_skipped_without_bus() {
     let (ok, _, out) = run_self("child_notify_no_bus", &[], &["DBUS_SESSION_BUS_ADDRESS"]);
     assert!(ok, "{out}");

@@ -12,6 +12,7 @@ use watchdog_sampler::cgroup::{
     CgroupLocation, CgroupMemory, CgroupMounts, CgroupVersion, OomKillCounter, locate_for_pid,
 };
 use watchdog_sampler::{ResourceTable, Source, Tick};
+use watchdog_testsupport::{is_root, require};
 use watchdog_types::ResourceKind;
 
 fn fixture(version: &str) -> PathBuf {
@@ -235,27 +236,14 @@ impl Drop for TestCgroup {
     }
 }
 
-/// Fails in CI (`CI=true`), skips with a reason elsewhere.
-fn unavailable(reason: &str) {
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("CI=true but {reason}");
-    }
-    eprintln!("skipping: {reason}");
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 /// Makes `wd-test-PID/inner` under the test's own memory cgroup with a limit on the outer one.
 fn make_test_cgroup(limit: u64) -> Result<TestCgroup, String> {
     if !is_root() {
-        return Err("the real-cgroup test needs root to create a memory cgroup".into());
+        return Err("root (to create a memory cgroup)".into());
     }
     let mounts = CgroupMounts::read(Path::new("/proc")).map_err(|e| e.to_string())?;
     let own = locate_for_pid(Path::new("/proc"), std::process::id(), &mounts)
-        .map_err(|e| format!("no memory cgroup for the test itself: {e}"))?;
+        .map_err(|e| format!("a memory cgroup of its own: {e}"))?;
     let outer = match own.version {
         CgroupVersion::V1 => own.dir.join(format!("wd-test-{}", std::process::id())),
         // v2's no-internal-processes rule: make it beside the root, which delegates memory.
@@ -303,7 +291,10 @@ fn real_memory_cgroup_limit_usage_and_oom_kill_counter() {
     const LIMIT: u64 = 128 << 20;
     let mut cg = match make_test_cgroup(LIMIT) {
         Ok(cg) => cg,
-        Err(reason) => return unavailable(&reason),
+        Err(missing) => {
+            require(false, &missing);
+            return;
+        }
     };
     // Touches 32 MiB, then waits.
     let pid = spawn_into(
@@ -368,11 +359,11 @@ impl Drop for TwoCgroups {
 
 fn make_two_cgroups(limit_a: u64, limit_b: u64) -> Result<(TwoCgroups, CgroupVersion), String> {
     if !is_root() {
-        return Err("the cgroup-move test needs root to create memory cgroups".into());
+        return Err("root (to create memory cgroups)".into());
     }
     let mounts = CgroupMounts::read(Path::new("/proc")).map_err(|e| e.to_string())?;
     let own = locate_for_pid(Path::new("/proc"), std::process::id(), &mounts)
-        .map_err(|e| format!("no memory cgroup for the test itself: {e}"))?;
+        .map_err(|e| format!("a memory cgroup of its own: {e}"))?;
     let name = format!("wd-move-{}", std::process::id());
     let (outer, limit_file) = match own.version {
         CgroupVersion::V1 => (own.dir.join(name), "memory.limit_in_bytes"),
@@ -420,7 +411,10 @@ fn a_target_moved_to_another_cgroup_is_watched_in_the_new_one() {
     const S: u64 = 1_000_000_000;
     let (cgs, version) = match make_two_cgroups(A, B) {
         Ok(c) => c,
-        Err(reason) => return unavailable(&reason),
+        Err(missing) => {
+            require(false, &missing);
+            return;
+        }
     };
     let pid = cgs.child.id();
     let move_to = |dir: &Path| {

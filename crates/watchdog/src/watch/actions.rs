@@ -7,6 +7,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use watchdog_alerter::hook::Hooks;
+use watchdog_alerter::notify::Notifier;
 
 /// How long a desktop notification may take before it is given up.
 const NOTIFY_TIMEOUT: Duration = Duration::from_secs(2);
@@ -102,7 +103,7 @@ impl Actions {
 }
 
 fn serve(rx: mpsc::Receiver<Action>, hooks: Hooks) {
-    let mut runtime = None;
+    let mut notifier = None;
     for action in rx {
         match action {
             Action::Hook { cmd, env } => {
@@ -118,22 +119,9 @@ fn serve(rx: mpsc::Receiver<Action>, hooks: Hooks) {
                 Err(e) => crate::outputs::write_failed("recording", &path, &e),
             },
             Action::Notify { summary, body } => {
-                if runtime.is_none() {
-                    runtime = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                        .map_err(|e| tracing::debug!("no runtime for notifications: {e}"))
-                        .ok();
-                }
-                if let Some(rt) = &runtime {
-                    let result = rt.block_on(watchdog_alerter::notify::notify_desktop(
-                        &summary,
-                        &body,
-                        NOTIFY_TIMEOUT,
-                    ));
-                    if let Err(e) = result {
-                        tracing::debug!("desktop notification not shown: {e}");
-                    }
+                let notifier = notifier.get_or_insert_with(Notifier::new);
+                if let Err(e) = notifier.show(&summary, &body, NOTIFY_TIMEOUT) {
+                    tracing::debug!("desktop notification not shown: {e}");
                 }
             }
         }

@@ -1,0 +1,286 @@
+//! What the workspace's tests need from the machine, said one way (a dev-dependency only).
+//!
+//! Some tests need root, a memory cgroup, a tmpfs or headless Chromium. The rule, the same
+//! for every crate and for the Python tests (`python/tests/need.py`): when the facility is
+//! missing, a test **fails** if `CI` is set to anything but empty, `false` or `0`, and is
+//! **skipped** with a printed reason otherwise. Skips are also appended to the file named by
+//! `WATCHDOG_TEST_SKIPS` (when set), so `scripts/test.sh` can list them at the end even
+//! though the test harness hides the output of passing tests.
+//!
+//! [`Chromium`] is the one way the tests run a browser; [`RunnableCopy`] puts a binary where
+//! another user (`nobody`) can run it, wherever the repository is cloned.
+
+#![deny(missing_docs)]
+
+use std::io::{Read as _, Write as _};
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Whether a value of `CI` demands that every test runs for real.
+pub fn strict_value(ci: Option<&str>) -> bool {
+    ci.is_some_and(|v| {
+        let v = v.trim();
+        !v.is_empty() && v != "0" && !v.eq_ignore_ascii_case("false")
+    })
+}
+
+/// Whether this environment demands that every test runs for real (`CI` is set).
+pub fn strict() -> bool {
+    strict_value(std::env::var("CI").ok().as_deref())
+}
+
+/// Returns `ok`. When it is false: panics under [`strict`], else prints why the test is
+/// skipped (and records it in `WATCHDOG_TEST_SKIPS`). `what` names the missing facility
+/// ("root (to create a memory cgroup)").
+#[track_caller]
+pub fn require(ok: bool, what: &str) -> bool {
+    if ok {
+        return true;
+    }
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("a test")
+        .to_string();
+    if strict() {
+        panic!(
+            "{test} needs {what}, and CI={:?}: refusing to skip",
+            std::env::var("CI").unwrap_or_default()
+        );
+    }
+    eprintln!("SKIPPED: {test} needs {what}");
+    if let Some(list) = std::env::var_os("WATCHDOG_TEST_SKIPS") {
+        let line = format!("{test}: needs {what}\n");
+        let _ = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(list)
+            .and_then(|mut f| f.write_all(line.as_bytes()));
+    }
+    false
+}
+
+/// The value when there is one; else [`require`]`(false, what)` and `None`.
+#[track_caller]
+pub fn need<T>(value: Option<T>, what: &str) -> Option<T> {
+    if value.is_none() {
+        require(false, what);
+    }
+    value
+}
+
+/// Whether the tests run as root.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// A scratch directory under the system's temporary directory.
+pub fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("wd-test-")
+        .tempdir()
+        .unwrap_or_else(|e| panic!("cannot make a scratch directory: {e}"))
+}
+
+/// Whether every directory from `/` down to `dir` lets other users through (`o+x`).
+pub fn others_can_reach(dir: &Path) -> bool {
+    dir.ancestors().all(|d| {
+        d.as_os_str().is_empty()
+            || std::fs::metadata(d).is_ok_and(|m| m.permissions().mode() & 0o001 != 0)
+    })
+}
+
+/// A copy of a binary in a fresh 0755 directory that every user can reach, removed on drop.
+///
+/// The build directory sits wherever the repository was cloned, often in a 0700 home or a
+/// `mktemp -d`: a test that runs the binary as another user must run this copy instead.
+pub struct RunnableCopy {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+}
+
+impl RunnableCopy {
+    /// Copies `bin` into a new directory under the temporary directory (or `/tmp` when
+    /// that is private), both readable and executable by everyone.
+    pub fn of(bin: &Path) -> RunnableCopy {
+        let tmp = std::env::temp_dir();
+        let base = if others_can_reach(&tmp) {
+            tmp
+        } else {
+            PathBuf::from("/tmp")
+        };
+        let dir = tempfile::Builder::new()
+            .prefix("wd-test-bin-")
+            .tempdir_in(&base)
+            .unwrap_or_else(|e| panic!("cannot make a directory in {}: {e}", base.display()));
+        let name = bin.file_name().unwrap_or(bin.as_os_str());
+        let path = dir.path().join(name);
+        std::fs::copy(bin, &path)
+            .unwrap_or_else(|e| panic!("cannot copy {} to {}: {e}", bin.display(), path.display()));
+        for (p, mode) in [(dir.path(), 0o755), (path.as_path(), 0o755)] {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
+                .unwrap_or_else(|e| panic!("cannot chmod {}: {e}", p.display()));
+        }
+        assert!(
+            others_can_reach(dir.path()),
+            "{} is not reachable by other users",
+            dir.path().display()
+        );
+        RunnableCopy { _dir: dir, path }
+    }
+
+    /// The copy's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// Headless Chromium (Debian's `chromium` package), the one browser runner of the tests.
+pub struct Chromium {
+    bin: PathBuf,
+}
+
+/// What a Chromium run printed.
+pub struct ChromiumOutput {
+    /// Standard output (the DOM with `--dump-dom`).
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+}
+
+impl Chromium {
+    /// Chromium's first start on a busy 2-core machine can take a while; a hang is killed.
+    pub const TIMEOUT: Duration = Duration::from_secs(120);
+
+    /// The flags that work headless, as root, without network: no sandbox (root), no GPU,
+    /// no QUIC, no first-run, background, component-update or sync traffic.
+    pub const FLAGS: [&'static str; 8] = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+    ];
+
+    /// The installed Chromium, or `None` after [`require`] said it is missing.
+    #[track_caller]
+    pub fn find() -> Option<Chromium> {
+        let bin = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+            .iter()
+            .map(Path::new)
+            .find(|p| p.exists());
+        let bin = need(
+            bin,
+            "headless Chromium (/usr/bin/chromium; Debian: apt-get install chromium)",
+        )?;
+        Some(Chromium {
+            bin: bin.to_path_buf(),
+        })
+    }
+
+    /// Runs Chromium on the file `page` with `extra` arguments and a new empty profile;
+    /// panics when it fails or does not finish within [`Chromium::TIMEOUT`].
+    pub fn run(&self, page: &Path, extra: &[String]) -> ChromiumOutput {
+        let profile = scratch();
+        let url = format!("file://{}", page.display());
+        let mut child = Command::new(&self.bin)
+            .args(Self::FLAGS)
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .args(extra)
+            .arg(&url)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.bin.display()));
+        let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+            std::thread::spawn(move || {
+                let mut s = String::new();
+                if let Some(mut p) = pipe {
+                    let _ = p.read_to_string(&mut s);
+                }
+                s
+            })
+        };
+        let out = drain(child.stdout.take().map(|p| Box::new(p) as _));
+        let err = drain(child.stderr.take().map(|p| Box::new(p) as _));
+        let started = Instant::now();
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) => {}
+                Err(e) => panic!("cannot wait for chromium: {e}"),
+            }
+            if started.elapsed() > Self::TIMEOUT {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "chromium did not finish within {:?} on {url}",
+                    Self::TIMEOUT
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let output = ChromiumOutput {
+            stdout: out.join().unwrap_or_default(),
+            stderr: err.join().unwrap_or_default(),
+        };
+        assert!(
+            status.success(),
+            "chromium failed ({status}) on {url}; stderr:\n{}",
+            output.stderr
+        );
+        output
+    }
+
+    /// The DOM Chromium made of the file `page`.
+    pub fn dom(&self, page: &Path) -> String {
+        self.run(page, &["--dump-dom".to_string()]).stdout
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ci_is_strict_unless_empty_false_or_zero() {
+        for (value, strict) in [
+            (None, false),
+            (Some(""), false),
+            (Some("false"), false),
+            (Some("FALSE"), false),
+            (Some("0"), false),
+            (Some("true"), true),
+            (Some("1"), true),
+            (Some("yes"), true),
+        ] {
+            assert_eq!(strict_value(value), strict, "CI={value:?}");
+        }
+    }
+
+    #[test]
+    fn a_copy_is_reachable_by_others() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let private = dir.path().join("private");
+        std::fs::create_dir(&private).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let bin = private.join("tool");
+        std::fs::write(&bin, "#!/bin/sh\n").unwrap_or_else(|e| panic!("{e}"));
+        assert!(!others_can_reach(&private));
+        let copy = RunnableCopy::of(&bin);
+        assert!(others_can_reach(
+            copy.path().parent().unwrap_or(Path::new("/"))
+        ));
+        let mode = std::fs::metadata(copy.path())
+            .map(|m| m.permissions().mode() & 0o777)
+            .unwrap_or(0);
+        assert_eq!(mode, 0o755);
+    }
+}
