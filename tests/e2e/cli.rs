@@ -638,3 +638,37 @@ fn a_closed_stderr_does_not_stop_the_watchdog() {
         "the watchdog died on a closed stderr"
     );
 }
+
+/// `replay` ignored `--floor` and the config file: it now resolves its settings as a live
+/// watch does. A flat trace at 92% of its limit alerts with a 10% floor, from the flag or
+/// the file, and not with the default 5%.
+#[test]
+fn replay_takes_the_floor_and_the_config_file_of_a_live_watch() {
+    let dir = scratch();
+    let trace = dir.path().join("flat.csv");
+    let mut csv = String::from("time,used,limit,resource\n");
+    for i in 0..=300 {
+        csv.push_str(&format!("{:.1},92,100,cgroup_memory\n", i as f64 * 0.1));
+    }
+    std::fs::write(&trace, csv).unwrap();
+    let config = dir.path().join("floor.toml");
+    std::fs::write(&config, "floor = 10\n").unwrap();
+    let alerts = |extra: &[&str]| {
+        let mut args = vec!["replay", trace.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let out = run(&args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains("\"event\":\"alert\""))
+            .count()
+    };
+    assert_eq!(alerts(&[]), 0, "the default 5% floor is not crossed");
+    assert_eq!(alerts(&["--floor", "10"]), 1);
+    assert_eq!(alerts(&["--config", config.to_str().unwrap()]), 1);
+}

@@ -81,7 +81,13 @@ impl LinearBaseline {
 
 fn run_ours(t: &Trace, cfg: &PredictorConfig) -> Outcome {
     let mut o = Outcome::default();
-    replay::run_trace_with(t, cfg, |s, time, obs| {
+    let settings = watchdog_engine::EngineSettings {
+        lead_s: cfg.lead_s,
+        interval_s: cfg.interval_s,
+        floor_percent: cfg.floor_percent,
+        ..watchdog_engine::EngineSettings::default()
+    };
+    replay::run_trace_with(t, &settings, |s, time, obs| {
         if s.resource == 0 {
             o.forecasts.push((time, obs.forecast.seconds_left));
         }

@@ -22,7 +22,7 @@ pub mod replay;
 pub mod text;
 pub mod verdict;
 
-use watchdog_predictor::{Decision, PredictorConfig, ResourcePredictor};
+use watchdog_predictor::{Decision, Observation, PredictorConfig, ResourcePredictor};
 use watchdog_types::units::format_duration_s;
 use watchdog_types::{AlertReason, EventBody, Forecast, Resource, ResourceKind, Sample, Unit};
 
@@ -75,6 +75,22 @@ pub struct EngineSettings {
     pub dry_run: bool,
     /// Whether an `--on-alert` hook is configured.
     pub hook: bool,
+}
+
+impl Default for EngineSettings {
+    /// The defaults of a watch: the predictor's lead, interval and floor
+    /// ([`PredictorConfig::default`], the one place they are written), SIGUSR1.
+    fn default() -> Self {
+        let p = PredictorConfig::default();
+        EngineSettings {
+            lead_s: p.lead_s,
+            interval_s: p.interval_s,
+            floor_percent: p.floor_percent,
+            signal: libc::SIGUSR1,
+            dry_run: false,
+            hook: false,
+        }
+    }
 }
 
 impl EngineSettings {
@@ -218,28 +234,34 @@ pub struct Engine {
 impl Engine {
     /// An engine for these resources (indexed by their [`watchdog_types::ResourceId`]).
     pub fn new(resources: &[Resource], settings: EngineSettings) -> Engine {
-        let config = settings.predictor();
-        let states = resources
-            .iter()
-            .map(|r| ResourceState {
-                resource: r.clone(),
-                predictor: ResourcePredictor::new(r.kind, config.clone()),
-                last: None,
-                forecast: Forecast::default(),
-                peak: 0,
-                peak_limit: 0,
-            })
-            .collect();
-        Engine {
+        let mut engine = Engine {
             lead_s: settings.lead_s,
             settings,
-            states,
+            states: Vec::new(),
             pending: Vec::new(),
             alerts: Vec::new(),
             seq: 0,
             last_alert_unix: None,
             signalled_target: None,
+        };
+        for r in resources {
+            engine.add_resource(r.clone());
         }
+        engine
+    }
+
+    /// Watches one more resource; its samples carry the next [`watchdog_types::ResourceId`]
+    /// (a trace names its resources as it goes).
+    pub fn add_resource(&mut self, resource: Resource) {
+        let predictor = ResourcePredictor::new(resource.kind, self.settings.predictor());
+        self.states.push(ResourceState {
+            resource,
+            predictor,
+            last: None,
+            forecast: Forecast::default(),
+            peak: 0,
+            peak_limit: 0,
+        });
     }
 
     /// The settings in force.
@@ -258,11 +280,10 @@ impl Engine {
     }
 
     /// Takes one sample: announces a new or changed limit, runs the predictor, and
-    /// queues an alert for [`decide`](Self::decide).
-    pub fn observe(&mut self, s: &Sample, out: &mut Vec<Action>) {
-        let Some(st) = self.states.get_mut(s.resource.0 as usize) else {
-            return;
-        };
+    /// queues an alert for [`decide`](Self::decide). Returns the predictor's observation
+    /// (none for an unknown or unlimited resource).
+    pub fn observe(&mut self, s: &Sample, out: &mut Vec<Action>) -> Option<Observation> {
+        let st = self.states.get_mut(s.resource.0 as usize)?;
         if s.used >= st.peak {
             st.peak = s.used;
             st.peak_limit = s.limit;
@@ -272,7 +293,7 @@ impl Engine {
             announce_limit(&st.resource, s.limit, previous.is_none(), out);
         }
         if !s.is_limited() {
-            return;
+            return None;
         }
         let obs = st.predictor.observe(s.t_ns as f64 / 1e9, s.used, s.limit);
         st.forecast = obs.forecast;
@@ -293,6 +314,7 @@ impl Engine {
                 out.push(Action::Emit(EventBody::Rearm { resource: name }));
             }
         }
+        Some(obs)
     }
 
     /// This tick's alerts as one plan, the most urgent (fewest seconds left) first; `None`

@@ -1,17 +1,20 @@
-//! Running the predictor and the alert policy over a recorded trace.
+//! Running the engine over a recorded trace: exactly what a live watch runs.
 //!
-//! Pure: text in, a [`ReplayReport`] out. One [`ResourcePredictor`] per
-//! resource of the trace (its kind taken from the resource's name, see
+//! Pure: text in, a [`ReplayReport`] out. One [`Engine`] in a dry run, a resource for
+//! each of the trace's (its kind taken from the resource's name, see
 //! [`ResourceKind::of_resource_name`]), fed every sample in file order with times
-//! relative to the trace's first sample. `watchdog replay` prints
-//! [`ReplayReport::to_json_lines`].
+//! relative to the trace's first sample; after each sample the engine decides, as a
+//! live watch does after each tick, and the run's acknowledgments (`# ack_after_s:`)
+//! reach it as they would. `watchdog replay` prints [`ReplayReport::to_json_lines`].
 
 use std::fmt::Write as _;
 
-use watchdog_types::{AlertReason, ResourceKind};
+use watchdog_types::{AlertReason, EventBody, Resource, ResourceId, ResourceKind, Sample};
 
-use watchdog_predictor::{Decision, Observation, PredictorConfig, ResourcePredictor};
+use watchdog_predictor::{Decision, Observation};
 use watchdog_report::trace::{self, Trace, TraceError, TraceSample};
+
+use crate::{Action, Delivery, Engine, EngineSettings};
 
 /// One alert raised during the replay.
 #[derive(Debug, Clone, PartialEq)]
@@ -111,13 +114,8 @@ impl TimeWentBack {
 ///
 /// The samples go to the predictors as they are parsed, never all held at
 /// once; the report is the one [`run_trace`] gives for [`trace::parse`]'s trace.
-pub fn run(text: &str, lead_s: f64, interval_s: f64) -> Result<ReplayReport, TraceError> {
-    let config = PredictorConfig {
-        lead_s,
-        interval_s,
-        ..PredictorConfig::default()
-    };
-    let mut replayer = Replayer::new(&config, |_: &TraceSample, _: f64, _: &Observation| {})
+pub fn run(text: &str, settings: &EngineSettings) -> Result<ReplayReport, TraceError> {
+    let mut replayer = Replayer::new(settings, |_: &TraceSample, _: f64, _: &Observation| {})
         .acknowledging(leading_meta(text, "ack_after_s").and_then(|v| v.parse().ok()));
     trace::parse_into(text, true, &mut replayer)?;
     Ok(replayer.finish())
@@ -138,13 +136,13 @@ fn leading_meta<'t>(text: &'t str, key: &str) -> Option<&'t str> {
 
 /// Replays a parsed trace with `config`; a `# ack_after_s: S` header makes the run
 /// acknowledge every request S seconds after it.
-pub fn run_trace(trace: &Trace, config: &PredictorConfig) -> ReplayReport {
+pub fn run_trace(trace: &Trace, config: &EngineSettings) -> ReplayReport {
     run_trace_with(trace, config, |_, _, _| {})
 }
 
 /// Replays a parsed trace, calling `inspect(sample, seconds_from_start, observation)`
 /// after every sample (the accuracy tools use it to read every forecast).
-pub fn run_trace_with<F>(trace: &Trace, config: &PredictorConfig, inspect: F) -> ReplayReport
+pub fn run_trace_with<F>(trace: &Trace, config: &EngineSettings, inspect: F) -> ReplayReport
 where
     F: FnMut(&TraceSample, f64, &Observation),
 {
@@ -157,11 +155,11 @@ where
     replayer.finish()
 }
 
-/// One predictor and one summary per resource, fed sample by sample.
+/// The engine and one summary per resource, fed sample by sample.
 struct Replayer<'c, F> {
-    config: &'c PredictorConfig,
+    config: &'c EngineSettings,
     inspect: F,
-    predictors: Vec<ResourcePredictor>,
+    engine: Engine,
     resources: Vec<ResourceSummary>,
     alerts: Vec<AlertRecord>,
     samples: usize,
@@ -179,11 +177,17 @@ impl<'c, F> Replayer<'c, F>
 where
     F: FnMut(&TraceSample, f64, &Observation),
 {
-    fn new(config: &'c PredictorConfig, inspect: F) -> Self {
+    fn new(config: &'c EngineSettings, inspect: F) -> Self {
+        // Nothing is sent or written in a replay: the engine's dry run.
+        let settings = EngineSettings {
+            dry_run: true,
+            hook: false,
+            ..config.clone()
+        };
         Self {
             config,
             inspect,
-            predictors: Vec::new(),
+            engine: Engine::new(&[], settings),
             resources: Vec::new(),
             alerts: Vec::new(),
             samples: 0,
@@ -202,12 +206,16 @@ where
         self
     }
 
-    /// A predictor and a summary for each of `names` past the ones already there.
+    /// A resource and a summary for each of `names` past the ones already there.
     fn add_resources(&mut self, names: &[String]) {
-        for name in names.iter().skip(self.predictors.len()) {
+        for name in names.iter().skip(self.resources.len()) {
             let kind = ResourceKind::of_resource_name(name);
-            self.predictors
-                .push(ResourcePredictor::new(kind, self.config.clone()));
+            self.engine.add_resource(Resource {
+                id: ResourceId(self.resources.len().min(u16::MAX as usize) as u16),
+                kind,
+                name: name.clone(),
+                source: "trace".to_string(),
+            });
             self.resources.push(ResourceSummary {
                 resource: name.clone(),
                 kind,
@@ -243,27 +251,39 @@ where
                 s.t_s
             }
         };
-        if s.resource >= self.predictors.len() || s.resource >= self.resources.len() {
+        if s.resource >= self.resources.len() || s.resource > u16::MAX as usize {
             return;
         }
         let t = s.t_s - start;
         self.last_t = self.last_t.max(s.t_s);
         if self.ack_due.is_some_and(|due| t >= due) {
             self.ack_due = None;
-            for p in &mut self.predictors {
-                p.note_acknowledged();
-            }
+            let _ = self
+                .engine
+                .acknowledged(self.engine.alerts_sent() as u64, t);
         }
-        let Some(p) = self.predictors.get_mut(s.resource) else {
-            return;
+        let sample = Sample {
+            resource: ResourceId(s.resource as u16),
+            t_ns: (t.max(0.0) * 1e9) as u64,
+            used: s.used,
+            limit: s.limit,
         };
-        let obs = p.observe(t, s.used, s.limit);
-        if matches!(obs.decision, Decision::Alert(_)) {
+        let mut actions = Vec::new();
+        let observed = self.engine.observe(&sample, &mut actions);
+        if let Some(plan) = self.engine.decide() {
+            // What a live watch does next, with nothing sent: the time is the replay's.
+            actions.extend(self.engine.alerted(plan, &Delivery::default(), t));
             self.ack_due = self.ack_after_s.map(|a| t + a);
         }
         let Some(sum) = self.resources.get_mut(s.resource) else {
             return;
         };
+        if actions
+            .iter()
+            .any(|a| matches!(a, Action::Emit(EventBody::Rearm { .. })))
+        {
+            sum.rearms += 1;
+        }
         sum.samples += 1;
         sum.peak_used = sum.peak_used.max(s.used);
         sum.limit = s.limit;
@@ -271,6 +291,9 @@ where
         if limited && s.used >= s.limit && sum.exhausted_at_s.is_none() {
             sum.exhausted_at_s = Some(t);
         }
+        let Some(obs) = observed else {
+            return;
+        };
         match obs.decision {
             Decision::Alert(reason) => {
                 sum.alerts += 1;
@@ -286,8 +309,7 @@ where
                     confidence: obs.forecast.confidence,
                 });
             }
-            Decision::Rearm => sum.rearms += 1,
-            Decision::Quiet => {}
+            Decision::Rearm | Decision::Quiet => {}
         }
         (self.inspect)(&s, t, &obs);
     }
@@ -420,6 +442,14 @@ fn json_str(out: &mut String, s: &str) {
 mod tests {
     use super::*;
 
+    fn settings(lead_s: f64, interval_s: f64) -> EngineSettings {
+        EngineSettings {
+            lead_s,
+            interval_s,
+            ..EngineSettings::default()
+        }
+    }
+
     fn leak_csv() -> String {
         // 1 unit/s from 0 toward 500, one sample a second.
         let mut s = String::from("time,used,limit,resource\n");
@@ -431,7 +461,7 @@ mod tests {
 
     #[test]
     fn replay_alerts_once_before_exhaustion() {
-        let r = run(&leak_csv(), 30.0, 1.0).unwrap();
+        let r = run(&leak_csv(), &settings(30.0, 1.0)).unwrap();
         assert_eq!(r.alerts.len(), 1, "{r:?}");
         let a = &r.alerts[0];
         assert_eq!(a.reason, AlertReason::Trend);
@@ -474,7 +504,7 @@ mod tests {
             text.push_str(&format!("{t},{},100\n", t * 3));
         }
         text.push_str("# a comment\n5,99,100\n6,99,100\n40,100,100\n");
-        let r = run(&text, 30.0, 1.0).unwrap();
+        let r = run(&text, &settings(30.0, 1.0)).unwrap();
         let back = r.time_went_back.clone().expect("reported");
         assert_eq!(back.line, Some(33));
         assert_eq!(back.skipped, 2);
@@ -486,20 +516,13 @@ mod tests {
         assert!(!r.to_json_lines().contains(":-"), "{}", r.to_json_lines());
         assert_eq!((r.duration_s, r.samples), (30.0, 31));
         assert!(
-            run(&leak_csv(), 30.0, 1.0)
+            run(&leak_csv(), &settings(30.0, 1.0))
                 .unwrap()
                 .time_went_back
                 .is_none()
         );
         // The parsed trace replays the same way, without line numbers.
-        let parsed = run_trace(
-            &trace::parse(&text).unwrap(),
-            &PredictorConfig {
-                lead_s: 30.0,
-                interval_s: 1.0,
-                ..PredictorConfig::default()
-            },
-        );
+        let parsed = run_trace(&trace::parse(&text).unwrap(), &settings(30.0, 1.0));
         assert_eq!(parsed.alerts, r.alerts);
         assert_eq!(parsed.time_went_back.map(|b| b.skipped), Some(2));
     }
@@ -507,7 +530,7 @@ mod tests {
     #[test]
     fn malformed_trace_is_an_error() {
         assert!(matches!(
-            run("time,used,limit\n0,x,1\n", 30.0, 0.1),
+            run("time,used,limit\n0,x,1\n", &settings(30.0, 0.1)),
             Err(TraceError::Malformed { line: 2, .. })
         ));
     }

@@ -15,8 +15,8 @@
 
 use std::path::PathBuf;
 
+use watchdog_engine::EngineSettings;
 use watchdog_engine::replay::{self, ReplayReport};
-use watchdog_predictor::PredictorConfig;
 use watchdog_report::trace::{self, Trace};
 use watchdog_types::AlertReason;
 
@@ -56,10 +56,10 @@ fn replay_trace(name: &str, t: &Trace) -> (ReplayReport, Option<f64>, f64) {
         Some(v) => Some(v.parse::<f64>().unwrap()),
         None => panic!("{name}: no '# exhausts_at:' header"),
     };
-    let cfg = PredictorConfig {
+    let cfg = EngineSettings {
         lead_s: lead,
         interval_s: interval,
-        ..PredictorConfig::default()
+        ..EngineSettings::default()
     };
     (replay::run_trace(t, &cfg), exhausts, lead)
 }
@@ -80,7 +80,7 @@ fn alerts_come_in_time_and_only_when_needed() {
     let mut failures = Vec::new();
     for (name, t) in corpus() {
         let (mut report, exhausts, lead) = replay_trace(&name, &t);
-        let floor = PredictorConfig::default().floor_percent / 100.0;
+        let floor = EngineSettings::default().floor_percent / 100.0;
         // Earlier, freed episodes: each alerted once, and not scored against the exhaustion.
         let scored_from = t
             .meta("scored_from")

@@ -34,7 +34,7 @@ fn check(text: &str) -> Result<(), TestCaseError> {
         Err(e) => check_message(&e.to_string(), text, FIXED)?,
     }
     // What replay reads after `--lead`/`--interval` (both positive durations).
-    if let Err(e) = replay::run(text, 3.0, 0.1) {
+    if let Err(e) = replay::run(text, &settings(3.0)) {
         check_message(&e.to_string(), text, FIXED)?;
     }
     Ok(())
@@ -123,10 +123,18 @@ proptest! {
         ]),
     ) {
         let text = format!("{header}{}", body.concat());
-        if let Ok(report) = watchdog_engine::replay::run(&text, 30.0, 0.1) {
+        if let Ok(report) = watchdog_engine::replay::run(&text, &settings(30.0)) {
             let out = report.to_json_lines();
             let ok = out.ends_with("]}\n");
             prop_assert!(ok, "summary line not closed");
         }
+    }
+}
+
+/// A lead of `lead_s` at the default interval.
+fn settings(lead_s: f64) -> watchdog_engine::EngineSettings {
+    watchdog_engine::EngineSettings {
+        lead_s,
+        ..watchdog_engine::EngineSettings::default()
     }
 }

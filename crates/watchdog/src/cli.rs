@@ -56,16 +56,13 @@ pub enum Command {
         output: PathBuf,
     },
     /// Run the predictor and alert policy over a recorded trace and print the alerts as JSON lines.
+    ///
+    /// It runs the engine of a live watch with the same settings: `--lead`, `--interval`
+    /// (the interval the trace was recorded at), `--floor` and `--config` as for a watch.
     Replay {
         /// A CSV trace (time,used,limit[,resource]), nvidia-smi CSV, or a watchdog recording.
         #[arg(value_name = "TRACE")]
         trace: PathBuf,
-        /// Alert when the predicted time to exhaustion falls below this.
-        #[arg(long, value_name = "DUR", value_parser = parse_duration)]
-        lead: Option<Duration>,
-        /// The sampling interval the trace was recorded at (a hint for the predictor).
-        #[arg(long, value_name = "DUR", value_parser = parse_duration)]
-        interval: Option<Duration>,
     },
 }
 

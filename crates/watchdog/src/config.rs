@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use watchdog_engine::EngineSettings;
 
 use serde::{Deserialize, Deserializer};
 use watchdog_types::units;
@@ -177,20 +178,37 @@ pub struct Settings {
 pub const MIN_INTERVAL: Duration = Duration::from_millis(1);
 
 impl Settings {
+    /// What the engine decides with.
+    pub fn engine(&self) -> EngineSettings {
+        EngineSettings {
+            lead_s: self.lead.as_secs_f64(),
+            interval_s: self.interval.as_secs_f64(),
+            floor_percent: self.floor_percent,
+            signal: self.signal,
+            dry_run: self.dry_run,
+            hook: self.on_alert.is_some(),
+        }
+    }
+
     /// Merges defaults, the config file named by the flags (if any) and the flags.
     pub fn resolve(flags: &WatchOptions) -> Result<Settings, String> {
         let file = match &flags.config {
             Some(path) => load_file(path)?,
             None => FileConfig::default(),
         };
+        // The engine's defaults are the only ones: a live watch and `replay` share them.
+        let defaults = EngineSettings::default();
         let settings = Settings {
             host: Host::from_env(),
             interval: flags
                 .interval
                 .or(file.interval)
-                .unwrap_or(Duration::from_millis(100)),
-            lead: flags.lead.or(file.lead).unwrap_or(Duration::from_secs(30)),
-            signal: flags.signal.or(file.signal).unwrap_or(libc::SIGUSR1),
+                .unwrap_or(Duration::from_secs_f64(defaults.interval_s)),
+            lead: flags
+                .lead
+                .or(file.lead)
+                .unwrap_or(Duration::from_secs_f64(defaults.lead_s)),
+            signal: flags.signal.or(file.signal).unwrap_or(defaults.signal),
             mem_limit: flags.mem_limit.or(file.mem_limit),
             disks: if flags.disks.is_empty() {
                 file.disks.unwrap_or_default()
@@ -214,7 +232,7 @@ impl Settings {
             dry_run: flags.dry_run || file.dry_run.unwrap_or(false),
             gpu: flags.gpu.or(file.gpu).unwrap_or(GpuMode::Auto),
             nvml_library: file.nvml_library.or_else(|| env_path("WATCHDOG_NVML_LIB")),
-            floor_percent: flags.floor.or(file.floor).unwrap_or(5.0),
+            floor_percent: flags.floor.or(file.floor).unwrap_or(defaults.floor_percent),
             notify: !flags.no_notify && file.notify.unwrap_or(true),
             status: !flags.no_status && file.status.unwrap_or(true),
             log_format: flags

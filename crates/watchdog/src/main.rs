@@ -65,11 +65,10 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         ready::take(fd).map_err(Failure::Usage)?;
     }
     match cli.command {
-        Some(Command::Replay {
-            trace,
-            lead,
-            interval,
-        }) => replay::run(&trace, lead, interval),
+        Some(Command::Replay { trace }) => {
+            let settings = Settings::resolve(&cli.options).map_err(Failure::Usage)?;
+            replay::run(&trace, &settings)
+        }
         Some(Command::Report { recording, output }) => {
             watchdog_report::write_report(&recording, &output)
                 .map_err(|e| Failure::Usage(e.to_string()))?;

@@ -1,20 +1,15 @@
-//! `watchdog replay TRACE`: the same predictor and alert policy as a live watch, run
-//! over a recorded trace as fast as the machine allows, one JSON line per alert on
-//! stdout and a summary line last.
+//! `watchdog replay TRACE`: the engine of a live watch, with the same settings (flags,
+//! config file and defaults resolved the same way), run over a recorded trace as fast as
+//! the machine allows, one JSON line per alert on stdout and a summary line last.
 
+use crate::Failure;
+use crate::config::Settings;
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::Duration;
-
-use crate::Failure;
 
 /// Replays `trace` and prints the alerts and the summary as JSON lines.
-pub fn run(
-    trace: &Path,
-    lead: Option<Duration>,
-    interval: Option<Duration>,
-) -> Result<ExitCode, Failure> {
+pub fn run(trace: &Path, settings: &Settings) -> Result<ExitCode, Failure> {
     // Lines are capped at 64 KiB as they are read: `replay /dev/zero` fails at once.
     let text = watchdog_report::text::read_capped(trace).map_err(|e| {
         Failure::Usage(format!(
@@ -22,10 +17,7 @@ pub fn run(
             trace.display()
         ))
     })?;
-    let lead_s = lead.unwrap_or(Duration::from_secs(30)).as_secs_f64();
-    // Without --interval, the watchdog's default sampling period.
-    let interval_s = interval.map_or(0.1, |d| d.as_secs_f64());
-    let report = watchdog_engine::replay::run(&text, lead_s, interval_s)
+    let report = watchdog_engine::replay::run(&text, &settings.engine())
         .map_err(|e| Failure::Usage(format!("trace {}: {e}", trace.display())))?;
     if let Some(back) = &report.time_went_back {
         crate::logging::warning_line(&format!("trace {}: {}", trace.display(), back.warning()));

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime};
 use watchdog_alerter::events::EventLog;
 use watchdog_alerter::request::{AckWatcher, AlertRequest};
 use watchdog_engine::verdict::{self, ExitFacts};
-use watchdog_engine::{Action, AlertPlan, Delivery, Ending, Engine, EngineSettings, Level};
+use watchdog_engine::{Action, AlertPlan, Delivery, Ending, Engine, Level};
 use watchdog_sampler::ring::SampleReader;
 use watchdog_sampler::{ResourceTable, Sampler};
 use watchdog_types::units::{format_duration_s, signal_name};
@@ -207,17 +207,7 @@ impl Watch {
         let (hook_tx, hook_outcomes) = std::sync::mpsc::channel();
         hooks.report_to(hook_tx);
         lineage::follow_the_run(sampler.tree_mut(), &hooks, target.is_child());
-        let engine = Engine::new(
-            table.all(),
-            EngineSettings {
-                lead_s: settings.lead.as_secs_f64(),
-                interval_s: settings.interval.as_secs_f64(),
-                floor_percent: settings.floor_percent,
-                signal: settings.signal,
-                dry_run: settings.dry_run,
-                hook: settings.on_alert.is_some(),
-            },
-        );
+        let engine = Engine::new(table.all(), settings.engine());
         let start_wall = SystemTime::now();
         let recorder = FlightRecorder::new(
             table.all().to_vec(),
@@ -472,7 +462,7 @@ impl Watch {
     fn on_sample(&mut self, s: Sample) {
         self.recorder.observe(&s);
         let mut actions = Vec::new();
-        self.engine.observe(&s, &mut actions);
+        let _ = self.engine.observe(&s, &mut actions);
         self.perform(actions, None);
     }
 
