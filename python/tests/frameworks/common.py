@@ -53,7 +53,8 @@ def write_json(path, value):
 class Leak:
     """Memory kept on purpose; ``step(n)`` leaks once per training step from LEAK_FROM on."""
 
-    def __init__(self):
+    def __init__(self, steps_after_save=STEPS_AFTER_SAVE):
+        self.steps_after_save = steps_after_save
         self.kept = []
         self.saved_at = None  # the step at which the callback's save was seen
         self.after = 0
@@ -73,6 +74,6 @@ class Leak:
         """After the save, a few more steps, then die as an out-of-memory run would."""
         if self.saved_at is not None:
             self.after += 1
-            if self.after > STEPS_AFTER_SAVE:
+            if self.after > self.steps_after_save:
                 sys.stdout.flush()
                 os._exit(DIED)
