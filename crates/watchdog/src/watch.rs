@@ -288,6 +288,7 @@ impl Watch {
             interval_s: s.interval.as_secs_f64(),
             lead_s: s.lead.as_secs_f64(),
             dry_run: s.dry_run,
+            environment: None,
         });
         for (resource, reason) in unwatched {
             if resource == "gpu" {
