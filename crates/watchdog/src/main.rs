@@ -6,6 +6,7 @@
 
 mod cli;
 mod config;
+mod environment;
 mod logging;
 mod outputs;
 #[cfg(test)]
