@@ -191,7 +191,7 @@ pub struct GpuFact {
     pub index: u32,
     /// Product name (`Tesla T4`).
     pub model: String,
-    /// Total memory, bytes.
+    /// The memory CUDA can allocate (total minus what the driver reserves), bytes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory_bytes: Option<u64>,
     /// Driver version (`535.104.05`).

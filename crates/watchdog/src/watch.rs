@@ -198,7 +198,7 @@ impl Watch {
             mut table,
             gpu,
         } = prepared;
-        let built = sources::build(&target, &settings, &mut table, gpu);
+        let mut built = sources::build(&target, &settings, &mut table, gpu);
         let (mut sampler, reader) = Sampler::for_target(
             &settings.host.proc,
             target.pid,
@@ -212,7 +212,8 @@ impl Watch {
         lineage::follow_the_run(sampler.tree_mut(), &hooks, target.is_child());
         let engine = Engine::new(table.all(), settings.engine());
         let start_wall = SystemTime::now();
-        let environment = crate::environment::gather(&settings.host, target.pid, table.all());
+        let mut environment = crate::environment::gather(&settings.host, target.pid, table.all());
+        environment.gpus = std::mem::take(&mut built.gpus);
         let recorder = FlightRecorder::new(
             table.all().to_vec(),
             recorder::Meta {
