@@ -221,3 +221,88 @@ fn diff_names_a_different_dev_shm_in_the_target_mount_namespace() {
         "{text}"
     );
 }
+
+/// Runs a Python process in a fresh memory cgroup of `limit_mib` that waits for a go
+/// file, then holds 160 MiB for a second; a watchdog attached with `--pid` records it.
+fn record_in_cgroup(dir: &Path, name: &str, limit_mib: u64) -> Option<PathBuf> {
+    let cg = need(MemoryCgroup::create(limit_mib << 20), "a memory cgroup")?;
+    let go = dir.join(format!("{name}.go"));
+    let script = "import os, sys, time\n\
+                  while not os.path.exists(sys.argv[1]): time.sleep(0.02)\n\
+                  chunks = []\n\
+                  for _ in range(16):\n    chunks.append(b'x' * (10 << 20)); time.sleep(0.05)\n\
+                  time.sleep(1.0)\n";
+    let mut target = Command::new("sh")
+        .args(["-c", "echo $$ > \"$0\" && exec python3 -c \"$1\" \"$2\""])
+        .arg(cg.procs())
+        .arg(script)
+        .arg(&go)
+        .spawn()
+        .unwrap();
+    let pid = target.id();
+    let cg_name = cg.dir.file_name().unwrap().to_str().unwrap().to_string();
+    assert!(wait_for(Duration::from_secs(20), || {
+        std::fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|c| c.contains(&cg_name))
+    }));
+    let rec = dir.join(name);
+    let events = dir.join(format!("{name}.events"));
+    let watchdog = bin()
+        .current_dir(dir)
+        .args([
+            "--gpu",
+            "off",
+            "--interval",
+            "20ms",
+            "--dry-run",
+            "--record",
+        ])
+        .arg(&rec)
+        .arg("--events")
+        .arg(&events)
+        .args(["--pid", &pid.to_string()])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_for(Duration::from_secs(20), || {
+        std::fs::read_to_string(&events).is_ok_and(|t| t.contains("\"cgroup_memory\""))
+    }));
+    std::fs::write(&go, "").unwrap();
+    let out = watchdog.wait_with_output().unwrap();
+    let _ = target.wait();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(rec)
+}
+
+#[test]
+fn diff_names_the_cgroup_limit_of_the_run_that_was_oom_killed() {
+    if !require(is_root(), "root, for memory cgroups") {
+        return;
+    }
+    let dir = scratch();
+    let Some(killed) = record_in_cgroup(dir.path(), "killed.rec", 100) else {
+        return;
+    };
+    let Some(fine) = record_in_cgroup(dir.path(), "fine.rec", 400) else {
+        return;
+    };
+    let out = diff(&killed, &fine);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[3].starts_with("  limit cgroup_memory: A 100.00 MiB")
+            && lines[3].contains("| B 400.00 MiB"),
+        "{text}"
+    );
+    assert!(
+        lines[4].contains("A's peak") && lines[4].contains("reached its limit"),
+        "{text}"
+    );
+    assert!(text.contains("  A: oom_kill"), "{text}");
+    // Attached with --pid, the watchdog cannot see B's exit status: not an OOM kill.
+    assert!(text.contains("  B: unknown: exited"), "{text}");
+}
