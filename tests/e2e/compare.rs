@@ -14,11 +14,10 @@ use crate::support::*;
 const SIXTY_MIB: &str = "import sys, time, training_watchdog as tw; tw.install(); \
                          x = b'x' * (60 << 20); time.sleep(1.0)";
 
-/// Runs `watchdog FLAGS --record REC run -- python3 -c SIXTY_MIB` in `dir`.
-fn record(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
-    let rec = dir.join(name);
-    let out = bin()
-        .current_dir(dir)
+/// The watchdog, in `dir`, sampling fast, recording to `rec`, sending nothing.
+fn recording_watchdog(dir: &Path, rec: &Path) -> Command {
+    let mut cmd = bin();
+    cmd.current_dir(dir)
         .args([
             "--gpu",
             "off",
@@ -27,7 +26,14 @@ fn record(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
             "--dry-run",
             "--record",
         ])
-        .arg(&rec)
+        .arg(rec);
+    cmd
+}
+
+/// Runs `watchdog FLAGS --record REC run -- python3 -c SIXTY_MIB` in `dir`.
+fn record(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
+    let rec = dir.join(name);
+    let out = recording_watchdog(dir, &rec)
         .args(flags)
         .args(["run", "--", "python3", "-c", SIXTY_MIB])
         .env("PYTHONPATH", repo().join("python"))
@@ -172,10 +178,7 @@ fn attach_and_record(dir: &Path, name: &str, prefix: &[&str], script: &str) -> P
         "{script} did not get ready"
     );
     let rec = dir.join(name);
-    let out = bin()
-        .current_dir(dir)
-        .args(["--gpu", "off", "--interval", "20ms", "--record"])
-        .arg(&rec)
+    let out = recording_watchdog(dir, &rec)
         .args(["--pid", &target.id().to_string()])
         .output()
         .unwrap();
@@ -246,17 +249,7 @@ fn record_in_cgroup(dir: &Path, name: &str, limit_mib: u64) -> Option<PathBuf> {
     }));
     let rec = dir.join(name);
     let events = dir.join(format!("{name}.events"));
-    let watchdog = bin()
-        .current_dir(dir)
-        .args([
-            "--gpu",
-            "off",
-            "--interval",
-            "20ms",
-            "--dry-run",
-            "--record",
-        ])
-        .arg(&rec)
+    let watchdog = recording_watchdog(dir, &rec)
         .arg("--events")
         .arg(&events)
         .args(["--pid", &pid.to_string()])
