@@ -120,6 +120,7 @@ class EnvironmentReport(unittest.TestCase):
         self.assertLess(result["seconds"], 0.05)
         self.assertEqual(written["packages"], {})
         self.assertIn("version", written)
+        self.assertIsInstance(written["pid"], int)
 
     def test_a_symlink_at_the_report_path_is_not_followed(self):
         with tempfile.TemporaryDirectory() as d:

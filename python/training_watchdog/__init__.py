@@ -249,7 +249,9 @@ def _report_environment(path):
         return
     _reported.add(path)
     try:
-        _write_atomic(path + ".environment", (json.dumps(environment(), sort_keys=True) + "\n").encode())
+        # The PID tells the watchdog the file is this run's, not one left by an earlier run.
+        report = dict(environment(), pid=os.getpid())
+        _write_atomic(path + ".environment", (json.dumps(report, sort_keys=True) + "\n").encode())
     except Exception as e:  # the report is a nicety: never stop the run for it
         sys.stderr.write("training_watchdog: cannot write the environment report: %s\n" % e)
 

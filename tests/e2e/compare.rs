@@ -299,3 +299,37 @@ fn diff_names_the_cgroup_limit_of_the_run_that_was_oom_killed() {
     // Attached with --pid, the watchdog cannot see B's exit status: not an OOM kill.
     assert!(text.contains("  B: unknown: exited"), "{text}");
 }
+
+/// An environment file left beside the request file by an earlier run (another PID) is
+/// not taken for this run's; this run's own report is, and is removed once read.
+#[test]
+fn a_stale_python_report_is_not_this_runs() {
+    let dir = scratch();
+    let req = dir.path().join("run.request.json");
+    let env_file = dir.path().join("run.request.json.environment");
+    let stale = r#"{"pid":1,"version":"2.7.18","packages":{"torch":"0.4.0"}}"#;
+    for (script, expect_python) in [("import time; time.sleep(0.5)", false), (SIXTY_MIB, true)] {
+        std::fs::write(&env_file, stale).unwrap();
+        let rec = dir.path().join("stale.rec");
+        let out = recording_watchdog(dir.path(), &rec)
+            .arg("--request-file")
+            .arg(&req)
+            .args(["run", "--", "python3", "-c", script])
+            .env("PYTHONPATH", repo().join("python"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let python = &meta(&rec)["environment"]["python"];
+        if expect_python {
+            assert_ne!(python["version"], "2.7.18", "{python}");
+            assert!(python["version"].is_string(), "{python}");
+            assert!(!env_file.exists(), "the report read is left behind");
+        } else {
+            assert!(python.is_null(), "the stale report was taken: {python}");
+        }
+    }
+}

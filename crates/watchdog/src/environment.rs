@@ -151,10 +151,21 @@ pub fn note_limit(env: &mut Environment, fact: LimitFact) {
     }
 }
 
-/// The Python side from the client's JSON, keeping only the known fields (the packages'
+/// The client's report: the PID of the process that wrote it (so a file left by an
+/// earlier run is not taken for this run's) and the Python side.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+pub struct PythonReport {
+    /// The writer's PID.
+    pub pid: Option<u32>,
+    /// The interpreter and the packages.
+    #[serde(flatten)]
+    pub facts: PythonFacts,
+}
+
+/// The client's report from its JSON, keeping only the known fields (the packages'
 /// names and versions are length-capped). Pure.
-pub fn parse_python(bytes: &[u8]) -> Result<PythonFacts, String> {
-    let mut facts: PythonFacts =
+pub fn parse_python(bytes: &[u8]) -> Result<PythonReport, String> {
+    let PythonReport { pid, mut facts } =
         serde_json::from_slice(bytes).map_err(|e| format!("not the client's JSON: {e}"))?;
     let cap = |s: &mut String| s.truncate(s.floor_char_boundary(64));
     facts.packages = facts
@@ -177,13 +188,13 @@ pub fn parse_python(bytes: &[u8]) -> Result<PythonFacts, String> {
     {
         cap(s);
     }
-    Ok(facts)
+    Ok(PythonReport { pid, facts })
 }
 
 /// Reads the client's environment file: `Ok(None)` while it does not exist; an error
 /// for a symlink (not followed), anything but a regular file, a file over
 /// [`MAX_PYTHON_FILE_BYTES`], or bad JSON.
-pub fn read_python(path: &Path) -> Result<Option<PythonFacts>, String> {
+pub fn read_python(path: &Path) -> Result<Option<PythonReport>, String> {
     let file = match std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
@@ -447,10 +458,12 @@ mod tests {
         assert_eq!(read_python(&path), Ok(None));
         std::fs::write(
             &path,
-            r#"{"implementation":"CPython","version":"3.11.4","packages":{"numpy":"1.26.4"},"extra":1}"#,
+            r#"{"implementation":"CPython","version":"3.11.4","packages":{"numpy":"1.26.4"},"pid":12,"extra":1}"#,
         )
         .unwrap();
-        let facts = read_python(&path).unwrap().unwrap();
+        let report = read_python(&path).unwrap().unwrap();
+        assert_eq!(report.pid, Some(12));
+        let facts = report.facts;
         assert_eq!(facts.version.as_deref(), Some("3.11.4"));
         assert_eq!(facts.packages["numpy"], "1.26.4");
 
@@ -474,7 +487,7 @@ mod tests {
     fn long_python_values_are_cut() {
         let long = "9".repeat(500);
         let json = format!(r#"{{"version":"{long}","packages":{{"torch":"{long}"}}}}"#);
-        let facts = parse_python(json.as_bytes()).unwrap();
+        let facts = parse_python(json.as_bytes()).unwrap().facts;
         assert_eq!(facts.version.unwrap().len(), 64);
         assert_eq!(facts.packages["torch"].len(), 64);
     }

@@ -585,8 +585,18 @@ impl Watch {
         };
         match crate::environment::read_python(path) {
             Ok(None) => {}
-            Ok(Some(python)) => {
+            // Left by an earlier run (or another process): wait for this run's.
+            Ok(Some(report))
+                if !report.pid.is_some_and(|pid| {
+                    pid == self.target.pid || self.sampler.tree_pids().contains(&pid)
+                }) => {}
+            Ok(Some(report)) => {
+                if !self.settings.dry_run {
+                    // Consumed: leave nothing behind beside the request file.
+                    let _ = std::fs::remove_file(path);
+                }
                 self.python_file = None;
+                let python = report.facts;
                 if let Some(env) = self.recorder.environment_mut() {
                     env.python = Some(python.clone());
                 }
