@@ -311,7 +311,11 @@ fn a_stale_python_report_is_not_this_runs() {
     for (script, expect_python) in [("import time; time.sleep(0.5)", false), (SIXTY_MIB, true)] {
         std::fs::write(&env_file, stale).unwrap();
         let rec = dir.path().join("stale.rec");
-        let out = recording_watchdog(dir.path(), &rec)
+        // Not a dry run: the report read is removed.
+        let out = bin()
+            .current_dir(dir.path())
+            .args(["--gpu", "off", "--interval", "20ms", "--record"])
+            .arg(&rec)
             .arg("--request-file")
             .arg(&req)
             .args(["run", "--", "python3", "-c", script])
