@@ -120,6 +120,7 @@ fn facts(env: &Environment) -> BTreeMap<String, Fact> {
             },
         );
     }
+    let has_limit = |name: &str| env.limits.iter().any(|l| l.resource == name);
     if let Some(h) = &env.host {
         let mut put = |name: &str, v: Option<String>| {
             if let Some(v) = v {
@@ -130,14 +131,19 @@ fn facts(env: &Environment) -> BTreeMap<String, Fact> {
         put("arch", h.arch.clone());
         put("CPU", h.cpu_model.clone());
         put("CPUs", h.cpu_cores.map(|c| c.to_string()));
-        put(
-            "RAM",
-            h.mem_total_bytes.map(|b| format_value(Unit::Bytes, b)),
-        );
-        put(
-            "swap",
-            h.swap_total_bytes.map(|b| format_value(Unit::Bytes, b)),
-        );
+        // RAM and swap are the limits of host_memory and swap, compared as limits when watched.
+        if !has_limit("host_memory") {
+            put(
+                "RAM",
+                h.mem_total_bytes.map(|b| format_value(Unit::Bytes, b)),
+            );
+        }
+        if !has_limit("swap") {
+            put(
+                "swap",
+                h.swap_total_bytes.map(|b| format_value(Unit::Bytes, b)),
+            );
+        }
     }
     for p in &env.platform {
         let name = serde_json::to_value(p.kind)
@@ -153,12 +159,11 @@ fn facts(env: &Environment) -> BTreeMap<String, Fact> {
         );
     }
     // A disk's size is its limit, already compared, unless it has none.
-    let limited = |path: &str| {
-        env.limits
-            .iter()
-            .any(|l| l.resource == format!("disk:{path}"))
-    };
-    for d in env.disks.iter().filter(|d| !limited(&d.path)) {
+    for d in env
+        .disks
+        .iter()
+        .filter(|d| !has_limit(&format!("disk:{}", d.path)))
+    {
         if let Some(size) = d.size_bytes {
             out.insert(
                 format!("disk size {}", d.path),
@@ -198,11 +203,14 @@ fn facts(env: &Environment) -> BTreeMap<String, Fact> {
             }
         };
         put("model", Some(g.model.clone()), Rank::Platform);
-        put(
-            "memory",
-            g.memory_bytes.map(|b| format_value(Unit::Bytes, b)),
-            Rank::Limit,
-        );
+        // A watched GPU's memory is its limit, compared as a limit.
+        if !has_limit(&format!("gpu{}", g.index)) {
+            put(
+                "memory",
+                g.memory_bytes.map(|b| format_value(Unit::Bytes, b)),
+                Rank::Limit,
+            );
+        }
         put("driver", g.driver.clone(), Rank::Platform);
         put("CUDA driver", g.cuda_driver.clone(), Rank::Framework);
     }

@@ -242,3 +242,34 @@ fn runtime_caps_from_deadlines_compare_by_source_only() {
     );
     assert_eq!(d.differences.len(), 1);
 }
+
+/// Less RAM (Colab's 12.7 GB against 25 GB) is the host_memory limit when it is watched,
+/// named once.
+#[test]
+fn less_ram_is_named_once_as_the_host_memory_limit() {
+    let with_ram = |gib: u64| {
+        let mut e = base_env();
+        e.host.as_mut().unwrap().mem_total_bytes = Some(gib << 30);
+        e.limits.push(limit(
+            "host_memory",
+            ResourceKind::HostMemory,
+            Some(gib << 30),
+            "/proc/meminfo",
+        ));
+        e
+    };
+    let d = diff(
+        &recording(Some(with_ram(12)), 1, "oom_kill"),
+        &recording(Some(with_ram(25)), 1, "exited"),
+    );
+    let fields: Vec<_> = d.differences.iter().map(|x| x.field.as_str()).collect();
+    assert_eq!(fields, ["limit host_memory"]);
+    // Without the host_memory resource, RAM is a host fact.
+    let mut a = base_env();
+    a.host.as_mut().unwrap().mem_total_bytes = Some(12 << 30);
+    let d = diff(
+        &recording(Some(a), 1, "exited"),
+        &recording(Some(base_env()), 1, "exited"),
+    );
+    assert_eq!(d.differences[0].field, "host RAM");
+}
