@@ -14,28 +14,21 @@ use crate::support::*;
 const SIXTY_MIB: &str = "import sys, time, training_watchdog as tw; tw.install(); \
                          x = b'x' * (60 << 20); time.sleep(1.0)";
 
-/// The watchdog, in `dir`, sampling fast, recording to `rec`, sending nothing.
+/// The watchdog, in `dir`, sampling fast, recording to `rec`.
 fn recording_watchdog(dir: &Path, rec: &Path) -> Command {
     let mut cmd = bin();
     cmd.current_dir(dir)
-        .args([
-            "--gpu",
-            "off",
-            "--interval",
-            "20ms",
-            "--dry-run",
-            "--record",
-        ])
+        .args(["--gpu", "off", "--interval", "20ms", "--record"])
         .arg(rec);
     cmd
 }
 
-/// Runs `watchdog FLAGS --record REC run -- python3 -c SIXTY_MIB` in `dir`.
-fn record(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
-    let rec = dir.join(name);
-    let out = recording_watchdog(dir, &rec)
+/// Runs `watchdog FLAGS --record REC run -- python3 -c SCRIPT` in `dir`, the client
+/// importable, and checks that it succeeded.
+fn run_python(dir: &Path, rec: &Path, flags: &[&str], script: &str) {
+    let out = recording_watchdog(dir, rec)
         .args(flags)
-        .args(["run", "--", "python3", "-c", SIXTY_MIB])
+        .args(["run", "--", "python3", "-c", script])
         .env("PYTHONPATH", repo().join("python"))
         .output()
         .unwrap();
@@ -44,6 +37,12 @@ fn record(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Records `python3 -c SIXTY_MIB` with `--dry-run` and `flags` to `dir/name`.
+fn record(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
+    let rec = dir.join(name);
+    run_python(dir, &rec, &[&["--dry-run"], flags].concat(), SIXTY_MIB);
     rec
 }
 
@@ -250,6 +249,7 @@ fn record_in_cgroup(dir: &Path, name: &str, limit_mib: u64) -> Option<PathBuf> {
     let rec = dir.join(name);
     let events = dir.join(format!("{name}.events"));
     let watchdog = recording_watchdog(dir, &rec)
+        .arg("--dry-run")
         .arg("--events")
         .arg(&events)
         .args(["--pid", &pid.to_string()])
@@ -312,20 +312,11 @@ fn a_stale_python_report_is_not_this_runs() {
         std::fs::write(&env_file, stale).unwrap();
         let rec = dir.path().join("stale.rec");
         // Not a dry run: the report read is removed.
-        let out = bin()
-            .current_dir(dir.path())
-            .args(["--gpu", "off", "--interval", "20ms", "--record"])
-            .arg(&rec)
-            .arg("--request-file")
-            .arg(&req)
-            .args(["run", "--", "python3", "-c", script])
-            .env("PYTHONPATH", repo().join("python"))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        run_python(
+            dir.path(),
+            &rec,
+            &["--request-file", req.to_str().unwrap()],
+            script,
         );
         let python = &meta(&rec)["environment"]["python"];
         if expect_python {
