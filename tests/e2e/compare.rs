@@ -328,3 +328,43 @@ fn a_stale_python_report_is_not_this_runs() {
         }
     }
 }
+
+/// With `run`, a target that mounts its own /dev/shm after the start is read again when
+/// the Python client reports: the recording has the target's size.
+#[test]
+fn a_run_targets_own_dev_shm_is_read_when_the_client_reports() {
+    if !require(
+        is_root() && Path::new("/usr/bin/unshare").exists(),
+        "root and unshare(1), for a private /dev/shm",
+    ) {
+        return;
+    }
+    let dir = scratch();
+    let rec = dir.path().join("shm.rec");
+    let out = recording_watchdog(dir.path(), &rec)
+        .args([
+            "--dry-run",
+            "run",
+            "--",
+            "unshare",
+            "-m",
+            "--propagation",
+            "private",
+        ])
+        .args([
+            "sh",
+            "-c",
+            "mount -t tmpfs -o size=32m tmpfs /dev/shm && exec python3 -c \"$0\"",
+        ])
+        .arg(SIXTY_MIB)
+        .env("PYTHONPATH", repo().join("python"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shm = &meta(&rec)["environment"]["shm"];
+    assert_eq!(shm["size_bytes"], 32 << 20, "{shm}");
+}

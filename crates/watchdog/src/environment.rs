@@ -236,6 +236,17 @@ fn vfs_size(path: &Path) -> Result<(u64, u64), String> {
         .map_err(|e| format!("{}: {e}", path.display()))
 }
 
+/// The target's own `/dev/shm`, through `/proc/PID/root` (its mount namespace).
+pub fn target_shm(host: &Host, pid: u32) -> Result<ShmFact, String> {
+    let shm = host.proc_file(pid, "root").join("dev/shm");
+    let (size, _) = vfs_size(&shm)?;
+    let dev = |p: &Path| std::fs::metadata(p).ok().map(|m| m.dev());
+    Ok(ShmFact {
+        size_bytes: Some(size),
+        same_as_host: dev(&shm).zip(dev(&host.shm)).map(|(a, b)| a == b),
+    })
+}
+
 /// What the watchdog knows at start about the target `pid` and the `resources` it watches
 /// (the limits follow with the engine's `limit` events, see [`note_limit`]).
 pub fn gather(host: &Host, pid: u32, resources: &[Resource]) -> Environment {
@@ -276,15 +287,8 @@ pub fn gather(host: &Host, pid: u32, resources: &[Resource]) -> Environment {
     };
     env.platform = detect_platforms(&target_env, &markers);
 
-    let shm = host.proc_file(pid, "root").join("dev/shm");
-    match vfs_size(&shm) {
-        Ok((size, _)) => {
-            let dev = |p: &Path| std::fs::metadata(p).ok().map(|m| m.dev());
-            env.shm = Some(ShmFact {
-                size_bytes: Some(size),
-                same_as_host: dev(&shm).zip(dev(&host.shm)).map(|(a, b)| a == b),
-            });
-        }
+    match target_shm(host, pid) {
+        Ok(shm) => env.shm = Some(shm),
         Err(e) => env.unknown.push(format!("the target's /dev/shm: {e}")),
     }
 

@@ -597,8 +597,14 @@ impl Watch {
                 }
                 self.python_file = None;
                 let python = report.facts;
+                // The run is set up by now: read its /dev/shm again (a `run` target may
+                // have mounted its own after the start).
+                let shm = crate::environment::target_shm(&self.settings.host, self.target.pid);
                 if let Some(env) = self.recorder.environment_mut() {
                     env.python = Some(python.clone());
+                    if let Ok(shm) = shm {
+                        env.shm = Some(shm);
+                    }
                 }
                 self.emit(EventBody::Environment { python });
             }
