@@ -85,6 +85,8 @@ class AttachWithRealBinary(unittest.TestCase):
                 time.sleep(0.1)
             self.assertIn("alert", kinds)
             self.assertIn("ack", kinds)
+            # attach() reported the Python side, and the watchdog took it.
+            self.assertIn("environment", kinds)
 
 
     def test_ready_fd_line_and_end_of_file(self):

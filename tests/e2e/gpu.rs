@@ -115,6 +115,11 @@ fn a_run_that_fails_with_its_gpu_full_gets_the_gpu_oom_verdict() {
     let exit = of_kind(&ev, "exit");
     assert_eq!(exit[0]["verdict"], "gpu_oom", "{exit:?}");
     assert!(stderr.contains("CUDA out-of-memory"), "{stderr}");
+    // The start event's environment names the GPU, its memory and the driver.
+    let gpus = &of_kind(&ev, "start")[0]["environment"]["gpus"];
+    assert_eq!(gpus[0]["model"], "Fake GPU", "{gpus}");
+    assert_eq!(gpus[0]["memory_bytes"], 1024u64 << 20, "{gpus}");
+    assert_eq!(gpus[0]["driver"], "999.99.fake", "{gpus}");
 }
 
 #[test]

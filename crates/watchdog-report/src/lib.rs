@@ -24,6 +24,7 @@
 //! - in the HTML page, `<table class="events">` and `<ul class="evidence">`.
 #![deny(missing_docs)]
 
+pub mod diff;
 pub mod recording;
 pub mod render;
 pub mod text;

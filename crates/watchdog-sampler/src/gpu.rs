@@ -357,6 +357,8 @@ struct DeviceMeta {
     resource: ResourceId,
     name: String,
     uuid: String,
+    /// What CUDA can allocate (total minus reserved), bytes, at start.
+    memory: u64,
 }
 
 impl DeviceMeta {
@@ -376,6 +378,8 @@ struct Shared {
     fallback: AtomicBool,
     processes: Mutex<Vec<Vec<GpuProcess>>>,
     stop: AtomicBool,
+    /// The driver's version and the CUDA version it supports (`12.2`), when NVML says.
+    driver: (Option<String>, Option<String>),
 }
 
 impl Shared {
@@ -596,6 +600,7 @@ impl GpuWatch {
                 resource,
                 name: f.name,
                 uuid: f.uuid,
+                memory: f.limit,
             });
             devices.push(f.device);
         }
@@ -609,6 +614,16 @@ impl GpuWatch {
             fallback: AtomicBool::new(false),
             processes: Mutex::new(vec![Vec::new(); n]),
             stop: AtomicBool::new(false),
+            driver: (
+                nvml.sys_driver_version().ok(),
+                nvml.sys_cuda_driver_version().ok().map(|v| {
+                    format!(
+                        "{}.{}",
+                        nvml_wrapper::cuda_driver_version_major(v),
+                        nvml_wrapper::cuda_driver_version_minor(v)
+                    )
+                }),
+            ),
         });
         let poller = Poller::new(shared.clone(), devices, config);
         let thread = std::thread::Builder::new()
@@ -627,6 +642,23 @@ impl GpuWatch {
             tree_hash: 0,
             gone_reported: false,
         })
+    }
+
+    /// The devices watched, for the run's environment record: model, the memory CUDA
+    /// can allocate, the driver's version and the CUDA version it supports.
+    pub fn environment(&self) -> Vec<watchdog_types::environment::GpuFact> {
+        let (driver, cuda) = &self.shared.driver;
+        self.shared
+            .devices
+            .iter()
+            .map(|d| watchdog_types::environment::GpuFact {
+                index: d.index,
+                model: d.name.clone(),
+                memory_bytes: Some(d.memory),
+                driver: driver.clone(),
+                cuda_driver: cuda.clone(),
+            })
+            .collect()
     }
 
     /// A handle for the alert path: device list, per-process figures, top grower.

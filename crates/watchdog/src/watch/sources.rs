@@ -25,6 +25,8 @@ pub struct Built {
     pub unwatched: Vec<(String, String)>,
     /// The memory cgroup's OOM-kill counter, for the verdict.
     pub oom_counter: Option<OomKillCounter>,
+    /// The GPUs watched, for the environment record.
+    pub gpus: Vec<watchdog_types::environment::GpuFact>,
 }
 
 /// Opens every source for `target`.
@@ -100,11 +102,12 @@ pub fn build(
         Err(e) => unwatched.push(("runtime".to_string(), e.to_string())),
     }
 
-    gpu.add_to(&mut sources, &mut unwatched);
+    let gpus = gpu.add_to(&mut sources, &mut unwatched);
     Built {
         sources,
         unwatched,
         oom_counter,
+        gpus,
     }
 }
 
@@ -204,15 +207,24 @@ impl GpuSetup {
         }
     }
 
-    fn add_to(self, sources: &mut Vec<Box<dyn Source>>, unwatched: &mut Vec<(String, String)>) {
+    /// Adds the GPU source, or says why there is none; returns the GPUs for the
+    /// environment record.
+    fn add_to(
+        self,
+        sources: &mut Vec<Box<dyn Source>>,
+        unwatched: &mut Vec<(String, String)>,
+    ) -> Vec<watchdog_types::environment::GpuFact> {
         if let Some(reason) = self.reason {
             unwatched.push(("gpu".to_string(), reason));
         }
         #[cfg(feature = "gpu")]
         if let Some(watch) = self.watch {
+            let gpus = watch.environment();
             sources.push(Box::new(watch));
+            return gpus;
         }
         #[cfg(not(feature = "gpu"))]
         let _ = sources;
+        Vec::new()
     }
 }
