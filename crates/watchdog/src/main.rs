@@ -69,9 +69,13 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             let settings = Settings::resolve(&cli.options).map_err(Failure::Usage)?;
             replay::run(&trace, &settings)
         }
-        Some(Command::Report { recording, output }) => {
-            watchdog_report::write_report(&recording, &output)
-                .map_err(|e| Failure::Usage(e.to_string()))?;
+        Some(Command::Report { recordings, output }) => {
+            match recordings.as_slice() {
+                [a, b] => watchdog_report::write_comparison(a, b, &output),
+                [one, ..] => watchdog_report::write_report(one, &output),
+                [] => Ok(()),
+            }
+            .map_err(|e| Failure::Usage(e.to_string()))?;
             Ok(ExitCode::SUCCESS)
         }
         Some(Command::Run { command }) => {
