@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod cli;
+mod compare;
 mod gpu;
 mod hooks;
 mod hostile;
