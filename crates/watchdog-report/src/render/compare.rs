@@ -404,8 +404,11 @@ fn draw_panel(
         let series = rec.series.get(s.index).map_or(&[][..], Vec::as_slice);
         let end = rec.time_range().map_or(0.0, |(_, hi)| hi);
         let mut rg = Group::new().set("class", "run").set("data-run", run.id());
+        // Run A's lines are wider and drawn first, so where the runs coincide A shows
+        // as a border around B's instead of vanishing under it.
+        let width = if run == Run::A { 3.2 } else { 1.8 };
         for path in series_paths(series, xs, &ys, end, run.color(), run.color(), false) {
-            rg = rg.add(path.set("data-run", run.id()));
+            rg = rg.add(path.set("data-run", run.id()).set("stroke-width", width));
         }
         for &t in &s.alerts {
             let x = xs.map(t);
