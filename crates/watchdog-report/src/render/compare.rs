@@ -24,15 +24,14 @@
 
 use std::fmt::Write as _;
 
-use svg::Document;
-use svg::node::element::{Definitions, Group, Rectangle, Title};
+use svg::node::element::{Definitions, Group, Title};
 use watchdog_types::{ResourceKind, Unit};
 
 use super::axis::{self, Scale};
 use super::{
-    COLOR_MUTED, COLOR_TEXT, FONT, LABEL_ROW_H, LEFT, LegendItem, PANEL_GAP, PANEL_TITLE_H, PLOT_H,
-    RIGHT, WIDTH, X_AXIS_H, alert_marker, esc, legend_row, panel_title, plot_clip, plot_frame, px,
-    series_paths, text, title, top_value, vline,
+    COLOR_MUTED, COLOR_TEXT, LABEL_ROW_H, LEFT, LegendItem, PANEL_GAP, PANEL_TITLE_H, PLOT_H,
+    RIGHT, WIDTH, X_AXIS_H, alert_marker, document, esc, legend_row, panel_title, plot_clip,
+    plot_frame, px, series_paths, text, title, top_value, vline,
 };
 use crate::recording::{EventKind, Recording, UNLIMITED};
 
@@ -560,23 +559,7 @@ fn svg(runs: [&Recording; 2], m: &Comparison, names: [&str; 2], header: bool) ->
     }
     let height = (y + 6.0).ceil();
     let label = format!("run A ({}) and run B ({}) compared", names[0], names[1]);
-    Document::new()
-        .set("id", "watchdog-compare")
-        .set("width", WIDTH)
-        .set("height", height)
-        .set("viewBox", (0, 0, WIDTH, height))
-        .set("font-family", FONT)
-        .set("role", "img")
-        .set("aria-label", label.as_str())
-        .add(Title::new(label))
-        .add(defs)
-        .add(
-            Rectangle::new()
-                .set("class", "background")
-                .set("width", "100%")
-                .set("height", "100%")
-                .set("fill", "white"),
-        )
+    document("watchdog-compare", height, &label, defs)
         .add(head)
         .add(body)
         .to_string()

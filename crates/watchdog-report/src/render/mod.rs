@@ -984,15 +984,24 @@ pub fn render_svg(rec: &Recording) -> String {
         y += 40.0;
     }
     let height = (y + 6.0).ceil();
-    let doc = Document::new()
-        .set("id", "watchdog-report")
+    let doc = document("watchdog-report", height, &title(rec), defs)
+        .add(header)
+        .add(body);
+    doc.to_string()
+}
+
+/// An image `WIDTH` wide and `height` high with the element id `id`, `label` as its
+/// accessible name and tooltip, `defs`, and a white background.
+fn document(id: &str, height: f64, label: &str, defs: Definitions) -> Document {
+    Document::new()
+        .set("id", id)
         .set("width", WIDTH)
         .set("height", height)
         .set("viewBox", (0, 0, WIDTH, height))
         .set("font-family", FONT)
         .set("role", "img")
-        .set("aria-label", title(rec))
-        .add(Title::new(title(rec)))
+        .set("aria-label", label)
+        .add(Title::new(label))
         .add(defs)
         .add(
             Rectangle::new()
@@ -1001,9 +1010,6 @@ pub fn render_svg(rec: &Recording) -> String {
                 .set("height", "100%")
                 .set("fill", "white"),
         )
-        .add(header)
-        .add(body);
-    doc.to_string()
 }
 
 fn esc(s: &str) -> String {
