@@ -1,123 +1,223 @@
-//! `watchdog report A B`: two real runs of the same leaking script under different
-//! `--mem-limit`s, compared on one page and checked in headless Chromium.
+//! `watchdog diff A B` on real recordings: runs that differ in a limit, in the target's
+//! own `/dev/shm`, or not at all, and files that are not recordings. Also checks that the
+//! recording carries the environment record and the Python client's report.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use serde_json::Value;
 
 use crate::support::*;
 
-/// Runs hog.py leaking to 160 MiB under `--mem-limit LIMIT`, recorded to `rec`.
-fn recorded_leak(scene: &Scene, limit: &str, rec: &std::path::Path) {
-    let out = scene.run_hog(
-        &["--mem-limit", limit, "--record", rec.to_str().unwrap()],
-        &[
-            "leak",
-            "--step-mib",
-            "8",
-            "--every",
-            "0.05",
-            "--max-mib",
-            "160",
-            "--seconds",
-            "2",
-        ],
-    );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
+/// A Python run that installs the client, holds ~60 MiB for a second, and exits.
+const SIXTY_MIB: &str = "import sys, time, training_watchdog as tw; tw.install(); \
+                         x = b'x' * (60 << 20); time.sleep(1.0)";
+
+/// Runs `watchdog FLAGS --record REC run -- python3 -c SIXTY_MIB` in `dir`.
+fn record(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
+    let rec = dir.join(name);
+    let out = bin()
+        .current_dir(dir)
+        .args([
+            "--gpu",
+            "off",
+            "--interval",
+            "20ms",
+            "--dry-run",
+            "--record",
+        ])
+        .arg(&rec)
+        .args(flags)
+        .args(["run", "--", "python3", "-c", SIXTY_MIB])
+        .env("PYTHONPATH", repo().join("python"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(rec.exists(), "no recording at {}", rec.display());
+    rec
+}
+
+fn diff(a: &Path, b: &Path) -> Output {
+    bin().arg("diff").arg(a).arg(b).output().unwrap()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The recording's `meta` line.
+fn meta(rec: &Path) -> Value {
+    let text = std::fs::read_to_string(rec).unwrap();
+    let line = text.lines().nth(1).unwrap();
+    serde_json::from_str::<Value>(&line[1..]).unwrap()["meta"].clone()
 }
 
 #[test]
-fn report_of_two_recordings_compares_them_in_a_browser() {
-    let (scene_a, scene_b) = (Scene::new(), Scene::new());
-    let a = scene_a.dir.path().join("roomy.rec");
-    let b = scene_b.dir.path().join("tight.rec");
-    recorded_leak(&scene_a, "1GiB", &a);
-    recorded_leak(&scene_b, "100MiB", &b);
-
+fn diff_names_the_memory_limit_one_run_exceeded_first() {
     let dir = scratch();
-    let html = dir.path().join("compare.html");
-    let svg = dir.path().join("compare.svg");
-    for out in [&html, &svg] {
-        let made = run(&[
-            "report",
-            a.to_str().unwrap(),
-            b.to_str().unwrap(),
-            "-o",
-            out.to_str().unwrap(),
-        ]);
-        assert_eq!(
-            made.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&made.stderr)
-        );
-    }
-    let svg_text = std::fs::read_to_string(&svg).unwrap();
-    assert!(svg_text.starts_with("<svg"), "{svg_text}");
+    let a = record(dir.path(), "small.rec", &["--mem-limit", "40MiB"]);
+    let b = record(dir.path(), "big.rec", &["--mem-limit", "1GiB"]);
+
+    // The recording holds the environment: host, limits, and the client's Python side.
+    let env = &meta(&a)["environment"];
+    assert!(env["host"]["cpu_cores"].as_u64().unwrap() >= 1, "{env}");
+    assert!(env["host"]["kernel"].is_string(), "{env}");
+    let tree = env["limits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["resource"] == "tree_memory")
+        .unwrap_or_else(|| panic!("no tree_memory limit in {env}"));
+    assert_eq!(tree["limit"], 40 << 20);
+    assert_eq!(
+        env["python"]["version"]
+            .as_str()
+            .unwrap()
+            .split('.')
+            .count(),
+        3,
+        "{env}"
+    );
+    assert_eq!(
+        env["definitions"]["cgroup_memory"],
+        "usage - active_file - inactive_file"
+    );
+    let text = std::fs::read_to_string(&a).unwrap();
     assert!(
-        svg_text.contains("limit tree_memory: run A 1.00 GiB, run B 100.00 MiB"),
-        "{svg_text}"
+        text.lines().any(|l| l.contains(r#""event":"environment""#)),
+        "no environment event in {text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.contains(r#""event":"start""#) && l.contains(r#""environment""#)),
+        "no environment in the start event: {text}"
     );
 
-    // Three recordings are a usage error, not a comparison of the first two.
-    let three = run(&[
-        "report",
-        a.to_str().unwrap(),
-        b.to_str().unwrap(),
-        a.to_str().unwrap(),
-        "-o",
-        html.to_str().unwrap(),
-    ]);
-    assert_eq!(three.status.code(), Some(2));
+    let out = diff(&a, &b);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[2].contains("difference"), "{text}");
+    assert!(
+        lines[3].starts_with("  limit tree_memory: A 40.00 MiB | B 1.00 GiB"),
+        "{text}"
+    );
+    assert!(
+        lines[4].contains("A's peak") && lines[4].contains("reached its limit"),
+        "{text}"
+    );
+    assert!(text.contains("Verdicts:\n  A: exited"), "{text}");
+}
 
-    let Some(dom) = chromium_dom(&html) else {
+#[test]
+fn diff_of_identical_runs_exits_0() {
+    let dir = scratch();
+    let a = record(dir.path(), "one.rec", &["--mem-limit", "1GiB"]);
+    let b = record(dir.path(), "two.rec", &["--mem-limit", "1GiB"]);
+    for (x, y) in [(&a, &b), (&a, &a)] {
+        let out = diff(x, y);
+        let text = stdout(&out);
+        assert_eq!(out.status.code(), Some(0), "{text}");
+        assert!(
+            text.contains("The environments and limits match."),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn diff_of_a_bad_file_exits_2_with_one_line() {
+    let dir = scratch();
+    let good = record(dir.path(), "good.rec", &[]);
+    let trace = dir.path().join("trace.csv");
+    std::fs::write(&trace, "time,used,limit\n0,1,10\n1,2,10\n").unwrap();
+    let garbage = dir.path().join("garbage.rec");
+    std::fs::write(
+        &garbage,
+        "# watchdog recording v1\n#{\"meta\": [1,2]}\nnot a table\n",
+    )
+    .unwrap();
+    let missing = dir.path().join("missing.rec");
+    for (bad, says) in [
+        (&missing, "cannot read recording"),
+        (&trace, "not a watchdog recording"),
+        (&garbage, "line 2"),
+    ] {
+        for out in [diff(&good, bad), diff(bad, &good)] {
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{err}");
+            assert_eq!(err.lines().count(), 1, "{err}");
+            assert!(err.contains(says), "{err}");
+            assert!(out.stdout.is_empty());
+        }
+    }
+}
+
+/// Starts `sh -c SCRIPT` (which touches `$0` when ready, then sleeps), waits until it is
+/// ready, and attaches a recording watchdog to it until it exits.
+fn attach_and_record(dir: &Path, name: &str, prefix: &[&str], script: &str) -> PathBuf {
+    let ready = dir.join(format!("{name}.ready"));
+    let mut target = Command::new(prefix[0])
+        .args(&prefix[1..])
+        .args(["sh", "-c", script])
+        .arg(&ready)
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_for(Duration::from_secs(20), || ready.exists()),
+        "{script} did not get ready"
+    );
+    let rec = dir.join(name);
+    let out = bin()
+        .current_dir(dir)
+        .args(["--gpu", "off", "--interval", "20ms", "--record"])
+        .arg(&rec)
+        .args(["--pid", &target.id().to_string()])
+        .output()
+        .unwrap();
+    let _ = target.wait();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    rec
+}
+
+#[test]
+fn diff_names_a_different_dev_shm_in_the_target_mount_namespace() {
+    if !require(
+        is_root() && Path::new("/usr/bin/unshare").exists(),
+        "root and unshare(1), for a private /dev/shm",
+    ) {
         return;
-    };
-    // Both runs, named by their files.
-    assert!(
-        dom.contains("roomy.rec") && dom.contains("tight.rec"),
-        "{dom}"
-    );
-    for run in ["a", "b"] {
-        assert!(
-            dom.contains(&format!("<tr data-run=\"{run}\">")),
-            "no verdict of run {run}"
-        );
-        assert!(
-            dom.contains(&format!("<g class=\"run\" data-run=\"{run}\">")),
-            "no curve of run {run}"
-        );
     }
-    // The difference table names the changed limit, with both values; the same
-    // settings are folded away, not listed as differences.
-    let table = dom
-        .split("<table class=\"differences\">")
-        .nth(1)
-        .and_then(|t| t.split("</table>").next())
-        .unwrap_or_else(|| panic!("no difference table: {dom}"));
-    assert!(
-        table.contains("data-field=\"limit tree_memory\""),
-        "{table}"
+    let dir = scratch();
+    let plain = attach_and_record(
+        dir.path(),
+        "plain.rec",
+        &["env"],
+        "touch \"$0\" && exec sleep 1.5",
     );
-    assert!(
-        table.contains("1.00 GiB") && table.contains("100.00 MiB"),
-        "{table}"
+    let small = attach_and_record(
+        dir.path(),
+        "small-shm.rec",
+        &["unshare", "-m", "--propagation", "private"],
+        "mount -t tmpfs -o size=64m tmpfs /dev/shm && touch \"$0\" && exec sleep 1.5",
     );
-    assert!(!table.contains("data-field=\"command\""), "{table}");
-    assert!(dom.contains("<details class=\"same\">"), "{dom}");
-    // tree_memory comes first (run B went over its limit), with both runs' dashed limits
-    // and run B's alert.
-    let panels = dom.split("<g class=\"panel\"").skip(1).collect::<Vec<_>>();
+    let shm = &meta(&small)["environment"]["shm"];
+    assert_eq!(shm["size_bytes"], 64 << 20, "{shm}");
+    assert_eq!(shm["same_as_host"], false, "{shm}");
+    let out = diff(&plain, &small);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let first = text.lines().nth(3).unwrap_or_default();
     assert!(
-        panels
-            .first()
-            .is_some_and(|p| p.contains("data-resource=\"tree_memory\"")),
-        "{dom}"
+        first.starts_with("  /dev/shm size: A ") && first.ends_with("| B 64.00 MiB"),
+        "{text}"
     );
-    let tree = panels[0];
-    assert_eq!(tree.matches("class=\"limit\"").count(), 2, "{tree}");
-    assert!(tree.contains("class=\"alert\""), "{tree}");
-    assert!(tree.contains("reached its limit"), "{tree}");
 }

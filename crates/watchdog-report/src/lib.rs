@@ -28,6 +28,7 @@
 //! list its elements).
 #![deny(missing_docs)]
 
+pub mod diff;
 pub mod recording;
 pub mod render;
 pub mod text;

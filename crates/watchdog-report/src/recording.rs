@@ -94,6 +94,9 @@ pub struct Meta {
     /// Version of the watchdog that wrote the recording.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub watchdog_version: Option<String>,
+    /// The run's environment and limits (absent from older recordings).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub environment: Option<watchdog_types::environment::Environment>,
     /// Any other fields, as written.
     #[serde(flatten)]
     pub extra: serde_json::Map<String, serde_json::Value>,

@@ -11,6 +11,7 @@
 //! atomic file write every output uses in [`fs`].
 #![deny(missing_docs)]
 
+pub mod environment;
 pub mod fs;
 pub mod names;
 pub mod quote;
@@ -191,6 +192,10 @@ pub enum EventBody {
         lead_s: f64,
         /// Whether `--dry-run` is on.
         dry_run: bool,
+        /// What the watchdog knows of the run's environment at start (absent from older
+        /// watchdogs' events).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        environment: Option<Box<environment::Environment>>,
     },
     /// A resource and its limit were found.
     Limit {
@@ -204,6 +209,11 @@ pub enum EventBody {
         unit: Unit,
         /// Where the figure and the limit come from.
         source: String,
+    },
+    /// The run's Python side, from the file the client writes beside the request file.
+    Environment {
+        /// The interpreter and the versions of the packages that decide how training behaves.
+        python: environment::PythonFacts,
     },
     /// A resource could not be watched.
     Unwatched {

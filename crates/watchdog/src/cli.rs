@@ -56,6 +56,18 @@ pub enum Command {
         #[arg(short, long, value_name = "FILE")]
         output: PathBuf,
     },
+    /// Compare two recordings' environments and limits (exit 0: they match, 1: they differ, 2: error).
+    ///
+    /// Lists what differs, the likeliest culprit first (a limit one run's peak reached and
+    /// the other's did not, a changed framework version), then both runs' verdicts.
+    Diff {
+        /// The first recording.
+        #[arg(value_name = "A")]
+        a: PathBuf,
+        /// The second recording.
+        #[arg(value_name = "B")]
+        b: PathBuf,
+    },
     /// Run the predictor and alert policy over a recorded trace and print the alerts as JSON lines.
     ///
     /// It runs the engine of a live watch with the same settings: `--lead`, `--interval`

@@ -77,6 +77,8 @@ pub struct FileConfig {
 /// or names a host path), and passed down, so tests can point it elsewhere.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Host {
+    /// The root directory (`/`), where container markers (`/.dockerenv`) are looked for.
+    pub root: PathBuf,
     /// procfs (`/proc`).
     pub proc: PathBuf,
     /// The cgroup mount root (`/sys/fs/cgroup`), used when mountinfo cannot be read.
@@ -99,6 +101,7 @@ impl Host {
     /// The real host and this process's environment.
     pub fn from_env() -> Host {
         Host {
+            root: PathBuf::from("/"),
             proc: PathBuf::from("/proc"),
             cgroup: PathBuf::from("/sys/fs/cgroup"),
             shm: PathBuf::from("/dev/shm"),

@@ -6,6 +6,8 @@
 
 mod cli;
 mod config;
+mod diff;
+mod environment;
 mod logging;
 mod outputs;
 #[cfg(test)]
@@ -69,6 +71,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             let settings = Settings::resolve(&cli.options).map_err(Failure::Usage)?;
             replay::run(&trace, &settings)
         }
+        Some(Command::Diff { a, b }) => diff::run(&a, &b),
         Some(Command::Report { recordings, output }) => {
             match recordings.as_slice() {
                 [a, b] => watchdog_report::write_comparison(a, b, &output),

@@ -134,6 +134,16 @@ impl FlightRecorder {
             .max()
     }
 
+    /// The run's environment, as the recording's `meta` line will hold it.
+    pub fn environment(&self) -> Option<&watchdog_types::environment::Environment> {
+        self.meta.environment.as_ref()
+    }
+
+    /// The run's environment, to add what is learnt after the start (limits, the Python side).
+    pub fn environment_mut(&mut self) -> Option<&mut watchdog_types::environment::Environment> {
+        self.meta.environment.as_mut()
+    }
+
     /// A copy of the window for writing.
     pub fn snapshot(&self) -> Snapshot {
         Snapshot {

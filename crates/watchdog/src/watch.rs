@@ -178,6 +178,8 @@ struct Watch {
     unforwarded: Option<Arc<AtomicUsize>>,
     hooks: watchdog_alerter::hook::Hooks,
     hook_outcomes: std::sync::mpsc::Receiver<watchdog_alerter::hook::HookOutcome>,
+    /// The Python client's environment file, until it was read (see `environment`).
+    python_file: Option<PathBuf>,
 }
 
 impl Watch {
@@ -189,6 +191,7 @@ impl Watch {
         record_now: Arc<AtomicBool>,
     ) -> Result<Watch, Failure> {
         let request_file = outputs.request_file.clone();
+        let python_file = crate::environment::python_file(&request_file);
         let start = Instant::now();
         let Prepared {
             events,
@@ -209,6 +212,7 @@ impl Watch {
         lineage::follow_the_run(sampler.tree_mut(), &hooks, target.is_child());
         let engine = Engine::new(table.all(), settings.engine());
         let start_wall = SystemTime::now();
+        let environment = crate::environment::gather(&settings.host, target.pid, table.all());
         let recorder = FlightRecorder::new(
             table.all().to_vec(),
             recorder::Meta {
@@ -219,6 +223,7 @@ impl Watch {
                 interval_s: Some(settings.interval.as_secs_f64()),
                 lead_s: Some(settings.lead.as_secs_f64()),
                 watchdog_version: Some(env!("CARGO_PKG_VERSION").to_string()),
+                environment: Some(environment),
                 ..recorder::Meta::default()
             },
             settings.record_window.as_secs_f64(),
@@ -254,6 +259,7 @@ impl Watch {
             unforwarded: None,
             hooks,
             hook_outcomes,
+            python_file: Some(python_file),
         };
         if !watch.settings.dry_run
             && let Err(e) = watchdog_alerter::request::clear_request_files(&watch.request_file)
@@ -288,6 +294,7 @@ impl Watch {
             interval_s: s.interval.as_secs_f64(),
             lead_s: s.lead.as_secs_f64(),
             dry_run: s.dry_run,
+            environment: self.recorder.environment().cloned().map(Box::new),
         });
         for (resource, reason) in unwatched {
             if resource == "gpu" {
@@ -313,6 +320,7 @@ impl Watch {
         let show_status = logging::status_wanted(&self.settings);
         let mut deadline = Instant::now();
         let mut next_ack = deadline;
+        let mut next_python = deadline;
         let mut next_status = deadline + STATUS_EVERY;
         loop {
             if let Some(sig) = self.stop.as_ref().map(|s| s.load(Ordering::Relaxed))
@@ -325,6 +333,10 @@ impl Watch {
             if self.engine.alerts_sent() > 0 && now >= next_ack {
                 self.check_ack();
                 next_ack = now + ACK_CHECK_EVERY;
+            }
+            if self.python_file.is_some() && now >= next_python {
+                self.check_python_environment();
+                next_python = now + ACK_CHECK_EVERY;
             }
             if show_status && now >= next_status {
                 logging::draw_status(&self.engine.status_line());
@@ -564,7 +576,49 @@ impl Watch {
         self.perform(actions, None);
     }
 
+    /// Reads the Python client's environment file once it appears: an `environment`
+    /// event, and the recording's environment.
+    fn check_python_environment(&mut self) {
+        let Some(path) = &self.python_file else {
+            return;
+        };
+        match crate::environment::read_python(path) {
+            Ok(None) => {}
+            Ok(Some(python)) => {
+                self.python_file = None;
+                if let Some(env) = self.recorder.environment_mut() {
+                    env.python = Some(python.clone());
+                }
+                self.emit(EventBody::Environment { python });
+            }
+            Err(e) => {
+                self.python_file = None;
+                tracing::warn!("the Python environment file is not used: {e}");
+            }
+        }
+    }
+
     fn emit(&mut self, body: EventBody) {
+        if let EventBody::Limit {
+            resource,
+            kind,
+            limit,
+            unit,
+            source,
+        } = &body
+            && let Some(env) = self.recorder.environment_mut()
+        {
+            crate::environment::note_limit(
+                env,
+                watchdog_types::environment::LimitFact {
+                    resource: resource.clone(),
+                    kind: *kind,
+                    limit: *limit,
+                    unit: *unit,
+                    source: source.clone(),
+                },
+            );
+        }
         let event = Event {
             time: watchdog_alerter::events::now_rfc3339(),
             body,

@@ -22,7 +22,7 @@
 //! small. Element ids and classes are part of the output's contract: see
 //! [`crate`]'s docs.
 
-mod axis;
+pub(crate) mod axis;
 pub mod compare;
 mod path;
 

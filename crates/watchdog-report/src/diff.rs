@@ -1,0 +1,433 @@
+//! Comparing two recordings' environments and limits (`watchdog diff A B`): pure.
+//!
+//! Each recording's [`Environment`] is flattened into named facts (`limit tree_memory`,
+//! `package torch`, `host RAM`, ...); a fact whose value differs is a [`Difference`].
+//! Times, PIDs and usage are not facts. A limit's source (a cgroup's path, which differs
+//! from run to run) is shown but not compared; a runtime cap from a deadline or a SLURM
+//! end time is compared by its source only (its length depends on when the run started).
+//!
+//! The differences are ranked so the likely culprit comes first: a limit that one run's
+//! peak reached (90% or more) and the other's did not, then a changed framework version
+//! (torch, its CUDA build, tensorflow, ...), then other limits, the platform and the GPUs,
+//! the host, and last the definitions of the figures (a different watchdog version).
+//!
+//! A recording without an environment record (written by an older watchdog) still has its
+//! `limit` events: its limits are compared, and what is unknown is said in
+//! [`Diff::unknown`]. The same holds for a run whose client did not report its Python side.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use watchdog_types::Unit;
+use watchdog_types::environment::{Environment, LimitFact, RuntimeSource};
+
+use crate::recording::{EventKind, Recording};
+use crate::render::axis::format_value;
+
+/// Share of a limit a peak must reach to count as having hit it.
+pub const REACHED: f64 = 0.9;
+
+/// How likely a difference is to explain why one run died and the other did not; the
+/// lower, the likelier (the order differences are listed in).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Rank {
+    /// A limit one run's peak reached and the other's did not.
+    LimitReached,
+    /// A framework version or torch's CUDA build.
+    Framework,
+    /// Another limit, the runtime cap, `/dev/shm`, a disk's size.
+    Limit,
+    /// The platform or the GPUs.
+    Platform,
+    /// The host: kernel, CPU, RAM, the interpreter.
+    Host,
+    /// Which definition a figure uses (a different watchdog version).
+    Definition,
+}
+
+/// One named fact that differs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Difference {
+    /// The fact's name (`limit tree_memory`, `package torch`).
+    pub field: String,
+    /// Its value in the first run (`absent` when it has none).
+    pub a: String,
+    /// Its value in the second run.
+    pub b: String,
+    /// Why it may matter (the peaks against the limits), when known.
+    pub note: Option<String>,
+    /// Its rank.
+    pub rank: Rank,
+}
+
+/// The comparison of two recordings.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Diff {
+    /// The differences, likeliest culprit first.
+    pub differences: Vec<Difference>,
+    /// What could not be compared, one sentence each.
+    pub unknown: Vec<String>,
+    /// Each run's verdict and summary, when recorded.
+    pub verdicts: [Option<(String, Option<String>)>; 2],
+}
+
+/// One fact: the value compared, the value shown, where it came from (shown when the
+/// two runs' sources differ), its rank.
+struct Fact {
+    compared: String,
+    shown: String,
+    source: Option<String>,
+    rank: Rank,
+}
+
+fn fact(value: String, rank: Rank) -> Fact {
+    Fact {
+        compared: value.clone(),
+        shown: value,
+        source: None,
+        rank,
+    }
+}
+
+const FRAMEWORKS: &[&str] = &[
+    "torch",
+    "tensorflow",
+    "keras",
+    "jax",
+    "lightning",
+    "pytorch-lightning",
+    "transformers",
+];
+
+fn show_limit(l: &LimitFact) -> String {
+    match l.limit {
+        Some(v) => format_value(l.unit, v),
+        None => "none".to_string(),
+    }
+}
+
+/// The named facts of an environment.
+fn facts(env: &Environment) -> BTreeMap<String, Fact> {
+    let mut out = BTreeMap::new();
+    for l in &env.limits {
+        out.insert(
+            format!("limit {}", l.resource),
+            Fact {
+                compared: l.limit.map_or_else(|| "none".into(), |v| v.to_string()),
+                shown: show_limit(l),
+                source: Some(l.source.clone()),
+                rank: Rank::Limit,
+            },
+        );
+    }
+    if let Some(h) = &env.host {
+        let mut put = |name: &str, v: Option<String>| {
+            if let Some(v) = v {
+                out.insert(format!("host {name}"), fact(v, Rank::Host));
+            }
+        };
+        put("kernel", h.kernel.clone());
+        put("arch", h.arch.clone());
+        put("CPU", h.cpu_model.clone());
+        put("CPUs", h.cpu_cores.map(|c| c.to_string()));
+        put(
+            "RAM",
+            h.mem_total_bytes.map(|b| format_value(Unit::Bytes, b)),
+        );
+        put(
+            "swap",
+            h.swap_total_bytes.map(|b| format_value(Unit::Bytes, b)),
+        );
+    }
+    for p in &env.platform {
+        let name = serde_json::to_value(p.kind)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        out.insert(
+            format!("platform {name}"),
+            fact(
+                p.detail.clone().unwrap_or_else(|| "yes".into()),
+                Rank::Platform,
+            ),
+        );
+    }
+    // A disk's size is its limit, already compared, unless it has none.
+    let limited = |path: &str| {
+        env.limits
+            .iter()
+            .any(|l| l.resource == format!("disk:{path}"))
+    };
+    for d in env.disks.iter().filter(|d| !limited(&d.path)) {
+        if let Some(size) = d.size_bytes {
+            out.insert(
+                format!("disk size {}", d.path),
+                fact(format_value(Unit::Bytes, size), Rank::Limit),
+            );
+        }
+    }
+    if let Some(size) = env.shm.as_ref().and_then(|s| s.size_bytes) {
+        out.insert(
+            "/dev/shm size".into(),
+            fact(format_value(Unit::Bytes, size), Rank::Limit),
+        );
+    }
+    if let Some(r) = &env.runtime {
+        let source = serde_json::to_value(r.source)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        let length = format_value(Unit::Millis, (r.limit_s * 1e3) as u64);
+        out.insert(
+            "runtime cap".into(),
+            Fact {
+                compared: match r.source {
+                    RuntimeSource::Deadline | RuntimeSource::Slurm => source.clone(),
+                    _ => format!("{source} {length}"),
+                },
+                shown: length,
+                source: Some(source),
+                rank: Rank::Limit,
+            },
+        );
+    }
+    for g in &env.gpus {
+        let mut put = |name: &str, v: Option<String>, rank| {
+            if let Some(v) = v {
+                out.insert(format!("gpu{} {name}", g.index), fact(v, rank));
+            }
+        };
+        put("model", Some(g.model.clone()), Rank::Platform);
+        put(
+            "memory",
+            g.memory_bytes.map(|b| format_value(Unit::Bytes, b)),
+            Rank::Limit,
+        );
+        put("driver", g.driver.clone(), Rank::Platform);
+        put("CUDA driver", g.cuda_driver.clone(), Rank::Framework);
+    }
+    if let Some(py) = &env.python {
+        for (name, v) in &py.packages {
+            let rank = if FRAMEWORKS.contains(&name.as_str()) || name == "numpy" {
+                Rank::Framework
+            } else {
+                Rank::Host
+            };
+            out.insert(format!("package {name}"), fact(v.clone(), rank));
+        }
+        // Absent packages are facts too once the client reported: `absent`.
+        for name in FRAMEWORKS.iter().chain(&["numpy"]) {
+            out.entry(format!("package {name}"))
+                .or_insert_with(|| fact("absent".into(), Rank::Framework));
+        }
+        if let Some(v) = &py.torch_cuda {
+            out.insert("torch CUDA build".into(), fact(v.clone(), Rank::Framework));
+        }
+        if let Some(v) = &py.version {
+            let imp = py.implementation.clone().unwrap_or_default();
+            out.insert(
+                "Python".into(),
+                fact(format!("{imp} {v}").trim().to_string(), Rank::Host),
+            );
+        }
+    }
+    for (kind, definition) in &env.definitions {
+        out.insert(
+            format!("definition {kind}"),
+            fact(definition.clone(), Rank::Definition),
+        );
+    }
+    out
+}
+
+/// The run's environment: its record, else one built from its `limit` events (an older
+/// recording), and whether the record was there.
+fn environment_of(rec: &Recording) -> (Environment, bool) {
+    if let Some(env) = &rec.meta.environment {
+        return (env.clone(), true);
+    }
+    let mut env = Environment::default();
+    for e in &rec.events {
+        if let EventKind::Other(name) = &e.kind
+            && name == "limit"
+            && let Ok(l) = serde_json::from_value::<LimitFact>(e.raw.clone())
+        {
+            match env.limits.iter_mut().find(|x| x.resource == l.resource) {
+                Some(x) => *x = l,
+                None => env.limits.push(l),
+            }
+        }
+    }
+    (env, false)
+}
+
+/// The highest usage of each resource: the exit event's peaks, and the rows recorded.
+pub fn peaks(rec: &Recording) -> BTreeMap<String, u64> {
+    let mut out: BTreeMap<String, u64> = BTreeMap::new();
+    for (r, series) in rec.resources.iter().zip(&rec.series) {
+        if let Some(max) = series.iter().map(|p| p.used).max() {
+            out.insert(r.name.clone(), max);
+        }
+    }
+    for e in &rec.events {
+        if let EventKind::Exit(_) = e.kind
+            && let Some(map) = e.raw.get("peaks").and_then(|p| p.as_object())
+        {
+            for (name, v) in map {
+                if let Some(used) = v.get("used").and_then(serde_json::Value::as_u64) {
+                    let slot = out.entry(name.clone()).or_default();
+                    *slot = (*slot).max(used);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Whether `peak` reached [`REACHED`] of `limit`.
+fn reached(peak: Option<u64>, limit: Option<u64>) -> Option<bool> {
+    match (peak, limit) {
+        (Some(p), Some(l)) => Some(p as f64 >= REACHED * l as f64),
+        (Some(_), None) => Some(false),
+        _ => None,
+    }
+}
+
+/// Compares two recordings. Pure.
+pub fn diff(a: &Recording, b: &Recording) -> Diff {
+    let ((env_a, full_a), (env_b, full_b)) = (environment_of(a), environment_of(b));
+    let mut out = Diff::default();
+    for (name, full, env) in [("A", full_a, &env_a), ("B", full_b, &env_b)] {
+        if !full {
+            out.unknown.push(format!(
+                "{name} has no environment record (a recording from an older watchdog): only its limits are compared"
+            ));
+        } else {
+            out.unknown
+                .extend(env.unknown.iter().map(|u| format!("{name}: {u}")));
+        }
+    }
+    if full_a && full_b && env_a.python.is_some() != env_b.python.is_some() {
+        let which = if env_a.python.is_none() { "A" } else { "B" };
+        out.unknown.push(format!(
+            "{which} has no report of its Python side (it did not use training_watchdog's install() or attach())"
+        ));
+    }
+    let (facts_a, facts_b) = (facts(&env_a), facts(&env_b));
+    let both_python = env_a.python.is_some() && env_b.python.is_some();
+    let (peaks_a, peaks_b) = (peaks(a), peaks(b));
+    let limits =
+        |env: &Environment, name: &str| env.limits.iter().find(|l| l.resource == name).cloned();
+    let keys: std::collections::BTreeSet<&String> = facts_a.keys().chain(facts_b.keys()).collect();
+    for key in keys {
+        let (fa, fb) = (facts_a.get(key), facts_b.get(key));
+        // A fact only one side could know is unknown, not a difference.
+        let one_sided_unknown =
+            !key.starts_with("limit ") && ((fa.is_none() && !full_a) || (fb.is_none() && !full_b));
+        let python_fact =
+            key.starts_with("package ") || key == "torch CUDA build" || key == "Python";
+        if one_sided_unknown || (python_fact && !both_python) {
+            continue;
+        }
+        if fa.map(|f| &f.compared) == fb.map(|f| &f.compared) {
+            continue;
+        }
+        let rank = fa.or(fb).map_or(Rank::Host, |f| f.rank);
+        let sources_differ = fa.map(|f| &f.source) != fb.map(|f| &f.source);
+        let show = |f: Option<&Fact>| match f {
+            None => "absent".to_string(),
+            Some(Fact {
+                shown,
+                source: Some(source),
+                ..
+            }) if sources_differ => format!("{shown} ({source})"),
+            Some(f) => f.shown.clone(),
+        };
+        let mut d = Difference {
+            field: key.clone(),
+            a: show(fa),
+            b: show(fb),
+            note: None,
+            rank,
+        };
+        if let Some(resource) = key.strip_prefix("limit ") {
+            let (la, lb) = (limits(&env_a, resource), limits(&env_b, resource));
+            let (pa, pb) = (
+                peaks_a.get(resource).copied(),
+                peaks_b.get(resource).copied(),
+            );
+            let ra = reached(pa, la.as_ref().and_then(|l| l.limit));
+            let rb = reached(pb, lb.as_ref().and_then(|l| l.limit));
+            let unit = la.as_ref().or(lb.as_ref()).map_or(Unit::Bytes, |l| l.unit);
+            let peak =
+                |p: Option<u64>| p.map_or_else(|| "unknown".into(), |p| format_value(unit, p));
+            if let (Some(ra), Some(rb)) = (ra, rb)
+                && ra != rb
+            {
+                d.rank = Rank::LimitReached;
+                let (hit, hp, other, op) = if ra {
+                    ("A", pa, "B", pb)
+                } else {
+                    ("B", pb, "A", pa)
+                };
+                d.note = Some(format!(
+                    "{hit}'s peak {} reached its limit; {other}'s peak {} did not",
+                    peak(hp),
+                    peak(op)
+                ));
+            } else {
+                d.note = Some(format!("peaks: A {}, B {}", peak(pa), peak(pb)));
+            }
+        }
+        out.differences.push(d);
+    }
+    out.differences
+        .sort_by(|x, y| x.rank.cmp(&y.rank).then(x.field.cmp(&y.field)));
+    out.verdicts = [a, b].map(|r| r.verdict.clone().map(|v| (v, r.verdict_summary.clone())));
+    out
+}
+
+/// The comparison as text for the terminal: the differences (likeliest culprit first),
+/// what is unknown, then both verdicts. `names` are the two recordings' paths.
+pub fn render_text(d: &Diff, names: [&str; 2]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "A: {}\nB: {}", names[0], names[1]);
+    if d.differences.is_empty() {
+        out.push_str("The environments and limits match.\n");
+    } else {
+        let _ = writeln!(
+            out,
+            "{} difference{} in environment and limits, likeliest culprit first:",
+            d.differences.len(),
+            if d.differences.len() == 1 { "" } else { "s" }
+        );
+        for x in &d.differences {
+            let _ = writeln!(out, "  {}: A {} | B {}", x.field, x.a, x.b);
+            if let Some(note) = &x.note {
+                let _ = writeln!(out, "      {note}");
+            }
+        }
+    }
+    for u in &d.unknown {
+        let _ = writeln!(out, "Unknown: {u}");
+    }
+    out.push_str("Verdicts:\n");
+    for (name, v) in ["A", "B"].iter().zip(&d.verdicts) {
+        match v {
+            Some((verdict, Some(summary))) => {
+                let _ = writeln!(out, "  {name}: {verdict}: {summary}");
+            }
+            Some((verdict, None)) => {
+                let _ = writeln!(out, "  {name}: {verdict}");
+            }
+            None => {
+                let _ = writeln!(out, "  {name}: none recorded (the run had not ended)");
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests;

@@ -1,0 +1,244 @@
+use super::*;
+use crate::recording::{Meta, parse, write};
+use watchdog_types::environment::{HostFacts, PythonFacts, RuntimeCap};
+use watchdog_types::{Resource, ResourceId, ResourceKind};
+
+const MIB: u64 = 1 << 20;
+
+fn limit(resource: &str, kind: ResourceKind, limit: Option<u64>, source: &str) -> LimitFact {
+    LimitFact {
+        resource: resource.into(),
+        kind,
+        limit,
+        unit: kind.unit(),
+        source: source.into(),
+    }
+}
+
+fn base_env() -> Environment {
+    Environment {
+        host: Some(HostFacts {
+            kernel: Some("6.1.0".into()),
+            cpu_cores: Some(2),
+            mem_total_bytes: Some(16 << 30),
+            ..HostFacts::default()
+        }),
+        limits: vec![
+            limit(
+                "cgroup_memory",
+                ResourceKind::CgroupMemory,
+                None,
+                "/sys/fs/cgroup/memory/a",
+            ),
+            limit(
+                "tree_memory",
+                ResourceKind::TreeMemory,
+                Some(1024 * MIB),
+                "--mem-limit",
+            ),
+        ],
+        definitions: watchdog_types::environment::definitions(),
+        ..Environment::default()
+    }
+}
+
+/// A recording of `env` (written as the watchdog writes it, then read back) whose
+/// tree_memory peaked at `tree_peak`; `env: None` writes only `limit` events (an older
+/// recording).
+fn recording(env: Option<Environment>, tree_peak: u64, verdict: &str) -> Recording {
+    let resources: Vec<Resource> = [
+        ("cgroup_memory", ResourceKind::CgroupMemory),
+        ("tree_memory", ResourceKind::TreeMemory),
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, &(name, kind))| Resource {
+        id: ResourceId(i as u16),
+        kind,
+        name: name.into(),
+        source: "s".into(),
+    })
+    .collect();
+    let limits = env
+        .as_ref()
+        .map_or_else(|| base_env().limits, |e| e.limits.clone());
+    let mut events: Vec<(f64, serde_json::Value)> = limits
+        .iter()
+        .map(|l| {
+            let mut v = serde_json::to_value(l).unwrap();
+            v["event"] = "limit".into();
+            (0.0, v)
+        })
+        .collect();
+    events.push((
+        2.0,
+        serde_json::json!({"event": "exit", "verdict": verdict, "summary": format!("it {verdict}"), "peaks": {}}),
+    ));
+    let rows = [
+        (0, 1, 10 * MIB),
+        (1000, 1, tree_peak),
+        (1000, 0, 2 * tree_peak),
+    ]
+    .map(|(t_ms, resource, used)| write::Row {
+        t_ms,
+        resource,
+        used,
+        limit: u64::MAX,
+    });
+    let meta = Meta {
+        pid: Some(7),
+        environment: env,
+        ..Meta::default()
+    };
+    parse(&write::render(&meta, &resources, &events, rows.into_iter())).unwrap()
+}
+
+#[test]
+fn identical_environments_have_no_differences_whatever_the_usage_and_pids() {
+    let a = recording(Some(base_env()), 100 * MIB, "exited");
+    let mut other = base_env();
+    // The cgroup's path differs from run to run: a source, not a difference.
+    other.limits[0].source = "/sys/fs/cgroup/memory/b".into();
+    let b = recording(Some(other), 900 * MIB, "oom_kill");
+    let d = diff(&a, &b);
+    assert_eq!(d.differences, vec![], "{d:?}");
+    assert!(d.unknown.is_empty(), "{:?}", d.unknown);
+    let text = render_text(&d, ["a.rec", "b.rec"]);
+    assert!(
+        text.contains("The environments and limits match."),
+        "{text}"
+    );
+    assert!(text.contains("A: exited: it exited"), "{text}");
+    assert!(text.contains("B: oom_kill: it oom_kill"), "{text}");
+}
+
+#[test]
+fn a_limit_one_run_reached_comes_first_with_the_peaks() {
+    let mut small = base_env();
+    small.limits[1].limit = Some(400 * MIB);
+    small.host.as_mut().unwrap().kernel = Some("6.2.0".into());
+    small.python = Some(PythonFacts {
+        packages: [("torch".to_owned(), "2.4.0".to_owned())].into(),
+        ..PythonFacts::default()
+    });
+    let mut big = base_env();
+    big.python = Some(PythonFacts {
+        packages: [("torch".to_owned(), "2.3.0".to_owned())].into(),
+        ..PythonFacts::default()
+    });
+    let a = recording(Some(small), 395 * MIB, "oom_kill");
+    let b = recording(Some(big), 395 * MIB, "exited");
+    let d = diff(&a, &b);
+    let fields: Vec<_> = d.differences.iter().map(|x| x.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        ["limit tree_memory", "package torch", "host kernel"]
+    );
+    let first = &d.differences[0];
+    assert_eq!(first.rank, Rank::LimitReached);
+    assert_eq!(
+        (first.a.as_str(), first.b.as_str()),
+        ("400.00 MiB", "1.00 GiB")
+    );
+    assert_eq!(
+        first.note.as_deref(),
+        Some("A's peak 395.00 MiB reached its limit; B's peak 395.00 MiB did not")
+    );
+    let text = render_text(&d, ["a", "b"]);
+    let lines: Vec<_> = text.lines().collect();
+    assert_eq!(
+        lines[3], "  limit tree_memory: A 400.00 MiB | B 1.00 GiB",
+        "{text}"
+    );
+}
+
+#[test]
+fn a_limit_neither_run_reached_is_a_plain_limit_difference() {
+    let mut small = base_env();
+    small.limits[1].limit = Some(2048 * MIB);
+    let d = diff(
+        &recording(Some(small), 10 * MIB, "exited"),
+        &recording(Some(base_env()), 10 * MIB, "exited"),
+    );
+    assert_eq!(d.differences.len(), 1);
+    assert_eq!(d.differences[0].rank, Rank::Limit);
+    assert_eq!(
+        d.differences[0].note.as_deref(),
+        Some("peaks: A 10.00 MiB, B 10.00 MiB")
+    );
+}
+
+#[test]
+fn an_older_recording_compares_its_limits_and_says_what_is_unknown() {
+    let mut small = base_env();
+    small.limits[1].limit = Some(400 * MIB);
+    let d = diff(
+        &recording(None, 500 * MIB, "oom_kill"),
+        &recording(Some(small), 500 * MIB, "oom_kill"),
+    );
+    // The host facts only B knows are not differences.
+    let fields: Vec<_> = d.differences.iter().map(|x| x.field.as_str()).collect();
+    assert_eq!(fields, ["limit tree_memory"]);
+    assert!(
+        d.unknown[0].starts_with("A has no environment record"),
+        "{:?}",
+        d.unknown
+    );
+    let same = diff(&recording(None, 1, "exited"), &recording(None, 2, "exited"));
+    assert!(same.differences.is_empty());
+}
+
+#[test]
+fn a_missing_python_report_is_unknown_not_a_difference() {
+    let mut with = base_env();
+    with.python = Some(PythonFacts {
+        packages: [("numpy".to_owned(), "1.26.4".to_owned())].into(),
+        ..PythonFacts::default()
+    });
+    let d = diff(
+        &recording(Some(with.clone()), 1, "exited"),
+        &recording(Some(base_env()), 1, "exited"),
+    );
+    assert!(d.differences.is_empty(), "{:?}", d.differences);
+    assert!(d.unknown[0].starts_with("B has no report of its Python side"));
+    // With both reports, a package installed in one run only is a difference.
+    let mut without = base_env();
+    without.python = Some(PythonFacts::default());
+    let d = diff(
+        &recording(Some(with), 1, "exited"),
+        &recording(Some(without), 1, "exited"),
+    );
+    assert_eq!(d.differences[0].field, "package numpy");
+    assert_eq!(
+        (d.differences[0].a.as_str(), d.differences[0].b.as_str()),
+        ("1.26.4", "absent")
+    );
+}
+
+#[test]
+fn runtime_caps_from_deadlines_compare_by_source_only() {
+    let with_cap = |limit_s, source| {
+        let mut e = base_env();
+        e.runtime = Some(RuntimeCap {
+            limit_s,
+            source,
+            detail: String::new(),
+        });
+        recording(Some(e), 1, "exited")
+    };
+    let d = diff(
+        &with_cap(100.0, RuntimeSource::Deadline),
+        &with_cap(200.0, RuntimeSource::Deadline),
+    );
+    assert!(d.differences.is_empty());
+    let d = diff(
+        &with_cap(3600.0, RuntimeSource::MaxRuntime),
+        &with_cap(7200.0, RuntimeSource::MaxRuntime),
+    );
+    assert_eq!(d.differences[0].field, "runtime cap");
+    let d = diff(
+        &with_cap(43200.0, RuntimeSource::Colab),
+        &with_cap(100.0, RuntimeSource::Deadline),
+    );
+    assert_eq!(d.differences.len(), 1);
+}
