@@ -9,8 +9,9 @@
 //! only one run hit then shows as one dashed line crossed by that run's curve.
 //!
 //! [`model`] is the pure part (which facts, which panels, which limits), tested on
-//! its own; the drawing reuses the single report's axes, paths and panel title
-//! ([`super::plot_frame`], [`super::series_paths`], [`super::panel_title`]).
+//! its own; the environment's differences are [`crate::diff::diff`]'s, the same
+//! comparison `watchdog diff` prints; the drawing reuses the single report's axes, paths and panel title
+//! (`plot_frame`, `series_paths`, `panel_title` in the parent module).
 //!
 //! # Elements a reader or test can rely on
 //!
@@ -25,7 +26,7 @@
 use std::fmt::Write as _;
 
 use svg::node::element::{Definitions, Group, Title};
-use watchdog_types::{ResourceKind, Unit};
+use watchdog_types::Unit;
 
 use super::axis::{self, Scale};
 use super::{
@@ -43,19 +44,24 @@ const COLOR_B: &str = "#c2410c";
 /// One fact about a run that the comparison puts side by side.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Fact {
-    /// What it is (`command`, `limit tree_memory`, `watchdog version`).
+    /// What it is (`limit tree_memory`, `package torch`, `lead`).
     pub name: String,
     /// Run A's value, `None` when its recording does not say.
     pub a: Option<String>,
     /// Run B's value, `None` when its recording does not say.
     pub b: Option<String>,
+    /// Why it may matter (the peaks against the limits), when known.
+    pub note: Option<String>,
 }
 
 impl Fact {
-    /// Whether the two runs differ in this fact (a fact one recording does not have
-    /// counts as a difference: the page shows it as unknown).
-    pub fn differs(&self) -> bool {
-        self.a != self.b
+    fn new(name: &str, a: Option<String>, b: Option<String>) -> Fact {
+        Fact {
+            name: name.to_string(),
+            a,
+            b,
+            note: None,
+        }
     }
 }
 
@@ -112,8 +118,13 @@ impl Panel {
 /// What the comparison page shows, worked out before any drawing.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Comparison {
-    /// The facts compared, those that differ first, in a fixed order within each group.
-    pub facts: Vec<Fact>,
+    /// The facts that differ: the environment and limits as [`crate::diff::diff`] ranks
+    /// them (likeliest culprit first), then the watchdog's settings.
+    pub differences: Vec<Fact>,
+    /// The facts that are the same in both runs.
+    pub same: Vec<Fact>,
+    /// What could not be compared, one sentence each ([`crate::diff::Diff::unknown`]).
+    pub unknown: Vec<String>,
     /// Run A's and run B's verdicts.
     pub verdicts: [RunVerdict; 2],
     /// The panels in reading order: resources where a run reached its limit or alerted,
@@ -152,58 +163,27 @@ impl Run {
     }
 }
 
-/// The limits a recording reports for each resource: from its `limit` events (the
-/// last one per resource wins; `null` is "none"), else from the table's rows.
-fn limits_of(rec: &Recording) -> Vec<(String, String)> {
-    fn set(out: &mut Vec<(String, String)>, name: &str, value: String) {
-        match out.iter_mut().find(|(n, _)| n == name) {
-            Some(slot) => slot.1 = value,
-            None => out.push((name.to_string(), value)),
-        }
-    }
-    let mut out: Vec<(String, String)> = Vec::new();
-    for e in &rec.events {
-        if e.name() != "limit" {
-            continue;
-        }
-        let Some(name) = e.raw.get("resource").and_then(|v| v.as_str()) else {
-            continue;
-        };
-        let value = match e.raw.get("limit").and_then(serde_json::Value::as_u64) {
-            Some(l) if l != UNLIMITED => axis::format_value(unit_of(rec, name), l),
-            _ => "none".to_string(),
-        };
-        set(&mut out, name, value);
-    }
-    for (i, res) in rec.resources.iter().enumerate() {
-        if out.iter().any(|(n, _)| *n == res.name) {
-            continue;
-        }
-        if let Some(p) = rec.series.get(i).and_then(|s| s.first()) {
-            let value = if p.limit == UNLIMITED {
-                "none".to_string()
-            } else {
-                axis::format_value(res.unit, p.limit)
-            };
-            set(&mut out, &res.name, value);
-        }
-    }
-    out
-}
-
-fn unit_of(rec: &Recording, resource: &str) -> Unit {
-    rec.resource_index(resource)
-        .and_then(|i| rec.resources.get(i))
-        .map_or_else(
-            || ResourceKind::of_resource_name(resource).unit(),
-            |r| r.unit,
-        )
-}
-
-/// The facts of the two runs, side by side: the run's settings from the `meta` line,
-/// then each resource's limit.
-fn facts(a: &Recording, b: &Recording) -> Vec<Fact> {
-    let meta = |rec: &Recording| {
+/// The facts of the two runs: the environment and limits compared by
+/// [`crate::diff`], and the watchdog's own settings from the `meta` line (the command,
+/// the sampling interval, the lead, the watchdog's version). Returns the differences,
+/// the facts that are the same, and what is unknown.
+fn facts(a: &Recording, b: &Recording) -> (Vec<Fact>, Vec<Fact>, Vec<String>) {
+    let d = crate::diff::diff(a, b);
+    let mut differences: Vec<Fact> = d
+        .differences
+        .into_iter()
+        .map(|x| Fact {
+            name: x.field,
+            a: Some(x.a),
+            b: Some(x.b),
+            note: x.note,
+        })
+        .collect();
+    let mut same: Vec<Fact> = crate::diff::same_facts(a, b)
+        .into_iter()
+        .map(|(name, v)| Fact::new(&name, Some(v.clone()), Some(v)))
+        .collect();
+    let settings = |rec: &Recording| {
         let m = &rec.meta;
         [
             ("command", m.command.clone()),
@@ -212,35 +192,15 @@ fn facts(a: &Recording, b: &Recording) -> Vec<Fact> {
             ("watchdog version", m.watchdog_version.clone()),
         ]
     };
-    let mut out: Vec<Fact> = meta(a)
-        .into_iter()
-        .zip(meta(b))
-        .map(|((name, a), (_, b))| Fact {
-            name: name.to_string(),
-            a,
-            b,
-        })
-        .collect();
-    let (la, lb) = (limits_of(a), limits_of(b));
-    let mut names: Vec<&str> = la.iter().map(|(n, _)| n.as_str()).collect();
-    for (n, _) in &lb {
-        if !names.contains(&n.as_str()) {
-            names.push(n);
+    for ((name, va), (_, vb)) in settings(a).into_iter().zip(settings(b)) {
+        let f = Fact::new(name, va, vb);
+        if f.a == f.b {
+            same.push(f);
+        } else {
+            differences.push(f);
         }
     }
-    let find = |l: &[(String, String)], name: &str| {
-        l.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone())
-    };
-    for name in names {
-        out.push(Fact {
-            name: format!("limit {name}"),
-            a: find(&la, name),
-            b: find(&lb, name),
-        });
-    }
-    // Differences first; the sort is stable, so each group keeps its order.
-    out.sort_by_key(|f| !f.differs());
-    out
+    (differences, same, d.unknown)
 }
 
 fn verdict_of(rec: &Recording) -> RunVerdict {
@@ -308,8 +268,11 @@ pub fn model(a: &Recording, b: &Recording) -> Comparison {
         }
     };
     panels.sort_by_key(rank);
+    let (differences, same, unknown) = facts(a, b);
     Comparison {
-        facts: facts(a, b),
+        differences,
+        same,
+        unknown,
         verdicts: [verdict_of(a), verdict_of(b)],
         panels,
     }
@@ -479,7 +442,7 @@ fn svg(runs: [&Recording; 2], m: &Comparison, names: [&str; 2], header: bool) ->
                 .set("font-weight", "bold")
                 .set("fill", COLOR_TEXT),
         );
-        let differing: Vec<&Fact> = m.facts.iter().filter(|f| f.differs()).collect();
+        let differing = &m.differences;
         y += 24.0;
         head = head.add(
             text(
@@ -503,11 +466,27 @@ fn svg(runs: [&Recording; 2], m: &Comparison, names: [&str; 2], header: bool) ->
                     "difference",
                     38.0,
                     y,
-                    format!("{}: run A {}, run B {}", f.name, show(&f.a), show(&f.b)),
+                    match &f.note {
+                        Some(note) => format!(
+                            "{}: run A {}, run B {} ({note})",
+                            f.name,
+                            show(&f.a),
+                            show(&f.b)
+                        ),
+                        None => format!("{}: run A {}, run B {}", f.name, show(&f.a), show(&f.b)),
+                    },
                 )
                 .set("data-field", f.name.as_str())
                 .set("font-size", 12)
                 .set("fill", COLOR_TEXT),
+            );
+        }
+        for u in &m.unknown {
+            y += 17.0;
+            head = head.add(
+                text("unknown", 38.0, y, format!("Unknown: {u}"))
+                    .set("font-size", 12)
+                    .set("fill", COLOR_MUTED),
             );
         }
         y += 8.0;
@@ -577,7 +556,7 @@ body { margin: 0; padding: 16px; background: #f3f5f7; color: #1f2328;
 main { max-width: 1100px; margin: 0 auto; }
 section { background: white; border: 1px solid #d0d7de; border-radius: 6px;
   margin-bottom: 16px; padding: 4px 20px 16px; font-size: 13px; }
-h1 { font-size: 20px; } h2 { font-size: 15px; margin: 16px 0 8px; }
+h1 { font-size: 20px; } td.note, ul.unknown { color: #57606a; } h2 { font-size: 15px; margin: 16px 0 8px; }
 svg#watchdog-compare { display: block; max-width: 100%; height: auto;
   background: white; border: 1px solid #d0d7de; border-radius: 6px; }
 table { border-collapse: collapse; }
@@ -588,10 +567,8 @@ summary { cursor: pointer; color: #57606a; margin-top: 8px; }
 footer { color: #57606a; font-size: 12px; margin-top: 10px; }
 ";
 
-fn fact_rows(h: &mut String, facts: &[&Fact]) {
-    h.push_str(
-        "<tr><th>fact</th><th class=\"run-a\">run A</th><th class=\"run-b\">run B</th></tr>\n",
-    );
+fn fact_rows(h: &mut String, facts: &[Fact]) {
+    h.push_str("<tr><th>fact</th><th class=\"run-a\">run A</th><th class=\"run-b\">run B</th><th></th></tr>\n");
     let show = |v: &Option<String>| match v {
         Some(v) => esc(v),
         None => "<em>unknown</em>".to_string(),
@@ -599,11 +576,12 @@ fn fact_rows(h: &mut String, facts: &[&Fact]) {
     for f in facts {
         let _ = writeln!(
             h,
-            "<tr data-field=\"{}\"><th>{}</th><td>{}</td><td>{}</td></tr>",
+            "<tr data-field=\"{}\"><th>{}</th><td>{}</td><td>{}</td><td class=\"note\">{}</td></tr>",
             esc(&f.name),
             esc(&f.name),
             show(&f.a),
-            show(&f.b)
+            show(&f.b),
+            esc(f.note.as_deref().unwrap_or(""))
         );
     }
 }
@@ -625,7 +603,7 @@ pub fn render_compare_html(a: &Recording, b: &Recording, names: [&str; 2]) -> St
         esc(names[0]),
         esc(names[1])
     );
-    let (differ, same): (Vec<&Fact>, Vec<&Fact>) = m.facts.iter().partition(|f| f.differs());
+    let (differ, same) = (&m.differences, &m.same);
     h.push_str("<section class=\"environment\">\n<h2>What differs</h2>\n");
     if differ.is_empty() {
         h.push_str(
@@ -633,8 +611,15 @@ pub fn render_compare_html(a: &Recording, b: &Recording, names: [&str; 2]) -> St
         );
     } else {
         h.push_str("<table class=\"differences\">\n");
-        fact_rows(&mut h, &differ);
+        fact_rows(&mut h, differ);
         h.push_str("</table>\n");
+    }
+    if !m.unknown.is_empty() {
+        h.push_str("<ul class=\"unknown\">\n");
+        for u in &m.unknown {
+            let _ = writeln!(h, "<li>Unknown: {}</li>", esc(u));
+        }
+        h.push_str("</ul>\n");
     }
     if !same.is_empty() {
         let _ = writeln!(
@@ -643,7 +628,7 @@ pub fn render_compare_html(a: &Recording, b: &Recording, names: [&str; 2]) -> St
             same.len(),
             if same.len() == 1 { "" } else { "s" }
         );
-        fact_rows(&mut h, &same);
+        fact_rows(&mut h, same);
         h.push_str("</table>\n</details>\n");
     }
     h.push_str("</section>\n<section class=\"verdicts\">\n<h2>How each run ended</h2>\n<table class=\"verdicts\">\n");
@@ -721,25 +706,35 @@ mod tests {
 
     #[test]
     fn the_changed_limit_is_the_first_difference() {
-        let (a, b) = (run(400, 300, None), run(200, 200, None));
+        let (a, mut b) = (run(400, 300, None), run(200, 200, None));
+        b.meta.lead_s = Some(3.0);
         let m = model(&a, &b);
-        let differing: Vec<&Fact> = m.facts.iter().filter(|f| f.differs()).collect();
-        assert_eq!(differing.len(), 1, "{:?}", m.facts);
-        assert_eq!(differing[0].name, "limit tree_memory");
-        assert_eq!(differing[0].a.as_deref(), Some("400.00 MiB"));
-        assert_eq!(differing[0].b.as_deref(), Some("200.00 MiB"));
-        assert_eq!(m.facts[0], *differing[0], "differences come first");
-        // The same settings are facts too, not differences.
+        let names: Vec<&str> = m.differences.iter().map(|f| f.name.as_str()).collect();
+        // The environment's differences as `diff` ranks them, then the settings.
+        assert_eq!(names, ["limit tree_memory", "lead"], "{:?}", m.differences);
+        let limit = &m.differences[0];
+        assert_eq!(limit.a.as_deref(), Some("400.00 MiB"));
+        assert_eq!(limit.b.as_deref(), Some("200.00 MiB"));
+        // Run B's peak reached its limit and run A's did not: the note says so.
+        assert!(
+            limit
+                .note
+                .as_deref()
+                .is_some_and(|n| n.starts_with("B's peak 200.00 MiB reached its limit")),
+            "{limit:?}"
+        );
+        // What is the same is kept, to be folded away.
         for name in [
             "command",
             "sampling interval",
-            "lead",
             "watchdog version",
             "limit host_memory",
         ] {
-            let f = m.facts.iter().find(|f| f.name == name).unwrap();
-            assert!(!f.differs(), "{f:?}");
+            assert!(m.same.iter().any(|f| f.name == name), "no {name}");
         }
+        // Neither recording has an environment record: that is said, not guessed.
+        assert_eq!(m.unknown.len(), 2, "{:?}", m.unknown);
+        assert!(m.unknown[0].contains("no environment record"));
         assert_eq!(m.verdicts[0].verdict.as_deref(), Some("exited"));
         assert_eq!(m.verdicts[1].verdict.as_deref(), Some("signal"));
     }
@@ -773,19 +768,17 @@ mod tests {
     }
 
     #[test]
-    fn a_recording_without_limit_events_takes_its_limits_from_the_rows() {
+    fn a_plain_trace_compared_with_itself_has_no_differences() {
         let plain = crate::recording::parse("time,used,limit\n0,1,100\n1,2,100\n").unwrap();
         let m = model(&plain, &plain);
-        assert!(m.facts.iter().all(|f| !f.differs()), "{:?}", m.facts);
-        let f = m
-            .facts
-            .iter()
-            .find(|f| f.name.starts_with("limit "))
-            .unwrap();
-        assert_eq!(f.a.as_deref(), Some("100 B"));
+        assert!(m.differences.is_empty(), "{:?}", m.differences);
         // Settings a plain trace does not record are unknown on both sides: no difference.
-        let cmd = m.facts.iter().find(|f| f.name == "command").unwrap();
+        let cmd = m.same.iter().find(|f| f.name == "command").unwrap();
         assert_eq!((cmd.a.as_ref(), cmd.b.as_ref()), (None, None));
+        assert_eq!(m.panels.len(), 1);
+        let html = render_compare_html(&plain, &plain, ["x.csv", "x.csv"]);
+        assert!(html.contains("class=\"no-differences\""));
+        assert!(html.contains("<ul class=\"unknown\">"));
     }
 
     #[test]
