@@ -7,6 +7,7 @@
 
 mod cli;
 mod compare;
+mod compare_page;
 mod gpu;
 mod hooks;
 mod hostile;

@@ -301,6 +301,16 @@ fn reached(peak: Option<u64>, limit: Option<u64>) -> Option<bool> {
     }
 }
 
+/// The facts the two runs share, by name, with their value as shown: what the
+/// comparison page folds away under "the same in both runs". Pure.
+pub fn same_facts(a: &Recording, b: &Recording) -> Vec<(String, String)> {
+    let (fa, fb) = (facts(&environment_of(a).0), facts(&environment_of(b).0));
+    fa.into_iter()
+        .filter(|(k, f)| fb.get(k).is_some_and(|g| g.compared == f.compared))
+        .map(|(k, f)| (k, f.shown))
+        .collect()
+}
+
 /// Compares two recordings. Pure.
 pub fn diff(a: &Recording, b: &Recording) -> Diff {
     let ((env_a, full_a), (env_b, full_b)) = (environment_of(a), environment_of(b));

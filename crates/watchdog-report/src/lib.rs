@@ -22,6 +22,10 @@
 //!   `<line class="exit">` (the lines carry `data-t`, seconds since the start), and
 //!   labels `alert-label`, `ack-label`, `exit-label`, `exhaustion-label`;
 //! - in the HTML page, `<table class="events">` and `<ul class="evidence">`.
+//!
+//! `watchdog report A B -o compare.html|compare.svg` is [`write_comparison`]: two runs
+//! side by side, what differs between them first ([`render::compare`], whose docs
+//! list its elements).
 #![deny(missing_docs)]
 
 pub mod diff;
@@ -33,6 +37,7 @@ pub mod trace;
 use std::path::{Path, PathBuf};
 
 pub use recording::{ParseError, Recording};
+pub use render::compare::{render_compare_html, render_compare_svg};
 pub use render::{render_html, render_svg};
 
 /// What a report is written as, from the output file's extension.
@@ -146,6 +151,32 @@ pub fn write_report(recording_path: &Path, out: &Path) -> Result<(), ReportError
         Format::Svg => render_svg(&rec),
         Format::Html => render_html(&rec),
     };
+    write_atomically(out, &body)
+}
+
+/// Renders the comparison of the recordings at `a` and `b` to `out`, as SVG or HTML
+/// by `out`'s extension, like [`write_report`]; the runs are named by their file names.
+pub fn write_comparison(a: &Path, b: &Path, out: &Path) -> Result<(), ReportError> {
+    let format = Format::from_path(out)?;
+    let (rec_a, rec_b) = (read_recording(a)?, read_recording(b)?);
+    let name = |p: &Path| {
+        p.file_name()
+            .unwrap_or(p.as_os_str())
+            .to_string_lossy()
+            .into_owned()
+    };
+    let (name_a, name_b) = (name(a), name(b));
+    let names = [name_a.as_str(), name_b.as_str()];
+    let body = match format {
+        Format::Svg => render_compare_svg(&rec_a, &rec_b, names),
+        Format::Html => render_compare_html(&rec_a, &rec_b, names),
+    };
+    write_atomically(out, &body)
+}
+
+/// Writes `body` to a temporary name beside `out` and renames it, so a reader never
+/// sees half a report.
+fn write_atomically(out: &Path, body: &str) -> Result<(), ReportError> {
     let write_err = |source| ReportError::Write {
         path: out.to_path_buf(),
         source,

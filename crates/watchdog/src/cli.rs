@@ -46,11 +46,12 @@ pub enum Command {
         )]
         command: Vec<OsString>,
     },
-    /// Draw a recording as a self-contained HTML page or SVG image.
+    /// Draw a recording as a self-contained HTML page or SVG image; with two
+    /// recordings, compare them: what differs first, then both runs on one time axis.
     Report {
-        /// A recording written by the watchdog (or any CSV trace).
-        #[arg(value_name = "RECORDING")]
-        recording: PathBuf,
+        /// A recording written by the watchdog (or any CSV trace); a second one to compare with.
+        #[arg(value_name = "RECORDING", required = true, num_args = 1..=2)]
+        recordings: Vec<PathBuf>,
         /// Output file: FILE.html or FILE.svg.
         #[arg(short, long, value_name = "FILE")]
         output: PathBuf,

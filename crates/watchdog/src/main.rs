@@ -72,9 +72,13 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             replay::run(&trace, &settings)
         }
         Some(Command::Diff { a, b }) => diff::run(&a, &b),
-        Some(Command::Report { recording, output }) => {
-            watchdog_report::write_report(&recording, &output)
-                .map_err(|e| Failure::Usage(e.to_string()))?;
+        Some(Command::Report { recordings, output }) => {
+            match recordings.as_slice() {
+                [a, b] => watchdog_report::write_comparison(a, b, &output),
+                [one, ..] => watchdog_report::write_report(one, &output),
+                [] => Ok(()),
+            }
+            .map_err(|e| Failure::Usage(e.to_string()))?;
             Ok(ExitCode::SUCCESS)
         }
         Some(Command::Run { command }) => {

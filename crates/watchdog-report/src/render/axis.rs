@@ -30,6 +30,11 @@ impl Scale {
     pub(crate) fn domain(&self) -> (f64, f64) {
         (self.d0, self.d1)
     }
+
+    /// The pixel interval `(r0, r1)` it maps onto.
+    pub(crate) fn range(&self) -> (f64, f64) {
+        (self.r0, self.r1)
+    }
 }
 
 /// Tick positions (in data units) of the time axis over `[t0, t1]`, and their step.

@@ -23,6 +23,7 @@
 //! [`crate`]'s docs.
 
 pub(crate) mod axis;
+pub mod compare;
 mod path;
 
 use std::fmt::Write as _;
@@ -454,40 +455,73 @@ fn header(rec: &Recording) -> (Group, f64) {
 }
 
 fn legend(y: f64) -> (Group, f64) {
+    legend_row(
+        y,
+        &[
+            LegendItem::line(COLOR_USAGE, None, "used"),
+            LegendItem::line(COLOR_LIMIT, Some("7 4"), "limit"),
+            LegendItem::line(
+                COLOR_ALERT,
+                Some("4 3"),
+                "projection to predicted exhaustion",
+            ),
+            LegendItem::line(COLOR_ALERT, None, "alert"),
+            LegendItem::line(COLOR_ACK, None, "ack"),
+            LegendItem::line(COLOR_EXIT, None, "exit"),
+        ],
+    )
+}
+
+/// One entry of a legend: a short line in a colour (dashed or not) and its label.
+pub(crate) struct LegendItem<'a> {
+    color: &'a str,
+    dash: Option<&'a str>,
+    label: &'a str,
+    class: Option<&'a str>,
+}
+
+impl<'a> LegendItem<'a> {
+    pub(crate) fn line(color: &'a str, dash: Option<&'a str>, label: &'a str) -> Self {
+        LegendItem {
+            color,
+            dash,
+            label,
+            class: None,
+        }
+    }
+
+    /// The same, with a class on the label (`legend-label CLASS`).
+    pub(crate) fn with_class(mut self, class: &'a str) -> Self {
+        self.class = Some(class);
+        self
+    }
+}
+
+/// A legend on one row at `y`, and its height.
+pub(crate) fn legend_row(y: f64, items: &[LegendItem<'_>]) -> (Group, f64) {
     let mut g = Group::new().set("class", "legend").set("font-size", 12);
     let mut x = 24.0;
     let y_mid = y + 8.0;
-    let mut item = |g: Group, swatch: Line, label: &str| {
-        let w = text_width(label, 12.0);
-        let g = g
-            .add(swatch.set("transform", format!("translate({},{})", px(x), px(y_mid))))
-            .add(text("legend-label", x + 26.0, y_mid + 4.0, label).set("fill", COLOR_TEXT));
-        x += 26.0 + w + 22.0;
-        g
-    };
-    let line = |color: &str, dash: Option<&str>| {
-        let mut l = Line::new()
+    for it in items {
+        let mut swatch = Line::new()
             .set("x1", 0)
             .set("x2", 20)
             .set("y1", 0)
             .set("y2", 0)
-            .set("stroke", color)
+            .set("stroke", it.color)
             .set("stroke-width", 2);
-        if let Some(d) = dash {
-            l = l.set("stroke-dasharray", d);
+        if let Some(d) = it.dash {
+            swatch = swatch.set("stroke-dasharray", d);
         }
-        l
-    };
-    g = item(g, line(COLOR_USAGE, None), "used");
-    g = item(g, line(COLOR_LIMIT, Some("7 4")), "limit");
-    g = item(
-        g,
-        line(COLOR_ALERT, Some("4 3")),
-        "projection to predicted exhaustion",
-    );
-    g = item(g, line(COLOR_ALERT, None), "alert");
-    g = item(g, line(COLOR_ACK, None), "ack");
-    g = item(g, line(COLOR_EXIT, None), "exit");
+        let class = match it.class {
+            Some(c) => format!("legend-label {c}"),
+            None => "legend-label".to_string(),
+        };
+        g = g
+            .add(swatch.set("transform", format!("translate({},{})", px(x), px(y_mid))))
+            .add(text(&class, x + 26.0, y_mid + 4.0, it.label).set("fill", COLOR_TEXT));
+        x += 26.0 + text_width(it.label, 12.0) + 22.0;
+    }
     (g, 22.0)
 }
 
@@ -527,11 +561,7 @@ fn panel(rec: &Recording, plan: &PanelPlan, xs_domain: (f64, f64), top: f64) -> 
             }
         }
     }
-    let top_value = (vmax as f64 * 1.08).max(match res.unit {
-        Unit::Bytes => 1024.0,
-        Unit::Millis => 60_000.0,
-        Unit::Count => 10.0,
-    });
+    let top_value = top_value(res.unit, vmax);
     let ys = Scale::new(0.0, top_value, plot_bottom, plot_top);
 
     let mut g = Group::new()
@@ -564,162 +594,35 @@ fn panel(rec: &Recording, plan: &PanelPlan, xs_domain: (f64, f64), top: f64) -> 
     } else {
         info.push("no samples in this recording".to_string());
     }
-    // One text element, so the browser places the info after the name, whatever the font.
-    g = g.add(
-        Text::new("")
-            .set("class", "panel-title")
-            .set("x", 24)
-            .set("y", px(top + 16.0))
-            .add(
-                TSpan::new(res.name.as_str())
-                    .set("class", "resource-name")
-                    .set("font-size", 15)
-                    .set("font-weight", "bold")
-                    .set("fill", COLOR_TEXT),
-            )
-            .add(
-                TSpan::new(info.join("  ·  "))
-                    .set("class", "panel-info")
-                    .set("dx", 12)
-                    .set("font-size", 12)
-                    .set("fill", COLOR_MUTED),
-            ),
-    );
+    g = g.add(panel_title(top, &res.name, &info.join("  ·  ")));
 
-    // Plot background, grid and axes.
-    g = g.add(
-        Rectangle::new()
-            .set("class", "plot-area")
-            .set("x", px(plot_left))
-            .set("y", px(plot_top))
-            .set("width", px(plot_right - plot_left))
-            .set("height", px(PLOT_H))
-            .set("fill", "#fbfcfd")
-            .set("stroke", "#c9ced6"),
+    let (area, yaxis, xaxis) = plot_frame(
+        res.unit,
+        top_value,
+        &xs,
+        &ys,
+        "time since the recording's start",
     );
-    let mut yaxis = Group::new()
-        .set("class", "y-axis")
-        .set("font-size", 11)
-        .set("text-anchor", "end")
-        .set("fill", COLOR_MUTED);
-    for v in axis::value_ticks(res.unit, top_value, 5) {
-        let y = ys.map(v);
-        if v > 0.0 {
-            yaxis = yaxis.add(
-                Line::new()
-                    .set("class", "grid")
-                    .set("x1", px(plot_left))
-                    .set("x2", px(plot_right))
-                    .set("y1", px(y))
-                    .set("y2", px(y))
-                    .set("stroke", COLOR_GRID),
-            );
-        }
-        yaxis = yaxis.add(text(
-            "tick",
-            plot_left - 6.0,
-            y + 4.0,
-            axis::format_value_tick(res.unit, v),
-        ));
-    }
-    g = g.add(yaxis);
-    let (t0, t1) = xs.domain();
-    let (ticks, step) = axis::time_ticks(t0, t1, 12);
-    let mut xaxis = Group::new()
-        .set("class", "x-axis")
-        .set("font-size", 11)
-        .set("text-anchor", "middle")
-        .set("fill", COLOR_MUTED);
-    for t in ticks {
-        let x = xs.map(t);
-        xaxis = xaxis
-            .add(
-                Line::new()
-                    .set("class", "grid")
-                    .set("x1", px(x))
-                    .set("x2", px(x))
-                    .set("y1", px(plot_top))
-                    .set("y2", px(plot_bottom))
-                    .set("stroke", COLOR_GRID),
-            )
-            .add(text(
-                "tick",
-                x,
-                plot_bottom + 15.0,
-                axis::format_time_tick(t, step, t1),
-            ));
-    }
-    xaxis = xaxis.add(
-        text(
-            "axis-title",
-            plot_right,
-            plot_bottom + 28.0,
-            "time since the recording's start",
-        )
-        .set("text-anchor", "end")
-        .set("font-size", 10),
-    );
-    g = g.add(xaxis);
+    g = g.add(area).add(yaxis).add(xaxis);
+    let t1 = xs.domain().1;
 
     // The data, clipped to the plot area.
     let clip_id = format!("wd-clip-{i}");
-    let clip = ClipPath::new().set("id", clip_id.as_str()).add(
-        Rectangle::new()
-            .set("x", px(plot_left))
-            .set("y", px(plot_top - 1.0))
-            .set("width", px(plot_right - plot_left))
-            .set("height", px(PLOT_H + 2.0)),
-    );
+    let clip = plot_clip(&clip_id, &xs, &ys);
     let mut data = Group::new()
         .set("class", "data")
         .set("clip-path", format!("url(#{clip_id})"));
-    // A value holds until the next row, and rows come at least once a second.
     let recording_end = rec.time_range().map_or(t1, |(_, hi)| hi);
-    let series_end = series
-        .last()
-        .map(|p| (p.t_s + 1.0).min(recording_end).max(p.t_s));
-    let mut usage = StepPath::new();
-    let mut limit = StepPath::new();
-    for p in series {
-        let x = xs.map(p.t_s);
-        usage.push(x, Some(ys.map(p.used as f64)));
-        limit.push(x, (p.limit != UNLIMITED).then(|| ys.map(p.limit as f64)));
-    }
-    if let Some(end) = series_end {
-        usage.extend_to(xs.map(end));
-        limit.extend_to(xs.map(end));
-    }
-    if let Some((d, area)) = usage.finish_with_area(plot_bottom) {
-        if let Some(area) = area {
-            data = data.add(
-                SvgPath::new()
-                    .set("class", "usage-area")
-                    .set("d", area)
-                    .set("fill", COLOR_USAGE)
-                    .set("fill-opacity", 0.1)
-                    .set("stroke", "none"),
-            );
-        }
-        data = data.add(
-            SvgPath::new()
-                .set("class", "usage")
-                .set("d", d)
-                .set("fill", "none")
-                .set("stroke", COLOR_USAGE)
-                .set("stroke-width", 1.8)
-                .set("stroke-linejoin", "round"),
-        );
-    }
-    if let Some(d) = limit.finish() {
-        data = data.add(
-            SvgPath::new()
-                .set("class", "limit")
-                .set("d", d)
-                .set("fill", "none")
-                .set("stroke", COLOR_LIMIT)
-                .set("stroke-width", 1.8)
-                .set("stroke-dasharray", "7 4"),
-        );
+    for path in series_paths(
+        series,
+        &xs,
+        &ys,
+        recording_end,
+        COLOR_USAGE,
+        COLOR_LIMIT,
+        true,
+    ) {
+        data = data.add(path);
     }
 
     // Event lines, with their labels in the band above the plot.
@@ -781,16 +684,7 @@ fn panel(rec: &Recording, plan: &PanelPlan, xs_domain: (f64, f64), top: f64) -> 
             .filter(|&l| l != UNLIMITED);
         let x = xs.map(e.t_s);
         if let Some(u) = used {
-            data = data.add(
-                Circle::new()
-                    .set("class", "alert-marker")
-                    .set("cx", px(x))
-                    .set("cy", px(ys.map(u as f64)))
-                    .set("r", 4)
-                    .set("fill", COLOR_ALERT)
-                    .set("stroke", "white")
-                    .set("stroke-width", 1.2),
-            );
+            data = data.add(alert_marker(x, ys.map(u as f64), COLOR_ALERT));
         }
         if let (Some(u), Some(l), Some(p)) = (
             used,
@@ -846,6 +740,207 @@ fn panel(rec: &Recording, plan: &PanelPlan, xs_domain: (f64, f64), top: f64) -> 
     (g, clip)
 }
 
+/// The value axis's top: a little above the highest figure `vmax`, and at least a
+/// unit-dependent minimum so an idle resource does not draw a full-height line.
+pub(crate) fn top_value(unit: Unit, vmax: u64) -> f64 {
+    (vmax as f64 * 1.08).max(match unit {
+        Unit::Bytes => 1024.0,
+        Unit::Millis => 60_000.0,
+        Unit::Count => 10.0,
+    })
+}
+
+/// A panel's title line: the resource's name in bold, then `info`. One text element,
+/// so the browser places the info after the name, whatever the font.
+pub(crate) fn panel_title(top: f64, name: &str, info: &str) -> Text {
+    Text::new("")
+        .set("class", "panel-title")
+        .set("x", 24)
+        .set("y", px(top + 16.0))
+        .add(
+            TSpan::new(name)
+                .set("class", "resource-name")
+                .set("font-size", 15)
+                .set("font-weight", "bold")
+                .set("fill", COLOR_TEXT),
+        )
+        .add(
+            TSpan::new(info)
+                .set("class", "panel-info")
+                .set("dx", 12)
+                .set("font-size", 12)
+                .set("fill", COLOR_MUTED),
+        )
+}
+
+/// A plot's background, its value axis with grid lines, and its time axis with grid
+/// lines and `x_title`, for the plot area that `xs` and `ys` map onto.
+pub(crate) fn plot_frame(
+    unit: Unit,
+    top_value: f64,
+    xs: &Scale,
+    ys: &Scale,
+    x_title: &str,
+) -> (Rectangle, Group, Group) {
+    let (plot_left, plot_right) = xs.range();
+    let (plot_bottom, plot_top) = ys.range();
+    let area = Rectangle::new()
+        .set("class", "plot-area")
+        .set("x", px(plot_left))
+        .set("y", px(plot_top))
+        .set("width", px(plot_right - plot_left))
+        .set("height", px(plot_bottom - plot_top))
+        .set("fill", "#fbfcfd")
+        .set("stroke", "#c9ced6");
+    let mut yaxis = Group::new()
+        .set("class", "y-axis")
+        .set("font-size", 11)
+        .set("text-anchor", "end")
+        .set("fill", COLOR_MUTED);
+    for v in axis::value_ticks(unit, top_value, 5) {
+        let y = ys.map(v);
+        if v > 0.0 {
+            yaxis = yaxis.add(
+                Line::new()
+                    .set("class", "grid")
+                    .set("x1", px(plot_left))
+                    .set("x2", px(plot_right))
+                    .set("y1", px(y))
+                    .set("y2", px(y))
+                    .set("stroke", COLOR_GRID),
+            );
+        }
+        yaxis = yaxis.add(text(
+            "tick",
+            plot_left - 6.0,
+            y + 4.0,
+            axis::format_value_tick(unit, v),
+        ));
+    }
+    let (t0, t1) = xs.domain();
+    let (ticks, step) = axis::time_ticks(t0, t1, 12);
+    let mut xaxis = Group::new()
+        .set("class", "x-axis")
+        .set("font-size", 11)
+        .set("text-anchor", "middle")
+        .set("fill", COLOR_MUTED);
+    for t in ticks {
+        let x = xs.map(t);
+        xaxis = xaxis
+            .add(
+                Line::new()
+                    .set("class", "grid")
+                    .set("x1", px(x))
+                    .set("x2", px(x))
+                    .set("y1", px(plot_top))
+                    .set("y2", px(plot_bottom))
+                    .set("stroke", COLOR_GRID),
+            )
+            .add(text(
+                "tick",
+                x,
+                plot_bottom + 15.0,
+                axis::format_time_tick(t, step, t1),
+            ));
+    }
+    xaxis = xaxis.add(
+        text("axis-title", plot_right, plot_bottom + 28.0, x_title)
+            .set("text-anchor", "end")
+            .set("font-size", 10),
+    );
+    (area, yaxis, xaxis)
+}
+
+/// The clip path of the plot area that `xs` and `ys` map onto (a pixel of slack
+/// above and below so a line at the limit is not cut in half).
+pub(crate) fn plot_clip(id: &str, xs: &Scale, ys: &Scale) -> ClipPath {
+    let (plot_left, plot_right) = xs.range();
+    let (plot_bottom, plot_top) = ys.range();
+    ClipPath::new().set("id", id).add(
+        Rectangle::new()
+            .set("x", px(plot_left))
+            .set("y", px(plot_top - 1.0))
+            .set("width", px(plot_right - plot_left))
+            .set("height", px(plot_bottom - plot_top + 2.0)),
+    )
+}
+
+/// A series' usage (a step line, over a light area when `area`) and its limit (dashed,
+/// absent where unlimited), as `<path class="usage-area">`, `<path class="usage">` and
+/// `<path class="limit">`. Each value holds until the next row, the last one for up
+/// to a second (rows come at least once a second) but not past `recording_end`.
+pub(crate) fn series_paths(
+    series: &[crate::recording::Point],
+    xs: &Scale,
+    ys: &Scale,
+    recording_end: f64,
+    usage_color: &str,
+    limit_color: &str,
+    area: bool,
+) -> Vec<SvgPath> {
+    let plot_bottom = ys.range().0;
+    let series_end = series
+        .last()
+        .map(|p| (p.t_s + 1.0).min(recording_end).max(p.t_s));
+    let mut usage = StepPath::new();
+    let mut limit = StepPath::new();
+    for p in series {
+        let x = xs.map(p.t_s);
+        usage.push(x, Some(ys.map(p.used as f64)));
+        limit.push(x, (p.limit != UNLIMITED).then(|| ys.map(p.limit as f64)));
+    }
+    if let Some(end) = series_end {
+        usage.extend_to(xs.map(end));
+        limit.extend_to(xs.map(end));
+    }
+    let mut out = Vec::new();
+    if let Some((d, fill)) = usage.finish_with_area(plot_bottom) {
+        if let Some(fill) = fill.filter(|_| area) {
+            out.push(
+                SvgPath::new()
+                    .set("class", "usage-area")
+                    .set("d", fill)
+                    .set("fill", usage_color)
+                    .set("fill-opacity", 0.1)
+                    .set("stroke", "none"),
+            );
+        }
+        out.push(
+            SvgPath::new()
+                .set("class", "usage")
+                .set("d", d)
+                .set("fill", "none")
+                .set("stroke", usage_color)
+                .set("stroke-width", 1.8)
+                .set("stroke-linejoin", "round"),
+        );
+    }
+    if let Some(d) = limit.finish() {
+        out.push(
+            SvgPath::new()
+                .set("class", "limit")
+                .set("d", d)
+                .set("fill", "none")
+                .set("stroke", limit_color)
+                .set("stroke-width", 1.8)
+                .set("stroke-dasharray", "7 4"),
+        );
+    }
+    out
+}
+
+/// The dot that marks where usage was at an alert.
+pub(crate) fn alert_marker(x: f64, y: f64, color: &str) -> Circle {
+    Circle::new()
+        .set("class", "alert-marker")
+        .set("cx", px(x))
+        .set("cy", px(y))
+        .set("r", 4)
+        .set("fill", color)
+        .set("stroke", "white")
+        .set("stroke-width", 1.2)
+}
+
 /// The (used, limit) in force at `t`: the last row at or before it.
 fn value_at(series: &[crate::recording::Point], t: f64) -> Option<(u64, u64)> {
     let i = series.partition_point(|p| p.t_s <= t);
@@ -889,15 +984,24 @@ pub fn render_svg(rec: &Recording) -> String {
         y += 40.0;
     }
     let height = (y + 6.0).ceil();
-    let doc = Document::new()
-        .set("id", "watchdog-report")
+    let doc = document("watchdog-report", height, &title(rec), defs)
+        .add(header)
+        .add(body);
+    doc.to_string()
+}
+
+/// An image `WIDTH` wide and `height` high with the element id `id`, `label` as its
+/// accessible name and tooltip, `defs`, and a white background.
+fn document(id: &str, height: f64, label: &str, defs: Definitions) -> Document {
+    Document::new()
+        .set("id", id)
         .set("width", WIDTH)
         .set("height", height)
         .set("viewBox", (0, 0, WIDTH, height))
         .set("font-family", FONT)
         .set("role", "img")
-        .set("aria-label", title(rec))
-        .add(Title::new(title(rec)))
+        .set("aria-label", label)
+        .add(Title::new(label))
         .add(defs)
         .add(
             Rectangle::new()
@@ -906,9 +1010,6 @@ pub fn render_svg(rec: &Recording) -> String {
                 .set("height", "100%")
                 .set("fill", "white"),
         )
-        .add(header)
-        .add(body);
-    doc.to_string()
 }
 
 fn esc(s: &str) -> String {
