@@ -135,7 +135,9 @@ pub fn runtime_source(description: &str) -> Option<RuntimeSource> {
 
 /// Records a limit the engine reported (the latest value of a resource wins), and the
 /// runtime cap when it is the `runtime` resource.
-pub fn note_limit(env: &mut Environment, fact: LimitFact) {
+pub fn note_limit(env: &mut Environment, mut fact: LimitFact) {
+    fact.resource = hide_homes(&fact.resource);
+    fact.source = hide_homes(&fact.source);
     if fact.kind == ResourceKind::Runtime
         && let (Some(ms), Some(source)) = (fact.limit, runtime_source(&fact.source))
     {
@@ -149,6 +151,48 @@ pub fn note_limit(env: &mut Environment, fact: LimitFact) {
         Some(l) => *l = fact,
         None => env.limits.push(fact),
     }
+}
+
+/// `text` with every home directory (`/home/NAME`, `/root`) in it written `~`: the
+/// record says which filesystem, never whose home (`/home/alice/runs` -> `~/runs`).
+pub fn hide_homes(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find('/') {
+        // Only at the start of a path: after a space, a quote, a bracket, `:` or `=`.
+        let at_path_start = i == 0
+            || rest[..i]
+                .chars()
+                .next_back()
+                .is_some_and(|c| c.is_whitespace() || "('\"[:=,".contains(c))
+                && !out.ends_with(|c: char| c.is_alphanumeric());
+        let tail = &rest[i..];
+        let home_len = if !at_path_start {
+            None
+        } else if let Some(after) = tail.strip_prefix("/home/") {
+            let name = after
+                .find(['/', ' ', ')', '\'', '"', ','])
+                .unwrap_or(after.len());
+            (name > 0).then_some("/home/".len() + name)
+        } else if tail == "/root" || tail.starts_with("/root/") || tail.starts_with("/root)") {
+            Some("/root".len())
+        } else {
+            None
+        };
+        match home_len {
+            Some(n) => {
+                out.push_str(&rest[..i]);
+                out.push('~');
+                rest = &tail[n..];
+            }
+            None => {
+                out.push_str(&rest[..=i]);
+                rest = &rest[i + 1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// The client's report: the PID of the process that wrote it (so a file left by an
@@ -299,7 +343,7 @@ pub fn gather(host: &Host, pid: u32, resources: &[Resource]) -> Environment {
         let path = r.name.strip_prefix("disk:").unwrap_or(&r.name);
         match vfs_size(Path::new(path)) {
             Ok((size, inodes)) => env.disks.push(DiskFact {
-                path: path.to_string(),
+                path: hide_homes(path),
                 size_bytes: Some(size),
                 inodes: (inodes > 0).then_some(inodes),
             }),
@@ -313,6 +357,25 @@ pub fn gather(host: &Host, pid: u32, resources: &[Resource]) -> Environment {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    /// Issue 13: "no home paths" in the record; the watched directory is often a home.
+    #[test]
+    fn home_directories_are_written_as_a_tilde() {
+        assert_eq!(hide_homes("disk:/home/alice/runs"), "disk:~/runs");
+        assert_eq!(hide_homes("/root"), "~");
+        assert_eq!(
+            hide_homes("statvfs(/root/x): free blocks"),
+            "statvfs(~/x): free blocks"
+        );
+        assert_eq!(hide_homes("/home/bob"), "~");
+        assert_eq!(hide_homes("/data/home/alice"), "/data/home/alice");
+        assert_eq!(hide_homes("/rootfs/x"), "/rootfs/x");
+        assert_eq!(hide_homes("--mem-limit"), "--mem-limit");
+        assert_eq!(
+            hide_homes("/sys/fs/cgroup/memory/x"),
+            "/sys/fs/cgroup/memory/x"
+        );
+    }
     use std::time::{Duration, SystemTime};
     use watchdog_sampler::runtime::runtime_limit;
     use watchdog_types::Unit;
