@@ -3,11 +3,25 @@
 
 use crate::support::*;
 
-/// Runs hog.py leaking to 160 MiB under `--mem-limit LIMIT`, recorded to `rec`.
-fn recorded_leak(scene: &Scene, limit: &str, rec: &std::path::Path) {
-    let out = scene.run_hog(
-        &["--mem-limit", limit, "--record", rec.to_str().unwrap()],
-        &[
+/// Runs hog.py leaking to 160 MiB under `--mem-limit LIMIT`, recorded to `rec`, with
+/// the Python client seeing `transformers` at version `transformers` (a distribution's
+/// metadata put first on its path: the client reads versions, it imports nothing).
+fn recorded_leak(scene: &Scene, limit: &str, rec: &std::path::Path, transformers: &str) {
+    let site = scene.dir.path().join("site");
+    let dist = site.join(format!("transformers-{transformers}.dist-info"));
+    std::fs::create_dir_all(&dist).unwrap();
+    std::fs::write(
+        dist.join("METADATA"),
+        format!("Metadata-Version: 2.1\nName: transformers\nVersion: {transformers}\n"),
+    )
+    .unwrap();
+    let out = scene
+        .watchdog()
+        .args(["--mem-limit", limit, "--record", rec.to_str().unwrap()])
+        .args(["run", "--", "python3"])
+        .arg(hog())
+        .arg(&scene.rep)
+        .args([
             "leak",
             "--step-mib",
             "8",
@@ -17,8 +31,10 @@ fn recorded_leak(scene: &Scene, limit: &str, rec: &std::path::Path) {
             "160",
             "--seconds",
             "2",
-        ],
-    );
+        ])
+        .env("PYTHONPATH", &site)
+        .output()
+        .expect("run watchdog");
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -33,8 +49,8 @@ fn report_of_two_recordings_compares_them_in_a_browser() {
     let (scene_a, scene_b) = (Scene::new(), Scene::new());
     let a = scene_a.dir.path().join("roomy.rec");
     let b = scene_b.dir.path().join("tight.rec");
-    recorded_leak(&scene_a, "1GiB", &a);
-    recorded_leak(&scene_b, "100MiB", &b);
+    recorded_leak(&scene_a, "1GiB", &a, "4.0.1");
+    recorded_leak(&scene_b, "100MiB", &b, "5.0.2");
 
     let dir = scratch();
     let html = dir.path().join("compare.html");
@@ -106,6 +122,11 @@ fn report_of_two_recordings_compares_them_in_a_browser() {
         "{table}"
     );
     assert!(!table.contains("data-field=\"command\""), "{table}");
+    // ... and the framework version that changed between the runs.
+    assert!(
+        table.contains("transformers") && table.contains("4.0.1") && table.contains("5.0.2"),
+        "{table}"
+    );
     assert!(dom.contains("<details class=\"same\">"), "{dom}");
     // tree_memory comes first (run B went over its limit), with both runs' dashed limits
     // and run B's alert.
