@@ -225,14 +225,14 @@ fn diff_names_a_different_dev_shm_in_the_target_mount_namespace() {
 }
 
 /// Runs a Python process in a fresh memory cgroup of `limit_mib` that waits for a go
-/// file, then holds 160 MiB for a second; a watchdog attached with `--pid` records it.
+/// file, then holds 480 MiB for a second (the issue's pair: OOM-killed in 400 MiB, fits in 1 GiB); a watchdog attached with `--pid` records it.
 fn record_in_cgroup(dir: &Path, name: &str, limit_mib: u64) -> Option<PathBuf> {
     let cg = need(MemoryCgroup::create(limit_mib << 20), "a memory cgroup")?;
     let go = dir.join(format!("{name}.go"));
     let script = "import os, sys, time\n\
                   while not os.path.exists(sys.argv[1]): time.sleep(0.02)\n\
                   chunks = []\n\
-                  for _ in range(16):\n    chunks.append(b'x' * (10 << 20)); time.sleep(0.05)\n\
+                  for _ in range(48):\n    chunks.append(b'x' * (10 << 20)); time.sleep(0.05)\n\
                   time.sleep(1.0)\n";
     let mut target = Command::new("sh")
         .args(["-c", "echo $$ > \"$0\" && exec python3 -c \"$1\" \"$2\""])
@@ -276,10 +276,10 @@ fn diff_names_the_cgroup_limit_of_the_run_that_was_oom_killed() {
         return;
     }
     let dir = scratch();
-    let Some(killed) = record_in_cgroup(dir.path(), "killed.rec", 100) else {
+    let Some(killed) = record_in_cgroup(dir.path(), "killed.rec", 400) else {
         return;
     };
-    let Some(fine) = record_in_cgroup(dir.path(), "fine.rec", 400) else {
+    let Some(fine) = record_in_cgroup(dir.path(), "fine.rec", 1024) else {
         return;
     };
     let out = diff(&killed, &fine);
@@ -287,8 +287,8 @@ fn diff_names_the_cgroup_limit_of_the_run_that_was_oom_killed() {
     assert_eq!(out.status.code(), Some(1), "{text}");
     let lines: Vec<&str> = text.lines().collect();
     assert!(
-        lines[3].starts_with("  limit cgroup_memory: A 100.00 MiB")
-            && lines[3].contains("| B 400.00 MiB"),
+        lines[3].starts_with("  limit cgroup_memory: A 400.00 MiB")
+            && lines[3].contains("| B 1.00 GiB"),
         "{text}"
     );
     assert!(
