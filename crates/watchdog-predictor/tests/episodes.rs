@@ -191,6 +191,31 @@ fn alerts_acked(lead: f64, samples: &[(f64, f64)], ack_after: Option<usize>) -> 
     out
 }
 
+/// `teeth` saw-tooth periods of `period_s`, each rising linearly from `base` to
+/// `base + amp` (fractions of the limit), sampled every DT.
+fn sawtooth(teeth: usize, period_s: f64, base: f64, amp: f64) -> Vec<(f64, f64)> {
+    let mut samples = Vec::new();
+    let mut t = 0.0;
+    for _ in 0..teeth {
+        let t0 = t;
+        while t < t0 + period_s {
+            samples.push((t, (base + amp * (t - t0) / period_s) * LIMIT));
+            t += DT;
+        }
+    }
+    samples
+}
+
+/// Asserts that exactly `n` alerts came, naming their times when not.
+fn assert_alert_count(n: usize, got: &[usize], samples: &[(f64, f64)]) {
+    assert_eq!(
+        got.len(),
+        n,
+        "alerts at {:?}",
+        got.iter().map(|&i| samples[i].0).collect::<Vec<_>>()
+    );
+}
+
 /// Alert times of a run that acknowledges every request one sample later.
 fn alerts(lead: f64, samples: &[(f64, f64)]) -> Vec<usize> {
     alerts_acked(lead, samples, Some(1))
@@ -340,59 +365,25 @@ fn a_staircase_pausing_near_the_limit_alerts_once() {
         level += 0.07;
     }
     let got = alerts(lead, &samples);
-    assert_eq!(
-        got.len(),
-        1,
-        "alerts at {:?}",
-        got.iter().map(|&i| samples[i].0).collect::<Vec<_>>()
-    );
+    assert_alert_count(1, &got, &samples);
 }
 
 /// A saw-tooth whose every peak enters the floor, with troughs well away: one alert, not
 /// one per tooth.
 #[test]
 fn a_sawtooth_into_the_floor_alerts_once() {
-    let lead = 30.0;
-    let mut samples = Vec::new();
-    let mut t = 0.0;
-    for _ in 0..40 {
-        let t0 = t;
-        while t < t0 + 2.0 {
-            let v = 0.5 + 0.47 * (t - t0) / 2.0;
-            samples.push((t, v * LIMIT));
-            t += DT;
-        }
-    }
-    let got = alerts(lead, &samples);
-    assert_eq!(
-        got.len(),
-        1,
-        "alerts at {:?}",
-        got.iter().map(|&i| samples[i].0).collect::<Vec<_>>()
-    );
+    let samples = sawtooth(40, 2.0, 0.5, 0.47);
+    let got = alerts(30.0, &samples);
+    assert_alert_count(1, &got, &samples);
 }
 
 /// Without acknowledgments, a drop keeps the old peak as a ceiling: the next tooth of a
 /// slow saw-tooth (a rise that only recovers the old peak) is not alerted again ...
 #[test]
 fn without_acknowledgment_a_slow_sawtooth_alerts_once() {
-    let lead = 30.0;
-    let mut samples = Vec::new();
-    let mut t = 0.0;
-    for _ in 0..20 {
-        let t0 = t;
-        while t < t0 + 40.0 {
-            samples.push((t, (0.5 + 0.4 * (t - t0) / 40.0) * LIMIT));
-            t += DT;
-        }
-    }
-    let got = alerts_acked(lead, &samples, None);
-    assert_eq!(
-        got.len(),
-        1,
-        "alerts at {:?}",
-        got.iter().map(|&i| samples[i].0).collect::<Vec<_>>()
-    );
+    let samples = sawtooth(20, 40.0, 0.5, 0.4);
+    let got = alerts_acked(30.0, &samples, None);
+    assert_alert_count(1, &got, &samples);
 }
 
 /// ... and a leak that follows an unacknowledged episode is still warned: re-armed at
@@ -414,10 +405,5 @@ fn without_acknowledgment_a_leak_after_the_free_is_still_warned() {
         t += DT;
     }
     let got = alerts_acked(lead, &samples, None);
-    assert_eq!(
-        got.len(),
-        2,
-        "alerts at {:?}",
-        got.iter().map(|&i| samples[i].0).collect::<Vec<_>>()
-    );
+    assert_alert_count(2, &got, &samples);
 }
