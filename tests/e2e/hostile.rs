@@ -45,6 +45,9 @@ const VALUED: &[(&str, &[&str])] = &[
     ),
     ("--floor", &["5", "2.5%", "100", "0"]),
     ("--record-window", &["10m", "1s"]),
+    ("--hook-timeout", &["60s", "0", "1ms"]),
+    // Only descriptors that are refused (0-2) or surely closed: an open one would be written to.
+    ("--ready-fd", &["0", "2", "-1", "999999", "x"]),
     ("--gpu", &["auto", "off", "required"]),
     ("--log-format", &["text", "json"]),
     ("--on-alert", &["echo hi", "true"]),

@@ -377,7 +377,7 @@ fn check_distinct(all: &[(Kind, &Path)]) -> Result<(), Failure> {
             if same {
                 return Err(Failure::Usage(format!(
                     "{} and {} are the same file '{}': expected a different path for each output (--request-file, --events, --record)",
-                    capitalised(ka.what()),
+                    ka.what(),
                     kb.what(),
                     b.display()
                 )));
@@ -395,13 +395,6 @@ fn create_new_private(path: &Path) -> std::io::Result<File> {
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .mode(0o600)
         .open(path)
-}
-
-fn capitalised(s: &str) -> String {
-    let mut c = s.chars();
-    c.next()
-        .map(|f| f.to_uppercase().chain(c).collect())
-        .unwrap_or_default()
 }
 
 /// Creates and removes a probe file beside `path`: the directory must take new files.
@@ -547,7 +540,7 @@ mod tests {
             panic!("not refused")
         };
         assert!(
-            msg.starts_with("The request file and the events file are the same file"),
+            msg.starts_with("the request file and the events file are the same file"),
             "{msg}"
         );
         assert!(
