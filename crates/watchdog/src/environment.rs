@@ -159,13 +159,13 @@ pub fn hide_homes(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(i) = rest.find('/') {
-        // Only at the start of a path: after a space, a quote, a bracket, `:` or `=`.
-        let at_path_start = i == 0
-            || rest[..i]
-                .chars()
-                .next_back()
-                .is_some_and(|c| c.is_whitespace() || "('\"[:=,".contains(c))
-                && !out.ends_with(|c: char| c.is_alphanumeric());
+        // Only at the start of a path: at the start of the text, or after a space, a quote,
+        // a bracket, `:`, `=` or `,` (the character before the `/`, in `out` or in `rest`).
+        let before = rest[..i]
+            .chars()
+            .next_back()
+            .or_else(|| out.chars().next_back());
+        let at_path_start = before.is_none_or(|c| c.is_whitespace() || "('\"[:=,".contains(c));
         let tail = &rest[i..];
         let home_len = if !at_path_start {
             None
@@ -369,6 +369,8 @@ mod tests {
         );
         assert_eq!(hide_homes("/home/bob"), "~");
         assert_eq!(hide_homes("/data/home/alice"), "/data/home/alice");
+        // Only the home at the start of the path: a `home` directory inside it stays.
+        assert_eq!(hide_homes("disk:/home/a/home/b"), "disk:~/home/b");
         assert_eq!(hide_homes("/rootfs/x"), "/rootfs/x");
         assert_eq!(hide_homes("--mem-limit"), "--mem-limit");
         assert_eq!(
