@@ -190,12 +190,17 @@ fn attach_and_record(dir: &Path, name: &str, prefix: &[&str], script: &str) -> P
     rec
 }
 
-#[test]
-fn diff_names_a_different_dev_shm_in_the_target_mount_namespace() {
-    if !require(
+/// Whether a test may give a process its own /dev/shm (root and unshare(1)); in CI it must.
+fn can_make_a_private_shm() -> bool {
+    require(
         is_root() && Path::new("/usr/bin/unshare").exists(),
         "root and unshare(1), for a private /dev/shm",
-    ) {
+    )
+}
+
+#[test]
+fn diff_names_a_different_dev_shm_in_the_target_mount_namespace() {
+    if !can_make_a_private_shm() {
         return;
     }
     let dir = scratch();
@@ -333,10 +338,7 @@ fn a_stale_python_report_is_not_this_runs() {
 /// the Python client reports: the recording has the target's size.
 #[test]
 fn a_run_targets_own_dev_shm_is_read_when_the_client_reports() {
-    if !require(
-        is_root() && Path::new("/usr/bin/unshare").exists(),
-        "root and unshare(1), for a private /dev/shm",
-    ) {
+    if !can_make_a_private_shm() {
         return;
     }
     let dir = scratch();

@@ -274,6 +274,11 @@ impl Engine {
         self.lead_s
     }
 
+    /// The sequence number of the last request made (0 before any).
+    pub fn last_request(&self) -> u64 {
+        self.seq
+    }
+
     /// How many alerts were sent.
     pub fn alerts_sent(&self) -> usize {
         self.alerts.len()

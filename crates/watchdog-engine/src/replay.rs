@@ -258,9 +258,7 @@ where
         self.last_t = self.last_t.max(s.t_s);
         if self.ack_due.is_some_and(|due| t >= due) {
             self.ack_due = None;
-            let _ = self
-                .engine
-                .acknowledged(self.engine.alerts_sent() as u64, t);
+            let _ = self.engine.acknowledged(self.engine.last_request(), t);
         }
         let sample = Sample {
             resource: ResourceId(s.resource as u16),

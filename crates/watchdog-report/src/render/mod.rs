@@ -170,6 +170,17 @@ fn text(class: &str, x: f64, y: f64, content: impl Into<String>) -> Text {
         .set("y", px(y))
 }
 
+/// A thin grid line from (x1, y1) to (x2, y2).
+fn grid_line(x1: f64, x2: f64, y1: f64, y2: f64) -> Line {
+    Line::new()
+        .set("class", "grid")
+        .set("x1", px(x1))
+        .set("x2", px(x2))
+        .set("y1", px(y1))
+        .set("y2", px(y2))
+        .set("stroke", COLOR_GRID)
+}
+
 fn vline(class: &str, x: f64, y0: f64, y1: f64, color: &str) -> Line {
     Line::new()
         .set("class", class)
@@ -800,15 +811,7 @@ pub(crate) fn plot_frame(
     for v in axis::value_ticks(unit, top_value, 5) {
         let y = ys.map(v);
         if v > 0.0 {
-            yaxis = yaxis.add(
-                Line::new()
-                    .set("class", "grid")
-                    .set("x1", px(plot_left))
-                    .set("x2", px(plot_right))
-                    .set("y1", px(y))
-                    .set("y2", px(y))
-                    .set("stroke", COLOR_GRID),
-            );
+            yaxis = yaxis.add(grid_line(plot_left, plot_right, y, y));
         }
         yaxis = yaxis.add(text(
             "tick",
@@ -826,22 +829,12 @@ pub(crate) fn plot_frame(
         .set("fill", COLOR_MUTED);
     for t in ticks {
         let x = xs.map(t);
-        xaxis = xaxis
-            .add(
-                Line::new()
-                    .set("class", "grid")
-                    .set("x1", px(x))
-                    .set("x2", px(x))
-                    .set("y1", px(plot_top))
-                    .set("y2", px(plot_bottom))
-                    .set("stroke", COLOR_GRID),
-            )
-            .add(text(
-                "tick",
-                x,
-                plot_bottom + 15.0,
-                axis::format_time_tick(t, step, t1),
-            ));
+        xaxis = xaxis.add(grid_line(x, x, plot_top, plot_bottom)).add(text(
+            "tick",
+            x,
+            plot_bottom + 15.0,
+            axis::format_time_tick(t, step, t1),
+        ));
     }
     xaxis = xaxis.add(
         text("axis-title", plot_right, plot_bottom + 28.0, x_title)
