@@ -23,6 +23,7 @@ pub mod text;
 pub mod verdict;
 
 use watchdog_predictor::{Decision, Observation, PredictorConfig, ResourcePredictor};
+use watchdog_types::status::ResourceStatus;
 use watchdog_types::units::format_duration_s;
 use watchdog_types::{AlertReason, EventBody, Forecast, Resource, ResourceKind, Sample, Unit};
 
@@ -229,6 +230,8 @@ pub struct Engine {
     lead_s: f64,
     last_alert_unix: Option<f64>,
     signalled_target: Option<i32>,
+    acks: u64,
+    checkpoint_seconds: f64,
 }
 
 impl Engine {
@@ -243,6 +246,8 @@ impl Engine {
             seq: 0,
             last_alert_unix: None,
             signalled_target: None,
+            acks: 0,
+            checkpoint_seconds: 0.0,
         };
         for r in resources {
             engine.add_resource(r.clone());
@@ -434,6 +439,8 @@ impl Engine {
             .last_alert_unix
             .map(|alert| ack_unix - alert)
             .filter(|d| d.is_finite() && *d >= 0.0);
+        self.acks += 1;
+        self.checkpoint_seconds += checkpoint_s.unwrap_or(0.0);
         if let Some(d) = checkpoint_s {
             for st in &mut self.states {
                 st.predictor.note_checkpoint_duration(d);
@@ -469,6 +476,35 @@ impl Engine {
             lead_s: self.lead_s,
         }));
         out
+    }
+
+    /// Checkpoints acknowledged so far, and the sum of their durations in seconds.
+    pub fn checkpoints(&self) -> (u64, f64) {
+        (self.acks, self.checkpoint_seconds)
+    }
+
+    /// Every sampled resource's last reading, trend and time left, for status readers.
+    pub fn resource_status(&self) -> Vec<ResourceStatus> {
+        self.states
+            .iter()
+            .filter_map(|st| {
+                let s = st.last?;
+                Some(ResourceStatus {
+                    name: st.resource.name.clone(),
+                    kind: st.resource.kind,
+                    unit: st.resource.kind.unit(),
+                    used: s.used,
+                    limit: s.is_limited().then_some(s.limit),
+                    trend_per_s: st.forecast.rate_per_s,
+                    seconds_left: st.forecast.seconds_left.filter(|_| s.is_limited()),
+                    alerts: self
+                        .alerts
+                        .iter()
+                        .filter(|a| a.resource == st.resource.name)
+                        .count() as u64,
+                })
+            })
+            .collect()
     }
 
     /// The live status: every limited resource as `name used% [+rate/s] [time left]`, the

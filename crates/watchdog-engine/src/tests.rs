@@ -480,3 +480,40 @@ fn shell_status_is_the_code_or_128_plus_the_signal() {
     assert_eq!(TargetExit::Unknown.shell_status(), 0);
     assert_eq!(TargetExit::Signal(9).code_and_signal(), (None, Some(9)));
 }
+
+#[test]
+fn resource_status_gives_reading_trend_time_left_and_alerts() {
+    let mut e = two();
+    assert!(e.resource_status().is_empty(), "nothing sampled yet");
+    let (plans, _) = drive(&mut e, 0, 600 * MIB, 0.0, 9.0, leak(0.0));
+    let (_, plan) = plans.into_iter().next().unwrap();
+    let _ = e.alerted(plan, &Delivery::default(), 1000.0);
+    e.observe(&sample(1, 9.0, 10 * MIB, u64::MAX), &mut Vec::new());
+    let status = e.resource_status();
+    assert_eq!(status.len(), 2);
+    let mem = &status[0];
+    assert_eq!((mem.name.as_str(), mem.alerts), ("cgroup_memory", 1));
+    assert_eq!(mem.limit, Some(600 * MIB));
+    assert!(mem.trend_per_s > 40.0 * MIB as f64, "{}", mem.trend_per_s);
+    assert!(
+        mem.seconds_left.is_some_and(|s| s < 4.0),
+        "{:?}",
+        mem.seconds_left
+    );
+    let disk = &status[1];
+    assert_eq!(
+        (disk.limit, disk.seconds_left, disk.alerts),
+        (None, None, 0)
+    );
+}
+
+#[test]
+fn acknowledged_checkpoints_are_counted_with_their_durations() {
+    let mut e = two();
+    assert_eq!(e.checkpoints(), (0, 0.0));
+    let (plans, _) = drive(&mut e, 0, 600 * MIB, 0.0, 9.0, leak(0.0));
+    let (_, plan) = plans.into_iter().next().unwrap();
+    let _ = e.alerted(plan, &Delivery::default(), 1000.0);
+    let _ = e.acknowledged(1, 1002.5);
+    assert_eq!(e.checkpoints(), (1, 2.5));
+}

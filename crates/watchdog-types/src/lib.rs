@@ -15,6 +15,7 @@ pub mod environment;
 pub mod fs;
 pub mod names;
 pub mod quote;
+pub mod status;
 pub mod units;
 
 use serde::{Deserialize, Serialize};

@@ -18,7 +18,7 @@ use watchdog_types::environment::{
 };
 use watchdog_types::{Resource, ResourceKind};
 
-use crate::config::Host;
+use watchdog_config::Host;
 
 /// Largest Python environment file read (the client writes well under 4 KiB).
 pub const MAX_PYTHON_FILE_BYTES: u64 = 64 * 1024;

@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::MakeWriter;
 
-use crate::cli::LogFormat;
-use crate::config::Settings;
+use watchdog_config::Settings;
+use watchdog_config::options::LogFormat;
 
 /// Whether a status line is on screen (and must be erased before the next line).
 static STATUS_SHOWN: AtomicBool = AtomicBool::new(false);

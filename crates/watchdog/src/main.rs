@@ -5,13 +5,10 @@
 //! user's to fix ends here as one line on stderr and exit status 2.
 
 mod cli;
-mod config;
 mod diff;
 mod environment;
 mod logging;
 mod outputs;
-#[cfg(test)]
-mod prop_tests;
 mod ready;
 mod recorder;
 mod replay;
@@ -23,7 +20,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use crate::cli::{Cli, Command};
-use crate::config::Settings;
+use watchdog_config::Settings;
 
 /// Exit status for bad usage or input.
 const EXIT_USAGE: u8 = 2;

@@ -29,8 +29,8 @@ use watchdog_alerter::request::{ack_path, is_request_file, read_ack};
 use watchdog_types::fs::parent_dir;
 
 use crate::Failure;
-use crate::config::Host;
-use crate::config::Settings;
+use watchdog_config::Host;
+use watchdog_config::Settings;
 
 /// Most default recordings kept in the state directory.
 pub const KEEP_RECORDINGS: usize = 50;

@@ -3,10 +3,10 @@
 //! the machine allows, one JSON line per alert on stdout and a summary line last.
 
 use crate::Failure;
-use crate::config::Settings;
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
+use watchdog_config::Settings;
 
 /// Replays `trace` and prints the alerts and the summary as JSON lines.
 pub fn run(trace: &Path, settings: &Settings) -> Result<ExitCode, Failure> {

@@ -258,7 +258,7 @@ mod tests {
         assert!(!is_kernel_thread(python));
         assert!(!is_kernel_thread(hostile), "a name may not forge the flags");
         assert!(!is_kernel_thread(b"garbage"));
-        let proc = crate::config::Host::from_env().proc;
+        let proc = watchdog_config::Host::from_env().proc;
         if let Ok(stat) = std::fs::read(proc.join("2/stat"))
             && comm(&proc, 2) == "kthreadd"
         {

@@ -24,11 +24,11 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use watchdog_sampler::cgroup::OomKillCounter;
 
 use crate::Failure;
-use crate::config::Settings;
 use crate::logging;
 use crate::outputs::{self, Outputs};
 use crate::recorder::{self, FlightRecorder};
 use crate::target::{self, Target, TargetExit};
+use watchdog_config::Settings;
 
 mod actions;
 mod kmsg;

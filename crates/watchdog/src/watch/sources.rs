@@ -13,9 +13,9 @@ use watchdog_sampler::tree::{self, TreeMemory};
 use watchdog_sampler::{ResourceTable, Source};
 
 use crate::Failure;
-use crate::cli::GpuMode;
-use crate::config::Settings;
 use crate::target::Target;
+use watchdog_config::Settings;
+use watchdog_config::options::GpuMode;
 
 /// The sources opened for a target, and the resources that could not be watched.
 pub struct Built {

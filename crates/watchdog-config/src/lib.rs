@@ -10,7 +10,9 @@ use watchdog_engine::EngineSettings;
 use serde::{Deserialize, Deserializer};
 use watchdog_types::units;
 
-use crate::cli::{GpuMode, LogFormat, WatchOptions};
+pub mod options;
+
+use crate::options::{GpuMode, LogFormat, WatchOptions};
 
 /// Every key the config file accepts, in the order `config/watchdog.toml` documents them.
 #[cfg(test)]
@@ -163,7 +165,6 @@ pub struct Settings {
     /// GPU watching mode.
     pub gpu: GpuMode,
     /// A specific libnvidia-ml.so to load.
-    #[cfg_attr(not(feature = "gpu"), allow(dead_code))]
     pub nvml_library: Option<PathBuf>,
     /// Headroom floor in percent of the limit.
     pub floor_percent: f64,
@@ -493,14 +494,14 @@ fn de_deadline<'de, D: Deserializer<'de>>(d: D) -> Result<Option<jiff::Timestamp
             )));
         }
     };
-    crate::cli::parse_deadline(&s)
+    crate::options::parse_deadline(&s)
         .map(Some)
         .map_err(serde::de::Error::custom)
 }
 
 fn de_percent<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
     let v = NumOrStr::deserialize(d)?.text();
-    crate::cli::parse_percent(&v)
+    crate::options::parse_percent(&v)
         .map(Some)
         .map_err(serde::de::Error::custom)
 }
@@ -657,6 +658,6 @@ mod tests {
         let s = Settings::resolve(&flags).unwrap();
         assert_eq!(s.lead, Duration::from_secs(9));
         assert_eq!(s.interval, Duration::from_millis(50));
-        assert_eq!(s.signal, libc::SIGUSR2);
+        assert_eq!(s.signal, 12, "SIGUSR2");
     }
 }

@@ -1,4 +1,4 @@
-//! Property tests of the binary's own parsers on arbitrary and near-valid input: `--pid`,
+//! Property tests of the settings' parsers on arbitrary and near-valid input: `--pid`,
 //! `--deadline`, `--floor` (and the config's `floor`), and the TOML config file. None may
 //! panic; every rejection is one line. See `docs/testing.md` for the long run.
 
@@ -7,16 +7,13 @@
 #[path = "../../../tests/prop_support.rs"]
 mod prop_support;
 
-use std::error::Error as _;
 use std::path::Path;
-
-use clap::Parser as _;
 
 use prop_support::{arbitrary_text, check_message, config, near_valid};
 use proptest::prelude::*;
 
-use crate::cli::{Cli, parse_deadline, parse_percent};
-use crate::config::parse_file;
+use watchdog_config::options::{parse_deadline, parse_percent, parse_pid};
+use watchdog_config::parse_file;
 
 /// The fixed part of these messages (`invalid deadline '': expected an RFC 3339 ...`, or
 /// `config file w.toml:N: ` and TOML's or a unit parser's message).
@@ -74,14 +71,6 @@ proptest! {
     #[test]
     fn prop_config_near_valid(text in near_valid(CONFIGS)) {
         check_config(&text)?;
-    }
-}
-
-/// `--pid=TEXT` through clap, as the binary parses it: the PID, or the value parser's message.
-fn parse_pid(text: &str) -> Result<u32, String> {
-    match Cli::try_parse_from(["watchdog", &format!("--pid={text}")]) {
-        Ok(cli) => cli.pid.ok_or_else(|| "no PID".to_string()),
-        Err(e) => Err(e.source().map_or_else(|| e.to_string(), |s| s.to_string())),
     }
 }
 

@@ -1,0 +1,308 @@
+//! The watch settings as flags: [`WatchOptions`] (shared by `--pid`, `run`, `replay` and
+//! the daemon's rules through the same keys), and the parsers that turn a flag's text into a
+//! value or a one-line error naming the value and what was expected.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use watchdog_types::quote::quote_value;
+use watchdog_types::units;
+
+/// How GPU memory is watched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GpuMode {
+    /// Watch GPUs when an NVIDIA driver is there; otherwise say why not, once, and go on.
+    Auto,
+    /// Do not watch GPUs.
+    Off,
+    /// Exit with status 2 when GPUs cannot be watched.
+    Required,
+}
+
+/// How log lines are written to stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// One readable line per event.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Options shared by `--pid` and `run`; every one can also be set in the config file.
+#[derive(Debug, Clone, Default, Args)]
+pub struct WatchOptions {
+    /// TOML config file with the same settings (flags override it).
+    #[arg(long, value_name = "FILE", global = true)]
+    pub config: Option<PathBuf>,
+    /// Sampling period [default: 100ms; down to 1ms].
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, global = true)]
+    pub interval: Option<Duration>,
+    /// Alert when the predicted time to exhaustion falls below this [default: 30s].
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, global = true)]
+    pub lead: Option<Duration>,
+    /// Signal sent to the processes that catch it; not a crash signal such as SEGV or ABRT
+    /// [default: SIGUSR1].
+    #[arg(long, value_name = "SIG", value_parser = parse_signal, global = true)]
+    pub signal: Option<i32>,
+    /// Memory budget for the watched process tree's total RSS (e.g. 512MiB, 2GiB, 1.5G).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, global = true)]
+    pub mem_limit: Option<u64>,
+    /// Watch free space and inodes of the filesystem holding PATH (repeatable)
+    /// [default: the target's working directory, plus /dev/shm when it is a tmpfs].
+    #[arg(long = "disk", value_name = "PATH", global = true)]
+    pub disks: Vec<PathBuf>,
+    /// Runtime limit, measured from the target's own start time.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, global = true)]
+    pub max_runtime: Option<Duration>,
+    /// Wall-clock deadline (RFC 3339, e.g. 2026-11-23T08:00:00Z).
+    #[arg(long, value_name = "RFC3339", value_parser = parse_deadline, global = true)]
+    pub deadline: Option<jiff::Timestamp>,
+    /// JSON file written on every alert [default: $XDG_RUNTIME_DIR/watchdog-PID.request.json,
+    /// else watchdog-PID.request.json in the target's working directory].
+    #[arg(long, value_name = "PATH", global = true)]
+    pub request_file: Option<PathBuf>,
+    /// Append one JSON line per event (start, limit, alert, ack, exit) to PATH.
+    #[arg(long, value_name = "PATH", global = true)]
+    pub events: Option<PathBuf>,
+    /// Run CMD through `sh -c` on every alert, with WATCHDOG_* variables describing it.
+    #[arg(long, value_name = "CMD", global = true)]
+    pub on_alert: Option<String>,
+    /// How long an --on-alert hook may run before its process group is ended (SIGTERM,
+    /// then SIGKILL 2 s later) [default: 60s].
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, global = true)]
+    pub hook_timeout: Option<Duration>,
+    /// Where the flight recording is written (on every alert, at exit, on SIGUSR2)
+    /// [default: $XDG_STATE_HOME/watchdog/ or ~/.local/state/watchdog/,
+    /// watchdog-PID-YYYYMMDDTHHMMSSZ.recording.csv; the newest 50 kept].
+    #[arg(long, value_name = "PATH", global = true)]
+    pub record: Option<PathBuf>,
+    /// How much history the flight recorder keeps [default: 10m].
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, global = true)]
+    pub record_window: Option<Duration>,
+    /// Sample, predict and log what would be done; send and write nothing.
+    #[arg(long, global = true)]
+    pub dry_run: bool,
+    /// Watch GPU memory through NVML: auto, off or required [default: auto].
+    #[arg(long, value_name = "MODE", global = true)]
+    pub gpu: Option<GpuMode>,
+    /// Log format on stderr [default: text].
+    #[arg(long, value_name = "FORMAT", global = true)]
+    pub log_format: Option<LogFormat>,
+    /// Alert whatever the trend when headroom falls below this percentage of a limit [default: 5].
+    #[arg(long, value_name = "PERCENT", value_parser = parse_percent, global = true)]
+    pub floor: Option<f64>,
+    /// Do not send desktop notifications.
+    #[arg(long, global = true)]
+    pub no_notify: bool,
+    /// Never show the live status line, even on a terminal.
+    #[arg(long, global = true)]
+    pub no_status: bool,
+    /// Log more (-v: debug, -vv: trace).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    /// Log only warnings and errors.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    units::parse_duration(s).map_err(|e| e.to_string())
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    units::parse_size(s).map_err(|e| e.to_string())
+}
+
+fn parse_signal(s: &str) -> Result<i32, String> {
+    units::parse_signal(s).map_err(|e| e.to_string())
+}
+
+/// The largest PID Linux hands out: PIDs stay below `pid_max`, which is at most
+/// `PID_MAX_LIMIT` (4194304, 2^22) on 64-bit systems.
+const PID_MAX: u32 = 4_194_303;
+
+pub fn parse_pid(s: &str) -> Result<u32, String> {
+    let q = quote_value(s);
+    let t = s.trim();
+    // Digits only: `+5` and ` 5 ` are not PIDs a user meant to type, and `u32::from_str` takes `+`.
+    if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!(
+            "invalid PID {q}: expected a positive process ID (digits only)"
+        ));
+    }
+    match t.parse::<u64>() {
+        Ok(0) => Err(format!("invalid PID {q}: expected a positive process ID")),
+        Ok(pid) if pid <= u64::from(PID_MAX) => Ok(pid as u32),
+        _ => Err(format!(
+            "invalid PID {q}: too large; expected a process ID from 1 to {PID_MAX} \
+             (Linux PIDs stay below pid_max, at most 4194304)"
+        )),
+    }
+}
+
+const DEADLINE_EXPECTED: &str = "expected an RFC 3339 time such as 2026-11-23T08:00:00Z";
+
+/// Parses an RFC 3339 timestamp for `--deadline`.
+///
+/// Refuses an offset outside RFC 3339's `-23:59..=+23:59` (jiff takes up to 25:59), and
+/// says so when a well-formed time is beyond what the clock can represent.
+pub fn parse_deadline(s: &str) -> Result<jiff::Timestamp, String> {
+    let q = quote_value(s);
+    let t = s.trim();
+    let (datetime, offset) = split_offset(t);
+    if let Some((hours, minutes)) = offset_fields(offset)
+        && (hours > 23 || minutes > 59)
+    {
+        return Err(format!(
+            "invalid deadline {q}: {DEADLINE_EXPECTED}; the offset '{offset}' is outside RFC 3339's -23:59 to +23:59"
+        ));
+    }
+    t.parse::<jiff::Timestamp>().map_err(|_| {
+        // A valid calendar date and time that is no timestamp is out of the clock's range.
+        let calendar_ok = datetime.parse::<jiff::civil::DateTime>().is_ok();
+        if calendar_ok && offset.is_empty() {
+            format!("invalid deadline {q}: {DEADLINE_EXPECTED}, with an offset such as Z or +01:00")
+        } else if calendar_ok {
+            format!(
+                "invalid deadline {q}: too far in the future; expected a time before {}, the latest the clock can represent",
+                jiff::Timestamp::from_second(jiff::Timestamp::MAX.as_second())
+                    .unwrap_or(jiff::Timestamp::MAX)
+            )
+        } else {
+            format!("invalid deadline {q}: {DEADLINE_EXPECTED}")
+        }
+    })
+}
+
+/// Splits `2026-11-23T08:00:00+01:00` into the date-time and its offset (`Z`, `+01:00`, or `""`).
+fn split_offset(t: &str) -> (&str, &str) {
+    if let Some(rest) = t.strip_suffix(['Z', 'z']) {
+        return (rest, &t[rest.len()..]);
+    }
+    // The offset's sign comes after the date (`YYYY-MM-DD`, 10 bytes).
+    match t.get(10..).and_then(|time| time.rfind(['+', '-'])) {
+        Some(i) => t.split_at(10 + i),
+        None => (t, ""),
+    }
+}
+
+/// `(hours, minutes)` of a numeric offset `+HH:MM`, `+HHMM` or `+HH`; `None` for any other text.
+fn offset_fields(offset: &str) -> Option<(u32, u32)> {
+    let digits = offset.strip_prefix(['+', '-'])?;
+    let two = |d: &str| {
+        (d.len() == 2 && d.bytes().all(|b| b.is_ascii_digit())).then(|| d.parse().ok())?
+    };
+    // `get`, not indexing: the text is the user's, and a multi-byte character is no digit.
+    match digits.len() {
+        2 => Some((two(digits)?, 0)),
+        4 => Some((two(digits.get(..2)?)?, two(digits.get(2..)?)?)),
+        5 if digits.as_bytes().get(2) == Some(&b':') => {
+            Some((two(digits.get(..2)?)?, two(digits.get(3..)?)?))
+        }
+        _ => None,
+    }
+}
+
+/// Parses a percentage for `--floor` and the config's `floor`: `5`, `2.5%`; at least 0 and below 100.
+pub fn parse_percent(s: &str) -> Result<f64, String> {
+    let t = s.trim().trim_end_matches('%');
+    match t.parse::<f64>() {
+        Ok(v) if (0.0..100.0).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "invalid percentage {}: expected a number from 0 up to (not including) 100, e.g. 5 or 2.5%",
+            quote_value(s)
+        )),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// `--pid 2147483648` said "expected a positive process ID" and `--pid +5` was read as 5.
+    #[test]
+    fn pids_are_digits_up_to_the_linux_limit() {
+        assert_eq!(parse_pid("1"), Ok(1));
+        assert_eq!(parse_pid("4194303"), Ok(4_194_303));
+        for big in ["4194304", "2147483648", "99999999999999999999999"] {
+            let e = parse_pid(big).unwrap_err();
+            assert!(
+                e.starts_with(&format!("invalid PID '{big}': too large")) && e.contains("4194303"),
+                "{e}"
+            );
+        }
+        for bad in ["+5", "-5", "5a", "", " ", "0x10", "0"] {
+            let e = parse_pid(bad).unwrap_err();
+            assert!(
+                e.starts_with(&format!(
+                    "invalid PID '{bad}': expected a positive process ID"
+                )),
+                "{e}"
+            );
+        }
+    }
+
+    /// `--floor 100` was refused with "expected a number from 0 to 100".
+    #[test]
+    fn floor_message_states_the_range_it_enforces() {
+        assert_eq!(parse_percent("0"), Ok(0.0));
+        assert_eq!(parse_percent("99.9%"), Ok(99.9));
+        for bad in ["100", "100%", "-1", "nan", "inf", "x"] {
+            let e = parse_percent(bad).unwrap_err();
+            assert!(e.contains("from 0 up to (not including) 100"), "{e}");
+        }
+    }
+
+    /// `9999-12-31T00:00:00Z` was refused without a reason, and `+25:00` (outside RFC 3339) was taken.
+    #[test]
+    fn deadlines_out_of_range_or_with_bad_offsets_say_why() {
+        let e = parse_deadline("9999-12-31T00:00:00Z").unwrap_err();
+        assert!(
+            e.contains("too far in the future") && e.contains("9999-12-30T22:00:00Z"),
+            "{e}"
+        );
+        for bad in [
+            "2026-11-23T08:00:00+25:00",
+            "2026-11-23T08:00:00-24:00",
+            "2026-11-23T08:00:00+0960",
+        ] {
+            let e = parse_deadline(bad).unwrap_err();
+            assert!(e.contains("outside RFC 3339"), "{e}");
+        }
+        assert!(
+            parse_deadline("2026-11-23T08:00:00")
+                .unwrap_err()
+                .contains("with an offset such as Z")
+        );
+        for bad in ["tomorrow", "2026-02-30T00:00:00Z"] {
+            let e = parse_deadline(bad).unwrap_err();
+            assert_eq!(e, format!("invalid deadline '{bad}': {DEADLINE_EXPECTED}"));
+        }
+        for good in [
+            "2026-11-23T08:00:00Z",
+            "2026-11-23T08:00:00+23:59",
+            "2026-11-23T08:00:00-05:00",
+            "2026-11-23t08:00:00z",
+        ] {
+            assert!(parse_deadline(good).is_ok(), "{good}");
+        }
+    }
+
+    /// The property test found `--deadline` slicing an offset through a multi-byte
+    /// character (a panic on "RTMIN+RTMIN+\u{2028}'").
+    #[test]
+    fn a_multibyte_character_in_a_deadline_offset_is_an_error_not_a_panic() {
+        for bad in [
+            "RTMIN+RTMIN+\u{2028}'",
+            "2026-11-23T08:00:00+\u{e9}\u{e9}",
+            "2026-11-23T08:00:00+1\u{e9}00",
+        ] {
+            let e = parse_deadline(bad).unwrap_err();
+            assert!(e.starts_with("invalid deadline"), "{e}");
+        }
+    }
+}
