@@ -1,0 +1,1 @@
+//! `watchdog daemon`: finds training runs by rules and watches each with its own settings.

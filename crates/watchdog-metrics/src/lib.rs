@@ -1,0 +1,1 @@
+//! Prometheus metrics: the watched figures as text exposition, served at `/metrics`.
