@@ -19,7 +19,7 @@ pub struct Cli {
 
     /// Once watching has begun, write one JSON line to this inherited descriptor and
     /// close it (for programs that start the watchdog in the background).
-    #[arg(long, value_name = "FD", value_parser = crate::ready::parse_fd, global = true)]
+    #[arg(long, value_name = "FD", value_parser = watchdog_watch::ready::parse_fd, global = true)]
     pub ready_fd: Option<i32>,
 
     #[command(flatten)]

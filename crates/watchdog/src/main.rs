@@ -6,18 +6,14 @@
 
 mod cli;
 mod diff;
-mod environment;
 mod logging;
-mod outputs;
-mod ready;
-mod recorder;
 mod replay;
-mod target;
-mod watch;
 
 use std::process::ExitCode;
 
 use clap::Parser;
+
+use watchdog_watch::{Failure, ready, terminal};
 
 use crate::cli::{Cli, Command};
 use watchdog_config::Settings;
@@ -33,29 +29,18 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(Failure::Usage(msg)) => {
-            logging::error_line(&msg);
+            terminal::error_line(&msg);
             ExitCode::from(EXIT_USAGE)
         }
         Err(Failure::Runtime(msg)) => {
-            logging::error_line(&msg);
+            terminal::error_line(&msg);
             ExitCode::from(1)
         }
         Err(Failure::Spawn(msg, code)) => {
-            logging::error_line(&msg);
+            terminal::error_line(&msg);
             ExitCode::from(code)
         }
     }
-}
-
-/// Why the watchdog could not do its job.
-#[derive(Debug)]
-pub enum Failure {
-    /// The user's input is wrong (exit 2).
-    Usage(String),
-    /// Something outside the user's input failed (exit 1).
-    Runtime(String),
-    /// The command given to `run` could not be started (exit 127 not found, 126 otherwise).
-    Spawn(String, u8),
 }
 
 fn run(cli: Cli) -> Result<ExitCode, Failure> {
@@ -95,13 +80,13 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             }
             let settings = Settings::resolve(&cli.options).map_err(Failure::Usage)?;
             logging::init(&settings);
-            watch::run_command(&command, settings)
+            watchdog_watch::run_command(&command, settings)
         }
         None => match cli.pid {
             Some(pid) => {
                 let settings = Settings::resolve(&cli.options).map_err(Failure::Usage)?;
                 logging::init(&settings);
-                watch::attach(pid, settings)
+                watchdog_watch::attach(pid, settings)
             }
             None => Err(Failure::Usage(
                 "nothing to watch: expected --pid PID or run -- CMD [ARGS...] (see --help)".into(),
@@ -132,7 +117,7 @@ fn clap_error(e: clap::Error) -> ExitCode {
                     parts.push(line.trim_start_matches("error: "));
                 }
             }
-            logging::error_line(&parts.join(" "));
+            terminal::error_line(&parts.join(" "));
             ExitCode::from(EXIT_USAGE)
         }
     }

@@ -24,10 +24,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use watchdog_sampler::cgroup::OomKillCounter;
 
 use crate::Failure;
-use crate::logging;
 use crate::outputs::{self, Outputs};
 use crate::recorder::{self, FlightRecorder};
 use crate::target::{self, Target, TargetExit};
+use crate::terminal;
 use watchdog_config::Settings;
 
 mod actions;
@@ -318,7 +318,7 @@ impl Watch {
     /// Runs until the target exits; returns how it ended.
     fn run(&mut self) -> Ended {
         let interval = self.settings.interval;
-        let show_status = logging::status_wanted(&self.settings);
+        let show_status = terminal::status_wanted(&self.settings);
         let mut deadline = Instant::now();
         let mut next_ack = deadline;
         let mut next_python = deadline;
@@ -340,7 +340,7 @@ impl Watch {
                 next_python = now + ACK_CHECK_EVERY;
             }
             if show_status && now >= next_status {
-                logging::draw_status(&self.engine.status_line());
+                terminal::draw_status(&self.engine.status_line());
                 next_status = now + STATUS_EVERY;
             }
             deadline += interval;
@@ -355,7 +355,7 @@ impl Watch {
                 break;
             }
         }
-        logging::clear_status();
+        terminal::clear_status();
         // One last look for the verdict: a full disk stays full after the writer died.
         // Nothing is acted on: the target is gone.
         self.sample(Instant::now());
@@ -371,10 +371,10 @@ impl Watch {
 
     /// Ends the watch on the watchdog's own SIGINT/SIGTERM/SIGHUP, the target still running.
     fn stopped(&mut self, sig: i32) -> Ended {
-        logging::clear_status();
+        terminal::clear_status();
         self.end_hooks();
         let alerts = self.engine.alerts_sent();
-        logging::summary(&format!(
+        terminal::summary(&format!(
             "watchdog: stopped by {} after {}; PID {} ({}) is still running. {alerts} alert(s) sent.{}",
             signal_name(sig),
             format_duration_s(self.start.elapsed().as_secs_f64()),
@@ -703,7 +703,7 @@ impl Watch {
             after_duration: &survivors,
             tail: &late,
         });
-        logging::summary(&text);
+        terminal::summary(&text);
         self.emit(event);
         self.close();
     }
