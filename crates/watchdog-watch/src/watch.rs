@@ -13,10 +13,9 @@ use watchdog_alerter::events::EventLog;
 use watchdog_alerter::request::{AckWatcher, AlertRequest};
 use watchdog_engine::verdict::{self, ExitFacts};
 use watchdog_engine::{Action, AlertPlan, Delivery, Ending, Engine, Level};
-use watchdog_sampler::ring::SampleReader;
 use watchdog_sampler::{ResourceTable, Sampler};
 use watchdog_types::units::{format_duration_s, signal_name};
-use watchdog_types::{Event, EventBody, Sample};
+use watchdog_types::{Event, EventBody};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -25,7 +24,7 @@ use watchdog_sampler::cgroup::OomKillCounter;
 
 use crate::Failure;
 use crate::outputs::{self, Outputs};
-use crate::recorder::{self, FlightRecorder};
+use crate::recorder::{self, FlightRecorder, RecorderLink, Recorders};
 use crate::target::{self, Target, TargetExit};
 use crate::terminal;
 use watchdog_config::Settings;
@@ -39,8 +38,9 @@ mod sources;
 const ACK_CHECK_EVERY: Duration = Duration::from_millis(100);
 /// How often the live status line is redrawn.
 const STATUS_EVERY: Duration = Duration::from_millis(250);
-/// Ring buffer capacity in samples: enough for many ticks of every resource.
-const RING_CAPACITY: usize = 4096;
+/// Ring buffer capacity in samples: seconds of every resource at 100 Hz, far more than
+/// the recorder thread's [`recorder::DRAIN_EVERY`].
+pub const RING_CAPACITY: usize = 4096;
 /// How far back "just before the exit" reaches for the verdict.
 const RECENT_MS: u32 = 3_000;
 
@@ -153,7 +153,6 @@ struct Watch {
     settings: Settings,
     target: Target,
     sampler: Sampler,
-    reader: Option<SampleReader>,
     engine: Engine,
     events: Option<EventLog>,
     request_file: PathBuf,
@@ -163,7 +162,9 @@ struct Watch {
     start: Instant,
     ticks: u64,
     late_ticks: u64,
-    recorder: FlightRecorder,
+    recorder: Recording,
+    /// The recorder thread (one per process; this watch's own in single-run mode).
+    _recorders: Recorders,
     record_path: Option<PathBuf>,
     record_now: Arc<AtomicBool>,
     oom_counter: Option<(OomKillCounter, u64)>,
@@ -214,7 +215,7 @@ impl Watch {
         let start_wall = SystemTime::now();
         let mut environment = crate::environment::gather(&settings.host, target.pid, table.all());
         environment.gpus = std::mem::take(&mut built.gpus);
-        let recorder = FlightRecorder::new(
+        let flight = FlightRecorder::new(
             table.all().to_vec(),
             recorder::Meta {
                 pid: Some(target.pid.into()),
@@ -229,6 +230,9 @@ impl Watch {
             },
             settings.record_window.as_secs_f64(),
         );
+        let start_environment = flight.environment().cloned();
+        let mut recorders = Recorders::start().map_err(Failure::Runtime)?;
+        let recorder = Recording::Live(recorders.add(flight, reader));
         // In a dry run nothing is written unless a recording was asked for by name.
         let record_path = outputs.recording.clone();
         let oom_counter = built
@@ -241,7 +245,6 @@ impl Watch {
             settings,
             target,
             sampler,
-            reader: Some(reader),
             engine,
             events,
             request_file,
@@ -250,6 +253,7 @@ impl Watch {
             ticks: 0,
             late_ticks: 0,
             recorder,
+            _recorders: recorders,
             record_path,
             record_now,
             oom_counter,
@@ -267,11 +271,15 @@ impl Watch {
         {
             tracing::warn!("cannot remove an old request file: {e}");
         }
-        watch.announce_start(&built.unwatched);
+        watch.announce_start(&built.unwatched, start_environment);
         Ok(watch)
     }
 
-    fn announce_start(&mut self, unwatched: &[(String, String)]) {
+    fn announce_start(
+        &mut self,
+        unwatched: &[(String, String)],
+        environment: Option<watchdog_types::environment::Environment>,
+    ) {
         let s = &self.settings;
         tracing::info!(
             "watching PID {} ({}) every {} with a {} lead; request file {}{}",
@@ -295,7 +303,7 @@ impl Watch {
             interval_s: s.interval.as_secs_f64(),
             lead_s: s.lead.as_secs_f64(),
             dry_run: s.dry_run,
-            environment: self.recorder.environment().cloned().map(Box::new),
+            environment: environment.map(Box::new),
         });
         for (resource, reason) in unwatched {
             if resource == "gpu" {
@@ -391,8 +399,9 @@ impl Watch {
     /// final recording.
     fn close(&mut self) {
         self.actions.finish(Duration::from_secs(3));
-        if let Some(path) = &self.record_path {
-            match recorder::write(path, &self.recorder.snapshot()) {
+        let last = self.recorder.take_back();
+        if let (Some(path), Some(last)) = (&self.record_path, last) {
+            match recorder::write(path, &last.snapshot()) {
                 Ok(()) => tracing::info!("recording written to {}", path.display()),
                 Err(e) => outputs::write_failed("recording", path, &e),
             }
@@ -439,7 +448,11 @@ impl Watch {
     fn sample(&mut self, now: Instant) {
         let t_ns = now.duration_since(self.start).as_nanos() as u64;
         self.ticks += 1;
-        self.sampler.tick(t_ns);
+        let mut actions = Vec::new();
+        let engine = &mut self.engine;
+        self.sampler.tick_into(t_ns, &mut |s| {
+            let _ = engine.observe(s, &mut actions);
+        });
         let mut failures = Vec::new();
         self.sampler
             .take_new_failures(|name, e| failures.push((name.to_string(), e.to_string())));
@@ -452,10 +465,7 @@ impl Watch {
         for resource in recovered {
             self.emit(EventBody::Resumed { resource });
         }
-        if let Some(mut reader) = self.reader.take() {
-            reader.drain(|s| self.on_sample(s));
-            self.reader = Some(reader);
-        }
+        self.perform(actions, None);
     }
 
     /// Hands a copy of the flight recorder to the action thread to write.
@@ -463,20 +473,13 @@ impl Watch {
         match &self.record_path {
             Some(path) => {
                 tracing::debug!("writing the recording {} ({why})", path.display());
-                self.actions.record(path.clone(), self.recorder.snapshot());
+                self.recorder.write(path.clone());
             }
             None if why == "SIGUSR2" => {
                 tracing::info!("dry run: no recording written (give --record PATH to have one)")
             }
             None => {}
         }
-    }
-
-    fn on_sample(&mut self, s: Sample) {
-        self.recorder.observe(&s);
-        let mut actions = Vec::new();
-        let _ = self.engine.observe(&s, &mut actions);
-        self.perform(actions, None);
     }
 
     /// Carries out what the engine decided; `request` is the request just made (for the
@@ -600,12 +603,15 @@ impl Watch {
                 // The run is set up by now: read its /dev/shm again (a `run` target may
                 // have mounted its own after the start).
                 let shm = crate::environment::target_shm(&self.settings.host, self.target.pid);
-                if let Some(env) = self.recorder.environment_mut() {
-                    env.python = Some(python.clone());
-                    if let Ok(shm) = shm {
-                        env.shm = Some(shm);
+                let recorded = python.clone();
+                self.recorder.edit(move |r| {
+                    if let Some(env) = r.environment_mut() {
+                        env.python = Some(recorded);
+                        if let Ok(shm) = shm {
+                            env.shm = Some(shm);
+                        }
                     }
-                }
+                });
                 self.emit(EventBody::Environment { python });
             }
             Err(e) => {
@@ -623,26 +629,27 @@ impl Watch {
             unit,
             source,
         } = &body
-            && let Some(env) = self.recorder.environment_mut()
         {
-            crate::environment::note_limit(
-                env,
-                watchdog_types::environment::LimitFact {
-                    resource: resource.clone(),
-                    kind: *kind,
-                    limit: *limit,
-                    unit: *unit,
-                    source: source.clone(),
-                },
-            );
+            let fact = watchdog_types::environment::LimitFact {
+                resource: resource.clone(),
+                kind: *kind,
+                limit: *limit,
+                unit: *unit,
+                source: source.clone(),
+            };
+            self.recorder.edit(move |r| {
+                if let Some(env) = r.environment_mut() {
+                    crate::environment::note_limit(env, fact);
+                }
+            });
         }
         let event = Event {
             time: watchdog_alerter::events::now_rfc3339(),
             body,
         };
         if let Ok(json) = serde_json::to_value(&event) {
-            self.recorder
-                .event(self.start.elapsed().as_secs_f64(), json);
+            let t_s = self.start.elapsed().as_secs_f64();
+            self.recorder.edit(move |r| r.event(t_s, json));
         }
         if let Some(log) = &mut self.events {
             match log.append(&event) {
@@ -656,9 +663,9 @@ impl Watch {
     /// Gathers what the verdict looks at and decides.
     fn diagnose(&mut self, exit: TargetExit) -> verdict::Verdict {
         let now_ms = self.start.elapsed().as_millis().min(u64::MAX as u128) as u64;
-        let recorder = &self.recorder;
+        let recorder = self.recorder.take_back();
         let resources = self.engine.resource_ends(now_ms as f64 / 1e3, |i| {
-            recorder.recent_peak(i, now_ms, RECENT_MS)
+            recorder.and_then(|r| r.recent_peak(i, now_ms, RECENT_MS))
         });
         let oom_kills = self
             .oom_counter
@@ -706,5 +713,51 @@ impl Watch {
         terminal::summary(&text);
         self.emit(event);
         self.close();
+    }
+}
+
+/// The flight recorder as this watch reaches it: on the recorder thread while the watch
+/// runs, taken back (with every sample drained into it) for the verdict and the last write.
+enum Recording {
+    Live(RecorderLink),
+    Back(Box<FlightRecorder>),
+    Gone,
+}
+
+impl Recording {
+    /// Changes the recorder wherever it is.
+    fn edit(&mut self, f: impl FnOnce(&mut FlightRecorder) + Send + 'static) {
+        match self {
+            Recording::Live(link) => link.edit(f),
+            Recording::Back(r) => f(r),
+            Recording::Gone => {}
+        }
+    }
+
+    /// Writes the recording to `path` off the sampling thread.
+    fn write(&self, path: PathBuf) {
+        match self {
+            Recording::Live(link) => link.write(path),
+            Recording::Back(r) => {
+                if let Err(e) = recorder::write(&path, &r.snapshot()) {
+                    outputs::write_failed("recording", &path, &e);
+                }
+            }
+            Recording::Gone => {}
+        }
+    }
+
+    /// The recorder, taken back from its thread on the first call.
+    fn take_back(&mut self) -> Option<&FlightRecorder> {
+        if let Recording::Live(_) = self
+            && let Recording::Live(link) = std::mem::replace(self, Recording::Gone)
+            && let Some(r) = link.take()
+        {
+            *self = Recording::Back(Box::new(r));
+        }
+        match self {
+            Recording::Back(r) => Some(r),
+            _ => None,
+        }
     }
 }
