@@ -276,7 +276,7 @@ fn format_value(v: f64) -> String {
 }
 
 /// A label value escaped as the text format requires: `\` as `\\`, `"` as `\"`, newline as `\n`.
-pub fn escape_label_value(value: &str) -> String {
+fn escape_label_value(value: &str) -> String {
     let mut out = String::with_capacity(value.len());
     for c in value.chars() {
         match c {

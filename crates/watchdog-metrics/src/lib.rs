@@ -7,7 +7,7 @@
 //!   (no host means 127.0.0.1) and binds it, with a one-line error otherwise;
 //!   [`server::MetricsServer::serve`]`(snapshot)` serves `GET /metrics` on a thread of its
 //!   own and returns a [`server::MetricsHandle`], which stops the server when stopped or
-//!   dropped.
+//!   dropped. [`server::parse_addr`] is the parsing alone, for checking `--metrics` early.
 //!
 //! Every metric, its unit and labels are documented in `docs/metrics.md`.
 #![deny(missing_docs)]

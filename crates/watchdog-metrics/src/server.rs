@@ -316,8 +316,10 @@ fn read_head(mut stream: &TcpStream) -> Result<Vec<u8>, HeadError> {
             return Err(HeadError::Gone);
         }
         let n = match stream.read(&mut buf) {
-            Ok(0) | Err(_) => return Err(HeadError::Gone),
+            Ok(0) => return Err(HeadError::Gone),
             Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return Err(HeadError::Gone),
         };
         let scan_from = head.len().saturating_sub(3);
         head.extend_from_slice(&buf[..n]);
