@@ -5,13 +5,15 @@
 
 pub mod environment;
 pub mod outputs;
+mod published;
 pub mod ready;
 pub mod recorder;
 pub mod target;
 pub mod terminal;
 mod watch;
 
-pub use watch::{attach, run_command};
+pub use published::Published;
+pub use watch::{Label, Prepared, RING_CAPACITY, Watch, attach, run_command};
 
 /// Why the watchdog could not do its job.
 #[derive(Debug)]

@@ -15,7 +15,6 @@
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use watchdog_sampler::ring::SampleReader;
@@ -219,8 +218,7 @@ enum Command {
 /// sample ring.
 pub struct Recorders {
     tx: mpsc::Sender<Command>,
-    next: u64,
-    thread: Option<JoinHandle<()>>,
+    next: std::sync::atomic::AtomicU64,
 }
 
 /// One target's way to its recorder on the recorder thread.
@@ -233,34 +231,25 @@ impl Recorders {
     /// Starts the recorder thread.
     pub fn start() -> Result<Recorders, String> {
         let (tx, rx) = mpsc::channel();
-        let thread = std::thread::Builder::new()
+        // Detached: it ends when the last sender (this and every link) is gone.
+        std::thread::Builder::new()
             .name("watchdog-recorder".into())
             .spawn(move || serve(rx))
             .map_err(|e| format!("cannot start the recorder thread: {e}"))?;
         Ok(Recorders {
             tx,
-            next: 0,
-            thread: Some(thread),
+            next: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
     /// Hands a target's recorder and the reading end of its sample ring to the thread.
-    pub fn add(&mut self, recorder: FlightRecorder, reader: SampleReader) -> RecorderLink {
-        self.next += 1;
-        let _ = self
-            .tx
-            .send(Command::Add(self.next, Box::new(recorder), reader));
+    pub fn add(&self, recorder: FlightRecorder, reader: SampleReader) -> RecorderLink {
+        let key = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let _ = self.tx.send(Command::Add(key, Box::new(recorder), reader));
         RecorderLink {
-            key: self.next,
+            key,
             tx: self.tx.clone(),
         }
-    }
-}
-
-impl Drop for Recorders {
-    fn drop(&mut self) {
-        // The thread ends once every link is gone too; it holds nothing worth waiting for.
-        drop(self.thread.take());
     }
 }
 
@@ -364,7 +353,7 @@ mod tests {
     #[test]
     fn the_recorder_thread_takes_samples_from_the_ring_and_gives_the_recorder_back() {
         let (mut writer, reader) = watchdog_sampler::ring::SampleRing::new(64);
-        let mut threads = Recorders::start().unwrap();
+        let threads = Recorders::start().unwrap();
         let link = threads.add(recorder(600.0), reader);
         for t in 0..10 {
             assert!(writer.push(sample(t * 100, t)));

@@ -22,11 +22,11 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use watchdog_sampler::cgroup::OomKillCounter;
 
-use crate::Failure;
 use crate::outputs::{self, Outputs};
 use crate::recorder::{self, FlightRecorder, RecorderLink, Recorders};
 use crate::target::{self, Target, TargetExit};
 use crate::terminal;
+use crate::{Failure, Published};
 use watchdog_config::Settings;
 
 mod actions;
@@ -45,7 +45,12 @@ pub const RING_CAPACITY: usize = 4096;
 const RECENT_MS: u32 = 3_000;
 
 /// `watchdog --pid PID`: watch a running process until it exits.
-pub fn attach(pid: u32, settings: Settings) -> Result<ExitCode, Failure> {
+/// `published` receives its status for `--metrics`.
+pub fn attach(
+    pid: u32,
+    settings: Settings,
+    published: Option<Arc<Published>>,
+) -> Result<ExitCode, Failure> {
     // Signals first: from here on, SIGUSR2 and a stop request are ours to handle.
     let record_now = catch_record_signal();
     let stop = Arc::new(AtomicUsize::new(0));
@@ -61,9 +66,11 @@ pub fn attach(pid: u32, settings: Settings) -> Result<ExitCode, Failure> {
         outputs::live_cwd(&settings.host, pid).as_deref(),
     )?;
     let prepared = Prepared::new(&settings, Some(pid))?;
-    let mut watch = Watch::new(target, settings, prepared, outputs, record_now)?;
+    let recorders = Recorders::start().map_err(Failure::Runtime)?;
+    let mut watch = Watch::new(target, settings, prepared, outputs, record_now, &recorders)?;
     // Stopping the watchdog (Ctrl-C, kill) ends the watch with a summary, not silently.
     watch.stop = Some(stop);
+    watch.publish_to(published);
     match watch.run() {
         Ended::Target(_) => Ok(ExitCode::SUCCESS),
         Ended::Stopped(sig) => Ok(ExitCode::from((128 + sig).clamp(0, 255) as u8)),
@@ -89,7 +96,12 @@ enum Ended {
 }
 
 /// `watchdog run -- CMD`: start CMD, watch it, exit with its status.
-pub fn run_command(argv: &[std::ffi::OsString], settings: Settings) -> Result<ExitCode, Failure> {
+/// `published` receives its status for `--metrics`.
+pub fn run_command(
+    argv: &[std::ffi::OsString],
+    settings: Settings,
+    published: Option<Arc<Published>>,
+) -> Result<ExitCode, Failure> {
     // Signals first, so none can kill the watchdog between the spawn and the watch.
     let record_now = catch_record_signal();
     let forwarded = target::catch_forwarded_signals()?;
@@ -108,9 +120,13 @@ pub fn run_command(argv: &[std::ffi::OsString], settings: Settings) -> Result<Ex
     let unforwarded = Arc::new(AtomicUsize::new(0));
     target::forward_signals(forwarded, target.pidfd.clone(), unforwarded.clone())?;
     let pidfd = target.pidfd.clone();
-    let mut watch = match Watch::new(target, settings, prepared, outputs, record_now) {
+    let recorders = Recorders::start().map_err(Failure::Runtime);
+    let built =
+        recorders.and_then(|r| Watch::new(target, settings, prepared, outputs, record_now, &r));
+    let mut watch = match built {
         Ok(mut w) => {
             w.unforwarded = Some(unforwarded);
+            w.publish_to(published);
             w
         }
         Err(e) => {
@@ -133,7 +149,9 @@ pub struct Prepared {
 }
 
 impl Prepared {
-    fn new(settings: &Settings, pid: Option<u32>) -> Result<Prepared, Failure> {
+    /// Opens the events file and starts GPU watching for a target (`pid`: `None` for a
+    /// command not started yet).
+    pub fn new(settings: &Settings, pid: Option<u32>) -> Result<Prepared, Failure> {
         let events = match &settings.events {
             Some(path) => Some(EventLog::open(path).map_err(|e| {
                 Failure::Usage(format!(
@@ -149,7 +167,9 @@ impl Prepared {
     }
 }
 
-struct Watch {
+/// One watched run: its target, sources, engine and outputs. The single-run watchdog drives
+/// one with [`Watch::run`]; the service drives many, one [`Watch::step`] each per tick.
+pub struct Watch {
     settings: Settings,
     target: Target,
     sampler: Sampler,
@@ -163,8 +183,6 @@ struct Watch {
     ticks: u64,
     late_ticks: u64,
     recorder: Recording,
-    /// The recorder thread (one per process; this watch's own in single-run mode).
-    _recorders: Recorders,
     record_path: Option<PathBuf>,
     record_now: Arc<AtomicBool>,
     oom_counter: Option<(OomKillCounter, u64)>,
@@ -181,15 +199,38 @@ struct Watch {
     hook_outcomes: std::sync::mpsc::Receiver<watchdog_alerter::hook::HookOutcome>,
     /// The Python client's environment file, until it was read (see `environment`).
     python_file: Option<PathBuf>,
+    next_ack: Instant,
+    next_python: Instant,
+    /// Who the run belongs to and what it is, for status readers.
+    label: Label,
+    /// Where the single-run loop publishes its status (for `--metrics`).
+    published: Option<Arc<Published>>,
+    start_unix: f64,
+}
+
+/// What status readers show of a run besides its figures.
+#[derive(Debug, Clone, Default)]
+pub struct Label {
+    /// The owner's uid.
+    pub uid: u32,
+    /// The owner's name (the uid as text when it has none).
+    pub user: String,
+    /// The command line, clipped.
+    pub command: String,
+    /// The service's rule that matched it.
+    pub rule: Option<String>,
 }
 
 impl Watch {
-    fn new(
+    /// Starts watching `target`: sources, engine, recorder (on `recorders`' thread), the
+    /// start event. `record_now` is the flag SIGUSR2 sets.
+    pub fn new(
         target: Target,
         settings: Settings,
         prepared: Prepared,
         outputs: Outputs,
         record_now: Arc<AtomicBool>,
+        recorders: &Recorders,
     ) -> Result<Watch, Failure> {
         let request_file = outputs.request_file.clone();
         let python_file = crate::environment::python_file(&request_file);
@@ -231,7 +272,6 @@ impl Watch {
             settings.record_window.as_secs_f64(),
         );
         let start_environment = flight.environment().cloned();
-        let mut recorders = Recorders::start().map_err(Failure::Runtime)?;
         let recorder = Recording::Live(recorders.add(flight, reader));
         // In a dry run nothing is written unless a recording was asked for by name.
         let record_path = outputs.recording.clone();
@@ -253,7 +293,6 @@ impl Watch {
             ticks: 0,
             late_ticks: 0,
             recorder,
-            _recorders: recorders,
             record_path,
             record_now,
             oom_counter,
@@ -265,6 +304,11 @@ impl Watch {
             hooks,
             hook_outcomes,
             python_file: Some(python_file),
+            next_ack: start,
+            next_python: start,
+            label: Label::default(),
+            published: None,
+            start_unix: watchdog_alerter::events::unix_time_s(start_wall),
         };
         if !watch.settings.dry_run
             && let Err(e) = watchdog_alerter::request::clear_request_files(&watch.request_file)
@@ -328,8 +372,6 @@ impl Watch {
         let interval = self.settings.interval;
         let show_status = terminal::status_wanted(&self.settings);
         let mut deadline = Instant::now();
-        let mut next_ack = deadline;
-        let mut next_python = deadline;
         let mut next_status = deadline + STATUS_EVERY;
         loop {
             if let Some(sig) = self.stop.as_ref().map(|s| s.load(Ordering::Relaxed))
@@ -339,16 +381,14 @@ impl Watch {
             }
             let now = Instant::now();
             self.tick(now);
-            if self.engine.alerts_sent() > 0 && now >= next_ack {
-                self.check_ack();
-                next_ack = now + ACK_CHECK_EVERY;
-            }
-            if self.python_file.is_some() && now >= next_python {
-                self.check_python_environment();
-                next_python = now + ACK_CHECK_EVERY;
-            }
-            if show_status && now >= next_status {
-                terminal::draw_status(&self.engine.status_line());
+            self.read_from_the_run(now);
+            if now >= next_status {
+                if show_status {
+                    terminal::draw_status(&self.engine.status_line());
+                }
+                if let Some(published) = &self.published {
+                    published.set_targets(vec![self.status(self.start_unix)]);
+                }
                 next_status = now + STATUS_EVERY;
             }
             deadline += interval;
@@ -364,8 +404,26 @@ impl Watch {
             }
         }
         terminal::clear_status();
-        // One last look for the verdict: a full disk stays full after the writer died.
-        // Nothing is acted on: the target is gone.
+        Ended::Target(self.conclude())
+    }
+
+    /// One tick of the service's loop: sample, decide, act, read what the run wrote back;
+    /// `true` once the run has ended (call [`conclude`](Self::conclude) then). Never blocks.
+    pub fn step(&mut self, now: Instant) -> bool {
+        self.tick(now);
+        self.read_from_the_run(now);
+        self.ended()
+    }
+
+    /// Whether the run has ended, without waiting.
+    fn ended(&mut self) -> bool {
+        self.wait_for_the_run(Duration::ZERO)
+    }
+
+    /// The end of a run: one last look for the verdict (a full disk stays full after the
+    /// writer died; nothing is acted on, the target is gone), the summary, the exit event
+    /// and the last recording.
+    pub fn conclude(&mut self) -> TargetExit {
         self.sample(Instant::now());
         self.engine.discard_pending();
         if self.engine.alerts_sent() > 0 {
@@ -374,7 +432,69 @@ impl Watch {
         }
         let exit = self.target.reap();
         self.finish(exit);
-        Ended::Target(exit)
+        exit
+    }
+
+    /// Stops watching a run that goes on (the watchdog was told to stop by `sig`).
+    pub fn leave(&mut self, sig: i32) {
+        let _ = self.stopped(sig);
+    }
+
+    /// The target's PID.
+    pub fn pid(&self) -> u32 {
+        self.target.pid
+    }
+
+    /// Publishes this watch's status to `published` every few ticks of [`run`](Self::run),
+    /// labelled with the target's owner and command line.
+    fn publish_to(&mut self, published: Option<Arc<Published>>) {
+        if published.is_some() {
+            self.label = crate::target::label(&self.settings.host.proc, self.target.pid);
+        }
+        self.published = published;
+    }
+
+    /// Sets what status readers show of the run besides its figures.
+    pub fn set_label(&mut self, label: Label) {
+        self.label = label;
+    }
+
+    /// Where this run's checkpoint requests are written.
+    pub fn request_file(&self) -> &Path {
+        &self.request_file
+    }
+
+    /// The run as status readers see it.
+    pub fn status(&self, since_unix: f64) -> watchdog_types::status::TargetStatus {
+        let (acks, checkpoint_s) = self.engine.checkpoints();
+        watchdog_types::status::TargetStatus {
+            pid: self.target.pid,
+            uid: self.label.uid,
+            user: self.label.user.clone(),
+            command: self.label.command.clone(),
+            rule: self.label.rule.clone(),
+            since_unix,
+            lead_s: self.engine.lead_s(),
+            request_file: self.request_file.display().to_string(),
+            alerts_sent: self.engine.alerts_sent() as u64,
+            checkpoints_acknowledged: acks,
+            checkpoint_seconds_total: checkpoint_s,
+            samples_dropped: self.sampler.dropped(),
+            resources: self.engine.resource_status(),
+        }
+    }
+
+    /// Reads what the run writes back, each on its own schedule: the acknowledgment while
+    /// an alert is outstanding, the Python client's environment until it came.
+    fn read_from_the_run(&mut self, now: Instant) {
+        if self.engine.alerts_sent() > 0 && now >= self.next_ack {
+            self.check_ack();
+            self.next_ack = now + ACK_CHECK_EVERY;
+        }
+        if self.python_file.is_some() && now >= self.next_python {
+            self.check_python_environment();
+            self.next_python = now + ACK_CHECK_EVERY;
+        }
     }
 
     /// Ends the watch on the watchdog's own SIGINT/SIGTERM/SIGHUP, the target still running.

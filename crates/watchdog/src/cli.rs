@@ -22,6 +22,11 @@ pub struct Cli {
     #[arg(long, value_name = "FD", value_parser = watchdog_watch::ready::parse_fd, global = true)]
     pub ready_fd: Option<i32>,
 
+    /// Serve Prometheus metrics at http://ADDR/metrics (PORT, HOST:PORT or [IPv6]:PORT;
+    /// a port alone means 127.0.0.1). Metrics show every watched run: keep them local.
+    #[arg(long, value_name = "ADDR", value_parser = parse_metrics_addr, global = true)]
+    pub metrics: Option<String>,
+
     #[command(flatten)]
     pub options: WatchOptions,
 
@@ -75,6 +80,11 @@ pub enum Command {
         #[arg(value_name = "TRACE")]
         trace: PathBuf,
     },
+}
+
+/// Checks a `--metrics` address now, so a bad one is a usage error before anything starts.
+fn parse_metrics_addr(s: &str) -> Result<String, String> {
+    watchdog_metrics::server::parse_addr(s).map(|_| s.to_string())
 }
 
 #[cfg(test)]

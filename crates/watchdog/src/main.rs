@@ -11,7 +11,11 @@ mod replay;
 
 use std::process::ExitCode;
 
+use std::sync::Arc;
+
 use clap::Parser;
+use watchdog_metrics::server::{MetricsHandle, MetricsServer};
+use watchdog_watch::Published;
 
 use watchdog_watch::{Failure, ready, terminal};
 
@@ -80,19 +84,37 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             }
             let settings = Settings::resolve(&cli.options).map_err(Failure::Usage)?;
             logging::init(&settings);
-            watchdog_watch::run_command(&command, settings)
+            let (published, _metrics) = serve_metrics(cli.metrics.as_deref(), &settings)?;
+            watchdog_watch::run_command(&command, settings, published)
         }
         None => match cli.pid {
             Some(pid) => {
                 let settings = Settings::resolve(&cli.options).map_err(Failure::Usage)?;
                 logging::init(&settings);
-                watchdog_watch::attach(pid, settings)
+                let (published, _metrics) = serve_metrics(cli.metrics.as_deref(), &settings)?;
+                watchdog_watch::attach(pid, settings, published)
             }
             None => Err(Failure::Usage(
                 "nothing to watch: expected --pid PID or run -- CMD [ARGS...] (see --help)".into(),
             )),
         },
     }
+}
+
+/// Starts the Prometheus endpoint of a single-run watch when `--metrics` asks for one.
+fn serve_metrics(
+    addr: Option<&str>,
+    settings: &Settings,
+) -> Result<(Option<Arc<Published>>, Option<MetricsHandle>), Failure> {
+    let Some(addr) = addr else {
+        return Ok((None, None));
+    };
+    let server = MetricsServer::bind(addr).map_err(Failure::Usage)?;
+    let published = Arc::new(Published::new("single", settings.interval.as_secs_f64()));
+    let source = Arc::clone(&published);
+    let handle = server.serve(Arc::new(move || (*source.get()).clone()));
+    tracing::info!("metrics at http://{}/metrics", handle.local_addr());
+    Ok((Some(published), Some(handle)))
 }
 
 /// Prints a clap error as one line (help and version as clap renders them).
