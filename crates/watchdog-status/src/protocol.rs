@@ -222,9 +222,19 @@ impl Response {
         };
         // Serializing plain structs of strings and numbers into a String cannot fail;
         // fall back to a fixed error line rather than panic.
-        serde_json::to_string(&wire).unwrap_or_else(|_| {
+        let line = serde_json::to_string(&wire).unwrap_or_else(|_| {
             r#"{"ok":false,"error":"the watchdog could not encode its answer"}"#.to_string()
-        })
+        });
+        // JSON allows U+0085, U+2028 and U+2029 raw inside strings, but line readers that
+        // split on every Unicode line break (Python's `str.splitlines`) would cut the
+        // answer there; they can only occur inside strings, where the escape means the same.
+        if line.contains(['\u{85}', '\u{2028}', '\u{2029}']) {
+            line.replace('\u{85}', "\\u0085")
+                .replace('\u{2028}', "\\u2028")
+                .replace('\u{2029}', "\\u2029")
+        } else {
+            line
+        }
     }
 
     /// Parses one answer line (a trailing newline is allowed).
@@ -438,6 +448,19 @@ mod tests {
             s.starts_with(r#"{"ok":true,"status":{"watchdog_pid":10,"#),
             "{s}"
         );
+    }
+
+    #[test]
+    fn unicode_line_breaks_are_escaped_so_every_reader_sees_one_line() {
+        let r = Response::Registered(Registration {
+            pid: 5,
+            request_file: "/tmp/a\u{2028}b\u{85}c\u{2029}".into(),
+            signal: "SIGUSR1".into(),
+        });
+        let line = r.encode();
+        assert!(line.contains(r"/tmp/a\u2028b\u0085c\u2029"), "{line}");
+        assert_eq!(line.lines().count(), 1);
+        assert_eq!(Response::decode(line.as_bytes()), Ok(r));
     }
 
     #[test]

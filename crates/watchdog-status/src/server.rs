@@ -5,8 +5,9 @@
 //! `SO_PEERCRED` (the kernel's, not anything the client says), decide what it sees and
 //! what it may register. Each connection reads one request line (at most
 //! [`MAX_REQUEST_BYTES`], within [`REQUEST_TIMEOUT`]), gets one answer and is closed, on
-//! its own thread; at most [`MAX_CONNECTIONS`] are handled at once and any more are told
-//! the server is busy, so a client that connects and says nothing delays nobody.
+//! its own thread, so a client that connects and says nothing delays nobody. At most
+//! [`MAX_CONNECTIONS`] are handled at once; more wait in the listen backlog until a slot
+//! frees (so [`MAX_CONNECTIONS`] silent clients delay the next by up to [`REQUEST_TIMEOUT`]).
 
 use std::fs;
 use std::io::{self, Read as _, Write as _};
@@ -29,7 +30,7 @@ use crate::protocol::{MAX_REQUEST_BYTES, Request, Response, TOO_LONG};
 /// How long a connection may take to send its request line.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Connections handled at once; more are answered "busy" and closed.
+/// Connections handled at once; more wait in the listen backlog.
 pub const MAX_CONNECTIONS: usize = 16;
 
 /// How often the accept loop looks at its stop flag.
@@ -227,11 +228,13 @@ fn accept_loop(listener: &UnixListener, handler: &Handler, stop: &AtomicBool) {
             std::thread::sleep(Duration::from_millis(10));
             continue;
         }
-        loop {
+        // All slots taken: leave new connections in the listen backlog until one frees
+        // (within REQUEST_TIMEOUT); they are answered then, within the client's timeout.
+        while active.load(Ordering::Acquire) < MAX_CONNECTIONS {
             match listener.accept() {
                 Ok((stream, _)) => dispatch(stream, handler, &active),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => {
                     // Out of file descriptors, most likely: let connections finish.
                     std::thread::sleep(Duration::from_millis(50));
@@ -251,18 +254,9 @@ impl Drop for Slot {
     }
 }
 
-/// Handles `stream` on a new thread, or answers "busy" when all slots are taken.
+/// Handles `stream` on a new thread holding one of the slots.
 fn dispatch(stream: UnixStream, handler: &Handler, active: &Arc<AtomicUsize>) {
-    if active.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
-        active.fetch_sub(1, Ordering::AcqRel);
-        // A fresh socket's buffer takes this short line without blocking.
-        let _ = stream.set_nonblocking(true);
-        let busy = Response::error(&format!(
-            "the watchdog is busy ({MAX_CONNECTIONS} connections open); try again"
-        ));
-        let _ = (&stream).write_all(format!("{}\n", busy.encode()).as_bytes());
-        return;
-    }
+    active.fetch_add(1, Ordering::AcqRel);
     let slot = Slot(Arc::clone(active));
     let handler = Arc::clone(handler);
     // If the thread cannot start, the closure (and the slot) is dropped with the stream.
@@ -296,7 +290,31 @@ fn handle(mut stream: UnixStream, handler: &Handler) {
         };
     let _ = stream.set_write_timeout(Some(REQUEST_TIMEOUT));
     let _ = stream.write_all(format!("{}\n", response.encode()).as_bytes());
-    let _ = stream.shutdown(std::net::Shutdown::Both);
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    discard_rest(&mut stream);
+}
+
+/// Reads and drops what the client sent beyond its request line (bounded in bytes and
+/// time): closing a Unix socket with unread data makes the client's next read fail with
+/// ECONNRESET, and it would never see the answer (`request longer than 64 KiB`).
+fn discard_rest(stream: &mut UnixStream) {
+    const MAX_DISCARD: usize = 1 << 20;
+    const MAX_WAIT: Duration = Duration::from_millis(500);
+    let deadline = Instant::now() + MAX_WAIT;
+    let mut buf = [0u8; 8192];
+    let mut dropped = 0usize;
+    while dropped < MAX_DISCARD {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+            return;
+        }
+        match stream.read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => dropped += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return,
+        }
+    }
 }
 
 /// Why no request line was read.
