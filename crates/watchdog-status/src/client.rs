@@ -110,6 +110,7 @@ fn connect_error(socket: &Path, e: &io::Error) -> String {
 mod tests {
     use super::*;
     use std::os::unix::net::UnixListener;
+    use std::path::PathBuf;
 
     #[test]
     fn a_missing_socket_says_so_and_suggests_the_daemon() {
@@ -146,8 +147,8 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_garbage_answer_is_malformed_and_one_line() {
+    /// Queries a one-shot server that reads the request and answers `answer` raw.
+    fn query_fake_server(answer: &'static [u8]) -> (PathBuf, String) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("daemon.sock");
         let listener = UnixListener::bind(&path).unwrap();
@@ -155,10 +156,16 @@ mod tests {
             let (mut s, _) = listener.accept().unwrap();
             let mut line = [0u8; 64];
             let _ = s.read(&mut line).unwrap();
-            s.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n").unwrap();
+            s.write_all(answer).unwrap();
         });
         let e = query(&path, &Request::Status).unwrap_err();
         server.join().unwrap();
+        (path, e)
+    }
+
+    #[test]
+    fn a_garbage_answer_is_malformed_and_one_line() {
+        let (path, e) = query_fake_server(b"HTTP/1.1 400 Bad Request\r\n\r\n");
         assert!(
             e.starts_with(&format!(
                 "malformed answer from {}: expected one JSON line",
@@ -171,16 +178,7 @@ mod tests {
 
     #[test]
     fn a_server_that_hangs_up_is_reported() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("daemon.sock");
-        let listener = UnixListener::bind(&path).unwrap();
-        let server = std::thread::spawn(move || {
-            let (mut s, _) = listener.accept().unwrap();
-            let mut line = [0u8; 64];
-            let _ = s.read(&mut line).unwrap();
-        });
-        let e = query(&path, &Request::Status).unwrap_err();
-        server.join().unwrap();
+        let (_, e) = query_fake_server(b"");
         assert!(e.contains("closed the connection without answering"), "{e}");
     }
 }

@@ -10,8 +10,8 @@ mod prop_support;
 use prop_support::{arbitrary_bytes, arbitrary_text, check_message, config, near_valid};
 use proptest::prelude::*;
 use watchdog_status::protocol::{MAX_PID, MAX_REQUEST_BYTES, Registration, Request, Response};
-use watchdog_types::status::{ResourceStatus, TargetStatus, WatchStatus};
 use watchdog_types::ResourceKind;
+use watchdog_types::status::{ResourceStatus, TargetStatus, WatchStatus};
 
 /// Fixed characters a request error may add to what it quotes.
 const FIXED: usize = 260;

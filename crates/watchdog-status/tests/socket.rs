@@ -18,27 +18,11 @@ use watchdog_status::protocol::{Registration, Request, Response};
 use watchdog_status::server::{
     Handler, MAX_CONNECTIONS, Peer, REQUEST_TIMEOUT, StatusServer, may_register, visible_to,
 };
-use watchdog_testsupport::{is_root, need, others_can_reach, require};
+use watchdog_testsupport::{is_root, need, public_scratch, require};
 use watchdog_types::status::{TargetStatus, WatchStatus};
 
 const NOBODY: u32 = 65534;
 const PYTHON: &str = "/usr/bin/python3";
-
-/// A scratch directory every user can reach (the socket's parent for `nobody`'s client).
-fn public_scratch() -> tempfile::TempDir {
-    let tmp = std::env::temp_dir();
-    let base = if others_can_reach(&tmp) {
-        tmp
-    } else {
-        PathBuf::from("/tmp")
-    };
-    let dir = tempfile::Builder::new()
-        .prefix("wd-status-")
-        .tempdir_in(base)
-        .unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    dir
-}
 
 fn target(pid: u32, uid: u32) -> TargetStatus {
     TargetStatus {
@@ -140,6 +124,19 @@ fn decode(line: &str) -> Response {
     Response::decode(line.as_bytes()).unwrap_or_else(|e| panic!("{e}: {line:?}"))
 }
 
+/// Sends `bytes` (nothing: a silent client) on `stream` and reads the one answer line.
+fn answer_to(mut stream: UnixStream, bytes: &[u8]) -> Response {
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    // The server may stop reading (and answer) before the whole request is written.
+    let _ = stream.write_all(bytes);
+    let mut line = String::new();
+    stream.read_to_string(&mut line).unwrap();
+    assert_eq!(line.matches('\n').count(), 1, "{line:?}");
+    decode(line.trim_end())
+}
+
 fn serve(
     dir: &Path,
     peers: &Arc<Mutex<Vec<Peer>>>,
@@ -154,7 +151,7 @@ fn status_is_filtered_by_the_peers_uid_from_the_kernel() {
     if !can_run_as_nobody() {
         return;
     }
-    let dir = public_scratch();
+    let dir = public_scratch("wd-status-");
     let peers = Arc::new(Mutex::new(Vec::new()));
     let (path, _server) = serve(dir.path(), &peers);
 
@@ -191,7 +188,7 @@ fn registration_own_pid_allowed_root_pid_refused_for_non_root() {
     if !can_run_as_nobody() {
         return;
     }
-    let dir = public_scratch();
+    let dir = public_scratch("wd-status-");
     let peers = Arc::new(Mutex::new(Vec::new()));
     let (path, _server) = serve(dir.path(), &peers);
 
@@ -373,12 +370,9 @@ fn a_silent_client_does_not_block_another_and_is_told_it_timed_out() {
         took < REQUEST_TIMEOUT,
         "the second client waited {took:?}, as long as the silent ones may take"
     );
-    for mut s in silent {
-        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        let mut line = String::new();
-        s.read_to_string(&mut line).unwrap();
+    for s in silent {
         assert_eq!(
-            decode(line.trim_end()),
+            answer_to(s, b""),
             Response::Error("no request line within 2s".into())
         );
     }
@@ -401,12 +395,9 @@ fn more_silent_clients_than_slots_delay_the_next_but_do_not_stop_it() {
         REQUEST_TIMEOUT * 2 + Duration::from_secs(20),
     );
     assert!(matches!(answer, Ok(Response::Status(_))), "{answer:?}");
-    for mut s in silent {
-        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        let mut line = String::new();
-        s.read_to_string(&mut line).unwrap();
+    for s in silent {
         assert_eq!(
-            decode(line.trim_end()),
+            answer_to(s, b""),
             Response::Error("no request line within 2s".into())
         );
     }
@@ -417,16 +408,7 @@ fn a_request_over_64_kib_or_malformed_gets_a_one_line_error() {
     let dir = watchdog_testsupport::scratch();
     let peers = Arc::new(Mutex::new(Vec::new()));
     let (path, _server) = serve(dir.path(), &peers);
-    let ask = |bytes: &[u8]| -> Response {
-        let mut s = UnixStream::connect(&path).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        // The server may stop reading (and close) before the whole request is written.
-        let _ = s.write_all(bytes);
-        let mut line = String::new();
-        s.read_to_string(&mut line).unwrap();
-        assert_eq!(line.matches('\n').count(), 1, "{line:?}");
-        decode(line.trim_end())
-    };
+    let ask = |bytes: &[u8]| answer_to(UnixStream::connect(&path).unwrap(), bytes);
     assert_eq!(
         ask(&vec![b' '; 70 * 1024]),
         Response::Error("request longer than 64 KiB".into())
