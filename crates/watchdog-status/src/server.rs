@@ -125,6 +125,9 @@ impl StatusServer {
         if !meta.file_type().is_socket() {
             return Err(format!("{shown} is no longer a socket after binding it"));
         }
+        // chmod follows symlinks and fchmod on a socket changes the socket, not the file:
+        // this relies on the directory being writable only by the daemon (root's 0755
+        // `/run/watchdog`), so nobody can swap the file between the lstat above and here.
         fs::set_permissions(path, fs::Permissions::from_mode(0o666))
             .map_err(|e| format!("cannot make {shown} 0666: {e}"))?;
         Ok(StatusServer { listener, file })
