@@ -92,6 +92,24 @@ pub fn others_can_reach(dir: &Path) -> bool {
     })
 }
 
+/// A fresh 0755 directory every user can reach (for a socket or a binary another user
+/// uses), under the temporary directory, or under `/tmp` when that is private.
+pub fn public_scratch(prefix: &str) -> tempfile::TempDir {
+    let tmp = std::env::temp_dir();
+    let base = if others_can_reach(&tmp) {
+        tmp
+    } else {
+        PathBuf::from("/tmp")
+    };
+    let dir = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in(&base)
+        .unwrap_or_else(|e| panic!("cannot make a directory in {}: {e}", base.display()));
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
+        .unwrap_or_else(|e| panic!("cannot chmod {}: {e}", dir.path().display()));
+    dir
+}
+
 /// A copy of a binary in a fresh 0755 directory that every user can reach, removed on drop.
 ///
 /// The build directory sits wherever the repository was cloned, often in a 0700 home or a
@@ -105,24 +123,13 @@ impl RunnableCopy {
     /// Copies `bin` into a new directory under the temporary directory (or `/tmp` when
     /// that is private), both readable and executable by everyone.
     pub fn of(bin: &Path) -> RunnableCopy {
-        let tmp = std::env::temp_dir();
-        let base = if others_can_reach(&tmp) {
-            tmp
-        } else {
-            PathBuf::from("/tmp")
-        };
-        let dir = tempfile::Builder::new()
-            .prefix("wd-test-bin-")
-            .tempdir_in(&base)
-            .unwrap_or_else(|e| panic!("cannot make a directory in {}: {e}", base.display()));
+        let dir = public_scratch("wd-test-bin-");
         let name = bin.file_name().unwrap_or(bin.as_os_str());
         let path = dir.path().join(name);
         std::fs::copy(bin, &path)
             .unwrap_or_else(|e| panic!("cannot copy {} to {}: {e}", bin.display(), path.display()));
-        for (p, mode) in [(dir.path(), 0o755), (path.as_path(), 0o755)] {
-            std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
-                .unwrap_or_else(|e| panic!("cannot chmod {}: {e}", p.display()));
-        }
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+            .unwrap_or_else(|e| panic!("cannot chmod {}: {e}", path.display()));
         assert!(
             others_can_reach(dir.path()),
             "{} is not reachable by other users",
