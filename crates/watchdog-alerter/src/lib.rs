@@ -24,7 +24,7 @@ pub mod signal;
 
 pub use beneath::{BeneathError, UserDir, UserDirs};
 pub use events::{EventLog, EventLogError, format_rfc3339_ms, now_rfc3339, unix_time_s};
-pub use hook::{HookError, HookHandle, HookOutcome, Hooks, hook_env, run_hook};
+pub use hook::{HookError, HookHandle, HookOutcome, HookUser, Hooks, hook_env, run_hook};
 #[cfg(feature = "notify")]
 pub use notify::notify_desktop;
 pub use notify::{Notifier, NotifyError, NotifyOutcome, spawn_notify};
