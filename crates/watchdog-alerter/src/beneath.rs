@@ -302,24 +302,8 @@ impl UserDir {
     /// larger than `cap` bytes. Reads at most `cap` bytes.
     pub fn read_capped(&self, name: &str, cap: u64) -> io::Result<Option<Vec<u8>>> {
         let name = component(name).map_err(|_| invalid_name(name))?;
-        // O_NONBLOCK: a FIFO does not block the open; O_NOCTTY: a terminal is not adopted.
-        let flags =
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
-        let fd = match rustix::fs::openat(&self.fd, name, flags, Mode::empty()) {
-            Ok(fd) => fd,
-            Err(Errno::NOENT) => return Ok(None),
-            Err(Errno::LOOP) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!(
-                        "{}: a symbolic link, not read",
-                        self.path_of(name).display()
-                    ),
-                ));
-            }
-            Err(e) => return Err(e.into()),
-        };
-        read_regular_capped(fd, cap, Some(self.uid), &self.path_of(name)).map(Some)
+        let opened = rustix::fs::openat(&self.fd, name, read_flags(), Mode::empty());
+        read_opened(opened, cap, Some(self.uid), &self.path_of(name))
     }
 
     /// The status of `name`, not following a symlink; `None` when it is missing.
@@ -380,20 +364,37 @@ pub(crate) fn read_regular_capped(
 /// Opens `path` without following a symlink at its end and reads it as
 /// [`UserDir::read_capped`] does (without the owner check): `Ok(None)` when it is missing.
 pub fn read_path_capped(path: &Path, cap: u64) -> io::Result<Option<Vec<u8>>> {
-    let flags =
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
-    let fd = match rustix::fs::open(path, flags, Mode::empty()) {
-        Ok(fd) => fd,
-        Err(Errno::NOENT) => return Ok(None),
-        Err(Errno::LOOP) => {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("{}: a symbolic link, not read", path.display()),
-            ));
-        }
-        Err(e) => return Err(e.into()),
-    };
-    read_regular_capped(fd, cap, None, path).map(Some)
+    read_opened(
+        rustix::fs::open(path, read_flags(), Mode::empty()),
+        cap,
+        None,
+        path,
+    )
+}
+
+/// How a file a user wrote is opened: never through a symlink; `O_NONBLOCK` so a FIFO
+/// does not block the open; `O_NOCTTY` so a terminal is not adopted.
+fn read_flags() -> OFlags {
+    OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC
+}
+
+/// The result of opening with [`read_flags`], read as [`read_regular_capped`] does:
+/// `Ok(None)` when missing, an error naming `path` for a symlink.
+fn read_opened(
+    opened: rustix::io::Result<OwnedFd>,
+    cap: u64,
+    owner: Option<u32>,
+    path: &Path,
+) -> io::Result<Option<Vec<u8>>> {
+    match opened {
+        Ok(fd) => read_regular_capped(fd, cap, owner, path).map(Some),
+        Err(Errno::NOENT) => Ok(None),
+        Err(Errno::LOOP) => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{}: a symbolic link, not read", path.display()),
+        )),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Whether `name` is a file name [`UserDir`] accepts (one path component).
