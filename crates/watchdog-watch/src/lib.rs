@@ -13,7 +13,7 @@ pub mod terminal;
 mod watch;
 
 pub use published::Published;
-pub use watch::{Label, Prepared, RING_CAPACITY, Watch, attach, run_command};
+pub use watch::{Label, Prepared, RING_CAPACITY, ServiceRun, Watch, attach, run_command};
 
 /// Why the watchdog could not do its job.
 #[derive(Debug)]

@@ -9,8 +9,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime};
 
+use watchdog_alerter::beneath::UserDirs;
 use watchdog_alerter::events::EventLog;
-use watchdog_alerter::request::{AckWatcher, AlertRequest};
+use watchdog_alerter::hook::HookUser;
+use watchdog_alerter::request::{AckWatcher, AlertRequest, RequestPlace};
 use watchdog_engine::verdict::{self, ExitFacts};
 use watchdog_engine::{Action, AlertPlan, Delivery, Ending, Engine, Level};
 use watchdog_sampler::{ResourceTable, Sampler};
@@ -176,6 +178,9 @@ pub struct Watch {
     engine: Engine,
     events: Option<EventLog>,
     request_file: PathBuf,
+    /// Where requests are written: the request file's path, or beneath the user's
+    /// directory for a run the service watches.
+    request: RequestPlace,
     outputs: Outputs,
     ack: AckWatcher,
     actions: actions::Actions,
@@ -198,7 +203,7 @@ pub struct Watch {
     hooks: watchdog_alerter::hook::Hooks,
     hook_outcomes: std::sync::mpsc::Receiver<watchdog_alerter::hook::HookOutcome>,
     /// The Python client's environment file, until it was read (see `environment`).
-    python_file: Option<PathBuf>,
+    python_file: Option<RequestPlace>,
     next_ack: Instant,
     next_python: Instant,
     /// Who the run belongs to and what it is, for status readers.
@@ -206,6 +211,25 @@ pub struct Watch {
     /// Where the single-run loop publishes its status (for `--metrics`).
     published: Option<Arc<Published>>,
     start_unix: f64,
+}
+
+/// What a watch is started with besides its target and settings.
+struct Parts {
+    prepared: Prepared,
+    outputs: Outputs,
+    record_now: Arc<AtomicBool>,
+    request: RequestPlace,
+    hook_user: Option<HookUser>,
+}
+
+/// What the service knows of a run it starts watching.
+pub struct ServiceRun<'a> {
+    /// Owner, command line and rule.
+    pub label: Label,
+    /// The per-user request directories.
+    pub user_dirs: &'a UserDirs,
+    /// Where recordings are kept.
+    pub state_dir: &'a Path,
 }
 
 /// What status readers show of a run besides its figures.
@@ -232,8 +256,68 @@ impl Watch {
         record_now: Arc<AtomicBool>,
         recorders: &Recorders,
     ) -> Result<Watch, Failure> {
+        let request = RequestPlace::Path(outputs.request_file.clone());
+        let parts = Parts {
+            prepared,
+            outputs,
+            record_now,
+            request,
+            hook_user: None,
+        };
+        Watch::start(target, settings, parts, recorders)
+    }
+
+    /// Starts watching a run the service found: requests beneath its user's own directory
+    /// (made by the service), hooks as that user, the recording in the service's state
+    /// directory.
+    pub fn for_service(
+        pid: u32,
+        mut settings: Settings,
+        run: ServiceRun<'_>,
+        recorders: &Recorders,
+        record_now: Arc<AtomicBool>,
+    ) -> Result<Watch, Failure> {
+        let target = Target::attach(&settings.host.proc, pid)?;
+        let uid = run.label.uid;
+        let user = HookUser::of_uid(uid)
+            .map_err(|e| Failure::Runtime(format!("user {uid} of PID {pid}: {e}")))?;
+        let dir = run.user_dirs.for_user(uid, user.gid).map_err(|e| {
+            Failure::Runtime(format!(
+                "cannot make the request directory of user {uid}: {e}"
+            ))
+        })?;
+        let request = RequestPlace::beneath(Arc::new(dir), format!("{pid}.request.json"))
+            .map_err(|e| Failure::Runtime(e.to_string()))?;
+        settings.request_file = Some(request.path());
+        let outputs = Outputs::for_service(request.path(), pid, run.state_dir, settings.dry_run)?;
+        let prepared = Prepared::new(&settings, Some(pid))?;
+        let parts = Parts {
+            prepared,
+            outputs,
+            record_now,
+            request,
+            hook_user: Some(user),
+        };
+        let mut watch = Watch::start(target, settings, parts, recorders)?;
+        watch.label = run.label;
+        Ok(watch)
+    }
+
+    fn start(
+        target: Target,
+        settings: Settings,
+        parts: Parts,
+        recorders: &Recorders,
+    ) -> Result<Watch, Failure> {
+        let Parts {
+            prepared,
+            outputs,
+            record_now,
+            request,
+            hook_user,
+        } = parts;
         let request_file = outputs.request_file.clone();
-        let python_file = crate::environment::python_file(&request_file);
+        let python_file = crate::environment::python_file(&request);
         let start = Instant::now();
         let Prepared {
             events,
@@ -248,7 +332,11 @@ impl Watch {
             RING_CAPACITY,
         )
         .map_err(|e| Failure::Usage(format!("cannot watch PID {}: {e}", target.pid)))?;
-        let hooks = watchdog_alerter::hook::Hooks::new(settings.hook_timeout);
+        let hooks = watchdog_alerter::hook::Hooks::with_user(
+            settings.hook_timeout,
+            watchdog_alerter::hook::HOOK_GRACE,
+            hook_user,
+        );
         let (hook_tx, hook_outcomes) = std::sync::mpsc::channel();
         hooks.report_to(hook_tx);
         lineage::follow_the_run(sampler.tree_mut(), &hooks, target.is_child());
@@ -280,7 +368,7 @@ impl Watch {
             .and_then(|mut c| c.read().ok().map(|n| (c, n)));
         let settings_kmsg = settings.host.kmsg.clone();
         let mut watch = Watch {
-            ack: AckWatcher::new(&request_file),
+            ack: AckWatcher::at(&request),
             actions: actions::Actions::start(settings.notify && !settings.dry_run, hooks.clone()),
             settings,
             target,
@@ -288,6 +376,7 @@ impl Watch {
             engine,
             events,
             request_file,
+            request,
             outputs,
             start,
             ticks: 0,
@@ -311,7 +400,7 @@ impl Watch {
             start_unix: watchdog_alerter::events::unix_time_s(start_wall),
         };
         if !watch.settings.dry_run
-            && let Err(e) = watchdog_alerter::request::clear_request_files(&watch.request_file)
+            && let Err(e) = watchdog_alerter::request::clear_request(&watch.request)
         {
             tracing::warn!("cannot remove an old request file: {e}");
         }
@@ -457,6 +546,20 @@ impl Watch {
     /// Sets what status readers show of the run besides its figures.
     pub fn set_label(&mut self, label: Label) {
         self.label = label;
+    }
+
+    /// The watched tree as of the last refresh, target first.
+    pub fn tree_pids(&self) -> Vec<u32> {
+        let mut pids = self.sampler.tree_pids().to_vec();
+        if !pids.contains(&self.target.pid) {
+            pids.push(self.target.pid);
+        }
+        pids
+    }
+
+    /// The checkpoint signal.
+    pub fn signal(&self) -> i32 {
+        self.settings.signal
     }
 
     /// Where this run's checkpoint requests are written.
@@ -636,7 +739,7 @@ impl Watch {
                 self.request_file.display()
             );
         } else {
-            match watchdog_alerter::request::write_request_file(&self.request_file, &request) {
+            match watchdog_alerter::request::write_request(&self.request, &request) {
                 Ok(()) => {
                     outputs::write_ok("request_file");
                     delivery.request_file = Some(self.request_file.display().to_string());
@@ -703,10 +806,10 @@ impl Watch {
     /// Reads the Python client's environment file once it appears: an `environment`
     /// event, and the recording's environment.
     fn check_python_environment(&mut self) {
-        let Some(path) = &self.python_file else {
+        let Some(place) = &self.python_file else {
             return;
         };
-        match crate::environment::read_python(path) {
+        match crate::environment::read_python(place) {
             Ok(None) => {}
             // Left by an earlier run (or another process): wait for this run's.
             Ok(Some(report))
@@ -716,7 +819,7 @@ impl Watch {
             Ok(Some(report)) => {
                 if !self.settings.dry_run {
                     // Consumed: leave nothing behind beside the request file.
-                    let _ = std::fs::remove_file(path);
+                    let _ = place.remove();
                 }
                 self.python_file = None;
                 let python = report.facts;
