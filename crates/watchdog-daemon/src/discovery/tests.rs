@@ -544,3 +544,95 @@ fn a_proc_root_that_cannot_be_listed_gives_nothing() {
     let mut scanner = Scanner::with_excluded(Path::new("/no/such/proc"), None);
     assert!(scanner.scan(never).is_empty());
 }
+
+fn set_last_pid(root: &Path, pid: u32) {
+    std::fs::write(
+        root.join("loadavg"),
+        format!("0.86 1.30 0.95 2/102 {pid}\n"),
+    )
+    .unwrap();
+}
+
+#[test]
+fn the_allocation_window_wraps_at_pid_max() {
+    let cases: &[(u32, (u32, u32), bool)] = &[
+        (5, (4, 6), true),
+        (4, (4, 6), false),
+        (6, (4, 6), true),
+        (7, (4, 6), false),
+        (5, (5, 5), false),
+        (3, (4000, 10), true),
+        (4001, (4000, 10), true),
+        (11, (4000, 10), false),
+        (4000, (4000, 10), false),
+    ];
+    for &(pid, window, want) in cases {
+        assert_eq!(allocated_since(pid, window), want, "{pid} in {window:?}");
+    }
+}
+
+/// With `/proc/loadavg`, a known process is read again only when its PID was allocated since
+/// the last scan, or while it is young; the fixture changes a `stat` behind the scanner's
+/// back to show which reads happen.
+#[test]
+fn a_known_pid_is_read_again_only_when_allocated_since_or_young() {
+    let root = machine();
+    let r = root.path();
+    set_last_pid(r, 100);
+    let mut scanner = Scanner::with_excluded(r, None);
+    for _ in 0..=YOUNG_SCANS {
+        scanner.scan(never);
+    }
+    // PID 50 "reused" without any PID allocated: not looked at.
+    write(
+        r,
+        &Proc {
+            pid: 50,
+            comm: "bash",
+            start: 7000,
+            cmdline: &["bash"],
+            ..Default::default()
+        },
+    );
+    assert!(
+        scanner.scan(never).is_empty(),
+        "no PID was allocated since the last scan"
+    );
+    // PIDs wrapped past 50: it is read again and found to be a new process.
+    set_last_pid(r, 60);
+    assert_eq!(pids(&scanner.scan(never)), [50]);
+
+    // A new process execs one scan after it was first seen, nothing else allocated.
+    set_last_pid(r, 80);
+    write(
+        r,
+        &Proc {
+            pid: 80,
+            ppid: 50,
+            comm: "bash",
+            cmdline: &["bash"],
+            ..Default::default()
+        },
+    );
+    assert_eq!(pids(&scanner.scan(never)), [80]);
+    write(
+        r,
+        &Proc {
+            pid: 80,
+            ppid: 50,
+            comm: "python3",
+            cmdline: &["python3", "t.py"],
+            ..Default::default()
+        },
+    );
+    let found = scanner.scan(never);
+    assert_eq!(pids(&found), [80], "a young process is read on every scan");
+    assert_eq!(found[0].command, "python3 t.py");
+    // Exited processes are still forgotten.
+    std::fs::remove_dir_all(r.join("80")).unwrap();
+    scanner.scan(never);
+    assert!(
+        !scanner.inside_watched_tree(80, |pid| pid == 50),
+        "80 is forgotten"
+    );
+}
