@@ -721,6 +721,43 @@ mod tests {
         assert!(c.deadline.is_some());
     }
 
+    /// The daemon's rules build their settings from a `[rule.watch]` table this way.
+    #[test]
+    fn settings_from_a_file_table_are_the_defaults_with_the_table_on_top() {
+        let file = parse_file(
+            "lead = \"45s\"\nrequest_file = \"/tmp/r.json\"\n",
+            Path::new("w.toml"),
+        )
+        .unwrap();
+        assert!(file.is_set("lead") && file.is_set("request_file"));
+        assert!(!file.is_set("interval") && !file.is_set("no_such_key"));
+        let host = Host::from_env();
+        let s = Settings::from_file(host.clone(), &file);
+        assert_eq!(s.lead, Duration::from_secs(45));
+        assert_eq!(s.request_file.as_deref(), Some(Path::new("/tmp/r.json")));
+        let resolved = Settings::resolve(&WatchOptions::default()).unwrap();
+        assert_eq!(s.interval, resolved.interval);
+        assert_eq!(s.hook_timeout, resolved.hook_timeout);
+        assert_eq!(s.host, host);
+        assert!(s.validate().is_ok());
+    }
+
+    #[test]
+    fn key_lines_from_an_offset_and_located_messages() {
+        let text = "lead = \"1s\"\n[t]\nlead = \"2s\"\n";
+        assert_eq!(key_line_from(text, 0, "lead"), Some(1));
+        assert_eq!(
+            key_line_from(text, text.find("[t]").unwrap(), "lead"),
+            Some(3)
+        );
+        assert_eq!(key_line_from(text, text.len(), "lead"), None);
+        assert_eq!(key_line_from(text, 9999, "lead"), None);
+        assert_eq!(
+            located(text, Path::new("d.toml"), text.find("[t]").unwrap(), "bad"),
+            "config file d.toml:2: bad"
+        );
+    }
+
     #[test]
     fn flags_override_file() {
         let dir = tempfile::tempdir().unwrap();
