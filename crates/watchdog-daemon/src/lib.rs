@@ -1,1 +1,4 @@
 //! `watchdog daemon`: finds training runs by rules and watches each with its own settings.
+
+pub mod discovery;
+pub mod rules;
