@@ -268,6 +268,7 @@ fn socket_failure(e: &io::Error) -> &'static str {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
     use std::os::unix::net::UnixDatagram;
 
@@ -466,7 +467,14 @@ mod tests {
     #[test]
     fn bad_values_name_the_variable_and_what_was_expected() {
         let sock = || Some(OsString::from("/run/systemd/notify"));
-        let cases: [(Option<OsString>, Option<&str>, Option<&str>, &str); 5] = [
+        /// NOTIFY_SOCKET, WATCHDOG_USEC, WATCHDOG_PID, and the error expected.
+        type Case = (
+            Option<OsString>,
+            Option<&'static str>,
+            Option<&'static str>,
+            &'static str,
+        );
+        let cases: [Case; 5] = [
             (
                 Some(OsString::from("run/notify")),
                 None,
