@@ -3,6 +3,7 @@
 //! an error naming the file, the line and what was expected. Every key is documented in
 //! `config/watchdog.toml`, which a test keeps in step with [`KEYS`].
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use watchdog_engine::EngineSettings;
@@ -127,6 +128,13 @@ pub struct Host {
     pub cuda_visible_devices: Option<String>,
     /// `$NVIDIA_VISIBLE_DEVICES` of the watchdog (set by container runtimes).
     pub nvidia_visible_devices: Option<String>,
+    /// `$NOTIFY_SOCKET`: systemd's notification socket (a path, or `@name` for an
+    /// abstract socket), set when the service runs as `Type=notify`.
+    pub notify_socket: Option<OsString>,
+    /// `$WATCHDOG_USEC`: systemd's `WatchdogSec=` in microseconds.
+    pub watchdog_usec: Option<String>,
+    /// `$WATCHDOG_PID`: the process the watchdog keep-alive is expected from.
+    pub watchdog_pid: Option<String>,
 }
 
 impl Host {
@@ -143,6 +151,9 @@ impl Host {
                 .or_else(|| env_path("HOME").map(|h| h.join(".local/state"))),
             cuda_visible_devices: std::env::var("CUDA_VISIBLE_DEVICES").ok(),
             nvidia_visible_devices: std::env::var("NVIDIA_VISIBLE_DEVICES").ok(),
+            notify_socket: std::env::var_os("NOTIFY_SOCKET").filter(|s| !s.is_empty()),
+            watchdog_usec: std::env::var("WATCHDOG_USEC").ok(),
+            watchdog_pid: std::env::var("WATCHDOG_PID").ok(),
         }
     }
 

@@ -1,4 +1,9 @@
 //! `watchdog daemon`: finds training runs by rules and watches each with its own settings.
+//!
+//! - [`rules`]: the strict `daemon.toml` (the service's own settings and `[[rule]]`s).
+//! - [`discovery`]: the `/proc` scanner that finds new processes and what rules match on.
+//! - [`service`]: the systemd notify protocol (ready, status, keep-alives, reload, stop).
 
 pub mod discovery;
 pub mod rules;
+pub mod service;
