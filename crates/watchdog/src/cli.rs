@@ -71,6 +71,22 @@ pub enum Command {
         #[arg(value_name = "B")]
         b: PathBuf,
     },
+    /// Run as the workstation service: find training runs by the config's rules and watch
+    /// each with its own settings (see docs/service.md). Stops on SIGTERM with exit 0,
+    /// leaving every run running; reloads the config on SIGHUP. `--config FILE` names the
+    /// service's config (its socket, directories and `[[rule]]`s)
+    /// [default: /etc/watchdog/daemon.toml].
+    Daemon,
+    /// Show what a running `watchdog daemon` watches: per run and resource, usage, limit,
+    /// trend, time left and alerts (your own runs; root sees all).
+    Status {
+        /// Print the status as JSON.
+        #[arg(long)]
+        json: bool,
+        /// The service's socket.
+        #[arg(long, value_name = "PATH", default_value = "/run/watchdog/daemon.sock")]
+        socket: PathBuf,
+    },
     /// Run the predictor and alert policy over a recorded trace and print the alerts as JSON lines.
     ///
     /// It runs the engine of a live watch with the same settings: `--lead`, `--interval`

@@ -22,6 +22,9 @@ use watchdog_watch::{Failure, ready, terminal};
 use crate::cli::{Cli, Command};
 use watchdog_config::Settings;
 
+/// The service's config when `--config` does not name one.
+const DAEMON_CONFIG: &str = "/etc/watchdog/daemon.toml";
+
 /// Exit status for bad usage or input.
 const EXIT_USAGE: u8 = 2;
 
@@ -58,6 +61,18 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             replay::run(&trace, &settings)
         }
         Some(Command::Diff { a, b }) => diff::run(&a, &b),
+        Some(Command::Daemon) => {
+            // `--config` names the service's file; the watch settings come from its rules.
+            let mut options = cli.options.clone();
+            let config = options
+                .config
+                .take()
+                .unwrap_or_else(|| DAEMON_CONFIG.into());
+            let settings = Settings::resolve(&options).map_err(Failure::Usage)?;
+            logging::init(&settings);
+            watchdog_daemon::run::run(&config, settings.host)
+        }
+        Some(Command::Status { json, socket }) => status(&socket, json),
         Some(Command::Report { recordings, output }) => {
             match recordings.as_slice() {
                 [a, b] => watchdog_report::write_comparison(a, b, &output),
@@ -98,6 +113,26 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
                 "nothing to watch: expected --pid PID or run -- CMD [ARGS...] (see --help)".into(),
             )),
         },
+    }
+}
+
+/// `watchdog status`: asks the service's socket and prints the answer.
+fn status(socket: &std::path::Path, json: bool) -> Result<ExitCode, Failure> {
+    use watchdog_status::protocol::{Request, Response};
+    match watchdog_status::client::query(socket, &Request::Status).map_err(Failure::Runtime)? {
+        Response::Status(status) => {
+            let text = if json {
+                watchdog_status::render::json(&status)
+            } else {
+                watchdog_status::render::text(&status)
+            };
+            let _ = std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes());
+            Ok(ExitCode::SUCCESS)
+        }
+        Response::Error(e) => Err(Failure::Runtime(format!("the service refused: {e}"))),
+        Response::Registered(_) => Err(Failure::Runtime(
+            "the service answered something else than a status".into(),
+        )),
     }
 }
 
