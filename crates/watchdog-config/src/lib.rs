@@ -604,22 +604,10 @@ mod tests {
 
     const EXAMPLE: &str = include_str!("../../../config/watchdog.toml");
 
-    /// The documented example with every `# key = value` line uncommented.
-    fn example_uncommented() -> String {
-        EXAMPLE
-            .lines()
-            .map(|l| match l.strip_prefix("# ") {
-                Some(rest) if rest.split_once(" = ").is_some_and(|(k, _)| is_key(k)) => {
-                    rest.to_string()
-                }
-                _ => l.to_string(),
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
+    use watchdog_testsupport::is_config_key as is_key;
 
-    fn is_key(k: &str) -> bool {
-        !k.is_empty() && k.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+    fn example_uncommented() -> String {
+        watchdog_testsupport::example_uncommented(EXAMPLE)
     }
 
     #[test]

@@ -84,6 +84,32 @@ pub fn scratch() -> tempfile::TempDir {
         .unwrap_or_else(|e| panic!("cannot make a scratch directory: {e}"))
 }
 
+/// A documented config example (`config/watchdog.toml`, `config/daemon.toml`) with every
+/// commented-out `# key = value` and `# [table]` line uncommented: what the tests keeping
+/// the examples in step with the code parse.
+pub fn example_uncommented(example: &str) -> String {
+    example
+        .lines()
+        .map(|l| match l.strip_prefix("# ") {
+            Some(rest)
+                if (rest.starts_with('[') && rest.ends_with(']') && !rest.contains(' '))
+                    || rest
+                        .split_once(" = ")
+                        .is_some_and(|(k, _)| is_config_key(k)) =>
+            {
+                rest.to_string()
+            }
+            _ => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Whether `k` looks like a config key (`snake_case`).
+pub fn is_config_key(k: &str) -> bool {
+    !k.is_empty() && k.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+}
+
 /// Whether every directory from `/` down to `dir` lets other users through (`o+x`).
 pub fn others_can_reach(dir: &Path) -> bool {
     dir.ancestors().all(|d| {

@@ -352,58 +352,28 @@ fn processes_inside_a_watched_or_excluded_tree_are_not_new_targets() {
 fn parents_come_before_children_and_topmost_takes_the_top_of_each_matching_tree() {
     let root = machine();
     let r = root.path();
-    write(
-        r,
-        &Proc {
-            pid: 900,
-            ppid: 50,
-            comm: "torchrun",
-            cmdline: &["torchrun", "train.py"],
-            start: 700,
-            ..Default::default()
-        },
-    );
-    write(
-        r,
-        &Proc {
-            pid: 30,
-            ppid: 900,
-            cmdline: &["python3", "train.py", "--rank", "0"],
-            start: 700,
-            ..Default::default()
-        },
-    );
-    write(
-        r,
-        &Proc {
-            pid: 31,
-            ppid: 900,
-            cmdline: &["python3", "train.py", "--rank", "1"],
-            start: 701,
-            ..Default::default()
-        },
-    );
-    write(
-        r,
-        &Proc {
-            pid: 20,
-            ppid: 30,
-            comm: "pt_data_worker",
-            cmdline: &["python3", "train.py", "--rank", "0"],
-            start: 702,
-            ..Default::default()
-        },
-    );
-    write(
-        r,
-        &Proc {
-            pid: 40,
-            ppid: 50,
-            cmdline: &["python3", "eval.py"],
-            start: 703,
-            ..Default::default()
-        },
-    );
+    let rank0: &[&str] = &["python3", "train.py", "--rank", "0"];
+    let rank1: &[&str] = &["python3", "train.py", "--rank", "1"];
+    let procs: &[(u32, u32, &str, &[&str], u64)] = &[
+        (900, 50, "torchrun", &["torchrun", "train.py"], 700),
+        (30, 900, "python3", rank0, 700),
+        (31, 900, "python3", rank1, 701),
+        (20, 30, "pt_data_worker", rank0, 702),
+        (40, 50, "python3", &["python3", "eval.py"], 703),
+    ];
+    for &(pid, ppid, comm, cmdline, start) in procs {
+        write(
+            r,
+            &Proc {
+                pid,
+                ppid,
+                comm,
+                cmdline,
+                start,
+                ..Default::default()
+            },
+        );
+    }
     let mut scanner = Scanner::with_excluded(r, None);
     let found = scanner.scan(never);
     let order = pids(&found);

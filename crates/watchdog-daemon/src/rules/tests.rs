@@ -37,25 +37,10 @@ fn one_rule(match_body: &str, watch_body: &str) -> String {
     format!("[[rule]]\nname = \"r\"\n[rule.match]\n{match_body}\n[rule.watch]\n{watch_body}\n")
 }
 
-/// The example with every `# key = value` and `# [header]` line uncommented.
-fn example_uncommented() -> String {
-    EXAMPLE
-        .lines()
-        .map(|l| match l.strip_prefix("# ") {
-            Some(rest)
-                if (rest.starts_with('[') && rest.ends_with(']') && !rest.contains(' '))
-                    || rest.split_once(" = ").is_some_and(|(k, _)| is_key(k)) =>
-            {
-                rest.to_string()
-            }
-            _ => l.to_string(),
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
+use watchdog_testsupport::is_config_key as is_key;
 
-fn is_key(k: &str) -> bool {
-    !k.is_empty() && k.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+fn example_uncommented() -> String {
+    watchdog_testsupport::example_uncommented(EXAMPLE)
 }
 
 fn process(pid: u32) -> ProcessFacts {
