@@ -128,7 +128,8 @@ pub fn run(config_path: &Path, host: Host) -> Result<ExitCode, Failure> {
                 }
                 Err(e) => tracing::error!("reload refused, the previous config stays: {e}"),
             }
-            let _ = notifier.status(&format!("watching {} runs", runs.len()));
+            // systemd waits for READY=1 after RELOADING=1, whatever the outcome.
+            let _ = notifier.ready(&format!("watching {} runs", runs.len()));
         }
         let now = Instant::now();
         let watched = |runs: &[Run]| -> HashSet<u32> {
