@@ -1,0 +1,414 @@
+//! The systemd units in `systemd/`, checked with systemd's own tools: `systemd-analyze
+//! verify` accepts them with `ExecStart=` pointing at the built binary, `systemd-analyze
+//! security --offline=true` rates the sandbox, and the capability bounding set of
+//! training-watchdog.service is both enough and needed for each job (run for real as root
+//! under `setpriv --bounding-set`, against a process and a 0700 directory of `nobody`).
+//!
+//! Needs `systemd-analyze` (Debian package `systemd`) and, for the capability test, root and
+//! `setpriv` (util-linux): missing, the tests fail under CI=true and are skipped otherwise.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use watchdog_testsupport::{is_root, need, require, scratch};
+
+/// Where the units are installed from.
+fn unit_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../systemd")
+}
+
+/// The `ExecStart=` binary the units name.
+const INSTALLED_BIN: &str = "/usr/local/bin/watchdog";
+
+fn find_in_path(name: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .chain([PathBuf::from("/usr/bin"), PathBuf::from("/usr/sbin")])
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+fn systemd_analyze() -> Option<PathBuf> {
+    need(
+        find_in_path("systemd-analyze"),
+        "systemd-analyze (Debian package systemd)",
+    )
+}
+
+/// The `watchdog` binary of this build: beside this test's directory
+/// (`target/debug/deps/systemd_unit-*` → `target/debug/watchdog`). `cargo test` of this
+/// crate does not build another crate's binary, so it is built here when missing.
+fn built_watchdog() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().and_then(Path::parent).unwrap();
+    let bin = profile_dir.join("watchdog");
+    if !bin.is_file() {
+        let target_dir = profile_dir.parent().unwrap();
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../Cargo.toml");
+        eprintln!("building {} (cargo build -p watchdog)", bin.display());
+        let status = Command::new(cargo)
+            .args(["build", "-p", "watchdog", "--manifest-path"])
+            .arg(&manifest)
+            .env("CARGO_TARGET_DIR", target_dir)
+            .status()
+            .unwrap();
+        assert!(status.success(), "cargo build -p watchdog failed: {status}");
+    }
+    assert!(
+        bin.is_file(),
+        "{} is missing after the build",
+        bin.display()
+    );
+    bin
+}
+
+/// A copy of `unit` (named `as_name`) in `dir` whose `ExecStart=` runs `bin`.
+fn copy_unit(unit: &str, as_name: &str, dir: &Path, bin: &Path) -> PathBuf {
+    let text = std::fs::read_to_string(unit_dir().join(unit)).unwrap();
+    let exec = format!("ExecStart={INSTALLED_BIN} ");
+    assert!(
+        text.contains(&exec),
+        "{unit}: no line starting with {exec:?}"
+    );
+    let text = text.replace(&exec, &format!("ExecStart={} ", bin.display()));
+    let path = dir.join(as_name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn run(cmd: &mut Command) -> Output {
+    cmd.stdin(Stdio::null()).output().unwrap()
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// `systemd-analyze verify` exits 0 even when it ignores a bad line ("Unknown key",
+/// "Failed to parse"): it must also say nothing about the unit.
+fn assert_verifies(analyze: &Path, unit: &Path) {
+    let out = run(Command::new(analyze).arg("verify").arg(unit));
+    let said = text(&out);
+    let name = unit.file_name().unwrap().to_string_lossy().into_owned();
+    let about_unit: Vec<&str> = said.lines().filter(|l| l.contains(&name)).collect();
+    assert!(
+        out.status.success() && about_unit.is_empty(),
+        "systemd-analyze verify {}: {}\n{said}",
+        unit.display(),
+        out.status
+    );
+}
+
+/// The overall exposure `systemd-analyze security --offline=true` gives, and its table.
+fn exposure(analyze: &Path, unit: &Path) -> (f64, String) {
+    let out = run(Command::new(analyze)
+        .args(["security", "--offline=true", "--no-pager"])
+        .arg(unit));
+    let table = text(&out);
+    assert!(out.status.success(), "{}\n{table}", out.status);
+    let value = table
+        .lines()
+        .find_map(|l| {
+            l.split_once("Overall exposure level for ")?
+                .1
+                .split_once(": ")
+        })
+        .and_then(|(_, rest)| rest.split_whitespace().next()?.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no overall exposure in:\n{table}"));
+    (value, table)
+}
+
+#[test]
+fn verify_accepts_training_watchdog_service_running_the_built_binary() {
+    let Some(analyze) = systemd_analyze() else {
+        return;
+    };
+    let bin = built_watchdog();
+    let dir = scratch();
+    let unit = copy_unit(
+        "training-watchdog.service",
+        "training-watchdog.service",
+        dir.path(),
+        &bin,
+    );
+    assert_verifies(&analyze, &unit);
+}
+
+#[test]
+fn verify_accepts_the_per_pid_template_and_an_instance_of_it() {
+    let Some(analyze) = systemd_analyze() else {
+        return;
+    };
+    let bin = built_watchdog();
+    let dir = scratch();
+    for name in ["watchdog@.service", "watchdog@4242.service"] {
+        let unit = copy_unit("watchdog@.service", name, dir.path(), &bin);
+        assert_verifies(&analyze, &unit);
+    }
+}
+
+#[test]
+fn verify_would_catch_a_bad_line() {
+    // The check above is only worth something if a typo fails it.
+    let Some(analyze) = systemd_analyze() else {
+        return;
+    };
+    let bin = built_watchdog();
+    let dir = scratch();
+    let unit = copy_unit(
+        "training-watchdog.service",
+        "training-watchdog.service",
+        dir.path(),
+        &bin,
+    );
+    let text = std::fs::read_to_string(&unit)
+        .unwrap()
+        .replace("WatchdogSec=30s", "WatchdogSec=30 furlongs");
+    std::fs::write(&unit, text).unwrap();
+    let out = run(Command::new(&analyze).arg("verify").arg(&unit));
+    assert!(
+        text_mentions(&out, "training-watchdog.service"),
+        "a bad WatchdogSec= went unreported:\n{}",
+        self::text(&out)
+    );
+}
+
+fn text_mentions(out: &Output, name: &str) -> bool {
+    text(out).lines().any(|l| l.contains(name))
+}
+
+#[test]
+fn training_watchdog_service_exposure_is_at_most_3() {
+    let Some(analyze) = systemd_analyze() else {
+        return;
+    };
+    let dir = scratch();
+    let unit = copy_unit(
+        "training-watchdog.service",
+        "training-watchdog.service",
+        dir.path(),
+        Path::new(INSTALLED_BIN),
+    );
+    let (value, table) = exposure(&analyze, &unit);
+    assert!(value <= 3.0, "exposure {value} > 3.0:\n{table}");
+}
+
+#[test]
+fn per_pid_template_exposure_is_at_most_2() {
+    let Some(analyze) = systemd_analyze() else {
+        return;
+    };
+    let dir = scratch();
+    let unit = copy_unit(
+        "watchdog@.service",
+        "watchdog@4242.service",
+        dir.path(),
+        Path::new(INSTALLED_BIN),
+    );
+    let (value, table) = exposure(&analyze, &unit);
+    assert!(value <= 2.0, "exposure {value} > 2.0:\n{table}");
+}
+
+#[test]
+fn training_watchdog_service_runs_the_documented_command() {
+    let text = std::fs::read_to_string(unit_dir().join("training-watchdog.service")).unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l
+                == "ExecStart=/usr/local/bin/watchdog daemon --config /etc/watchdog/daemon.toml"),
+        "ExecStart changed: update docs/service.md"
+    );
+    for line in [
+        "Type=notify",
+        "NotifyAccess=main",
+        "ExecReload=/bin/kill -HUP $MAINPID",
+        "ProtectProc=ptraceable",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} is gone");
+    }
+}
+
+/// The capabilities a unit's `CapabilityBoundingSet=` names, lower case without `CAP_`.
+fn bounding_set(unit: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(unit_dir().join(unit)).unwrap();
+    text.lines()
+        .filter_map(|l| l.strip_prefix("CapabilityBoundingSet="))
+        .flat_map(|v| v.split_whitespace())
+        .map(|c| c.trim_start_matches("CAP_").to_ascii_lowercase())
+        .collect()
+}
+
+/// One job of the daemon, as a shell command run as root with a bounding set, and the
+/// capabilities it needs (each is dropped in turn: the job must then fail).
+struct Job {
+    what: &'static str,
+    needs: &'static [&'static str],
+    script: String,
+}
+
+/// Runs `script` as root with only `caps` in the bounding set (and so in the permitted
+/// set after exec), the way systemd starts the daemon.
+fn with_caps(setpriv: &Path, caps: &[String], script: &str) -> Output {
+    let set: String = std::iter::once("-all".to_string())
+        .chain(caps.iter().map(|c| format!("+{c}")))
+        .collect::<Vec<_>>()
+        .join(",");
+    run(Command::new(setpriv)
+        .arg(format!("--bounding-set={set}"))
+        .args(["sh", "-c", script]))
+}
+
+#[test]
+fn the_bounding_set_is_enough_for_every_job_and_each_capability_is_needed() {
+    if !require(
+        is_root(),
+        "root (to run jobs under a capability bounding set)",
+    ) {
+        return;
+    }
+    let Some(setpriv) = need(find_in_path("setpriv"), "setpriv (util-linux)") else {
+        return;
+    };
+    let caps = bounding_set("training-watchdog.service");
+    assert!(!caps.is_empty(), "no CapabilityBoundingSet= in the unit");
+    let nobody = "65534";
+
+    // Another user's run, and its 0700 home with a checkpoint directory.
+    let mut run_of_nobody = Command::new(&setpriv)
+        .args(["--reuid", nobody, "--regid", nobody, "--clear-groups"])
+        .args(["sleep", "600"])
+        .env("SECRET_OF_THE_RUN", "42")
+        .spawn()
+        .unwrap();
+    let pid = run_of_nobody.id();
+    let dir = scratch();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let home = dir.path().join("home");
+    let ckpt = home.join("ckpt");
+    std::fs::create_dir_all(&ckpt).unwrap();
+    let users = dir.path().join("users");
+    std::fs::create_dir(&users).unwrap();
+    let chowned = users.join("given");
+    std::fs::create_dir(&chowned).unwrap();
+    for p in [&ckpt, &home, &chowned] {
+        std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
+    }
+    std::fs::set_permissions(&home, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let (home, ckpt, users, chowned) = (
+        home.display(),
+        ckpt.display(),
+        users.display(),
+        chowned.display(),
+    );
+    // /proc must show the process (the test may itself be under hidepid).
+    assert!(Path::new(&format!("/proc/{pid}")).exists());
+
+    let kmsg_restricted =
+        std::fs::read_to_string("/proc/sys/kernel/dmesg_restrict").is_ok_and(|v| v.trim() == "1");
+    let mut jobs = vec![
+        Job {
+            what: "signal another user's run",
+            needs: &["kill"],
+            script: format!("kill -0 {pid}"),
+        },
+        Job {
+            what: "read another user's /proc/PID/environ",
+            needs: &["sys_ptrace", "dac_read_search"],
+            script: format!("grep -qa SECRET_OF_THE_RUN /proc/{pid}/environ"),
+        },
+        Job {
+            what: "read another user's /proc/PID/cwd",
+            needs: &["sys_ptrace"],
+            script: format!("readlink /proc/{pid}/cwd >/dev/null"),
+        },
+        Job {
+            what: "statvfs a checkpoint directory inside a 0700 home",
+            needs: &["dac_read_search"],
+            script: format!("stat -f {ckpt} >/dev/null"),
+        },
+        Job {
+            what: "run a hook as the user (setgid, setgroups, setuid)",
+            needs: &["setuid", "setgid"],
+            script: format!(
+                "setpriv --reuid {nobody} --regid {nobody} --clear-groups sh -c 'test $(id -u) = {nobody}'"
+            ),
+        },
+        Job {
+            what: "write a request file as the user into the user's directory",
+            needs: &["setuid", "setgid"],
+            script: format!(
+                "setpriv --reuid {nobody} --regid {nobody} --clear-groups sh -c 'echo {{}} > {ckpt}/request.json'"
+            ),
+        },
+        Job {
+            what: "give a per-user directory to its user",
+            needs: &["chown"],
+            script: format!("mkdir -p {users}/u && chown {nobody}:{nobody} {users}/u"),
+        },
+        Job {
+            what: "repair the mode of a per-user directory the user owns",
+            needs: &["fowner"],
+            script: format!("chmod 0700 {chowned}"),
+        },
+    ];
+    // Under kernel.dmesg_restrict=0 (not Debian's default) anyone may read /dev/kmsg.
+    jobs.push(Job {
+        what: "read the kernel log",
+        needs: if kmsg_restricted { &["syslog"] } else { &[] },
+        script: "dd if=/dev/kmsg of=/dev/null bs=8192 count=1 iflag=nonblock status=none"
+            .to_string(),
+    });
+
+    let mut failures = Vec::new();
+    for job in &jobs {
+        let out = with_caps(&setpriv, &caps, &job.script);
+        if !out.status.success() {
+            failures.push(format!(
+                "{} fails with {caps:?}: {}",
+                job.what,
+                text(&out).trim()
+            ));
+        }
+        for need in job.needs {
+            assert!(
+                caps.iter().any(|c| c == need),
+                "{}: needs {need}, not in the unit",
+                job.what
+            );
+            let without: Vec<String> = caps.iter().filter(|c| c != need).cloned().collect();
+            if with_caps(&setpriv, &without, &job.script).status.success() {
+                failures.push(format!("{} works without {need}", job.what));
+            }
+        }
+    }
+    // Every capability in the unit is needed by some job.
+    for cap in &caps {
+        if cap == "syslog" && !kmsg_restricted {
+            eprintln!("kernel.dmesg_restrict is not 1: not showing that syslog is needed");
+            continue;
+        }
+        if !jobs.iter().any(|j| j.needs.contains(&cap.as_str())) {
+            failures.push(format!("{cap} is in the unit but no job needs it"));
+        }
+    }
+    // Without CAP_DAC_OVERRIDE root cannot write into the user's 0700 home: writes go
+    // through the user's identity (the job above), never as root.
+    let as_root = with_caps(&setpriv, &caps, &format!("echo x > {home}/as-root"));
+    if as_root.status.success() {
+        failures.push("root wrote into a 0700 home without CAP_DAC_OVERRIDE".into());
+    }
+
+    run_of_nobody.kill().unwrap();
+    run_of_nobody.wait().unwrap();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
