@@ -90,19 +90,37 @@ fn text(out: &Output) -> String {
     )
 }
 
+/// What `systemd-analyze verify` says about a copy of `unit` named `as_name` that runs the
+/// built binary, after `edit`: whether it exited 0, the lines naming the unit, everything.
+fn verify(
+    unit: &str,
+    as_name: &str,
+    edit: impl Fn(String) -> String,
+) -> Option<(bool, Vec<String>, String)> {
+    let analyze = systemd_analyze()?;
+    let bin = built_watchdog();
+    let dir = scratch();
+    let path = copy_unit(unit, as_name, dir.path(), &bin);
+    std::fs::write(&path, edit(std::fs::read_to_string(&path).unwrap())).unwrap();
+    let out = run(Command::new(analyze).arg("verify").arg(&path));
+    let said = text(&out);
+    let about = said
+        .lines()
+        .filter(|l| l.contains(as_name))
+        .map(str::to_string)
+        .collect();
+    Some((out.status.success(), about, said))
+}
+
 /// `systemd-analyze verify` exits 0 even when it ignores a bad line ("Unknown key",
 /// "Failed to parse"): it must also say nothing about the unit.
-fn assert_verifies(analyze: &Path, unit: &Path) {
-    let out = run(Command::new(analyze).arg("verify").arg(unit));
-    let said = text(&out);
-    let name = unit.file_name().unwrap().to_string_lossy().into_owned();
-    let about_unit: Vec<&str> = said.lines().filter(|l| l.contains(&name)).collect();
-    assert!(
-        out.status.success() && about_unit.is_empty(),
-        "systemd-analyze verify {}: {}\n{said}",
-        unit.display(),
-        out.status
-    );
+fn assert_verifies(unit: &str, as_name: &str) {
+    if let Some((ok, about, said)) = verify(unit, as_name, |t| t) {
+        assert!(
+            ok && about.is_empty(),
+            "systemd-analyze verify {as_name}:\n{said}"
+        );
+    }
 }
 
 /// The overall exposure `systemd-analyze security --offline=true` gives, and its table.
@@ -126,93 +144,54 @@ fn exposure(analyze: &Path, unit: &Path) -> (f64, String) {
 
 #[test]
 fn verify_accepts_training_watchdog_service_running_the_built_binary() {
-    let Some(analyze) = systemd_analyze() else {
-        return;
-    };
-    let bin = built_watchdog();
-    let dir = scratch();
-    let unit = copy_unit(
-        "training-watchdog.service",
-        "training-watchdog.service",
-        dir.path(),
-        &bin,
-    );
-    assert_verifies(&analyze, &unit);
+    assert_verifies("training-watchdog.service", "training-watchdog.service");
 }
 
 #[test]
 fn verify_accepts_the_per_pid_template_and_an_instance_of_it() {
-    let Some(analyze) = systemd_analyze() else {
-        return;
-    };
-    let bin = built_watchdog();
-    let dir = scratch();
-    for name in ["watchdog@.service", "watchdog@4242.service"] {
-        let unit = copy_unit("watchdog@.service", name, dir.path(), &bin);
-        assert_verifies(&analyze, &unit);
-    }
+    assert_verifies("watchdog@.service", "watchdog@.service");
+    assert_verifies("watchdog@.service", "watchdog@4242.service");
 }
 
 #[test]
 fn verify_would_catch_a_bad_line() {
     // The check above is only worth something if a typo fails it.
+    let bad = |t: String| t.replace("WatchdogSec=30s", "WatchdogSec=30 furlongs");
+    if let Some((_, about, said)) = verify(
+        "training-watchdog.service",
+        "training-watchdog.service",
+        bad,
+    ) {
+        assert!(
+            !about.is_empty(),
+            "a bad WatchdogSec= went unreported:\n{said}"
+        );
+    }
+}
+
+/// `unit`, installed as `as_name`, rates at most `max` (the table is printed otherwise).
+fn assert_exposure_at_most(unit: &str, as_name: &str, max: f64) {
     let Some(analyze) = systemd_analyze() else {
         return;
     };
-    let bin = built_watchdog();
     let dir = scratch();
-    let unit = copy_unit(
-        "training-watchdog.service",
-        "training-watchdog.service",
-        dir.path(),
-        &bin,
-    );
-    let text = std::fs::read_to_string(&unit)
-        .unwrap()
-        .replace("WatchdogSec=30s", "WatchdogSec=30 furlongs");
-    std::fs::write(&unit, text).unwrap();
-    let out = run(Command::new(&analyze).arg("verify").arg(&unit));
-    assert!(
-        text_mentions(&out, "training-watchdog.service"),
-        "a bad WatchdogSec= went unreported:\n{}",
-        self::text(&out)
-    );
-}
-
-fn text_mentions(out: &Output, name: &str) -> bool {
-    text(out).lines().any(|l| l.contains(name))
+    let unit = copy_unit(unit, as_name, dir.path(), Path::new(INSTALLED_BIN));
+    let (value, table) = exposure(&analyze, &unit);
+    assert!(value <= max, "exposure {value} > {max}:\n{table}");
 }
 
 #[test]
 fn training_watchdog_service_exposure_is_at_most_3() {
-    let Some(analyze) = systemd_analyze() else {
-        return;
-    };
-    let dir = scratch();
-    let unit = copy_unit(
+    assert_exposure_at_most(
         "training-watchdog.service",
         "training-watchdog.service",
-        dir.path(),
-        Path::new(INSTALLED_BIN),
+        3.0,
     );
-    let (value, table) = exposure(&analyze, &unit);
-    assert!(value <= 3.0, "exposure {value} > 3.0:\n{table}");
 }
 
 #[test]
 fn per_pid_template_exposure_is_at_most_2() {
-    let Some(analyze) = systemd_analyze() else {
-        return;
-    };
-    let dir = scratch();
-    let unit = copy_unit(
-        "watchdog@.service",
-        "watchdog@4242.service",
-        dir.path(),
-        Path::new(INSTALLED_BIN),
-    );
-    let (value, table) = exposure(&analyze, &unit);
-    assert!(value <= 2.0, "exposure {value} > 2.0:\n{table}");
+    assert_exposure_at_most("watchdog@.service", "watchdog@4242.service", 2.0);
 }
 
 #[test]
