@@ -28,6 +28,18 @@ In a notebook, :func:`attach` starts the watchdog on the kernel itself (the bina
 Environment, set by ``watchdog run`` (or by :func:`attach`): ``WATCHDOG_SIGNAL`` (e.g.
 ``SIGUSR1``), ``WATCHDOG_REQUEST_FILE`` (path of the request file), ``WATCHDOG_PID``.
 
+Under ``watchdog daemon`` (the workstation service, which finds runs by itself) nothing is
+set. Then :func:`install` registers the process with the daemon when its socket
+(``$WATCHDOG_SOCKET``, default ``/run/watchdog/daemon.sock``) exists: one JSON line
+``{"op": "register", "pid": PID}``, answered by the request file the daemon will write
+(2 s timeout; no socket: nothing happens; an error: a warning, never an exception).
+``install(register=False)`` does not register. And :func:`request_file` finds a run the
+daemon discovered without registration: ``<dir>/<uid>/<pid>.request.json``, ``<dir>`` being
+``$WATCHDOG_DAEMON_DIR`` (default ``/run/watchdog/users``), for this process's PID and then
+each ancestor's of the same user (the daemon names the file after the run's first process,
+and this may be a child of it). The ancestors are read from ``/proc`` once per process;
+after that a call costs one ``stat`` more than with ``WATCHDOG_REQUEST_FILE``.
+
 Acknowledgment protocol: :func:`acknowledge` writes ``<request file>.ack`` atomically (temp
 file + rename) with ``{"seq": N, "time_unix": T}``, ``N`` the ``seq`` of the request handled and
 ``T`` the time the checkpoint was done. A request is pending while no ack has its ``seq`` and a
@@ -138,13 +150,20 @@ def _handler(signum, frame):
         prev(signum, frame)
 
 
-def install(sig=None):
+def install(sig=None, register=True):
     """Catch the watchdog's signal (``WATCHDOG_SIGNAL``, default SIGUSR1); the handler only sets a flag.
 
     A Python handler installed before is chained (called after the flag is set). Calling
     ``install()`` again is harmless and re-installs the handler if something replaced it.
     Must be called from the main thread (Python runs signal handlers there only).
     Returns the signal number.
+
+    With ``register`` (the default), when ``WATCHDOG_REQUEST_FILE`` is unset and a
+    ``watchdog daemon`` listens on ``$WATCHDOG_SOCKET`` (default
+    ``/run/watchdog/daemon.sock``), registers this process with it (once per process) and
+    uses the request file it names from then on; the signal it names is caught too. No
+    socket: nothing happens. A refusal or an error is a ``RuntimeWarning``, never an
+    exception: training goes on without the daemon.
     """
     if threading.current_thread() is not threading.main_thread():
         raise RuntimeError(
@@ -152,15 +171,133 @@ def install(sig=None):
             "Python only lets the main thread install signal handlers"
         )
     signum = _resolve_signal(sig)
+    _catch(signum)
+    if register and not os.environ.get("WATCHDOG_REQUEST_FILE") and _registered is None:
+        named = _register_with_daemon()
+        if named is not None and named != signum:
+            _catch(named)
+    _report_environment(request_file())
+    return signum
+
+
+def _catch(signum):
+    """Install :func:`_handler` for ``signum``, chaining what was there (unless it is ours)."""
     current = signal.getsignal(signum)
     if current is _handler:
-        return signum
+        return
     # SIG_DFL would terminate the process (the default for SIGUSR1) and SIG_IGN does nothing:
     # neither is chained. None means a handler installed outside Python: it cannot be called.
     _previous[signum] = current if callable(current) else None
     signal.signal(signum, _handler)
-    _report_environment(request_file())
-    return signum
+
+
+# ---------------------------------------------------------------------------------------------
+# watchdog daemon: registration over its socket, and its per-user directory.
+
+_DAEMON_SOCKET = "/run/watchdog/daemon.sock"
+_DAEMON_DIR = "/run/watchdog/users"
+_REGISTER_TIMEOUT_S = 2.0
+# Largest answer read from the daemon.
+_MAX_REPLY = 65536
+# The request file the daemon named when this process (or its parent, before a fork) registered.
+_registered = None
+# The per-user lookup, see _daemon_request_file().
+_lookup = None
+
+
+def _register_with_daemon():
+    """Register with a running daemon; remember the request file it names. Returns the signal
+    number it names (None when it named none, or on any failure: warned, never raised)."""
+    global _registered
+    path = os.environ.get("WATCHDOG_SOCKET") or _DAEMON_SOCKET
+    if not os.path.exists(path):
+        return None  # no daemon on this machine: nothing to say
+    import socket
+    import warnings
+
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(_REGISTER_TIMEOUT_S)
+            conn.connect(path)
+            conn.sendall(json.dumps({"op": "register", "pid": os.getpid()}).encode() + b"\n")
+            reply = b""
+            while b"\n" not in reply and len(reply) <= _MAX_REPLY:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    break
+                reply += chunk
+        answer = json.loads(reply.split(b"\n", 1)[0].decode("utf-8"))
+        if not isinstance(answer, dict):
+            raise ValueError("expected a JSON object, got %r" % (answer,))
+        if answer.get("ok") is not True:
+            raise ValueError("it refused: %s" % (answer.get("error") or "no reason given"))
+        registered = answer.get("registered")
+        named = registered.get("request_file") if isinstance(registered, dict) else None
+        if not isinstance(named, str) or not named:
+            raise ValueError("its answer names no request file: %r" % (answer,))
+        _registered = named
+        signame = registered.get("signal")
+        return _resolve_signal(signame) if signame else None
+    except (OSError, ValueError) as e:
+        warnings.warn(
+            "training_watchdog: cannot register with the watchdog daemon at %s: %s" % (path, e),
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return None
+
+
+def _ancestors(pid):
+    """``pid`` and its ancestors of the same user, nearest first, from ``/proc/PID/status``."""
+    chain, uid = [], None
+    while pid > 1 and len(chain) < 64:
+        try:
+            with open("/proc/%d/status" % pid, "rb") as f:
+                fields = dict(line.split(b":", 1) for line in f.read().splitlines() if b":" in line)
+            ppid = int(fields[b"PPid"])
+            owner = int(fields[b"Uid"].split()[0])
+        except (OSError, KeyError, ValueError, IndexError):
+            break
+        if uid is None:
+            uid = owner
+        elif owner != uid:
+            break  # the daemon keys a user's runs by that user's processes only
+        chain.append(pid)
+        pid = ppid
+    return chain
+
+
+def _daemon_request_file():
+    """The request file the daemon keeps for this process's run, or None (see the module docs).
+
+    The candidates (this PID and its ancestors') are computed once per process and daemon
+    directory; once one exists it is the answer for good. Until then a call costs one ``stat``
+    of the user's directory: the candidates are looked at again only when its mtime changed
+    (a file was added or removed), or is less than a second old (a file created within the
+    same clock tick as the last look leaves the same mtime).
+    """
+    global _lookup
+    key = (os.getpid(), os.environ.get("WATCHDOG_DAEMON_DIR") or _DAEMON_DIR, os.getuid())
+    if _lookup is None or _lookup["key"] != key:
+        pid, base, uid = key
+        candidates = [os.path.join(base, str(uid), "%d.request.json" % p) for p in _ancestors(pid)]
+        _lookup = {"key": key, "dir": os.path.join(base, str(uid)), "candidates": candidates,
+                   "found": None, "seen": None}
+    if _lookup["found"] is not None:
+        return _lookup["found"]
+    try:
+        mtime = os.stat(_lookup["dir"]).st_mtime_ns
+    except OSError:
+        return None  # no daemon, or it keeps nothing for this user
+    if mtime == _lookup["seen"] and time.time_ns() - mtime > 1_000_000_000:
+        return None
+    for path in _lookup["candidates"]:
+        if os.path.exists(path):
+            _lookup["found"] = path
+            _report_environment(path)
+            return path
+    _lookup["seen"] = mtime
+    return None
 
 
 # The packages whose versions decide how training behaves (their distribution names).
@@ -257,8 +394,10 @@ def _report_environment(path):
 
 
 def request_file():
-    """The request file path from ``WATCHDOG_REQUEST_FILE``, or None."""
-    return os.environ.get("WATCHDOG_REQUEST_FILE") or None
+    """The request file path: ``WATCHDOG_REQUEST_FILE``; else the one a ``watchdog daemon``
+    named when :func:`install` registered; else the daemon's file for this run in its per-user
+    directory, once there is one (see the module documentation); else None."""
+    return os.environ.get("WATCHDOG_REQUEST_FILE") or _registered or _daemon_request_file()
 
 
 def _ack_path(path):
@@ -1134,12 +1273,15 @@ def _announce(req):
 
 def _reset():
     """Forget all state (for tests); stops an attached watchdog."""
-    global _flag, _handling, _acked, _shown
+    global _flag, _handling, _acked, _shown, _registered, _lookup
     if _attached is not None:
         _attached.stop()
     _flag = False
     _handling = None
     _acked = None
     _shown = None
+    _registered = None
+    _lookup = None
     _previous.clear()
     _cache.clear()
+    _reported.clear()

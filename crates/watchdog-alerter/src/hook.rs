@@ -15,13 +15,26 @@
 //! processes are hooks (the watchdog, a child subreaper in `run` mode, adopts what a
 //! finished hook left behind, and those are not the run's).
 //!
+//! ## As the target's user
+//! The daemon runs as root and watches other users' runs: a [`Hooks`] built with a
+//! [`HookUser`] ([`Hooks::with_user`]) runs each hook as that user. In the child, after the
+//! process group is made and before `exec`, it calls `setgroups` (the user's groups from
+//! the group database), `setgid`, then `setuid` (that order: once the UID is not root the
+//! others are no longer allowed), then `chdir`s to the user's home as the user (to `/` when
+//! that fails). The environment is reset to exactly `PATH=/usr/local/bin:/usr/bin:/bin`,
+//! `HOME`, `USER`, `LOGNAME`, `SHELL` and the `WATCHDOG_*` variables: nothing of the
+//! daemon's own environment reaches a user's command. The command is `/bin/sh -c`, not a
+//! `sh` found on a path. A hook runs as root only when the target is root's.
+//!
 //! `WATCHDOG_PID` means the same everywhere: the watchdog's own PID, in a hook as in the
 //! environment `watchdog run` gives its command. The watched process is
 //! `WATCHDOG_TARGET_PID` (hooks only; the `run` command is the target itself).
 
+use std::ffi::{CStr, CString};
 use std::io;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, mpsc};
@@ -49,6 +62,169 @@ pub struct HookError {
     /// The OS error.
     #[source]
     pub source: io::Error,
+}
+
+/// The `PATH` a hook run as a user gets.
+pub const USER_HOOK_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// The user a hook runs as, from the passwd and group databases.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookUser {
+    /// User ID.
+    pub uid: u32,
+    /// Primary group ID.
+    pub gid: u32,
+    /// Every group the user is in (the primary one included), as `getgrouplist` says.
+    pub groups: Vec<u32>,
+    /// Login name (`USER`, `LOGNAME`).
+    pub name: String,
+    /// Home directory (`HOME`, and the working directory when it can be entered).
+    pub home: PathBuf,
+    /// Login shell (`SHELL`; `/bin/sh` when the database leaves it empty). The hook itself
+    /// always runs through `/bin/sh -c`.
+    pub shell: PathBuf,
+}
+
+/// Largest buffer tried for one passwd entry.
+const MAX_PASSWD_BUF: usize = 1 << 20;
+/// Most groups asked for one user.
+const MAX_GROUPS: usize = 1 << 16;
+
+impl HookUser {
+    /// The user with ID `uid`, from `getpwuid_r` and `getgrouplist`. `NotFound` when the
+    /// passwd database has no such user.
+    pub fn of_uid(uid: u32) -> io::Result<HookUser> {
+        let mut buf = vec![0u8; 1024];
+        loop {
+            // SAFETY: an all-zero passwd is a valid value (null pointers, zero IDs); it is
+            // only read after getpwuid_r filled it.
+            let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+            let mut found: *mut libc::passwd = std::ptr::null_mut();
+            // SAFETY: every pointer is valid for the call and `buf.len()` is its size; the
+            // strings it sets point into `buf`, which outlives their use below.
+            let rc = unsafe {
+                libc::getpwuid_r(
+                    uid,
+                    &mut pwd,
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    &mut found,
+                )
+            };
+            if rc == libc::ERANGE && buf.len() < MAX_PASSWD_BUF {
+                buf.resize(buf.len() * 2, 0);
+                continue;
+            }
+            if rc != 0 {
+                return Err(io::Error::from_raw_os_error(rc));
+            }
+            if found.is_null() {
+                return Err(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("no user with UID {uid} in the passwd database"),
+                ));
+            }
+            let text = |p: *const libc::c_char| -> Vec<u8> {
+                if p.is_null() {
+                    return Vec::new();
+                }
+                // SAFETY: getpwuid_r set it to a NUL-terminated string inside `buf`.
+                unsafe { CStr::from_ptr(p) }.to_bytes().to_vec()
+            };
+            let name_c = text(pwd.pw_name);
+            let name = String::from_utf8_lossy(&name_c).into_owned();
+            let home = PathBuf::from(std::ffi::OsStr::from_bytes(&text(pwd.pw_dir)));
+            let shell = match text(pwd.pw_shell) {
+                s if s.is_empty() => PathBuf::from("/bin/sh"),
+                s => PathBuf::from(std::ffi::OsStr::from_bytes(&s)),
+            };
+            let groups = group_list(&name_c, pwd.pw_gid)?;
+            return Ok(HookUser {
+                uid,
+                gid: pwd.pw_gid,
+                groups,
+                name,
+                home,
+                shell,
+            });
+        }
+    }
+
+    /// Sets up `command` to run as this user: the environment reset to
+    /// [`USER_HOOK_PATH`], `HOME`, `USER`, `LOGNAME`, `SHELL` plus `env`; in the child
+    /// `setgroups`, `setgid`, `setuid`, then `chdir` to the home (else `/`).
+    fn prepare(&self, command: &mut Command, env: &[(String, String)]) -> io::Result<()> {
+        let invalid = |what: &str| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("user {} ({}): {what}", self.name, self.uid),
+            )
+        };
+        let home = CString::new(self.home.as_os_str().as_bytes())
+            .map_err(|_| invalid("its home holds a NUL byte"))?;
+        let me = rustix::process::geteuid().as_raw();
+        let switch = me == 0;
+        if !switch && self.uid != me {
+            return Err(invalid(&format!(
+                "cannot run a hook as this user: the watchdog runs as UID {me}, not root"
+            )));
+        }
+        command
+            .env_clear()
+            .env("PATH", USER_HOOK_PATH)
+            .env("HOME", &self.home)
+            .env("USER", &self.name)
+            .env("LOGNAME", &self.name)
+            .env("SHELL", &self.shell)
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        let groups: Vec<libc::gid_t> = self.groups.clone();
+        let (uid, gid) = (self.uid, self.gid);
+        let root = c"/";
+        // SAFETY: the closure runs in the child between fork and exec. It only makes
+        // system calls (async-signal-safe) on values prepared before the fork, and
+        // allocates nothing; errors come from errno.
+        unsafe {
+            command.pre_exec(move || {
+                if switch
+                    && (libc::setgroups(groups.len(), groups.as_ptr()) != 0
+                        || libc::setgid(gid) != 0
+                        || libc::setuid(uid) != 0)
+                {
+                    return Err(io::Error::last_os_error());
+                }
+                if libc::chdir(home.as_ptr()) != 0 && libc::chdir(root.as_ptr()) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The groups of user `name` (NUL-free bytes) whose primary group is `gid`.
+fn group_list(name: &[u8], gid: u32) -> io::Result<Vec<u32>> {
+    let name = CString::new(name)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "a user name holds a NUL byte"))?;
+    let mut groups: Vec<libc::gid_t> = vec![0; 64];
+    loop {
+        let mut n = libc::c_int::try_from(groups.len()).unwrap_or(libc::c_int::MAX);
+        // SAFETY: `groups` has room for `n` entries; getgrouplist writes at most that many
+        // and sets `n` to how many there are.
+        let rc = unsafe { libc::getgrouplist(name.as_ptr(), gid, groups.as_mut_ptr(), &mut n) };
+        let n = usize::try_from(n).unwrap_or(0);
+        if rc >= 0 {
+            groups.truncate(n);
+            return Ok(groups);
+        }
+        if n <= groups.len() || n > MAX_GROUPS {
+            return Err(io::Error::other(format!(
+                "cannot list the groups of user {}",
+                name.to_string_lossy()
+            )));
+        }
+        groups.resize(n, 0);
+    }
 }
 
 /// How a hook ended, for the log and the `hook` event.
@@ -116,6 +292,8 @@ struct Inner {
     groups: Mutex<Vec<u32>>,
     /// Set by [`Hooks::end_all`]: the watchdog is exiting.
     ending: AtomicBool,
+    /// Whom the hooks run as; `None`: as the watchdog, with its environment.
+    user: Option<HookUser>,
     outcomes: Mutex<Option<mpsc::Sender<HookOutcome>>>,
 }
 
@@ -127,12 +305,19 @@ impl Hooks {
 
     /// Like [`new`](Self::new) with another grace period.
     pub fn with_grace(timeout: Duration, grace: Duration) -> Hooks {
+        Hooks::with_user(timeout, grace, None)
+    }
+
+    /// Hooks run as `user` (see the module documentation); `None`: as the watchdog, with
+    /// its environment plus the `WATCHDOG_*` variables.
+    pub fn with_user(timeout: Duration, grace: Duration, user: Option<HookUser>) -> Hooks {
         Hooks {
             inner: Arc::new(Inner {
                 timeout,
                 grace,
                 groups: Mutex::new(Vec::new()),
                 ending: AtomicBool::new(false),
+                user,
                 outcomes: Mutex::new(None),
             }),
         }
@@ -169,23 +354,39 @@ impl Hooks {
         f(groups.contains(&pid))
     }
 
+    /// The user the hooks run as, when one was given.
+    pub fn user(&self) -> Option<&HookUser> {
+        self.inner.user.as_ref()
+    }
+
     /// Starts `sh -c cmd` with `env` added to the environment, in its own process group,
     /// and returns without waiting. A background thread ends it when it runs past the
-    /// timeout and logs its exit status (info when 0, warn otherwise).
+    /// timeout and logs its exit status (info when 0, warn otherwise). With a
+    /// [`HookUser`], runs it as that user with only `env` and the user's variables.
     pub fn run(&self, cmd: &str, env: &[(String, String)]) -> Result<HookHandle, HookError> {
         let err = |source| HookError {
             cmd: cmd.to_string(),
             source,
         };
-        let mut groups = lock(&self.inner.groups);
-        let child = Command::new("sh")
+        let mut command = match &self.inner.user {
+            None => {
+                let mut c = Command::new("sh");
+                c.envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+                c
+            }
+            Some(user) => {
+                let mut c = Command::new("/bin/sh");
+                user.prepare(&mut c, env).map_err(err)?;
+                c
+            }
+        };
+        command
             .arg("-c")
             .arg(cmd)
-            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
-            .process_group(0)
-            .spawn()
-            .map_err(err)?;
+            .process_group(0);
+        let mut groups = lock(&self.inner.groups);
+        let child = command.spawn().map_err(err)?;
         let pid = child.id();
         groups.push(pid);
         drop(groups);
@@ -456,5 +657,18 @@ mod tests {
         unique.sort_unstable();
         unique.dedup();
         assert_eq!(unique.len(), keys.len(), "{keys:?}");
+    }
+
+    #[test]
+    fn hook_user_of_uid_reads_the_passwd_database() {
+        let root = HookUser::of_uid(0).unwrap();
+        assert_eq!(root.name, "root");
+        assert_eq!(root.gid, 0);
+        assert!(root.groups.contains(&0), "{root:?}");
+        assert!(root.home.is_absolute(), "{root:?}");
+        // A UID nobody has (the passwd database on these machines stops far below).
+        let err = HookUser::of_uid(3_999_999_999).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::NotFound, "{err}");
+        assert!(err.to_string().contains("3999999999"), "{err}");
     }
 }

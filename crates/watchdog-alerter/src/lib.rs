@@ -3,6 +3,8 @@
 //! - [`signal`]: send the signal to every process of the watched tree that catches it,
 //!   through a pidfd ([`pidfd`]), after reading its caught-signal mask ([`sigcgt`]);
 //! - [`request`]: the JSON request file, written atomically, and the client's `.ack`;
+//! - [`beneath`]: the daemon's per-user directories, where root writes and reads only
+//!   through a directory descriptor and never follows a user's symlink;
 //! - [`hook`]: the `--on-alert` command;
 //! - [`notify`]: a desktop notification under a timeout (the `notify` feature, on by default);
 //! - [`events`]: the `--events` JSON-lines log and the RFC 3339 clock.
@@ -11,6 +13,7 @@
 //! reader takes the proc root as a parameter.
 #![deny(missing_docs)]
 
+pub mod beneath;
 pub mod events;
 pub mod hook;
 pub mod notify;
@@ -19,15 +22,17 @@ pub mod request;
 pub mod sigcgt;
 pub mod signal;
 
+pub use beneath::{BeneathError, UserDir, UserDirs};
 pub use events::{EventLog, EventLogError, format_rfc3339_ms, now_rfc3339, unix_time_s};
-pub use hook::{HookError, HookHandle, HookOutcome, Hooks, hook_env, run_hook};
+pub use hook::{HookError, HookHandle, HookOutcome, HookUser, Hooks, hook_env, run_hook};
 #[cfg(feature = "notify")]
 pub use notify::notify_desktop;
 pub use notify::{Notifier, NotifyError, NotifyOutcome, spawn_notify};
 pub use pidfd::{PidFd, PidFdError};
 pub use request::{
-    Ack, AckWatcher, AlertRequest, RequestError, ack_path, clear_request_files, is_request_file,
-    read_ack, write_ack, write_request_file,
+    Ack, AckWatcher, AlertRequest, RequestError, RequestPlace, ack_path, clear_request,
+    clear_request_files, is_request_file, read_ack, write_ack, write_ack_at, write_request,
+    write_request_file,
 };
 pub use sigcgt::{catches, parse_sigcgt};
 pub use signal::{

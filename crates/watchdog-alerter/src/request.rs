@@ -22,15 +22,26 @@
 //! when it starts, so a stale request does not look like a new one, after checking with
 //! [`is_request_file`] that what is there is a request (and not a file the user pointed
 //! `--request-file` at by mistake).
+//!
+//! ## Two places, one format
+//! A [`RequestPlace`] is where the request lives: a path (`watchdog run`, `--pid`: the
+//! watchdog runs as the user) or a name in a user's directory the root daemon holds open
+//! ([`crate::beneath::UserDir`]: nothing is resolved by path, files are given to the
+//! user). [`write_request`], [`AckWatcher::at`], [`clear_request`] and
+//! [`RequestPlace::is_request`] take either; the `&Path` functions are the same ones on a
+//! path. Whatever is read back (a request, an ack) is read without following a symlink and
+//! capped at 64 KiB.
 
 use std::ffi::OsString;
-use std::fs::{File, OpenOptions};
-use std::io::{self, Read};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::io;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use watchdog_types::fs::{Durability, WriteError, write_atomic, write_atomic_with};
+use watchdog_types::fs::{Durability, WriteError, write_atomic_with};
+
+use crate::beneath::{BeneathError, UserDir, read_path_capped};
 
 /// The JSON document written to the request file on every alert.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -78,6 +89,9 @@ pub enum RequestError {
     /// The atomic write failed (a symlink or a non-file in the way, an I/O error).
     #[error(transparent)]
     Write(#[from] WriteError),
+    /// The write beneath a user's directory failed.
+    #[error(transparent)]
+    Beneath(#[from] BeneathError),
     /// JSON serialization failed.
     #[error("cannot serialize the request: {0}")]
     Json(#[from] serde_json::Error),
@@ -85,78 +99,195 @@ pub enum RequestError {
 
 /// The acknowledgment path for a request file: `<request_file>.ack`.
 pub fn ack_path(request_file: &Path) -> PathBuf {
-    let mut s = OsString::from(request_file.as_os_str());
-    s.push(".ack");
+    suffixed(request_file, ACK_SUFFIX)
+}
+
+/// What the acknowledgment's name adds to the request file's.
+pub const ACK_SUFFIX: &str = ".ack";
+
+fn suffixed(path: &Path, suffix: &str) -> PathBuf {
+    let mut s = OsString::from(path.as_os_str());
+    s.push(suffix);
     PathBuf::from(s)
 }
 
-/// Writes `req` to `path` atomically, never following a symlink. See the module documentation.
-pub fn write_request_file(path: &Path, req: &AlertRequest) -> Result<(), RequestError> {
+/// Where a request file (and its `.ack` beside it) lives: a path the single-run watchdog
+/// was given, or a name in a user's directory the daemon holds open ([`UserDir`]), where
+/// nothing is resolved by path. Every function of this module works on either; the
+/// `&Path` functions are the same ones on [`RequestPlace::Path`].
+#[derive(Clone, Debug)]
+pub enum RequestPlace {
+    /// A path, written and read as the user who gave it (`watchdog run`, `--pid`).
+    Path(PathBuf),
+    /// A single file name in a user's directory (`watchdog daemon`, as root).
+    Beneath {
+        /// The user's directory, open.
+        dir: Arc<UserDir>,
+        /// One path component, e.g. `1234.request.json`.
+        name: String,
+    },
+}
+
+impl RequestPlace {
+    /// `name` in `dir`; refused unless `name` is one path component.
+    pub fn beneath(dir: Arc<UserDir>, name: impl Into<String>) -> Result<Self, BeneathError> {
+        let name = name.into();
+        if !crate::beneath::is_component(&name) {
+            return Err(BeneathError::Name { name });
+        }
+        Ok(RequestPlace::Beneath { dir, name })
+    }
+
+    /// Its path, for messages and for the `WATCHDOG_REQUEST_FILE` a hook or client is told.
+    pub fn path(&self) -> PathBuf {
+        match self {
+            RequestPlace::Path(p) => p.clone(),
+            RequestPlace::Beneath { dir, name } => dir.path_of(name),
+        }
+    }
+
+    /// The file beside it whose name adds `suffix` (no `/` in it): `.ack`, `.environment`.
+    pub fn sibling(&self, suffix: &str) -> RequestPlace {
+        match self {
+            RequestPlace::Path(p) => RequestPlace::Path(suffixed(p, suffix)),
+            RequestPlace::Beneath { dir, name } => RequestPlace::Beneath {
+                dir: Arc::clone(dir),
+                name: format!("{name}{suffix}"),
+            },
+        }
+    }
+
+    /// Its acknowledgment: `<request file>.ack`.
+    pub fn ack(&self) -> RequestPlace {
+        self.sibling(ACK_SUFFIX)
+    }
+
+    /// Replaces it with `bytes` atomically; refuses a symlink at a path, replaces one
+    /// beneath a user's directory (see [`UserDir::write_atomic`]).
+    pub fn write(&self, bytes: &[u8], durability: Durability) -> Result<(), RequestError> {
+        match self {
+            RequestPlace::Path(p) => Ok(write_atomic_with(p, bytes, durability)?),
+            RequestPlace::Beneath { dir, name } => Ok(dir.write_atomic(name, bytes)?),
+        }
+    }
+
+    /// Its content, at most `cap` bytes: `Ok(None)` when missing; an error for a symlink,
+    /// anything but a regular file, a larger file (and, beneath a user's directory, a file
+    /// the user does not own).
+    pub fn read_capped(&self, cap: u64) -> io::Result<Option<Vec<u8>>> {
+        match self {
+            RequestPlace::Path(p) => read_path_capped(p, cap),
+            RequestPlace::Beneath { dir, name } => dir.read_capped(name, cap),
+        }
+    }
+
+    /// Removes it (a symlink itself); missing is fine.
+    pub fn remove(&self) -> io::Result<()> {
+        match self {
+            RequestPlace::Path(p) => match std::fs::remove_file(p) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+                _ => Ok(()),
+            },
+            RequestPlace::Beneath { dir, name } => dir.remove(name),
+        }
+    }
+
+    /// Whether it is a regular file whose content parses as an [`AlertRequest`]; see
+    /// [`is_request_file`].
+    pub fn is_request(&self) -> bool {
+        matches!(
+            self.read_capped(MAX_REQUEST_BYTES),
+            Ok(Some(bytes)) if serde_json::from_slice::<AlertRequest>(&bytes).is_ok()
+        )
+    }
+
+    /// Its acknowledgment parsed: `None` when missing, malformed or refused.
+    fn read_ack(&self) -> Option<Ack> {
+        let bytes = self.read_capped(MAX_REQUEST_BYTES).ok()??;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    /// The identity of its current version (not following a symlink); `None` when missing.
+    fn stamp(&self) -> Option<FileStamp> {
+        match self {
+            RequestPlace::Path(p) => {
+                let m = std::fs::symlink_metadata(p).ok()?;
+                Some(FileStamp {
+                    ino: m.ino(),
+                    mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+                    size: m.size(),
+                })
+            }
+            RequestPlace::Beneath { dir, name } => {
+                let st = dir.stat(name).ok()??;
+                Some(FileStamp {
+                    ino: st.st_ino,
+                    mtime_ns: i128::from(st.st_mtime) * 1_000_000_000
+                        + i128::from(st.st_mtime_nsec),
+                    size: u64::try_from(st.st_size).unwrap_or(0),
+                })
+            }
+        }
+    }
+}
+
+/// The request as the file holds it: pretty JSON and a newline.
+fn request_bytes(req: &AlertRequest) -> Result<Vec<u8>, RequestError> {
     let mut json = serde_json::to_vec_pretty(req)?;
     json.push(b'\n');
-    Ok(write_atomic_with(path, &json, Durability::Visible)?)
+    Ok(json)
 }
 
-/// Writes an acknowledgment to `<request_file>.ack` atomically (what the Python client does; for tests and other clients).
-pub fn write_ack(request_file: &Path, ack: &Ack) -> Result<(), RequestError> {
+/// Writes `req` to `place` atomically, never following a symlink. See the module documentation.
+pub fn write_request(place: &RequestPlace, req: &AlertRequest) -> Result<(), RequestError> {
+    place.write(&request_bytes(req)?, Durability::Visible)
+}
+
+/// Writes `req` to `path` atomically, never following a symlink: [`write_request`] at a path.
+pub fn write_request_file(path: &Path, req: &AlertRequest) -> Result<(), RequestError> {
+    write_request(&RequestPlace::Path(path.to_path_buf()), req)
+}
+
+/// Writes an acknowledgment of the request at `place` atomically (what the Python client
+/// does; for tests and other clients).
+pub fn write_ack_at(place: &RequestPlace, ack: &Ack) -> Result<(), RequestError> {
     let mut json = serde_json::to_vec(ack)?;
     json.push(b'\n');
-    Ok(write_atomic(&ack_path(request_file), &json)?)
+    place.ack().write(&json, Durability::Durable)
 }
 
-/// Largest file [`is_request_file`] reads; a request is well under 1 KiB.
-const MAX_REQUEST_BYTES: u64 = 64 * 1024;
+/// Writes an acknowledgment to `<request_file>.ack` atomically: [`write_ack_at`] at a path.
+pub fn write_ack(request_file: &Path, ack: &Ack) -> Result<(), RequestError> {
+    write_ack_at(&RequestPlace::Path(request_file.to_path_buf()), ack)
+}
+
+/// Largest request or acknowledgment read; a request is well under 1 KiB.
+const MAX_REQUEST_BYTES: u64 = crate::beneath::MAX_USER_FILE_BYTES;
 
 /// Whether `path` is an existing regular file whose content parses as an [`AlertRequest`]
 /// (a request left by an earlier run, safe to delete). `false` when it is missing, a
 /// symlink (not followed, even to a request), a directory, FIFO or device, larger than
 /// 64 KiB, unreadable, or anything but a request's JSON.
 pub fn is_request_file(path: &Path) -> bool {
-    // O_NOFOLLOW refuses a symlink; O_NONBLOCK keeps a FIFO from blocking the open.
-    let Ok(f) = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)
-    else {
-        return false;
-    };
-    match f.metadata() {
-        Ok(m) if m.file_type().is_file() && m.len() <= MAX_REQUEST_BYTES => {}
-        _ => return false,
-    }
-    let mut bytes = Vec::new();
-    if io::Read::take(f, MAX_REQUEST_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .is_err()
-    {
-        return false;
-    }
-    serde_json::from_slice::<AlertRequest>(&bytes).is_ok()
+    RequestPlace::Path(path.to_path_buf()).is_request()
 }
 
-/// Removes a stale request file and its `.ack` (call when the watchdog starts). Missing files are fine.
-/// A symlink is removed itself (`unlink` does not follow it).
+/// Removes a stale request and its `.ack` (call when the watchdog starts). Missing files
+/// are fine. A symlink is removed itself (`unlink` does not follow it).
+pub fn clear_request(place: &RequestPlace) -> io::Result<()> {
+    place.remove()?;
+    place.ack().remove()
+}
+
+/// [`clear_request`] at a path.
 pub fn clear_request_files(request_file: &Path) -> io::Result<()> {
-    for p in [request_file.to_path_buf(), ack_path(request_file)] {
-        match std::fs::remove_file(&p) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
+    clear_request(&RequestPlace::Path(request_file.to_path_buf()))
 }
 
-/// Reads and parses an acknowledgment file; `None` when it is missing or malformed.
+/// Reads and parses an acknowledgment file; `None` when it is missing, malformed, a
+/// symlink or over 64 KiB.
 pub fn read_ack(path: &Path) -> Option<Ack> {
-    // An ack is a few dozen bytes; read no more than a request's cap whatever is there.
-    let mut bytes = Vec::new();
-    File::open(path)
-        .ok()?
-        .take(MAX_REQUEST_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .ok()?;
-    serde_json::from_slice(&bytes).ok()
+    RequestPlace::Path(path.to_path_buf()).read_ack()
 }
 
 /// Identity of a file version: an atomic rename gives a new inode, an in-place write a new mtime or size.
@@ -170,6 +301,7 @@ struct FileStamp {
 /// Watches `<request file>.ack` cheaply enough to call every 100 ms: one `stat`, a parse only on change.
 #[derive(Debug)]
 pub struct AckWatcher {
+    ack: RequestPlace,
     path: PathBuf,
     last: Option<FileStamp>,
     last_seq: Option<u64>,
@@ -179,10 +311,16 @@ impl AckWatcher {
     /// Watches the ack of `request_file`. An ack file that already exists now is taken as
     /// seen and not reported (it belongs to an earlier run).
     pub fn new(request_file: &Path) -> Self {
-        let path = ack_path(request_file);
-        let last = stamp(&path);
+        AckWatcher::at(&RequestPlace::Path(request_file.to_path_buf()))
+    }
+
+    /// Watches the ack of the request at `place`; see [`new`](Self::new).
+    pub fn at(place: &RequestPlace) -> Self {
+        let ack = place.ack();
+        let last = ack.stamp();
         AckWatcher {
-            path,
+            path: ack.path(),
+            ack,
             last,
             last_seq: None,
         }
@@ -196,11 +334,11 @@ impl AckWatcher {
     /// Returns a new acknowledgment when the file changed since the last call and holds a
     /// `seq` not reported before; `None` otherwise (including when it is missing or malformed).
     pub fn check(&mut self) -> Option<Ack> {
-        let now = stamp(&self.path)?;
+        let now = self.ack.stamp()?;
         if self.last == Some(now) {
             return None;
         }
-        let ack = read_ack(&self.path)?;
+        let ack = self.ack.read_ack()?;
         // Only remember the stamp once the content parsed, so a half-written file (a client
         // that does not rename) is read again on the next call.
         self.last = Some(now);
@@ -210,15 +348,6 @@ impl AckWatcher {
         self.last_seq = Some(ack.seq);
         Some(ack)
     }
-}
-
-fn stamp(path: &Path) -> Option<FileStamp> {
-    let m = std::fs::metadata(path).ok()?;
-    Some(FileStamp {
-        ino: m.ino(),
-        mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
-        size: m.size(),
-    })
 }
 
 #[cfg(test)]
@@ -442,5 +571,72 @@ mod tests {
         .unwrap();
         clear_request_files(&req).unwrap();
         assert!(!req.exists() && !ack_path(&req).exists());
+    }
+
+    fn user_place(dir: &Path, name: &str) -> RequestPlace {
+        let dirs = crate::beneath::UserDirs::open(&dir.join("users")).unwrap();
+        let uid = rustix::process::geteuid().as_raw();
+        let gid = rustix::process::getegid().as_raw();
+        let user = Arc::new(dirs.for_user(uid, gid).unwrap());
+        RequestPlace::beneath(user, name).unwrap()
+    }
+
+    /// The daemon's place: the same request bytes, the same ack protocol, through the
+    /// user's directory descriptor.
+    #[test]
+    fn beneath_a_user_dir_same_format_and_ack_protocol() {
+        let dir = tempfile::tempdir().unwrap();
+        let place = user_place(dir.path(), "42.request.json");
+        let path = place.path();
+        let uid = rustix::process::geteuid().as_raw();
+        assert_eq!(
+            path,
+            dir.path().join(format!("users/{uid}/42.request.json"))
+        );
+        assert!(!place.is_request());
+        write_request(&place, &sample()).unwrap();
+        assert!(place.is_request());
+        // One serialization: byte for byte what the path writer writes.
+        let other = dir.path().join("req.json");
+        write_request_file(&other, &sample()).unwrap();
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            std::fs::read(&other).unwrap()
+        );
+
+        let mut w = AckWatcher::at(&place);
+        assert_eq!(w.path(), ack_path(&path));
+        assert_eq!(w.check(), None);
+        write_ack_at(
+            &place,
+            &Ack {
+                seq: 1,
+                time_unix: 2.0,
+            },
+        )
+        .unwrap();
+        assert_eq!(w.check().map(|a| a.seq), Some(1));
+        assert_eq!(w.check(), None);
+        // An ack as a symlink to a real ack elsewhere is not read.
+        let elsewhere = dir.path().join("elsewhere.ack");
+        std::fs::write(&elsewhere, "{\"seq\": 9, \"time_unix\": 9.0}").unwrap();
+        std::fs::remove_file(ack_path(&path)).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, ack_path(&path)).unwrap();
+        assert_eq!(w.check(), None);
+        // An ack over the 64 KiB cap is not read.
+        std::fs::remove_file(ack_path(&path)).unwrap();
+        let mut big = b"{\"seq\": 5, \"time_unix\": 9.0}".to_vec();
+        big.resize(usize::try_from(MAX_REQUEST_BYTES).unwrap() + 1, b' ');
+        std::fs::write(ack_path(&path), &big).unwrap();
+        assert_eq!(w.check(), None);
+
+        clear_request(&place).unwrap();
+        assert!(!path.exists() && !ack_path(&path).exists());
+        assert!(std::fs::read_to_string(&elsewhere).unwrap().contains("9"));
+        // Names with a slash are refused up front.
+        let RequestPlace::Beneath { dir: user, .. } = &place else {
+            panic!("not beneath")
+        };
+        assert!(RequestPlace::beneath(Arc::clone(user), "../x").is_err());
     }
 }

@@ -40,8 +40,9 @@ pub const KEYS: &[&str] = &[
     "log_format",
 ];
 
-/// The config file as written; every field optional, unknown keys rejected.
-#[derive(Debug, Default, Deserialize)]
+/// The config file as written; every field optional, unknown keys rejected. The daemon's
+/// rules deserialize their `[rule.watch]` tables into it too.
+#[derive(Debug, Default, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct FileConfig {
     #[serde(deserialize_with = "de_duration")]
@@ -73,6 +74,35 @@ pub struct FileConfig {
     notify: Option<bool>,
     status: Option<bool>,
     log_format: Option<LogFormat>,
+}
+
+impl FileConfig {
+    /// Whether `key` (a config key such as `"request_file"`) is set; false for unknown keys.
+    pub fn is_set(&self, key: &str) -> bool {
+        match key {
+            "interval" => self.interval.is_some(),
+            "lead" => self.lead.is_some(),
+            "signal" => self.signal.is_some(),
+            "mem_limit" => self.mem_limit.is_some(),
+            "disks" => self.disks.is_some(),
+            "max_runtime" => self.max_runtime.is_some(),
+            "deadline" => self.deadline.is_some(),
+            "request_file" => self.request_file.is_some(),
+            "events" => self.events.is_some(),
+            "on_alert" => self.on_alert.is_some(),
+            "hook_timeout" => self.hook_timeout.is_some(),
+            "record" => self.record.is_some(),
+            "record_window" => self.record_window.is_some(),
+            "dry_run" => self.dry_run.is_some(),
+            "gpu" => self.gpu.is_some(),
+            "nvml_library" => self.nvml_library.is_some(),
+            "floor" => self.floor.is_some(),
+            "notify" => self.notify.is_some(),
+            "status" => self.status.is_some(),
+            "log_format" => self.log_format.is_some(),
+            _ => false,
+        }
+    }
 }
 
 /// The host as the watchdog sees it: where the kernel's interfaces are, and what the
@@ -211,10 +241,47 @@ impl Settings {
             Some(path) => load_file(path)?,
             None => FileConfig::default(),
         };
+        let settings = Settings::merge(Host::from_env(), flags, file);
+        settings.validate().map_err(|(key, msg)| {
+            // A bad value from the file is reported at its line there.
+            let from_flag = match key {
+                "interval" => flags.interval.is_some(),
+                "mem_limit" => flags.mem_limit.is_some(),
+                "disks" => !flags.disks.is_empty(),
+                "request_file" => flags.request_file.is_some(),
+                "events" => flags.events.is_some(),
+                "record" => flags.record.is_some(),
+                "max_runtime" => flags.max_runtime.is_some(),
+                "deadline" => flags.deadline.is_some(),
+                "hook_timeout" => flags.hook_timeout.is_some(),
+                _ => true,
+            };
+            match (&flags.config, from_flag) {
+                (Some(path), false) => {
+                    let text = read_capped(path).unwrap_or_default();
+                    match key_line(&text, key) {
+                        Some(line) => format!("config file {}:{line}: {msg}", path.display()),
+                        None => format!("config file {}: {msg}", path.display()),
+                    }
+                }
+                _ => msg,
+            }
+        })?;
+        Ok(settings)
+    }
+
+    /// The defaults with `file` on top, no flags: the settings of a daemon rule's
+    /// `[rule.watch]` table. Not validated: [`Settings::validate`] says what cannot be used.
+    pub fn from_file(host: Host, file: &FileConfig) -> Settings {
+        Settings::merge(host, &WatchOptions::default(), file.clone())
+    }
+
+    /// Defaults, then `file`, then `flags`; pure but for `WATCHDOG_NVML_LIB`.
+    fn merge(host: Host, flags: &WatchOptions, file: FileConfig) -> Settings {
         // The engine's defaults are the only ones: a live watch and `replay` share them.
         let defaults = EngineSettings::default();
-        let settings = Settings {
-            host: Host::from_env(),
+        Settings {
+            host,
             interval: flags
                 .interval
                 .or(file.interval)
@@ -259,37 +326,11 @@ impl Settings {
             } else {
                 flags.verbose.min(2) as i8
             },
-        };
-        settings.validate().map_err(|(key, msg)| {
-            // A bad value from the file is reported at its line there.
-            let from_flag = match key {
-                "interval" => flags.interval.is_some(),
-                "mem_limit" => flags.mem_limit.is_some(),
-                "disks" => !flags.disks.is_empty(),
-                "request_file" => flags.request_file.is_some(),
-                "events" => flags.events.is_some(),
-                "record" => flags.record.is_some(),
-                "max_runtime" => flags.max_runtime.is_some(),
-                "deadline" => flags.deadline.is_some(),
-                "hook_timeout" => flags.hook_timeout.is_some(),
-                _ => true,
-            };
-            match (&flags.config, from_flag) {
-                (Some(path), false) => {
-                    let text = read_capped(path).unwrap_or_default();
-                    match key_line(&text, key) {
-                        Some(line) => format!("config file {}:{line}: {msg}", path.display()),
-                        None => format!("config file {}: {msg}", path.display()),
-                    }
-                }
-                _ => msg,
-            }
-        })?;
-        Ok(settings)
+        }
     }
 
     /// Checks values that parse but cannot be used; the error names the config key.
-    fn validate(&self) -> Result<(), (&'static str, String)> {
+    pub fn validate(&self) -> Result<(), (&'static str, String)> {
         let interval = watchdog_types::units::format_duration_s(self.interval.as_secs_f64());
         if self.interval < MIN_INTERVAL {
             return Err((
@@ -374,13 +415,44 @@ impl Settings {
 
 /// The 1-based line where `key` is set in config `text`, if it is.
 fn key_line(text: &str, key: &str) -> Option<usize> {
-    text.lines()
+    key_line_from(text, 0, key)
+}
+
+/// The 1-based line (counted from the start of `text`) of the first `key = ...` line at or
+/// after byte `from`, if there is one: where a key of one table is set (the daemon's rules
+/// pass the offset of their `[rule.watch]` table).
+pub fn key_line_from(text: &str, from: usize, key: &str) -> Option<usize> {
+    let from = text
+        .get(..from.min(text.len()))
+        .map_or(0, |before| before.rfind('\n').map_or(0, |i| i + 1));
+    let skipped = text[..from].matches('\n').count();
+    text[from..]
+        .lines()
         .position(|l| {
             let l = l.trim_start();
             l.strip_prefix(key)
                 .is_some_and(|rest| rest.trim_start().starts_with('='))
         })
-        .map(|i| i + 1)
+        .map(|i| skipped + i + 1)
+}
+
+/// `config file PATH:LINE: MESSAGE`, LINE being the line holding byte `offset` of `text`.
+pub fn located(text: &str, path: &Path, offset: usize, message: &str) -> String {
+    format!(
+        "config file {}:{}: {message}",
+        path.display(),
+        line_of(text, offset)
+    )
+}
+
+/// The 1-based line holding byte `offset` of `text` (the last line past its end).
+fn line_of(text: &str, offset: usize) -> usize {
+    let end = offset.min(text.len());
+    text.as_bytes()[..end]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
 }
 
 /// Largest config file read (1 MiB); the documented example is under 8 KiB.
@@ -406,7 +478,7 @@ pub fn load_file(path: &Path) -> Result<FileConfig, String> {
 
 /// Reads a config file as UTF-8, refusing one over [`MAX_CONFIG_BYTES`] after reading
 /// that much (`--config /dev/zero` fails at once instead of filling memory).
-fn read_capped(path: &Path) -> Result<String, String> {
+pub fn read_capped(path: &Path) -> Result<String, String> {
     use std::io::Read;
     let cannot = |e: &dyn std::fmt::Display| {
         format!(
@@ -430,19 +502,27 @@ fn read_capped(path: &Path) -> Result<String, String> {
 
 /// Parses config text; `path` is only used in messages.
 pub fn parse_file(text: &str, path: &Path) -> Result<FileConfig, String> {
-    toml::from_str::<FileConfig>(text).map_err(|e| {
+    parse_toml(text, path, "config/watchdog.toml")
+}
+
+/// Parses strict TOML `text` into `T`, with the errors of [`parse_file`]: `config file
+/// PATH:LINE: KEY: message`, one line, quoted values clipped; an unknown key's error says
+/// the keys are documented in `documented_in`. The daemon's config reuses it.
+pub fn parse_toml<T: serde::de::DeserializeOwned>(
+    text: &str,
+    path: &Path,
+    documented_in: &str,
+) -> Result<T, String> {
+    toml::from_str::<T>(text).map_err(|e| {
         let start = e.span().map(|span| span.start.min(text.len()));
         let location = match start {
-            Some(start) => {
-                let line = text[..start].matches('\n').count() + 1;
-                format!("{}:{line}", path.display())
-            }
+            Some(start) => format!("{}:{}", path.display(), line_of(text, start)),
             None => path.display().to_string(),
         };
         // toml and serde quote a bad value whole: keep 80 characters of it.
         let message = watchdog_types::quote::clip_quoted(&e.message().trim().replace('\n', " "));
         let message = if message.starts_with("unknown field") {
-            format!("{message}; the keys are documented in config/watchdog.toml")
+            format!("{message}; the keys are documented in {documented_in}")
         } else if let Some(key) = start.and_then(|start| key_before(text, start)) {
             // A value's error names the key, not only the line ("invalid type: integer `5`").
             format!("{key}: {message}")
@@ -524,22 +604,10 @@ mod tests {
 
     const EXAMPLE: &str = include_str!("../../../config/watchdog.toml");
 
-    /// The documented example with every `# key = value` line uncommented.
-    fn example_uncommented() -> String {
-        EXAMPLE
-            .lines()
-            .map(|l| match l.strip_prefix("# ") {
-                Some(rest) if rest.split_once(" = ").is_some_and(|(k, _)| is_key(k)) => {
-                    rest.to_string()
-                }
-                _ => l.to_string(),
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
+    use watchdog_testsupport::is_config_key as is_key;
 
-    fn is_key(k: &str) -> bool {
-        !k.is_empty() && k.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+    fn example_uncommented() -> String {
+        watchdog_testsupport::example_uncommented(EXAMPLE)
     }
 
     #[test]
@@ -650,6 +718,43 @@ mod tests {
     fn deadline_may_be_a_toml_datetime() {
         let c = parse_file("deadline = 2099-01-01T00:00:00Z\n", Path::new("w.toml")).unwrap();
         assert!(c.deadline.is_some());
+    }
+
+    /// The daemon's rules build their settings from a `[rule.watch]` table this way.
+    #[test]
+    fn settings_from_a_file_table_are_the_defaults_with_the_table_on_top() {
+        let file = parse_file(
+            "lead = \"45s\"\nrequest_file = \"/tmp/r.json\"\n",
+            Path::new("w.toml"),
+        )
+        .unwrap();
+        assert!(file.is_set("lead") && file.is_set("request_file"));
+        assert!(!file.is_set("interval") && !file.is_set("no_such_key"));
+        let host = Host::from_env();
+        let s = Settings::from_file(host.clone(), &file);
+        assert_eq!(s.lead, Duration::from_secs(45));
+        assert_eq!(s.request_file.as_deref(), Some(Path::new("/tmp/r.json")));
+        let resolved = Settings::resolve(&WatchOptions::default()).unwrap();
+        assert_eq!(s.interval, resolved.interval);
+        assert_eq!(s.hook_timeout, resolved.hook_timeout);
+        assert_eq!(s.host, host);
+        assert!(s.validate().is_ok());
+    }
+
+    #[test]
+    fn key_lines_from_an_offset_and_located_messages() {
+        let text = "lead = \"1s\"\n[t]\nlead = \"2s\"\n";
+        assert_eq!(key_line_from(text, 0, "lead"), Some(1));
+        assert_eq!(
+            key_line_from(text, text.find("[t]").unwrap(), "lead"),
+            Some(3)
+        );
+        assert_eq!(key_line_from(text, text.len(), "lead"), None);
+        assert_eq!(key_line_from(text, 9999, "lead"), None);
+        assert_eq!(
+            located(text, Path::new("d.toml"), text.find("[t]").unwrap(), "bad"),
+            "config file d.toml:2: bad"
+        );
     }
 
     #[test]

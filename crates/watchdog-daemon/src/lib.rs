@@ -1,3 +1,11 @@
 //! `watchdog daemon`: finds training runs by rules and watches each with its own settings.
+//!
+//! - [`rules`]: the strict `daemon.toml` (the service's own settings and `[[rule]]`s).
+//! - [`discovery`]: the `/proc` scanner that finds new processes and what rules match on.
+//! - [`run`]: the one loop that watches every run found.
+//! - [`service`]: the systemd notify protocol (ready, status, keep-alives, reload, stop).
 
+pub mod discovery;
+pub mod rules;
+pub mod run;
 pub mod service;

@@ -20,6 +20,7 @@ use std::path::Path;
 use crate::ring::{SampleReader, SampleRing, SampleWriter};
 use crate::tree::ProcessTree;
 use crate::{Outcome, Source, SourceError, Tick};
+use watchdog_types::Sample;
 
 struct Slot {
     source: Box<dyn Source>,
@@ -154,6 +155,13 @@ impl Sampler {
 
     /// One sampling pass at `now_ns` (monotonic nanoseconds since the watchdog started).
     pub fn tick(&mut self, now_ns: u64) -> TickReport {
+        self.tick_into(now_ns, &mut |_| {})
+    }
+
+    /// One sampling pass that also hands each sample to `decide` as it is read, before it
+    /// goes into the ring: the caller's decisions happen on this wake-up, while the ring's
+    /// reader takes the samples on its own schedule.
+    pub fn tick_into(&mut self, now_ns: u64, decide: &mut dyn FnMut(&Sample)) -> TickReport {
         if self
             .ticks
             .is_multiple_of(u64::from(self.tree_refresh_every))
@@ -185,6 +193,7 @@ impl Sampler {
                 continue;
             }
             let result = slot.source.sample(&tick, &mut |s| {
+                decide(&s);
                 if writer.push(s) {
                     pushed += 1;
                 } else {

@@ -84,12 +84,56 @@ pub fn scratch() -> tempfile::TempDir {
         .unwrap_or_else(|e| panic!("cannot make a scratch directory: {e}"))
 }
 
+/// A documented config example (`config/watchdog.toml`, `config/daemon.toml`) with every
+/// commented-out `# key = value` and `# [table]` line uncommented: what the tests keeping
+/// the examples in step with the code parse.
+pub fn example_uncommented(example: &str) -> String {
+    example
+        .lines()
+        .map(|l| match l.strip_prefix("# ") {
+            Some(rest)
+                if (rest.starts_with('[') && rest.ends_with(']') && !rest.contains(' '))
+                    || rest
+                        .split_once(" = ")
+                        .is_some_and(|(k, _)| is_config_key(k)) =>
+            {
+                rest.to_string()
+            }
+            _ => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Whether `k` looks like a config key (`snake_case`).
+pub fn is_config_key(k: &str) -> bool {
+    !k.is_empty() && k.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+}
+
 /// Whether every directory from `/` down to `dir` lets other users through (`o+x`).
 pub fn others_can_reach(dir: &Path) -> bool {
     dir.ancestors().all(|d| {
         d.as_os_str().is_empty()
             || std::fs::metadata(d).is_ok_and(|m| m.permissions().mode() & 0o001 != 0)
     })
+}
+
+/// A fresh 0755 directory every user can reach (for a socket or a binary another user
+/// uses), under the temporary directory, or under `/tmp` when that is private.
+pub fn public_scratch(prefix: &str) -> tempfile::TempDir {
+    let tmp = std::env::temp_dir();
+    let base = if others_can_reach(&tmp) {
+        tmp
+    } else {
+        PathBuf::from("/tmp")
+    };
+    let dir = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in(&base)
+        .unwrap_or_else(|e| panic!("cannot make a directory in {}: {e}", base.display()));
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
+        .unwrap_or_else(|e| panic!("cannot chmod {}: {e}", dir.path().display()));
+    dir
 }
 
 /// A copy of a binary in a fresh 0755 directory that every user can reach, removed on drop.
@@ -105,24 +149,13 @@ impl RunnableCopy {
     /// Copies `bin` into a new directory under the temporary directory (or `/tmp` when
     /// that is private), both readable and executable by everyone.
     pub fn of(bin: &Path) -> RunnableCopy {
-        let tmp = std::env::temp_dir();
-        let base = if others_can_reach(&tmp) {
-            tmp
-        } else {
-            PathBuf::from("/tmp")
-        };
-        let dir = tempfile::Builder::new()
-            .prefix("wd-test-bin-")
-            .tempdir_in(&base)
-            .unwrap_or_else(|e| panic!("cannot make a directory in {}: {e}", base.display()));
+        let dir = public_scratch("wd-test-bin-");
         let name = bin.file_name().unwrap_or(bin.as_os_str());
         let path = dir.path().join(name);
         std::fs::copy(bin, &path)
             .unwrap_or_else(|e| panic!("cannot copy {} to {}: {e}", bin.display(), path.display()));
-        for (p, mode) in [(dir.path(), 0o755), (path.as_path(), 0o755)] {
-            std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
-                .unwrap_or_else(|e| panic!("cannot chmod {}: {e}", p.display()));
-        }
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+            .unwrap_or_else(|e| panic!("cannot chmod {}: {e}", path.display()));
         assert!(
             others_can_reach(dir.path()),
             "{} is not reachable by other users",

@@ -19,8 +19,13 @@ pub struct Cli {
 
     /// Once watching has begun, write one JSON line to this inherited descriptor and
     /// close it (for programs that start the watchdog in the background).
-    #[arg(long, value_name = "FD", value_parser = crate::ready::parse_fd, global = true)]
+    #[arg(long, value_name = "FD", value_parser = watchdog_watch::ready::parse_fd, global = true)]
     pub ready_fd: Option<i32>,
+
+    /// Serve Prometheus metrics at http://ADDR/metrics (PORT, HOST:PORT or [IPv6]:PORT;
+    /// a port alone means 127.0.0.1). Metrics show every watched run: keep them local.
+    #[arg(long, value_name = "ADDR", value_parser = parse_metrics_addr, global = true)]
+    pub metrics: Option<String>,
 
     #[command(flatten)]
     pub options: WatchOptions,
@@ -66,6 +71,22 @@ pub enum Command {
         #[arg(value_name = "B")]
         b: PathBuf,
     },
+    /// Run as the workstation service: find training runs by the config's rules and watch
+    /// each with its own settings (see docs/service.md). Stops on SIGTERM with exit 0,
+    /// leaving every run running; reloads the config on SIGHUP. `--config FILE` names the
+    /// service's config (its socket, directories and `[[rule]]`s)
+    /// [default: /etc/watchdog/daemon.toml].
+    Daemon,
+    /// Show what a running `watchdog daemon` watches: per run and resource, usage, limit,
+    /// trend, time left and alerts (your own runs; root sees all).
+    Status {
+        /// Print the status as JSON.
+        #[arg(long)]
+        json: bool,
+        /// The service's socket.
+        #[arg(long, value_name = "PATH", default_value = "/run/watchdog/daemon.sock")]
+        socket: PathBuf,
+    },
     /// Run the predictor and alert policy over a recorded trace and print the alerts as JSON lines.
     ///
     /// It runs the engine of a live watch with the same settings: `--lead`, `--interval`
@@ -75,6 +96,11 @@ pub enum Command {
         #[arg(value_name = "TRACE")]
         trace: PathBuf,
     },
+}
+
+/// Checks a `--metrics` address now, so a bad one is a usage error before anything starts.
+fn parse_metrics_addr(s: &str) -> Result<String, String> {
+    watchdog_metrics::server::parse_addr(s).map(|_| s.to_string())
 }
 
 #[cfg(test)]

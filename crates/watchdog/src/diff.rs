@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use watchdog_report::Recording;
 
-use crate::Failure;
+use watchdog_watch::Failure;
 
 /// Reads `path` as a watchdog recording (a plain CSV trace is not one: it has no limits
 /// or environment to compare).

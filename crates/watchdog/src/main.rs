@@ -6,21 +6,24 @@
 
 mod cli;
 mod diff;
-mod environment;
 mod logging;
-mod outputs;
-mod ready;
-mod recorder;
 mod replay;
-mod target;
-mod watch;
 
 use std::process::ExitCode;
 
+use std::sync::Arc;
+
 use clap::Parser;
+use watchdog_metrics::server::{MetricsHandle, MetricsServer};
+use watchdog_watch::Published;
+
+use watchdog_watch::{Failure, ready, terminal};
 
 use crate::cli::{Cli, Command};
 use watchdog_config::Settings;
+
+/// The service's config when `--config` does not name one.
+const DAEMON_CONFIG: &str = "/etc/watchdog/daemon.toml";
 
 /// Exit status for bad usage or input.
 const EXIT_USAGE: u8 = 2;
@@ -33,29 +36,18 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(Failure::Usage(msg)) => {
-            logging::error_line(&msg);
+            terminal::error_line(&msg);
             ExitCode::from(EXIT_USAGE)
         }
         Err(Failure::Runtime(msg)) => {
-            logging::error_line(&msg);
+            terminal::error_line(&msg);
             ExitCode::from(1)
         }
         Err(Failure::Spawn(msg, code)) => {
-            logging::error_line(&msg);
+            terminal::error_line(&msg);
             ExitCode::from(code)
         }
     }
-}
-
-/// Why the watchdog could not do its job.
-#[derive(Debug)]
-pub enum Failure {
-    /// The user's input is wrong (exit 2).
-    Usage(String),
-    /// Something outside the user's input failed (exit 1).
-    Runtime(String),
-    /// The command given to `run` could not be started (exit 127 not found, 126 otherwise).
-    Spawn(String, u8),
 }
 
 fn run(cli: Cli) -> Result<ExitCode, Failure> {
@@ -69,6 +61,18 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             replay::run(&trace, &settings)
         }
         Some(Command::Diff { a, b }) => diff::run(&a, &b),
+        Some(Command::Daemon) => {
+            // `--config` names the service's file; the watch settings come from its rules.
+            let mut options = cli.options.clone();
+            let config = options
+                .config
+                .take()
+                .unwrap_or_else(|| DAEMON_CONFIG.into());
+            let settings = Settings::resolve(&options).map_err(Failure::Usage)?;
+            logging::init(&settings);
+            watchdog_daemon::run::run(&config, settings.host)
+        }
+        Some(Command::Status { json, socket }) => status(&socket, json),
         Some(Command::Report { recordings, output }) => {
             match recordings.as_slice() {
                 [a, b] => watchdog_report::write_comparison(a, b, &output),
@@ -95,19 +99,57 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             }
             let settings = Settings::resolve(&cli.options).map_err(Failure::Usage)?;
             logging::init(&settings);
-            watch::run_command(&command, settings)
+            let (published, _metrics) = serve_metrics(cli.metrics.as_deref(), &settings)?;
+            watchdog_watch::run_command(&command, settings, published)
         }
         None => match cli.pid {
             Some(pid) => {
                 let settings = Settings::resolve(&cli.options).map_err(Failure::Usage)?;
                 logging::init(&settings);
-                watch::attach(pid, settings)
+                let (published, _metrics) = serve_metrics(cli.metrics.as_deref(), &settings)?;
+                watchdog_watch::attach(pid, settings, published)
             }
             None => Err(Failure::Usage(
                 "nothing to watch: expected --pid PID or run -- CMD [ARGS...] (see --help)".into(),
             )),
         },
     }
+}
+
+/// `watchdog status`: asks the service's socket and prints the answer.
+fn status(socket: &std::path::Path, json: bool) -> Result<ExitCode, Failure> {
+    use watchdog_status::protocol::{Request, Response};
+    match watchdog_status::client::query(socket, &Request::Status).map_err(Failure::Runtime)? {
+        Response::Status(status) => {
+            let text = if json {
+                watchdog_status::render::json(&status)
+            } else {
+                watchdog_status::render::text(&status)
+            };
+            let _ = std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes());
+            Ok(ExitCode::SUCCESS)
+        }
+        Response::Error(e) => Err(Failure::Runtime(format!("the service refused: {e}"))),
+        Response::Registered(_) => Err(Failure::Runtime(
+            "the service answered something else than a status".into(),
+        )),
+    }
+}
+
+/// Starts the Prometheus endpoint of a single-run watch when `--metrics` asks for one.
+fn serve_metrics(
+    addr: Option<&str>,
+    settings: &Settings,
+) -> Result<(Option<Arc<Published>>, Option<MetricsHandle>), Failure> {
+    let Some(addr) = addr else {
+        return Ok((None, None));
+    };
+    let server = MetricsServer::bind(addr).map_err(Failure::Usage)?;
+    let published = Arc::new(Published::new("single", settings.interval.as_secs_f64()));
+    let source = Arc::clone(&published);
+    let handle = server.serve(Arc::new(move || (*source.get()).clone()));
+    tracing::info!("metrics at http://{}/metrics", handle.local_addr());
+    Ok((Some(published), Some(handle)))
 }
 
 /// Prints a clap error as one line (help and version as clap renders them).
@@ -132,7 +174,7 @@ fn clap_error(e: clap::Error) -> ExitCode {
                     parts.push(line.trim_start_matches("error: "));
                 }
             }
-            logging::error_line(&parts.join(" "));
+            terminal::error_line(&parts.join(" "));
             ExitCode::from(EXIT_USAGE)
         }
     }

@@ -2,11 +2,11 @@
 //! config file and defaults resolved the same way), run over a recorded trace as fast as
 //! the machine allows, one JSON line per alert on stdout and a summary line last.
 
-use crate::Failure;
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 use watchdog_config::Settings;
+use watchdog_watch::Failure;
 
 /// Replays `trace` and prints the alerts and the summary as JSON lines.
 pub fn run(trace: &Path, settings: &Settings) -> Result<ExitCode, Failure> {
@@ -20,7 +20,11 @@ pub fn run(trace: &Path, settings: &Settings) -> Result<ExitCode, Failure> {
     let report = watchdog_engine::replay::run(&text, &settings.engine())
         .map_err(|e| Failure::Usage(format!("trace {}: {e}", trace.display())))?;
     if let Some(back) = &report.time_went_back {
-        crate::logging::warning_line(&format!("trace {}: {}", trace.display(), back.warning()));
+        watchdog_watch::terminal::warning_line(&format!(
+            "trace {}: {}",
+            trace.display(),
+            back.warning()
+        ));
     }
     let mut out = std::io::stdout().lock();
     out.write_all(report.to_json_lines().as_bytes())

@@ -21,10 +21,6 @@ enum Action {
         summary: String,
         body: String,
     },
-    Record {
-        path: std::path::PathBuf,
-        snapshot: Box<crate::recorder::Snapshot>,
-    },
 }
 
 /// The queue to the action thread.
@@ -73,14 +69,6 @@ impl Actions {
         }
     }
 
-    /// Queues writing a flight recording.
-    pub fn record(&self, path: std::path::PathBuf, snapshot: crate::recorder::Snapshot) {
-        self.send(Action::Record {
-            path,
-            snapshot: Box::new(snapshot),
-        });
-    }
-
     fn send(&self, action: Action) {
         if let Some(tx) = &self.tx {
             let _ = tx.send(action);
@@ -111,13 +99,6 @@ fn serve(rx: mpsc::Receiver<Action>, hooks: Hooks) {
                     tracing::warn!("{e}");
                 }
             }
-            Action::Record { path, snapshot } => match crate::recorder::write(&path, &snapshot) {
-                Ok(()) => {
-                    crate::outputs::write_ok("recording");
-                    tracing::debug!("recording written to {}", path.display())
-                }
-                Err(e) => crate::outputs::write_failed("recording", &path, &e),
-            },
             Action::Notify { summary, body } => {
                 let notifier = notifier.get_or_insert_with(Notifier::new);
                 if let Err(e) = notifier.show(&summary, &body, NOTIFY_TIMEOUT) {

@@ -8,8 +8,7 @@
 //! secret is kept: of the target's environment only the named facts of
 //! [`detect_platforms`] are read.
 
-use std::io::Read as _;
-use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+use std::os::unix::fs::MetadataExt as _;
 use std::path::Path;
 
 use watchdog_types::environment::{
@@ -18,16 +17,15 @@ use watchdog_types::environment::{
 };
 use watchdog_types::{Resource, ResourceKind};
 
+use watchdog_alerter::request::RequestPlace;
 use watchdog_config::Host;
 
 /// Largest Python environment file read (the client writes well under 4 KiB).
 pub const MAX_PYTHON_FILE_BYTES: u64 = 64 * 1024;
 
 /// The path of the client's environment file: `<request file>.environment`.
-pub fn python_file(request_file: &Path) -> std::path::PathBuf {
-    let mut s = std::ffi::OsString::from(request_file.as_os_str());
-    s.push(".environment");
-    std::path::PathBuf::from(s)
+pub fn python_file(request: &RequestPlace) -> RequestPlace {
+    request.sibling(".environment")
 }
 
 /// CPU model (`model name`, else `Model`/`cpu model` of other architectures) and logical
@@ -238,39 +236,15 @@ pub fn parse_python(bytes: &[u8]) -> Result<PythonReport, String> {
 /// Reads the client's environment file: `Ok(None)` while it does not exist; an error
 /// for a symlink (not followed), anything but a regular file, a file over
 /// [`MAX_PYTHON_FILE_BYTES`], or bad JSON.
-pub fn read_python(path: &Path) -> Result<Option<PythonReport>, String> {
-    let file = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-            return Err(format!("{}: a symbolic link, not read", path.display()));
-        }
-        Err(e) => return Err(format!("{}: {e}", path.display())),
-    };
-    let meta = file
-        .metadata()
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    if !meta.is_file() {
-        return Err(format!("{}: not a regular file", path.display()));
+pub fn read_python(place: &RequestPlace) -> Result<Option<PythonReport>, String> {
+    let name = place.path();
+    match place.read_capped(MAX_PYTHON_FILE_BYTES) {
+        Ok(None) => Ok(None),
+        Ok(Some(bytes)) => parse_python(&bytes)
+            .map(Some)
+            .map_err(|e| format!("{}: {e}", name.display())),
+        Err(e) => Err(format!("{}: {e}", name.display())),
     }
-    if meta.len() > MAX_PYTHON_FILE_BYTES {
-        return Err(format!(
-            "{}: {} bytes, more than the {MAX_PYTHON_FILE_BYTES} read",
-            path.display(),
-            meta.len()
-        ));
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_PYTHON_FILE_BYTES)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    parse_python(&bytes)
-        .map(Some)
-        .map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Size in bytes and inode count of the filesystem holding `path`.
@@ -524,13 +498,14 @@ mod tests {
     fn the_python_file_is_read_capped_and_never_through_a_symlink() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("req.environment");
-        assert_eq!(read_python(&path), Ok(None));
+        let at = |p: &Path| RequestPlace::Path(p.to_path_buf());
+        assert_eq!(read_python(&at(&path)), Ok(None));
         std::fs::write(
             &path,
             r#"{"implementation":"CPython","version":"3.11.4","packages":{"numpy":"1.26.4"},"pid":12,"extra":1}"#,
         )
         .unwrap();
-        let report = read_python(&path).unwrap().unwrap();
+        let report = read_python(&at(&path)).unwrap().unwrap();
         assert_eq!(report.pid, Some(12));
         let facts = report.facts;
         assert_eq!(facts.version.as_deref(), Some("3.11.4"));
@@ -538,15 +513,15 @@ mod tests {
 
         let link = dir.path().join("link.environment");
         std::os::unix::fs::symlink(&path, &link).unwrap();
-        assert!(read_python(&link).unwrap_err().contains("symbolic link"));
+        assert!(read_python(&at(&link)).is_err());
 
         let big = dir.path().join("big.environment");
         std::fs::write(&big, vec![b' '; MAX_PYTHON_FILE_BYTES as usize + 1]).unwrap();
-        assert!(read_python(&big).unwrap_err().contains("more than"));
+        assert!(read_python(&at(&big)).is_err());
 
         std::fs::write(&path, "not json").unwrap();
         assert!(
-            read_python(&path)
+            read_python(&at(&path))
                 .unwrap_err()
                 .contains("not the client's JSON")
         );

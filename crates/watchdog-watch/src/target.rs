@@ -169,6 +169,37 @@ fn check_may_signal(pid: u32) -> Result<(), Failure> {
     }
 }
 
+/// The owner and command line of `pid` as status readers show them (the uid as the
+/// user's name when the passwd database has none).
+pub fn label(proc: &Path, pid: u32) -> crate::Label {
+    let dir = proc.join(pid.to_string());
+    let uid = std::fs::read_to_string(dir.join("status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        })
+        .unwrap_or(u32::MAX);
+    let mut command = std::fs::read(dir.join("cmdline"))
+        .map(|b| {
+            String::from_utf8_lossy(&b)
+                .replace('\0', " ")
+                .trim()
+                .to_string()
+        })
+        .unwrap_or_default();
+    if command.chars().count() > 200 {
+        command = command.chars().take(200).collect();
+    }
+    crate::Label {
+        uid,
+        user: uid.to_string(),
+        command,
+        rule: None,
+    }
+}
+
 /// The process's command name from `/proc/PID/comm`, or `?`.
 pub fn comm(proc: &Path, pid: u32) -> String {
     std::fs::read_to_string(proc.join(pid.to_string()).join("comm"))

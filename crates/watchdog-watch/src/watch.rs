@@ -9,25 +9,26 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime};
 
+use watchdog_alerter::beneath::UserDirs;
 use watchdog_alerter::events::EventLog;
-use watchdog_alerter::request::{AckWatcher, AlertRequest};
+use watchdog_alerter::hook::HookUser;
+use watchdog_alerter::request::{AckWatcher, AlertRequest, RequestPlace};
 use watchdog_engine::verdict::{self, ExitFacts};
 use watchdog_engine::{Action, AlertPlan, Delivery, Ending, Engine, Level};
-use watchdog_sampler::ring::SampleReader;
 use watchdog_sampler::{ResourceTable, Sampler};
 use watchdog_types::units::{format_duration_s, signal_name};
-use watchdog_types::{Event, EventBody, Sample};
+use watchdog_types::{Event, EventBody};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use watchdog_sampler::cgroup::OomKillCounter;
 
-use crate::Failure;
-use crate::logging;
 use crate::outputs::{self, Outputs};
-use crate::recorder::{self, FlightRecorder};
+use crate::recorder::{self, FlightRecorder, RecorderLink, Recorders};
 use crate::target::{self, Target, TargetExit};
+use crate::terminal;
+use crate::{Failure, Published};
 use watchdog_config::Settings;
 
 mod actions;
@@ -39,13 +40,19 @@ mod sources;
 const ACK_CHECK_EVERY: Duration = Duration::from_millis(100);
 /// How often the live status line is redrawn.
 const STATUS_EVERY: Duration = Duration::from_millis(250);
-/// Ring buffer capacity in samples: enough for many ticks of every resource.
-const RING_CAPACITY: usize = 4096;
+/// Ring buffer capacity in samples: seconds of every resource at 100 Hz, far more than
+/// the recorder thread's [`recorder::DRAIN_EVERY`].
+pub const RING_CAPACITY: usize = 4096;
 /// How far back "just before the exit" reaches for the verdict.
 const RECENT_MS: u32 = 3_000;
 
 /// `watchdog --pid PID`: watch a running process until it exits.
-pub fn attach(pid: u32, settings: Settings) -> Result<ExitCode, Failure> {
+/// `published` receives its status for `--metrics`.
+pub fn attach(
+    pid: u32,
+    settings: Settings,
+    published: Option<Arc<Published>>,
+) -> Result<ExitCode, Failure> {
     // Signals first: from here on, SIGUSR2 and a stop request are ours to handle.
     let record_now = catch_record_signal();
     let stop = Arc::new(AtomicUsize::new(0));
@@ -61,9 +68,11 @@ pub fn attach(pid: u32, settings: Settings) -> Result<ExitCode, Failure> {
         outputs::live_cwd(&settings.host, pid).as_deref(),
     )?;
     let prepared = Prepared::new(&settings, Some(pid))?;
-    let mut watch = Watch::new(target, settings, prepared, outputs, record_now)?;
+    let recorders = Recorders::start().map_err(Failure::Runtime)?;
+    let mut watch = Watch::new(target, settings, prepared, outputs, record_now, &recorders)?;
     // Stopping the watchdog (Ctrl-C, kill) ends the watch with a summary, not silently.
     watch.stop = Some(stop);
+    watch.publish_to(published);
     match watch.run() {
         Ended::Target(_) => Ok(ExitCode::SUCCESS),
         Ended::Stopped(sig) => Ok(ExitCode::from((128 + sig).clamp(0, 255) as u8)),
@@ -89,7 +98,12 @@ enum Ended {
 }
 
 /// `watchdog run -- CMD`: start CMD, watch it, exit with its status.
-pub fn run_command(argv: &[std::ffi::OsString], settings: Settings) -> Result<ExitCode, Failure> {
+/// `published` receives its status for `--metrics`.
+pub fn run_command(
+    argv: &[std::ffi::OsString],
+    settings: Settings,
+    published: Option<Arc<Published>>,
+) -> Result<ExitCode, Failure> {
     // Signals first, so none can kill the watchdog between the spawn and the watch.
     let record_now = catch_record_signal();
     let forwarded = target::catch_forwarded_signals()?;
@@ -108,9 +122,13 @@ pub fn run_command(argv: &[std::ffi::OsString], settings: Settings) -> Result<Ex
     let unforwarded = Arc::new(AtomicUsize::new(0));
     target::forward_signals(forwarded, target.pidfd.clone(), unforwarded.clone())?;
     let pidfd = target.pidfd.clone();
-    let mut watch = match Watch::new(target, settings, prepared, outputs, record_now) {
+    let recorders = Recorders::start().map_err(Failure::Runtime);
+    let built =
+        recorders.and_then(|r| Watch::new(target, settings, prepared, outputs, record_now, &r));
+    let mut watch = match built {
         Ok(mut w) => {
             w.unforwarded = Some(unforwarded);
+            w.publish_to(published);
             w
         }
         Err(e) => {
@@ -133,7 +151,9 @@ pub struct Prepared {
 }
 
 impl Prepared {
-    fn new(settings: &Settings, pid: Option<u32>) -> Result<Prepared, Failure> {
+    /// Opens the events file and starts GPU watching for a target (`pid`: `None` for a
+    /// command not started yet).
+    pub fn new(settings: &Settings, pid: Option<u32>) -> Result<Prepared, Failure> {
         let events = match &settings.events {
             Some(path) => Some(EventLog::open(path).map_err(|e| {
                 Failure::Usage(format!(
@@ -149,21 +169,25 @@ impl Prepared {
     }
 }
 
-struct Watch {
+/// One watched run: its target, sources, engine and outputs. The single-run watchdog drives
+/// one with [`Watch::run`]; the service drives many, one [`Watch::step`] each per tick.
+pub struct Watch {
     settings: Settings,
     target: Target,
     sampler: Sampler,
-    reader: Option<SampleReader>,
     engine: Engine,
     events: Option<EventLog>,
     request_file: PathBuf,
+    /// Where requests are written: the request file's path, or beneath the user's
+    /// directory for a run the service watches.
+    request: RequestPlace,
     outputs: Outputs,
     ack: AckWatcher,
     actions: actions::Actions,
     start: Instant,
     ticks: u64,
     late_ticks: u64,
-    recorder: FlightRecorder,
+    recorder: Recording,
     record_path: Option<PathBuf>,
     record_now: Arc<AtomicBool>,
     oom_counter: Option<(OomKillCounter, u64)>,
@@ -179,19 +203,121 @@ struct Watch {
     hooks: watchdog_alerter::hook::Hooks,
     hook_outcomes: std::sync::mpsc::Receiver<watchdog_alerter::hook::HookOutcome>,
     /// The Python client's environment file, until it was read (see `environment`).
-    python_file: Option<PathBuf>,
+    python_file: Option<RequestPlace>,
+    next_ack: Instant,
+    next_python: Instant,
+    /// Who the run belongs to and what it is, for status readers.
+    label: Label,
+    /// Where the single-run loop publishes its status (for `--metrics`).
+    published: Option<Arc<Published>>,
+    start_unix: f64,
+}
+
+/// What a watch is started with besides its target and settings.
+struct Parts {
+    prepared: Prepared,
+    outputs: Outputs,
+    record_now: Arc<AtomicBool>,
+    request: RequestPlace,
+    hook_user: Option<HookUser>,
+}
+
+/// What the service knows of a run it starts watching.
+pub struct ServiceRun<'a> {
+    /// Owner, command line and rule.
+    pub label: Label,
+    /// The per-user request directories.
+    pub user_dirs: &'a UserDirs,
+    /// Where recordings are kept.
+    pub state_dir: &'a Path,
+}
+
+/// What status readers show of a run besides its figures.
+#[derive(Debug, Clone, Default)]
+pub struct Label {
+    /// The owner's uid.
+    pub uid: u32,
+    /// The owner's name (the uid as text when it has none).
+    pub user: String,
+    /// The command line, clipped.
+    pub command: String,
+    /// The service's rule that matched it.
+    pub rule: Option<String>,
 }
 
 impl Watch {
-    fn new(
+    /// Starts watching `target`: sources, engine, recorder (on `recorders`' thread), the
+    /// start event. `record_now` is the flag SIGUSR2 sets.
+    pub fn new(
         target: Target,
         settings: Settings,
         prepared: Prepared,
         outputs: Outputs,
         record_now: Arc<AtomicBool>,
+        recorders: &Recorders,
     ) -> Result<Watch, Failure> {
+        let request = RequestPlace::Path(outputs.request_file.clone());
+        let parts = Parts {
+            prepared,
+            outputs,
+            record_now,
+            request,
+            hook_user: None,
+        };
+        Watch::start(target, settings, parts, recorders)
+    }
+
+    /// Starts watching a run the service found: requests beneath its user's own directory
+    /// (made by the service), hooks as that user, the recording in the service's state
+    /// directory.
+    pub fn for_service(
+        pid: u32,
+        mut settings: Settings,
+        run: ServiceRun<'_>,
+        recorders: &Recorders,
+        record_now: Arc<AtomicBool>,
+    ) -> Result<Watch, Failure> {
+        let target = Target::attach(&settings.host.proc, pid)?;
+        let uid = run.label.uid;
+        let user = HookUser::of_uid(uid)
+            .map_err(|e| Failure::Runtime(format!("user {uid} of PID {pid}: {e}")))?;
+        let dir = run.user_dirs.for_user(uid, user.gid).map_err(|e| {
+            Failure::Runtime(format!(
+                "cannot make the request directory of user {uid}: {e}"
+            ))
+        })?;
+        let request = RequestPlace::beneath(Arc::new(dir), format!("{pid}.request.json"))
+            .map_err(|e| Failure::Runtime(e.to_string()))?;
+        settings.request_file = Some(request.path());
+        let outputs = Outputs::for_service(request.path(), pid, run.state_dir, settings.dry_run)?;
+        let prepared = Prepared::new(&settings, Some(pid))?;
+        let parts = Parts {
+            prepared,
+            outputs,
+            record_now,
+            request,
+            hook_user: Some(user),
+        };
+        let mut watch = Watch::start(target, settings, parts, recorders)?;
+        watch.label = run.label;
+        Ok(watch)
+    }
+
+    fn start(
+        target: Target,
+        settings: Settings,
+        parts: Parts,
+        recorders: &Recorders,
+    ) -> Result<Watch, Failure> {
+        let Parts {
+            prepared,
+            outputs,
+            record_now,
+            request,
+            hook_user,
+        } = parts;
         let request_file = outputs.request_file.clone();
-        let python_file = crate::environment::python_file(&request_file);
+        let python_file = crate::environment::python_file(&request);
         let start = Instant::now();
         let Prepared {
             events,
@@ -206,7 +332,11 @@ impl Watch {
             RING_CAPACITY,
         )
         .map_err(|e| Failure::Usage(format!("cannot watch PID {}: {e}", target.pid)))?;
-        let hooks = watchdog_alerter::hook::Hooks::new(settings.hook_timeout);
+        let hooks = watchdog_alerter::hook::Hooks::with_user(
+            settings.hook_timeout,
+            watchdog_alerter::hook::HOOK_GRACE,
+            hook_user,
+        );
         let (hook_tx, hook_outcomes) = std::sync::mpsc::channel();
         hooks.report_to(hook_tx);
         lineage::follow_the_run(sampler.tree_mut(), &hooks, target.is_child());
@@ -214,7 +344,7 @@ impl Watch {
         let start_wall = SystemTime::now();
         let mut environment = crate::environment::gather(&settings.host, target.pid, table.all());
         environment.gpus = std::mem::take(&mut built.gpus);
-        let recorder = FlightRecorder::new(
+        let flight = FlightRecorder::new(
             table.all().to_vec(),
             recorder::Meta {
                 pid: Some(target.pid.into()),
@@ -229,6 +359,8 @@ impl Watch {
             },
             settings.record_window.as_secs_f64(),
         );
+        let start_environment = flight.environment().cloned();
+        let recorder = Recording::Live(recorders.add(flight, reader));
         // In a dry run nothing is written unless a recording was asked for by name.
         let record_path = outputs.recording.clone();
         let oom_counter = built
@@ -236,15 +368,15 @@ impl Watch {
             .and_then(|mut c| c.read().ok().map(|n| (c, n)));
         let settings_kmsg = settings.host.kmsg.clone();
         let mut watch = Watch {
-            ack: AckWatcher::new(&request_file),
+            ack: AckWatcher::at(&request),
             actions: actions::Actions::start(settings.notify && !settings.dry_run, hooks.clone()),
             settings,
             target,
             sampler,
-            reader: Some(reader),
             engine,
             events,
             request_file,
+            request,
             outputs,
             start,
             ticks: 0,
@@ -261,17 +393,26 @@ impl Watch {
             hooks,
             hook_outcomes,
             python_file: Some(python_file),
+            next_ack: start,
+            next_python: start,
+            label: Label::default(),
+            published: None,
+            start_unix: watchdog_alerter::events::unix_time_s(start_wall),
         };
         if !watch.settings.dry_run
-            && let Err(e) = watchdog_alerter::request::clear_request_files(&watch.request_file)
+            && let Err(e) = watchdog_alerter::request::clear_request(&watch.request)
         {
             tracing::warn!("cannot remove an old request file: {e}");
         }
-        watch.announce_start(&built.unwatched);
+        watch.announce_start(&built.unwatched, start_environment);
         Ok(watch)
     }
 
-    fn announce_start(&mut self, unwatched: &[(String, String)]) {
+    fn announce_start(
+        &mut self,
+        unwatched: &[(String, String)],
+        environment: Option<watchdog_types::environment::Environment>,
+    ) {
         let s = &self.settings;
         tracing::info!(
             "watching PID {} ({}) every {} with a {} lead; request file {}{}",
@@ -295,7 +436,7 @@ impl Watch {
             interval_s: s.interval.as_secs_f64(),
             lead_s: s.lead.as_secs_f64(),
             dry_run: s.dry_run,
-            environment: self.recorder.environment().cloned().map(Box::new),
+            environment: environment.map(Box::new),
         });
         for (resource, reason) in unwatched {
             if resource == "gpu" {
@@ -318,10 +459,8 @@ impl Watch {
     /// Runs until the target exits; returns how it ended.
     fn run(&mut self) -> Ended {
         let interval = self.settings.interval;
-        let show_status = logging::status_wanted(&self.settings);
+        let show_status = terminal::status_wanted(&self.settings);
         let mut deadline = Instant::now();
-        let mut next_ack = deadline;
-        let mut next_python = deadline;
         let mut next_status = deadline + STATUS_EVERY;
         loop {
             if let Some(sig) = self.stop.as_ref().map(|s| s.load(Ordering::Relaxed))
@@ -331,16 +470,14 @@ impl Watch {
             }
             let now = Instant::now();
             self.tick(now);
-            if self.engine.alerts_sent() > 0 && now >= next_ack {
-                self.check_ack();
-                next_ack = now + ACK_CHECK_EVERY;
-            }
-            if self.python_file.is_some() && now >= next_python {
-                self.check_python_environment();
-                next_python = now + ACK_CHECK_EVERY;
-            }
-            if show_status && now >= next_status {
-                logging::draw_status(&self.engine.status_line());
+            self.read_from_the_run(now);
+            if now >= next_status {
+                if show_status {
+                    terminal::draw_status(&self.engine.status_line());
+                }
+                if let Some(published) = &self.published {
+                    published.set_targets(vec![self.status(self.start_unix)]);
+                }
                 next_status = now + STATUS_EVERY;
             }
             deadline += interval;
@@ -355,9 +492,27 @@ impl Watch {
                 break;
             }
         }
-        logging::clear_status();
-        // One last look for the verdict: a full disk stays full after the writer died.
-        // Nothing is acted on: the target is gone.
+        terminal::clear_status();
+        Ended::Target(self.conclude())
+    }
+
+    /// One tick of the service's loop: sample, decide, act, read what the run wrote back;
+    /// `true` once the run has ended (call [`conclude`](Self::conclude) then). Never blocks.
+    pub fn step(&mut self, now: Instant) -> bool {
+        self.tick(now);
+        self.read_from_the_run(now);
+        self.ended()
+    }
+
+    /// Whether the run has ended, without waiting.
+    fn ended(&mut self) -> bool {
+        self.wait_for_the_run(Duration::ZERO)
+    }
+
+    /// The end of a run: one last look for the verdict (a full disk stays full after the
+    /// writer died; nothing is acted on, the target is gone), the summary, the exit event
+    /// and the last recording.
+    pub fn conclude(&mut self) -> TargetExit {
         self.sample(Instant::now());
         self.engine.discard_pending();
         if self.engine.alerts_sent() > 0 {
@@ -366,15 +521,91 @@ impl Watch {
         }
         let exit = self.target.reap();
         self.finish(exit);
-        Ended::Target(exit)
+        exit
+    }
+
+    /// Stops watching a run that goes on (the watchdog was told to stop by `sig`).
+    pub fn leave(&mut self, sig: i32) {
+        let _ = self.stopped(sig);
+    }
+
+    /// The target's PID.
+    pub fn pid(&self) -> u32 {
+        self.target.pid
+    }
+
+    /// Publishes this watch's status to `published` every few ticks of [`run`](Self::run),
+    /// labelled with the target's owner and command line.
+    fn publish_to(&mut self, published: Option<Arc<Published>>) {
+        if published.is_some() {
+            self.label = crate::target::label(&self.settings.host.proc, self.target.pid);
+        }
+        self.published = published;
+    }
+
+    /// Sets what status readers show of the run besides its figures.
+    pub fn set_label(&mut self, label: Label) {
+        self.label = label;
+    }
+
+    /// The watched tree as of the last refresh, target first.
+    pub fn tree_pids(&self) -> Vec<u32> {
+        let mut pids = self.sampler.tree_pids().to_vec();
+        if !pids.contains(&self.target.pid) {
+            pids.push(self.target.pid);
+        }
+        pids
+    }
+
+    /// The checkpoint signal.
+    pub fn signal(&self) -> i32 {
+        self.settings.signal
+    }
+
+    /// Where this run's checkpoint requests are written.
+    pub fn request_file(&self) -> &Path {
+        &self.request_file
+    }
+
+    /// The run as status readers see it.
+    pub fn status(&self, since_unix: f64) -> watchdog_types::status::TargetStatus {
+        let (acks, checkpoint_s) = self.engine.checkpoints();
+        watchdog_types::status::TargetStatus {
+            pid: self.target.pid,
+            uid: self.label.uid,
+            user: self.label.user.clone(),
+            command: self.label.command.clone(),
+            rule: self.label.rule.clone(),
+            since_unix,
+            lead_s: self.engine.lead_s(),
+            request_file: self.request_file.display().to_string(),
+            alerts_sent: self.engine.alerts_sent() as u64,
+            checkpoints_acknowledged: acks,
+            checkpoint_seconds_total: checkpoint_s,
+            samples_dropped: self.sampler.dropped(),
+            resources: self.engine.resource_status(),
+        }
+    }
+
+    /// Reads what the run writes back, each on its own schedule: the acknowledgment while
+    /// an alert is outstanding, the Python client's environment until it came.
+    fn read_from_the_run(&mut self, now: Instant) {
+        if self.engine.alerts_sent() > 0 && now >= self.next_ack {
+            self.check_ack();
+            self.next_ack = now + ACK_CHECK_EVERY;
+        }
+        if self.python_file.is_some() && now >= self.next_python {
+            self.check_python_environment();
+            self.next_python = now + ACK_CHECK_EVERY;
+        }
     }
 
     /// Ends the watch on the watchdog's own SIGINT/SIGTERM/SIGHUP, the target still running.
     fn stopped(&mut self, sig: i32) -> Ended {
-        logging::clear_status();
+        terminal::clear_status();
         self.end_hooks();
         let alerts = self.engine.alerts_sent();
-        logging::summary(&format!(
+        terminal::summary(&format!(
             "watchdog: stopped by {} after {}; PID {} ({}) is still running. {alerts} alert(s) sent.{}",
             signal_name(sig),
             format_duration_s(self.start.elapsed().as_secs_f64()),
@@ -391,8 +622,9 @@ impl Watch {
     /// final recording.
     fn close(&mut self) {
         self.actions.finish(Duration::from_secs(3));
-        if let Some(path) = &self.record_path {
-            match recorder::write(path, &self.recorder.snapshot()) {
+        let last = self.recorder.take_back();
+        if let (Some(path), Some(last)) = (&self.record_path, last) {
+            match recorder::write(path, &last.snapshot()) {
                 Ok(()) => tracing::info!("recording written to {}", path.display()),
                 Err(e) => outputs::write_failed("recording", path, &e),
             }
@@ -439,7 +671,11 @@ impl Watch {
     fn sample(&mut self, now: Instant) {
         let t_ns = now.duration_since(self.start).as_nanos() as u64;
         self.ticks += 1;
-        self.sampler.tick(t_ns);
+        let mut actions = Vec::new();
+        let engine = &mut self.engine;
+        self.sampler.tick_into(t_ns, &mut |s| {
+            let _ = engine.observe(s, &mut actions);
+        });
         let mut failures = Vec::new();
         self.sampler
             .take_new_failures(|name, e| failures.push((name.to_string(), e.to_string())));
@@ -452,10 +688,7 @@ impl Watch {
         for resource in recovered {
             self.emit(EventBody::Resumed { resource });
         }
-        if let Some(mut reader) = self.reader.take() {
-            reader.drain(|s| self.on_sample(s));
-            self.reader = Some(reader);
-        }
+        self.perform(actions, None);
     }
 
     /// Hands a copy of the flight recorder to the action thread to write.
@@ -463,20 +696,13 @@ impl Watch {
         match &self.record_path {
             Some(path) => {
                 tracing::debug!("writing the recording {} ({why})", path.display());
-                self.actions.record(path.clone(), self.recorder.snapshot());
+                self.recorder.write(path.clone());
             }
             None if why == "SIGUSR2" => {
                 tracing::info!("dry run: no recording written (give --record PATH to have one)")
             }
             None => {}
         }
-    }
-
-    fn on_sample(&mut self, s: Sample) {
-        self.recorder.observe(&s);
-        let mut actions = Vec::new();
-        let _ = self.engine.observe(&s, &mut actions);
-        self.perform(actions, None);
     }
 
     /// Carries out what the engine decided; `request` is the request just made (for the
@@ -513,7 +739,7 @@ impl Watch {
                 self.request_file.display()
             );
         } else {
-            match watchdog_alerter::request::write_request_file(&self.request_file, &request) {
+            match watchdog_alerter::request::write_request(&self.request, &request) {
                 Ok(()) => {
                     outputs::write_ok("request_file");
                     delivery.request_file = Some(self.request_file.display().to_string());
@@ -580,10 +806,10 @@ impl Watch {
     /// Reads the Python client's environment file once it appears: an `environment`
     /// event, and the recording's environment.
     fn check_python_environment(&mut self) {
-        let Some(path) = &self.python_file else {
+        let Some(place) = &self.python_file else {
             return;
         };
-        match crate::environment::read_python(path) {
+        match crate::environment::read_python(place) {
             Ok(None) => {}
             // Left by an earlier run (or another process): wait for this run's.
             Ok(Some(report))
@@ -593,19 +819,22 @@ impl Watch {
             Ok(Some(report)) => {
                 if !self.settings.dry_run {
                     // Consumed: leave nothing behind beside the request file.
-                    let _ = std::fs::remove_file(path);
+                    let _ = place.remove();
                 }
                 self.python_file = None;
                 let python = report.facts;
                 // The run is set up by now: read its /dev/shm again (a `run` target may
                 // have mounted its own after the start).
                 let shm = crate::environment::target_shm(&self.settings.host, self.target.pid);
-                if let Some(env) = self.recorder.environment_mut() {
-                    env.python = Some(python.clone());
-                    if let Ok(shm) = shm {
-                        env.shm = Some(shm);
+                let recorded = python.clone();
+                self.recorder.edit(move |r| {
+                    if let Some(env) = r.environment_mut() {
+                        env.python = Some(recorded);
+                        if let Ok(shm) = shm {
+                            env.shm = Some(shm);
+                        }
                     }
-                }
+                });
                 self.emit(EventBody::Environment { python });
             }
             Err(e) => {
@@ -623,26 +852,27 @@ impl Watch {
             unit,
             source,
         } = &body
-            && let Some(env) = self.recorder.environment_mut()
         {
-            crate::environment::note_limit(
-                env,
-                watchdog_types::environment::LimitFact {
-                    resource: resource.clone(),
-                    kind: *kind,
-                    limit: *limit,
-                    unit: *unit,
-                    source: source.clone(),
-                },
-            );
+            let fact = watchdog_types::environment::LimitFact {
+                resource: resource.clone(),
+                kind: *kind,
+                limit: *limit,
+                unit: *unit,
+                source: source.clone(),
+            };
+            self.recorder.edit(move |r| {
+                if let Some(env) = r.environment_mut() {
+                    crate::environment::note_limit(env, fact);
+                }
+            });
         }
         let event = Event {
             time: watchdog_alerter::events::now_rfc3339(),
             body,
         };
         if let Ok(json) = serde_json::to_value(&event) {
-            self.recorder
-                .event(self.start.elapsed().as_secs_f64(), json);
+            let t_s = self.start.elapsed().as_secs_f64();
+            self.recorder.edit(move |r| r.event(t_s, json));
         }
         if let Some(log) = &mut self.events {
             match log.append(&event) {
@@ -656,9 +886,9 @@ impl Watch {
     /// Gathers what the verdict looks at and decides.
     fn diagnose(&mut self, exit: TargetExit) -> verdict::Verdict {
         let now_ms = self.start.elapsed().as_millis().min(u64::MAX as u128) as u64;
-        let recorder = &self.recorder;
+        let recorder = self.recorder.take_back();
         let resources = self.engine.resource_ends(now_ms as f64 / 1e3, |i| {
-            recorder.recent_peak(i, now_ms, RECENT_MS)
+            recorder.and_then(|r| r.recent_peak(i, now_ms, RECENT_MS))
         });
         let oom_kills = self
             .oom_counter
@@ -703,8 +933,54 @@ impl Watch {
             after_duration: &survivors,
             tail: &late,
         });
-        logging::summary(&text);
+        terminal::summary(&text);
         self.emit(event);
         self.close();
+    }
+}
+
+/// The flight recorder as this watch reaches it: on the recorder thread while the watch
+/// runs, taken back (with every sample drained into it) for the verdict and the last write.
+enum Recording {
+    Live(RecorderLink),
+    Back(Box<FlightRecorder>),
+    Gone,
+}
+
+impl Recording {
+    /// Changes the recorder wherever it is.
+    fn edit(&mut self, f: impl FnOnce(&mut FlightRecorder) + Send + 'static) {
+        match self {
+            Recording::Live(link) => link.edit(f),
+            Recording::Back(r) => f(r),
+            Recording::Gone => {}
+        }
+    }
+
+    /// Writes the recording to `path` off the sampling thread.
+    fn write(&self, path: PathBuf) {
+        match self {
+            Recording::Live(link) => link.write(path),
+            Recording::Back(r) => {
+                if let Err(e) = recorder::write(&path, &r.snapshot()) {
+                    outputs::write_failed("recording", &path, &e);
+                }
+            }
+            Recording::Gone => {}
+        }
+    }
+
+    /// The recorder, taken back from its thread on the first call.
+    fn take_back(&mut self) -> Option<&FlightRecorder> {
+        if let Recording::Live(_) = self
+            && let Recording::Live(link) = std::mem::replace(self, Recording::Gone)
+            && let Some(r) = link.take()
+        {
+            *self = Recording::Back(Box::new(r));
+        }
+        match self {
+            Recording::Back(r) => Some(r),
+            _ => None,
+        }
     }
 }

@@ -139,6 +139,41 @@ impl Outputs {
         })
     }
 
+    /// The outputs of a run the service watches: its request file (in the user's own
+    /// directory, made by the service) and a recording reserved in the service's
+    /// `state_dir` (root's; pruned like the single-run default).
+    pub fn for_service(
+        request_file: PathBuf,
+        pid: u32,
+        state_dir: &Path,
+        dry_run: bool,
+    ) -> Result<Outputs, Failure> {
+        if dry_run {
+            return Ok(Outputs {
+                request_file,
+                recording: None,
+                state_dir: None,
+            });
+        }
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(state_dir)
+            .map_err(|e| {
+                Failure::Runtime(format!(
+                    "cannot make the state directory {}: {e}",
+                    state_dir.display()
+                ))
+            })?;
+        let rec = reserve_recording(state_dir, pid)?;
+        prune_recordings(state_dir, &rec);
+        Ok(Outputs {
+            request_file,
+            recording: Some(rec),
+            state_dir: Some(state_dir.to_path_buf()),
+        })
+    }
+
     /// Prunes the state directory (at exit, after the last recording was written).
     pub fn prune(&self) {
         if let (Some(dir), Some(rec)) = (&self.state_dir, &self.recording) {

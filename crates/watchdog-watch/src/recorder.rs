@@ -4,9 +4,20 @@
 //! flat resources cost nothing; the window is bounded in time and in rows, so memory is
 //! bounded whatever the run does. The text is written by `watchdog_report::recording::write`,
 //! next to the reader of the format.
+//!
+//! The recorders live on their own thread ([`Recorders`]), one thread for every target of
+//! the process. The sampling loop never waits for them: each sampler pushes its samples into
+//! its lock-free ring as it reads them, and this thread drains every ring on its own
+//! schedule ([`DRAIN_EVERY`], and before it carries out any command), then writes
+//! recordings off the sampling thread. When it falls so far behind that a ring fills, the
+//! sampler drops samples and counts them (the summary and the metrics say how many).
 
 use std::collections::VecDeque;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use watchdog_sampler::ring::SampleReader;
 
 pub use watchdog_report::recording::Meta;
 use watchdog_report::recording::write;
@@ -188,6 +199,127 @@ pub fn write(path: &Path, snapshot: &Snapshot) -> Result<(), String> {
     watchdog_types::fs::write_atomic(path, snapshot.render().as_bytes()).map_err(|e| e.to_string())
 }
 
+/// How often the recorder thread drains the rings when no command wakes it sooner. A
+/// ring of [`crate::watch::RING_CAPACITY`] samples holds far longer than this at any
+/// sampling rate the watchdog supports with a handful of resources.
+pub const DRAIN_EVERY: Duration = Duration::from_millis(250);
+
+/// A change to one target's recorder, made on the recorder thread.
+type Edit = Box<dyn FnOnce(&mut FlightRecorder) + Send>;
+
+enum Command {
+    Add(u64, Box<FlightRecorder>, SampleReader),
+    Edit(u64, Edit),
+    Write(u64, PathBuf),
+    Take(u64, mpsc::Sender<FlightRecorder>),
+}
+
+/// The recorder thread: owns every target's [`FlightRecorder`] and the reading end of its
+/// sample ring.
+pub struct Recorders {
+    tx: mpsc::Sender<Command>,
+    next: std::sync::atomic::AtomicU64,
+}
+
+/// One target's way to its recorder on the recorder thread.
+pub struct RecorderLink {
+    key: u64,
+    tx: mpsc::Sender<Command>,
+}
+
+impl Recorders {
+    /// Starts the recorder thread.
+    pub fn start() -> Result<Recorders, String> {
+        let (tx, rx) = mpsc::channel();
+        // Detached: it ends when the last sender (this and every link) is gone.
+        std::thread::Builder::new()
+            .name("watchdog-recorder".into())
+            .spawn(move || serve(rx))
+            .map_err(|e| format!("cannot start the recorder thread: {e}"))?;
+        Ok(Recorders {
+            tx,
+            next: std::sync::atomic::AtomicU64::new(0),
+        })
+    }
+
+    /// Hands a target's recorder and the reading end of its sample ring to the thread.
+    pub fn add(&self, recorder: FlightRecorder, reader: SampleReader) -> RecorderLink {
+        let key = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let _ = self.tx.send(Command::Add(key, Box::new(recorder), reader));
+        RecorderLink {
+            key,
+            tx: self.tx.clone(),
+        }
+    }
+}
+
+impl RecorderLink {
+    /// Changes the recorder on its thread (an event, the environment learnt later).
+    pub fn edit(&self, f: impl FnOnce(&mut FlightRecorder) + Send + 'static) {
+        let _ = self.tx.send(Command::Edit(self.key, Box::new(f)));
+    }
+
+    /// Writes the recording to `path` on the recorder thread, with every sample up to now.
+    pub fn write(&self, path: PathBuf) {
+        let _ = self.tx.send(Command::Write(self.key, path));
+    }
+
+    /// Takes the recorder back, every sample pushed so far drained into it; `None` when the
+    /// recorder thread is gone.
+    pub fn take(self) -> Option<FlightRecorder> {
+        let (tx, rx) = mpsc::channel();
+        self.tx.send(Command::Take(self.key, tx)).ok()?;
+        rx.recv_timeout(Duration::from_secs(10)).ok()
+    }
+}
+
+/// The recorder thread's loop: drain every ring, then carry out the command that woke it.
+fn serve(rx: mpsc::Receiver<Command>) {
+    let mut all: Vec<(u64, Box<FlightRecorder>, SampleReader)> = Vec::new();
+    loop {
+        let command = match rx.recv_timeout(DRAIN_EVERY) {
+            Ok(c) => Some(c),
+            Err(mpsc::RecvTimeoutError::Timeout) => None,
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        };
+        for (_, recorder, reader) in &mut all {
+            reader.drain(|s| recorder.observe(&s));
+        }
+        let find = |all: &mut Vec<(u64, Box<FlightRecorder>, SampleReader)>, key: u64| {
+            all.iter().position(|(k, _, _)| *k == key)
+        };
+        match command {
+            None => {}
+            Some(Command::Add(key, mut recorder, mut reader)) => {
+                reader.drain(|s| recorder.observe(&s));
+                all.push((key, recorder, reader));
+            }
+            Some(Command::Edit(key, f)) => {
+                if let Some(i) = find(&mut all, key) {
+                    f(&mut all[i].1);
+                }
+            }
+            Some(Command::Write(key, path)) => {
+                if let Some(i) = find(&mut all, key) {
+                    match write(&path, &all[i].1.snapshot()) {
+                        Ok(()) => {
+                            crate::outputs::write_ok("recording");
+                            tracing::debug!("recording written to {}", path.display())
+                        }
+                        Err(e) => crate::outputs::write_failed("recording", &path, &e),
+                    }
+                }
+            }
+            Some(Command::Take(key, reply)) => {
+                if let Some(i) = find(&mut all, key) {
+                    let (_, recorder, _) = all.swap_remove(i);
+                    let _ = reply.send(*recorder);
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -216,6 +348,26 @@ mod tests {
             used,
             limit: 100,
         }
+    }
+
+    #[test]
+    fn the_recorder_thread_takes_samples_from_the_ring_and_gives_the_recorder_back() {
+        let (mut writer, reader) = watchdog_sampler::ring::SampleRing::new(64);
+        let threads = Recorders::start().unwrap();
+        let link = threads.add(recorder(600.0), reader);
+        for t in 0..10 {
+            assert!(writer.push(sample(t * 100, t)));
+        }
+        link.edit(|r| r.event(0.5, serde_json::json!({"event": "test"})));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.recording.csv");
+        link.write(path.clone());
+        let back = link.take().unwrap();
+        // Every pushed sample reached the recorder, though the writer never waited for it.
+        assert_eq!(back.recent_peak(0, 900, 10_000), Some(9));
+        assert_eq!(back.events.len(), 1);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("\"event\":\"test\""), "{text}");
     }
 
     #[test]

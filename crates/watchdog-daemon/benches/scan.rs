@@ -1,0 +1,64 @@
+//! The cost of a discovery scan of the real `/proc` with about 300 processes: `sleep`s are
+//! started to bring the machine's count up to [`TARGET_PROCESSES`] and ended afterwards.
+//! `steady` is the usual scan (every process seen before: one `stat` read each); `first` is
+//! the daemon's first scan (every process new: its `cmdline`, `status` and `cgroup` read
+//! too). Run: `cargo bench -p watchdog-daemon --bench scan`.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use divan::Bencher;
+use watchdog_daemon::discovery::Scanner;
+
+const TARGET_PROCESSES: usize = 300;
+
+fn process_count() -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter(|e| {
+            e.as_ref().is_ok_and(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .bytes()
+                    .all(|b| b.is_ascii_digit())
+            })
+        })
+        .count()
+}
+
+fn main() {
+    let extra = TARGET_PROCESSES.saturating_sub(process_count());
+    let mut children: Vec<Child> = (0..extra)
+        .map(|_| {
+            Command::new("sleep")
+                .arg("600")
+                .stdin(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    eprintln!(
+        "{} processes in /proc ({extra} sleeps started)",
+        process_count()
+    );
+    divan::main();
+    for child in &mut children {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+#[divan::bench]
+fn steady(bencher: Bencher) {
+    // Not excluded: the sleeps are this process's children.
+    let mut scanner = Scanner::with_excluded(Path::new("/proc"), None);
+    scanner.scan(|_| false);
+    bencher.bench_local(|| scanner.scan(|_| false));
+}
+
+#[divan::bench]
+fn first(bencher: Bencher) {
+    bencher.bench_local(|| Scanner::with_excluded(Path::new("/proc"), None).scan(|_| false));
+}

@@ -1,0 +1,535 @@
+//! Discovery: which processes appeared since the last look, and the facts the rules match on.
+//!
+//! Public API:
+//! - [`Scanner::new`] (`/proc` or a fixture tree; the daemon's own subtree left out),
+//!   [`Scanner::with_excluded`], and [`Scanner::scan`]: the processes not seen by earlier
+//!   scans, parents before children, as [`ProcessFacts`].
+//! - [`Scanner::facts`]: one process read again (when it registers, or enters the GPU set),
+//!   and [`Scanner::inside_watched_tree`].
+//! - [`topmost`]: of one scan's processes, those a matcher takes, leaving out the processes
+//!   below one it took (a launcher's workers are part of its run, not runs of their own).
+//!
+//! A process is identified by its PID and its start time (`starttime` of `/proc/PID/stat`, in
+//! clock ticks after boot), so a reused PID is a new process. Its command name (`comm`) is
+//! kept too: a process seen between `fork` and `exec` (its parent's command line) is seen
+//! again as new once `exec` changed its name, which is what a shell starting `python train.py`
+//! looks like. An `exec` that keeps the name (`python` execing `python`) within one scan of
+//! the fork is not seen again: the limit of reading `stat` alone.
+//!
+//! Each scan lists `/proc` (`getdents64` on a kept-open descriptor) and reads the `stat` of
+//! every process not seen before (one `openat` + `read` through that descriptor). A process
+//! seen before keeps its identity unless its PID was freed and allocated again, which can
+//! only happen to a PID the kernel allocated since the last scan: `/proc/loadavg`'s last field
+//! is the last PID allocated in this PID namespace
+//! (<https://docs.kernel.org/filesystems/proc.html#kernel-data>), read before each listing,
+//! and PIDs are allocated in increasing order, wrapping at `pid_max`. So only the known PIDs
+//! in the window since the last scan's value are read again, and those first seen in the last
+//! [`YOUNG_SCANS`] scans (to see their `exec`). Reading every `stat` costs 2.6 ms per scan for
+//! 300 processes here; the window brings that down to the listing. The window assumes PIDs did
+//! not wrap around twice between two scans (`pid_max` forks in at most a second); without a
+//! readable `loadavg` (a fixture tree) every `stat` is read on every scan. The parents
+//! remembered for the ancestor walk below are those of the last `stat` read, and a process
+//! re-parented since (its parent exited) keeps its old parent there: the walk then stops at
+//! the exited PID.
+//!
+//! Processes left out, and remembered as seen (never
+//! returned later): kernel threads (`kthreadd`, the process with parent 0 other than init,
+//! and its children), processes with an empty command line (zombies), and every process whose
+//! ancestor chain (itself included) holds a watched PID or the excluded PID (the daemon
+//! itself: its hooks are not runs). A new process is then read through a descriptor of its
+//! `/proc/PID` directory, so every file describes the same process even if it exits and its
+//! PID is reused meanwhile: `stat` again, `cmdline` (arguments joined by spaces, at most
+//! [`COMMAND_MAX_BYTES`]), `status` (the real UID), `cgroup`
+//! (<https://man7.org/linux/man-pages/man7/cgroups.7.html>; the v1 memory controller's path
+//! when there is one, else the unified path). The environment
+//! (<https://man7.org/linux/man-pages/man5/proc_pid_environ.5.html>) is read only when a rule
+//! asks, through the same descriptor. Every file is read up to a cap; a process that vanished
+//! is skipped silently, one whose file cannot be read or parsed is skipped with a debug log.
+//! Exited processes are forgotten at the next scan.
+
+use std::cell::OnceCell;
+use std::collections::{HashMap, HashSet};
+use std::fmt::Write as _;
+use std::io::Read as _;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustix::fs::{Mode, OFlags, RawDir, SeekFrom};
+use rustix::io::Errno;
+use watchdog_sampler::cgroup::parse_proc_cgroup;
+use watchdog_sampler::procfile::parse_u64;
+use watchdog_sampler::tree::{
+    parse_environ, parse_loadavg_change_key, parse_stat, parse_status_uids,
+};
+
+/// Most bytes of a command line kept (and matched by `command`).
+pub const COMMAND_MAX_BYTES: usize = 8192;
+/// Caps of the other files read: `stat` is ~300 bytes, `status` ~1.5 KiB, `cgroup` one line
+/// per hierarchy.
+const STAT_MAX_BYTES: usize = 4096;
+const STATUS_MAX_BYTES: usize = 16 << 10;
+const CGROUP_MAX_BYTES: usize = 64 << 10;
+/// Most bytes of an environment read (the kernel's limit on arguments plus environment is
+/// a quarter of the stack limit, 2 MiB by default); a variable past it is not seen.
+const ENVIRON_MAX_BYTES: usize = 256 << 10;
+/// Longest ancestor chain walked (a guard against a cycle in a fixture tree).
+const MAX_DEPTH: usize = 4096;
+/// Buffer for one `getdents64` batch of `/proc`: ~300 entries.
+const DIRBUF_BYTES: usize = 16384;
+/// For how many scans after it was first seen a process's `stat` is read on every scan, to
+/// see an `exec` that followed its `fork` (a shell starting a program).
+pub const YOUNG_SCANS: u64 = 4;
+
+/// What the rules match on, read once when the process is first seen.
+#[derive(Debug, Clone)]
+pub struct ProcessFacts {
+    /// The PID.
+    pub pid: u32,
+    /// The parent's PID when read.
+    pub ppid: u32,
+    /// The real UID (the user who started it).
+    pub uid: u32,
+    /// Start time after boot in clock ticks: with the PID, the process's identity.
+    pub start_ticks: u64,
+    /// The command name (`comm`, at most 15 bytes).
+    pub comm: String,
+    /// The command line, arguments joined by spaces (NULs to spaces), clipped to
+    /// [`COMMAND_MAX_BYTES`]; invalid UTF-8 replaced.
+    pub command: String,
+    /// The cgroup path: of the v1 memory controller when it has one, else the unified one;
+    /// empty when neither is listed.
+    pub cgroup: String,
+    /// `/proc/PID`, to read the environment when asked; `None` in fixtures built by hand.
+    dir: Option<Arc<OwnedFd>>,
+    environ: OnceCell<Vec<(String, String)>>,
+}
+
+impl ProcessFacts {
+    /// Facts with every field empty but the PID, and an empty environment (for tests and for
+    /// callers that build facts themselves).
+    pub fn new(pid: u32) -> ProcessFacts {
+        ProcessFacts {
+            pid,
+            ppid: 0,
+            uid: 0,
+            start_ticks: 0,
+            comm: String::new(),
+            command: String::new(),
+            cgroup: String::new(),
+            dir: None,
+            environ: OnceCell::new(),
+        }
+    }
+
+    /// These facts with the given environment instead of the process's.
+    pub fn with_environ(self, vars: Vec<(String, String)>) -> ProcessFacts {
+        let environ = OnceCell::new();
+        let _ = environ.set(vars);
+        ProcessFacts {
+            environ,
+            dir: None,
+            ..self
+        }
+    }
+
+    /// The environment the process started with, read (at most 256 KiB) on the first call;
+    /// empty when it cannot be read (the process exited, or no permission).
+    pub fn environ(&self) -> &[(String, String)] {
+        self.environ.get_or_init(|| {
+            let Some(dir) = &self.dir else {
+                return Vec::new();
+            };
+            let mut buf = Vec::new();
+            match read_capped_at(dir.as_fd(), "environ", ENVIRON_MAX_BYTES, &mut buf) {
+                Ok(truncated) => {
+                    if truncated {
+                        // The last entry may be cut: drop it.
+                        let keep = buf.iter().rposition(|&b| b == 0).unwrap_or(0);
+                        buf.truncate(keep);
+                    }
+                    parse_environ(&buf)
+                }
+                Err(e) => {
+                    tracing::debug!(pid = self.pid, "cannot read environ: {e}");
+                    Vec::new()
+                }
+            }
+        })
+    }
+
+    /// Whether the environment was read (or given) already.
+    #[cfg(test)]
+    pub(crate) fn environ_read(&self) -> bool {
+        self.environ.get().is_some()
+    }
+
+    /// The value of environment variable `name`, if set.
+    pub fn env_var(&self, name: &str) -> Option<&str> {
+        self.environ()
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A process seen by the last scan.
+#[derive(Debug)]
+struct Known {
+    start_ticks: u64,
+    ppid: u32,
+    comm: Vec<u8>,
+    /// The scan that last listed it.
+    generation: u64,
+    /// The scan that first saw this identity.
+    first_seen: u64,
+}
+
+/// Why a process was not read.
+enum Skip {
+    /// It exited (or is a zombie): nothing to say.
+    Gone,
+    /// A file could not be read or parsed: worth a debug line.
+    Malformed(String),
+}
+
+/// Finds processes not seen before.
+#[derive(Debug)]
+pub struct Scanner {
+    proc_root: PathBuf,
+    proc_dir: Option<OwnedFd>,
+    excluded: Option<u32>,
+    known: HashMap<u32, Known>,
+    generation: u64,
+    dirbuf: Vec<MaybeUninit<u8>>,
+    buf: Vec<u8>,
+    path: String,
+    fresh: Vec<u32>,
+    /// The last PID allocated, read before the last successful listing; `None`: unknown
+    /// (every known process's `stat` is read again).
+    last_pid: Option<u32>,
+}
+
+impl Scanner {
+    /// A scanner of `proc_root` that leaves out this process and everything below it.
+    pub fn new(proc_root: &Path) -> Scanner {
+        Scanner::with_excluded(proc_root, Some(std::process::id()))
+    }
+
+    /// A scanner of `proc_root` that leaves out `excluded` and everything below it.
+    pub fn with_excluded(proc_root: &Path, excluded: Option<u32>) -> Scanner {
+        Scanner {
+            proc_root: proc_root.to_path_buf(),
+            proc_dir: None,
+            excluded,
+            known: HashMap::new(),
+            generation: 0,
+            dirbuf: vec![MaybeUninit::uninit(); DIRBUF_BYTES],
+            buf: Vec::with_capacity(STAT_MAX_BYTES),
+            path: String::with_capacity(32),
+            fresh: Vec::new(),
+            last_pid: None,
+        }
+    }
+
+    /// The processes not seen by earlier scans (a reused PID is a new process), parents
+    /// before children, leaving out kernel threads, zombies, and every process inside a
+    /// watched tree (`is_watched` of itself or an ancestor) or the excluded one's. Processes
+    /// that exited since are forgotten. A `/proc` that cannot be listed gives nothing (logged
+    /// at debug level).
+    pub fn scan(&mut self, is_watched: impl Fn(u32) -> bool) -> Vec<ProcessFacts> {
+        self.generation += 1;
+        self.fresh.clear();
+        if let Err(e) = self.list() {
+            tracing::debug!("cannot list {}: {e}", self.proc_root.display());
+            self.proc_dir = None; // Reopened next time.
+            return Vec::new();
+        }
+        let generation = self.generation;
+        self.known.retain(|_, k| k.generation == generation);
+        let fresh = std::mem::take(&mut self.fresh);
+        let mut found = Vec::new();
+        for &pid in &fresh {
+            if self.is_kernel_thread(pid) || self.inside_watched_tree(pid, &is_watched) {
+                continue;
+            }
+            match self.read_facts(pid) {
+                Ok(facts) => {
+                    // Read through the directory: if the PID was reused since the listing,
+                    // this is the new process, remembered as seen.
+                    if let Some(k) = self.known.get_mut(&pid) {
+                        k.start_ticks = facts.start_ticks;
+                        k.ppid = facts.ppid;
+                        k.comm.clear();
+                        k.comm.extend_from_slice(facts.comm.as_bytes());
+                    }
+                    found.push(facts);
+                }
+                Err(Skip::Gone) => {}
+                Err(Skip::Malformed(why)) => tracing::debug!(pid, "process skipped: {why}"),
+            }
+        }
+        self.fresh = fresh;
+        parents_first(&mut found);
+        found
+    }
+
+    /// The facts of `pid` read now, whether or not a scan returned it before; `None` when
+    /// it exited, is a zombie, or its files cannot be read.
+    pub fn facts(&mut self, pid: u32) -> Option<ProcessFacts> {
+        self.read_facts(pid).ok()
+    }
+
+    /// Whether `pid`, or an ancestor of it as of the last scan, is watched or excluded.
+    pub fn inside_watched_tree(&self, pid: u32, is_watched: impl Fn(u32) -> bool) -> bool {
+        let mut cur = pid;
+        for _ in 0..MAX_DEPTH {
+            if self.excluded == Some(cur) || is_watched(cur) {
+                return true;
+            }
+            match self.known.get(&cur) {
+                Some(k) if k.ppid != 0 && k.ppid != cur => cur = k.ppid,
+                _ => return false,
+            }
+        }
+        false
+    }
+
+    /// `kthreadd` (parent 0, not init) and its children.
+    fn is_kernel_thread(&self, pid: u32) -> bool {
+        let kthreadd = |p: u32| p != 1 && self.known.get(&p).is_some_and(|k| k.ppid == 0);
+        kthreadd(pid) || self.known.get(&pid).is_some_and(|k| kthreadd(k.ppid))
+    }
+
+    /// Lists `/proc`, refreshing `known` and collecting new processes in `fresh`.
+    fn list(&mut self) -> Result<(), Errno> {
+        if self.proc_dir.is_none() {
+            self.proc_dir = Some(rustix::fs::open(
+                &self.proc_root,
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )?);
+        }
+        let Some(proc_dir) = &self.proc_dir else {
+            return Err(Errno::BADF);
+        };
+        // Read before the listing: a PID allocated after this is in the next scan's window.
+        let last_pid = read_capped_at(proc_dir.as_fd(), "loadavg", 256, &mut self.buf)
+            .ok()
+            .and_then(|_| parse_loadavg_change_key(&self.buf))
+            .and_then(|(_, pid)| u32::try_from(pid).ok());
+        let window = self.last_pid.zip(last_pid);
+        let generation = self.generation;
+        rustix::fs::seek(proc_dir, SeekFrom::Start(0))?;
+        let mut dir = RawDir::new(proc_dir, &mut self.dirbuf);
+        while let Some(entry) = dir.next() {
+            let entry = entry?;
+            let Some(pid) =
+                parse_u64(entry.file_name().to_bytes()).and_then(|p| u32::try_from(p).ok())
+            else {
+                continue;
+            };
+            if let Some(k) = self.known.get_mut(&pid)
+                && generation - k.first_seen >= YOUNG_SCANS
+                && window.is_some_and(|w| !allocated_since(pid, w))
+            {
+                k.generation = generation;
+                continue;
+            }
+            self.path.clear();
+            let _ = write!(self.path, "{pid}/stat");
+            match read_capped_at(proc_dir.as_fd(), &self.path, STAT_MAX_BYTES, &mut self.buf) {
+                Ok(_) => {}
+                Err(e) if gone(e) => continue,
+                Err(e) => {
+                    tracing::debug!(pid, "cannot read stat: {e}");
+                    continue;
+                }
+            }
+            let Some(stat) = parse_stat(&self.buf) else {
+                tracing::debug!(pid, "malformed stat");
+                continue;
+            };
+            match self.known.get_mut(&pid) {
+                Some(k) if k.start_ticks == stat.starttime_ticks && k.comm == stat.comm => {
+                    k.ppid = stat.ppid;
+                    k.generation = generation;
+                }
+                _ => {
+                    self.known.insert(
+                        pid,
+                        Known {
+                            start_ticks: stat.starttime_ticks,
+                            ppid: stat.ppid,
+                            comm: stat.comm.to_vec(),
+                            generation,
+                            first_seen: generation,
+                        },
+                    );
+                    self.fresh.push(pid);
+                }
+            }
+        }
+        self.last_pid = last_pid;
+        Ok(())
+    }
+
+    /// Reads every fact of `pid` through one descriptor of its `/proc/PID` directory.
+    fn read_facts(&mut self, pid: u32) -> Result<ProcessFacts, Skip> {
+        let path = self.proc_root.join(pid.to_string());
+        let dir = rustix::fs::open(
+            &path,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| skip(e, &path))?;
+        let buf = &mut self.buf;
+        let read = |name: &str, cap: usize, buf: &mut Vec<u8>| {
+            read_capped_at(dir.as_fd(), name, cap, buf).map_err(|e| skip(e, &path.join(name)))
+        };
+        let malformed = |name: &str, what: &str| {
+            Skip::Malformed(format!("{}: {what}", path.join(name).display()))
+        };
+
+        read("stat", STAT_MAX_BYTES, buf)?;
+        let stat = parse_stat(buf).ok_or_else(|| {
+            malformed(
+                "stat",
+                "expected 'PID (comm) STATE PPID ...' with 22 fields",
+            )
+        })?;
+        if matches!(stat.state, b'Z' | b'X') {
+            return Err(Skip::Gone);
+        }
+        let (ppid, start_ticks) = (stat.ppid, stat.starttime_ticks);
+        let comm = String::from_utf8_lossy(stat.comm).into_owned();
+
+        read("cmdline", COMMAND_MAX_BYTES, buf)?;
+        // Zombies and kernel threads have an empty command line.
+        if buf.iter().all(|&b| b == 0) {
+            return Err(Skip::Gone);
+        }
+        let command = command_line(buf);
+
+        read("status", STATUS_MAX_BYTES, buf)?;
+        let uid = parse_status_uids(buf)
+            .ok_or_else(|| malformed("status", "no 'Uid:' line with four numbers"))?
+            .real;
+
+        read("cgroup", CGROUP_MAX_BYTES, buf)?;
+        let cgroups = parse_proc_cgroup(&String::from_utf8_lossy(buf));
+        let cgroup = cgroups.v1_memory.or(cgroups.v2).unwrap_or_default();
+
+        Ok(ProcessFacts {
+            pid,
+            ppid,
+            uid,
+            start_ticks,
+            comm,
+            command,
+            cgroup,
+            dir: Some(Arc::new(dir)),
+            environ: OnceCell::new(),
+        })
+    }
+}
+
+/// The command line from `/proc/PID/cmdline` bytes: NUL-separated arguments joined by
+/// spaces (the trailing NUL dropped), invalid UTF-8 replaced, at most [`COMMAND_MAX_BYTES`].
+pub fn command_line(bytes: &[u8]) -> String {
+    let bytes = &bytes[..bytes.len().min(COMMAND_MAX_BYTES)];
+    let bytes = bytes.strip_suffix(&[0]).unwrap_or(bytes);
+    let spaced: Vec<u8> = bytes
+        .iter()
+        .map(|&b| if b == 0 { b' ' } else { b })
+        .collect();
+    String::from_utf8_lossy(&spaced).into_owned()
+}
+
+/// Of one scan's processes (parents before children, as [`Scanner::scan`] returns them),
+/// those `matcher` takes, with what it returned, leaving out every process below one it
+/// took: the topmost matching process of a tree is the run, its matching children are part
+/// of it. The daemon calls it with `|p| config.rule_for(p, &gpu_pids, registered(p.pid))`.
+pub fn topmost<T>(
+    facts: &[ProcessFacts],
+    mut matcher: impl FnMut(&ProcessFacts) -> Option<T>,
+) -> Vec<(&ProcessFacts, T)> {
+    let mut inside: HashSet<u32> = HashSet::new();
+    let mut taken = Vec::new();
+    for p in facts {
+        if inside.contains(&p.ppid) {
+            inside.insert(p.pid);
+        } else if let Some(t) = matcher(p) {
+            inside.insert(p.pid);
+            taken.push((p, t));
+        }
+    }
+    taken
+}
+
+/// Sorts `found` so that a parent comes before its children: by depth below the processes
+/// not in `found`, then start time, then PID.
+fn parents_first(found: &mut [ProcessFacts]) {
+    let parent: HashMap<u32, u32> = found.iter().map(|p| (p.pid, p.ppid)).collect();
+    let depth = |pid: u32| {
+        let mut d = 0usize;
+        let mut cur = pid;
+        while let Some(&pp) = parent.get(&cur) {
+            if d >= MAX_DEPTH || pp == cur {
+                break;
+            }
+            d += 1;
+            cur = pp;
+        }
+        d
+    };
+    let depths: HashMap<u32, usize> = found.iter().map(|p| (p.pid, depth(p.pid))).collect();
+    found.sort_by_key(|p| (depths.get(&p.pid).copied(), p.start_ticks, p.pid));
+}
+
+/// Whether `pid` may have been allocated after `prev` was the last PID allocated and up to
+/// when `cur` was: the window `(prev, cur]`, wrapping at `pid_max`.
+fn allocated_since(pid: u32, (prev, cur): (u32, u32)) -> bool {
+    if prev <= cur {
+        prev < pid && pid <= cur
+    } else {
+        pid > prev || pid <= cur
+    }
+}
+
+/// Whether a read failed because the process is gone.
+fn gone(e: Errno) -> bool {
+    matches!(e, Errno::NOENT | Errno::SRCH)
+}
+
+fn skip(e: Errno, path: &Path) -> Skip {
+    if gone(e) {
+        Skip::Gone
+    } else {
+        Skip::Malformed(format!("cannot read {}: {e}", path.display()))
+    }
+}
+
+/// Reads file `name` under directory `dir` into `buf`, at most `cap` bytes; true when the
+/// file was longer (and `buf` holds its first `cap` bytes).
+fn read_capped_at(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    cap: usize,
+    buf: &mut Vec<u8>,
+) -> Result<bool, Errno> {
+    let fd = rustix::fs::openat(dir, name, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
+    buf.clear();
+    std::fs::File::from(fd)
+        .take(cap as u64 + 1)
+        .read_to_end(buf)
+        .map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::IO))?;
+    let truncated = buf.len() > cap;
+    buf.truncate(cap);
+    Ok(truncated)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests;

@@ -1,0 +1,346 @@
+//! The service's one loop, in earlyoom's style: wake at each deadline, step every watched
+//! run (sample, decide, act), find new runs every scan interval, take registrations from
+//! the socket, publish the status for the socket and the metrics, tell systemd it is alive.
+//! Everything slow (hooks, notifications, recordings, socket and HTTP clients) happens on
+//! other threads, so one run's trouble never delays another's sample.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant, SystemTime};
+
+use watchdog_alerter::beneath::UserDirs;
+use watchdog_config::Host;
+use watchdog_metrics::server::{MetricsHandle, MetricsServer};
+use watchdog_status::protocol::{Registration, Request, Response};
+use watchdog_status::server::{Peer, ServerHandle, StatusServer, may_register, visible_to};
+use watchdog_watch::recorder::Recorders;
+use watchdog_watch::{Failure, Label, Published, ServiceRun, Watch};
+
+use crate::discovery::{ProcessFacts, Scanner, topmost};
+use crate::rules::{DaemonConfig, Rule};
+use crate::service::ServiceNotifier;
+
+/// How often the published status is renewed.
+const PUBLISH_EVERY: Duration = Duration::from_millis(250);
+/// How long a registration waits for the loop's answer.
+const REGISTER_WAIT: Duration = Duration::from_secs(2);
+
+/// A registration waiting for the loop: the PID and where to answer.
+struct Pending {
+    pid: u32,
+    reply: mpsc::Sender<Response>,
+}
+
+/// One watched run and what the loop keeps about it.
+struct Run {
+    watch: Watch,
+    since_unix: f64,
+}
+
+/// `watchdog daemon --config PATH`: runs until SIGTERM or SIGINT (exit 0, every run left
+/// running), reloading the config on SIGHUP.
+pub fn run(config_path: &Path, host: Host) -> Result<ExitCode, Failure> {
+    let stop = Arc::new(AtomicUsize::new(0));
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        signal_hook::flag::register_usize(sig, stop.clone(), sig as usize)
+            .map_err(|e| Failure::Runtime(format!("cannot catch signal {sig}: {e}")))?;
+    }
+    let reload = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(libc::SIGHUP, reload.clone())
+        .map_err(|e| Failure::Runtime(format!("cannot catch SIGHUP: {e}")))?;
+    let record_now = Arc::new(AtomicBool::new(false));
+    let _ = signal_hook::flag::register(libc::SIGUSR2, record_now.clone());
+
+    let mut config = DaemonConfig::load(config_path).map_err(Failure::Usage)?;
+    let user_dirs = UserDirs::open(&config.request_dir).map_err(|e| {
+        Failure::Runtime(format!(
+            "cannot use the request directory {}: {e}",
+            config.request_dir.display()
+        ))
+    })?;
+    let recorders = Recorders::start().map_err(Failure::Runtime)?;
+    let published = Arc::new(Published::new("daemon", config.interval.as_secs_f64()));
+    let (register_tx, register_rx) = mpsc::channel::<Pending>();
+    let socket = serve_socket(&config.socket, &host, &published, register_tx)?;
+    let metrics = serve_metrics(config.metrics.map(|a| a.to_string()), &published)?;
+    let mut notifier = ServiceNotifier::from_host(&host).unwrap_or_else(|e| {
+        tracing::warn!("systemd will not hear from the service: {e}");
+        ServiceNotifier::disabled()
+    });
+    let mut scanner = Scanner::with_excluded(&host.proc, Some(std::process::id()));
+    let mut runs: Vec<Run> = Vec::new();
+    let mut registered: HashSet<u32> = HashSet::new();
+    tracing::info!(
+        "watching for training runs: {} rule(s), sampling every {}, status on {}",
+        config.rules.len(),
+        watchdog_types::units::format_duration_s(config.interval.as_secs_f64()),
+        config.socket.display()
+    );
+    let _ = notifier.ready("watching 0 runs");
+
+    let mut deadline = Instant::now();
+    let mut next_scan = deadline;
+    let mut next_publish = deadline;
+    let mut last_count = usize::MAX;
+    loop {
+        let sig = stop.load(Ordering::Relaxed);
+        if sig != 0 {
+            let _ = notifier.stopping();
+            for run in &mut runs {
+                run.watch.leave(sig as i32);
+            }
+            tracing::info!(
+                "stopped by signal {sig}; {} run(s) left running unwatched",
+                runs.len()
+            );
+            drop(socket);
+            drop(metrics);
+            return Ok(ExitCode::SUCCESS);
+        }
+        if reload.swap(false, Ordering::Relaxed) {
+            let _ = notifier.reloading();
+            match DaemonConfig::load(config_path) {
+                Ok(new) => {
+                    if new.socket != config.socket
+                        || new.request_dir != config.request_dir
+                        || new.metrics != config.metrics
+                        || new.interval != config.interval
+                    {
+                        tracing::warn!(
+                            "reload: socket, request_dir, metrics and interval take effect at the next restart"
+                        );
+                    }
+                    tracing::info!(
+                        "config reloaded from {}: {} rule(s); runs already watched keep their settings",
+                        config_path.display(),
+                        new.rules.len()
+                    );
+                    config = DaemonConfig {
+                        socket: config.socket.clone(),
+                        request_dir: config.request_dir.clone(),
+                        metrics: config.metrics,
+                        interval: config.interval,
+                        ..new
+                    };
+                }
+                Err(e) => tracing::error!("reload refused, the previous config stays: {e}"),
+            }
+            let _ = notifier.status(&format!("watching {} runs", runs.len()));
+        }
+        let now = Instant::now();
+        let watched = |runs: &[Run]| -> HashSet<u32> {
+            runs.iter().flat_map(|r| r.watch.tree_pids()).collect()
+        };
+        while let Ok(p) = register_rx.try_recv() {
+            let answer = register(
+                p.pid,
+                &mut scanner,
+                &config,
+                &host,
+                &user_dirs,
+                &recorders,
+                &record_now,
+                &mut runs,
+                &mut registered,
+            );
+            let _ = p.reply.send(answer);
+        }
+        if now >= next_scan {
+            let inside = watched(&runs);
+            let found = scanner.scan(|pid| inside.contains(&pid));
+            let gpu = HashSet::new();
+            for (facts, rule) in topmost(&found, |p| {
+                config.rule_for(p, &gpu, registered.contains(&p.pid))
+            }) {
+                if let Err(e) = start(
+                    facts,
+                    rule,
+                    &config,
+                    &host,
+                    &user_dirs,
+                    &recorders,
+                    &record_now,
+                    &mut runs,
+                ) {
+                    tracing::warn!("PID {} is not watched: {}", facts.pid, failure_text(&e));
+                }
+            }
+            next_scan = now + config.scan_interval;
+        }
+        let mut i = 0;
+        while i < runs.len() {
+            if runs[i].watch.step(now) {
+                let mut run = runs.swap_remove(i);
+                run.watch.conclude();
+                registered.remove(&run.watch.pid());
+            } else {
+                i += 1;
+            }
+        }
+        if now >= next_publish {
+            published.set_targets(runs.iter().map(|r| r.watch.status(r.since_unix)).collect());
+            next_publish = now + PUBLISH_EVERY;
+            if runs.len() != last_count {
+                last_count = runs.len();
+                let _ = notifier.status(&format!("watching {} runs", runs.len()));
+            }
+        }
+        if notifier.keepalive_due(now) {
+            let _ = notifier.keepalive(now);
+        }
+        deadline += config.interval;
+        let after = Instant::now();
+        if deadline < after {
+            deadline = after;
+        }
+        std::thread::sleep(deadline.saturating_duration_since(after));
+    }
+}
+
+/// Starts watching the run `facts` describes under `rule`.
+#[allow(clippy::too_many_arguments)]
+fn start(
+    facts: &ProcessFacts,
+    rule: &Rule,
+    config: &DaemonConfig,
+    host: &Host,
+    user_dirs: &UserDirs,
+    recorders: &Recorders,
+    record_now: &Arc<AtomicBool>,
+    runs: &mut Vec<Run>,
+) -> Result<(), Failure> {
+    let settings = rule.settings(host, config.interval);
+    let label = Label {
+        uid: facts.uid,
+        user: watchdog_alerter::hook::HookUser::of_uid(facts.uid)
+            .map(|u| u.name)
+            .unwrap_or_else(|_| facts.uid.to_string()),
+        command: facts.command.clone(),
+        rule: Some(rule.name().to_string()),
+    };
+    let run = ServiceRun {
+        label,
+        user_dirs,
+        state_dir: &config.state_dir,
+    };
+    let watch = Watch::for_service(facts.pid, settings, run, recorders, record_now.clone())?;
+    tracing::info!(
+        "rule \"{}\" matched PID {} of user {} ({}): watching it",
+        rule.name(),
+        facts.pid,
+        facts.uid,
+        facts.command
+    );
+    runs.push(Run {
+        watch,
+        since_unix: watchdog_alerter::events::unix_time_s(SystemTime::now()),
+    });
+    Ok(())
+}
+
+/// Takes a registration the socket accepted: a run already watched is told where its
+/// requests go; another is watched when a rule takes registered runs.
+#[allow(clippy::too_many_arguments)]
+fn register(
+    pid: u32,
+    scanner: &mut Scanner,
+    config: &DaemonConfig,
+    host: &Host,
+    user_dirs: &UserDirs,
+    recorders: &Recorders,
+    record_now: &Arc<AtomicBool>,
+    runs: &mut Vec<Run>,
+    registered: &mut HashSet<u32>,
+) -> Response {
+    let answer = |w: &Watch| {
+        Response::Registered(Registration {
+            pid: w.pid(),
+            request_file: w.request_file().display().to_string(),
+            signal: watchdog_types::units::signal_name(w.signal()),
+        })
+    };
+    if let Some(run) = runs.iter().find(|r| r.watch.tree_pids().contains(&pid)) {
+        return answer(&run.watch);
+    }
+    let Some(facts) = scanner.facts(pid) else {
+        return Response::error(&format!("PID {pid} is gone"));
+    };
+    let gpu = HashSet::new();
+    let Some(rule) = config.rule_for(&facts, &gpu, true) else {
+        return Response::error(&format!(
+            "no rule of the daemon takes PID {pid} ({}): ask the administrator for a rule with `registered = true`",
+            facts.command
+        ));
+    };
+    registered.insert(pid);
+    match start(
+        &facts, rule, config, host, user_dirs, recorders, record_now, runs,
+    ) {
+        Ok(()) => match runs.last() {
+            Some(run) => answer(&run.watch),
+            None => Response::error("the run was not kept"),
+        },
+        Err(e) => {
+            registered.remove(&pid);
+            Response::error(&failure_text(&e))
+        }
+    }
+}
+
+/// Binds the status socket: status for anyone (their own runs; root sees all), and
+/// registrations passed to the loop.
+fn serve_socket(
+    path: &Path,
+    host: &Host,
+    published: &Arc<Published>,
+    register: mpsc::Sender<Pending>,
+) -> Result<ServerHandle, Failure> {
+    let server = StatusServer::bind(path).map_err(Failure::Runtime)?;
+    let published = Arc::clone(published);
+    let proc = host.proc.clone();
+    let register = std::sync::Mutex::new(register);
+    let handler = move |peer: &Peer, request: Request| match request {
+        Request::Status => Response::Status(visible_to(&published.get(), peer.uid)),
+        Request::Register { pid } => {
+            if let Err(e) = may_register(&proc, peer, pid) {
+                return Response::error(&e);
+            }
+            let (tx, rx) = mpsc::channel();
+            let sent = register
+                .lock()
+                .map(|r| r.send(Pending { pid, reply: tx }).is_ok())
+                .unwrap_or(false);
+            if !sent {
+                return Response::error("the daemon is stopping");
+            }
+            rx.recv_timeout(REGISTER_WAIT)
+                .unwrap_or_else(|_| Response::error("the daemon did not answer in time"))
+        }
+    };
+    Ok(server.serve(Arc::new(handler)))
+}
+
+/// Starts the Prometheus endpoint when the config names an address.
+fn serve_metrics(
+    addr: Option<String>,
+    published: &Arc<Published>,
+) -> Result<Option<MetricsHandle>, Failure> {
+    let Some(addr) = addr else {
+        return Ok(None);
+    };
+    let server = MetricsServer::bind(&addr).map_err(Failure::Usage)?;
+    let source = Arc::clone(published);
+    let handle = server.serve(Arc::new(move || (*source.get()).clone()));
+    tracing::info!("metrics at http://{}/metrics", handle.local_addr());
+    Ok(Some(handle))
+}
+
+/// The message of a failure, whatever its kind.
+fn failure_text(f: &Failure) -> String {
+    match f {
+        Failure::Usage(m) | Failure::Runtime(m) | Failure::Spawn(m, _) => m.clone(),
+    }
+}

@@ -1,0 +1,629 @@
+//! The metrics endpoint for real: HTTP over TCP, Prometheus's own `promtool` on the
+//! exposition and on the example alerting rules, and a real Prometheus server scraping it.
+//!
+//! `promtool` and `prometheus` come from Debian's `prometheus` package; without it these
+//! tests fail under CI=true and are skipped loudly otherwise (watchdog-testsupport).
+
+use std::collections::BTreeMap;
+use std::io::{Read as _, Write as _};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use watchdog_metrics::exposition::{self, CONTENT_TYPE};
+use watchdog_metrics::server::{HEAD_TIMEOUT, MetricsHandle, MetricsServer};
+use watchdog_testsupport::{need, scratch};
+use watchdog_types::ResourceKind;
+use watchdog_types::status::{ResourceStatus, TargetStatus, WatchStatus};
+
+/// A daemon watching two runs of two users, with every kind of resource and unit, a
+/// resource name holding a quote, a backslash and a newline, and absent limits and predictions.
+fn rich_status() -> WatchStatus {
+    let r = |name: &str, kind: ResourceKind, used: u64, limit: Option<u64>| ResourceStatus {
+        name: name.to_string(),
+        kind,
+        unit: kind.unit(),
+        used,
+        limit,
+        trend_per_s: 0.0,
+        seconds_left: None,
+        alerts: 0,
+    };
+    let mut mem = r(
+        "cgroup_memory",
+        ResourceKind::CgroupMemory,
+        3 << 30,
+        Some(4 << 30),
+    );
+    mem.trend_per_s = 1_048_576.0;
+    mem.seconds_left = Some(1024.0);
+    mem.alerts = 2;
+    let mut disk = r(
+        "disk:/data/o\"dd\\dir\nx",
+        ResourceKind::DiskBytes,
+        500_000_000,
+        Some(1_000_000_000),
+    );
+    disk.trend_per_s = -20.5;
+    let mut inodes = r("inodes:/data", ResourceKind::DiskInodes, 1200, Some(65536));
+    inodes.trend_per_s = 3.0;
+    inodes.seconds_left = Some(21_444.5);
+    let mut runtime = r(
+        "runtime",
+        ResourceKind::Runtime,
+        7_200_500,
+        Some(86_400_000),
+    );
+    runtime.trend_per_s = 1000.0;
+    runtime.seconds_left = Some(79_199.5);
+    let alice = TargetStatus {
+        pid: 4242,
+        uid: 1001,
+        user: "alice".to_string(),
+        command: "python3 train.py --lr 0.1".to_string(),
+        rule: Some("gpu-jobs".to_string()),
+        since_unix: 1_763_000_000.25,
+        lead_s: 90.0,
+        request_file: "/run/watchdog/4242.json".to_string(),
+        alerts_sent: 3,
+        checkpoints_acknowledged: 2,
+        checkpoint_seconds_total: 41.5,
+        samples_dropped: 7,
+        resources: vec![
+            mem,
+            r("cgroup_cache", ResourceKind::CgroupCache, 123_456_789, None),
+            disk,
+            inodes,
+            runtime,
+            r("gpu0", ResourceKind::GpuMemory, 20 << 30, Some(80 << 30)),
+        ],
+    };
+    let bob = TargetStatus {
+        pid: 977,
+        uid: 1002,
+        user: "bob".to_string(),
+        command: "torchrun --nproc 2 fit.py".to_string(),
+        rule: None,
+        since_unix: 1_763_000_500.0,
+        lead_s: 60.0,
+        request_file: "/tmp/wd-977.json".to_string(),
+        resources: vec![
+            r(
+                "host_memory",
+                ResourceKind::HostMemory,
+                8 << 30,
+                Some(16 << 30),
+            ),
+            r("swap", ResourceKind::Swap, 0, Some(2 << 30)),
+            r("tree_memory", ResourceKind::TreeMemory, 6 << 30, None),
+        ],
+        ..TargetStatus::default()
+    };
+    WatchStatus {
+        watchdog_pid: 100,
+        mode: "daemon".to_string(),
+        time_unix: 1_763_001_000.0,
+        interval_s: 0.05,
+        targets: vec![alice, bob],
+    }
+}
+
+fn serve(status: WatchStatus) -> MetricsHandle {
+    let server = MetricsServer::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+    server.serve(Arc::new(move || status.clone()))
+}
+
+/// A response: status code, headers (lower-case names), body.
+struct Reply {
+    status: u16,
+    headers: BTreeMap<String, String>,
+    body: String,
+}
+
+/// Sends `request` as is and reads the whole response (the server closes the connection).
+fn exchange(addr: SocketAddr, request: &[u8]) -> Reply {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("cannot connect to {addr}: {e}"));
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap_or_else(|e| panic!("{e}"));
+    stream
+        .write_all(request)
+        .unwrap_or_else(|e| panic!("cannot send to {addr}: {e}"));
+    let mut raw = Vec::new();
+    stream
+        .read_to_end(&mut raw)
+        .unwrap_or_else(|e| panic!("cannot read from {addr}: {e}"));
+    let raw = String::from_utf8(raw).unwrap_or_else(|e| panic!("not UTF-8: {e}"));
+    let (head, body) = raw
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("no end of head in {raw:?}"));
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap_or_default();
+    let status = status_line
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("bad status line {status_line:?}"));
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    Reply {
+        status,
+        headers,
+        body: body.to_string(),
+    }
+}
+
+fn get(addr: SocketAddr, path: &str) -> Reply {
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\nAccept: */*\r\n\r\n");
+    exchange(addr, request.as_bytes())
+}
+
+#[test]
+fn serves_the_rendered_snapshot_at_metrics() {
+    let status = rich_status();
+    let handle = serve(status.clone());
+    let reply = get(handle.local_addr(), "/metrics");
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.headers["content-type"], CONTENT_TYPE);
+    assert_eq!(reply.headers["connection"], "close");
+    assert_eq!(
+        reply.headers["content-length"],
+        reply.body.len().to_string()
+    );
+    assert_eq!(reply.body, exposition::render(&status));
+}
+
+#[test]
+fn index_links_metrics_other_paths_404_other_methods_405() {
+    let handle = serve(rich_status());
+    let addr = handle.local_addr();
+    let index = get(addr, "/");
+    assert_eq!(index.status, 200);
+    assert!(index.headers["content-type"].starts_with("text/html"));
+    assert!(
+        index.body.contains("<a href=\"/metrics\">"),
+        "{}",
+        index.body
+    );
+    assert_eq!(get(addr, "/metrics/").status, 404);
+    assert_eq!(get(addr, "/favicon.ico").status, 404);
+    let post = exchange(
+        addr,
+        b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
+    );
+    assert_eq!(post.status, 405);
+    assert_eq!(post.headers["allow"], "GET, HEAD");
+    let head = exchange(addr, b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(head.status, 200);
+    assert!(head.body.is_empty(), "HEAD got a body: {:?}", head.body);
+    assert_ne!(head.headers["content-length"], "0");
+    assert_eq!(exchange(addr, b"nonsense\r\n\r\n").status, 400);
+}
+
+#[test]
+fn a_request_head_over_8_kib_gets_431() {
+    let handle = serve(rich_status());
+    let mut request = b"GET /metrics HTTP/1.1\r\nHost: x\r\n".to_vec();
+    while request.len() <= 9 * 1024 {
+        request
+            .extend_from_slice(b"X-Padding: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n");
+    }
+    request.extend_from_slice(b"\r\n");
+    assert_eq!(exchange(handle.local_addr(), &request).status, 431);
+}
+
+#[test]
+fn a_silent_client_neither_blocks_others_nor_stays_open() {
+    let handle = serve(rich_status());
+    let addr = handle.local_addr();
+    let mut silent = TcpStream::connect(addr).unwrap_or_else(|e| panic!("{e}"));
+    // Half a request line, then nothing.
+    silent
+        .write_all(b"GET /metr")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let started = Instant::now();
+    assert_eq!(get(addr, "/metrics").status, 200);
+    assert!(
+        started.elapsed() < HEAD_TIMEOUT,
+        "a scrape waited {:?} behind a silent client",
+        started.elapsed()
+    );
+    silent
+        .set_read_timeout(Some(HEAD_TIMEOUT + Duration::from_secs(30)))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut rest = Vec::new();
+    let closed = silent.read_to_end(&mut rest);
+    assert!(
+        closed.is_ok(),
+        "the server kept a silent client open past {HEAD_TIMEOUT:?}: {closed:?}"
+    );
+    assert!(rest.is_empty(), "answered an incomplete request: {rest:?}");
+}
+
+#[test]
+fn a_port_in_use_is_a_clear_one_line_error() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+    let port = taken.local_addr().unwrap_or_else(|e| panic!("{e}")).port();
+    let err = MetricsServer::bind(&port.to_string())
+        .err()
+        .unwrap_or_else(|| panic!("bound port {port} twice"));
+    assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
+    assert!(err.contains("already in use"), "{err}");
+    assert!(!err.contains('\n'), "{err}");
+}
+
+#[test]
+fn a_bad_address_is_a_one_line_error_naming_it() {
+    let err = MetricsServer::bind("localhost:http")
+        .err()
+        .unwrap_or_else(|| panic!("accepted localhost:http"));
+    assert!(
+        err.starts_with("invalid metrics address \"localhost:http\": "),
+        "{err}"
+    );
+    assert!(
+        err.contains("expected PORT, HOST:PORT or [IPv6]:PORT"),
+        "{err}"
+    );
+}
+
+#[test]
+fn stopping_the_handle_closes_the_port() {
+    let handle = serve(WatchStatus::default());
+    let addr = handle.local_addr();
+    assert_eq!(get(addr, "/metrics").status, 200);
+    handle.stop();
+    let again = TcpStream::connect_timeout(&addr, Duration::from_secs(5));
+    assert!(again.is_err(), "still accepting on {addr} after stop");
+    // And the port is free for the next watchdog.
+    let rebound = MetricsServer::bind(&addr.to_string());
+    assert!(rebound.is_ok(), "{:?}", rebound.err());
+}
+
+#[test]
+fn the_snapshot_is_taken_at_each_scrape() {
+    let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = Arc::clone(&count);
+    let server = MetricsServer::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+    let handle = server.serve(Arc::new(move || {
+        let n = seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        WatchStatus {
+            interval_s: n as f64,
+            ..WatchStatus::default()
+        }
+    }));
+    let addr = handle.local_addr();
+    assert!(
+        get(addr, "/metrics")
+            .body
+            .contains("watchdog_sampling_interval_seconds 0\n")
+    );
+    assert!(
+        get(addr, "/metrics")
+            .body
+            .contains("watchdog_sampling_interval_seconds 1\n")
+    );
+    // The index page does not take a snapshot.
+    get(addr, "/");
+    assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 2);
+}
+
+// ---- Prometheus's own tools ----
+
+fn tool(name: &str) -> Option<PathBuf> {
+    let path = Path::new("/usr/bin").join(name);
+    need(
+        path.exists().then_some(path),
+        &format!("{name} (Debian: apt-get install prometheus)"),
+    )
+}
+
+fn alert_rules() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/watchdog-alerts.yml")
+}
+
+/// Runs `promtool ARGS` with `stdin`; panics with its output unless it succeeds.
+fn promtool(promtool: &Path, args: &[&str], stdin: &str) -> String {
+    let mut child = Command::new(promtool)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", promtool.display()));
+    if let Some(mut input) = child.stdin.take() {
+        input
+            .write_all(stdin.as_bytes())
+            .unwrap_or_else(|e| panic!("cannot feed promtool: {e}"));
+    }
+    let out = child
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("promtool: {e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "promtool {args:?} failed ({}):\n{text}",
+        out.status
+    );
+    text
+}
+
+#[test]
+fn promtool_finds_no_problem_in_the_exposition() {
+    let Some(bin) = tool("promtool") else { return };
+    for status in [rich_status(), WatchStatus::default()] {
+        let text = exposition::render(&status);
+        let out = promtool(&bin, &["check", "metrics"], &text);
+        // promtool prints lint problems (and exits 1); nothing printed means none.
+        assert!(
+            out.trim().is_empty(),
+            "promtool complained:\n{out}\n---\n{text}"
+        );
+    }
+}
+
+#[test]
+fn promtool_accepts_the_example_alerting_rules() {
+    let Some(bin) = tool("promtool") else { return };
+    let rules = alert_rules();
+    let out = promtool(&bin, &["check", "rules", &rules.to_string_lossy()], "");
+    assert!(out.contains("SUCCESS: 4 rules found"), "{out}");
+}
+
+/// The example rules fire when they should and stay quiet otherwise (`promtool test rules`).
+#[test]
+fn the_example_alerting_rules_fire_as_documented() {
+    let Some(bin) = tool("promtool") else { return };
+    let dir = scratch();
+    let rules = alert_rules()
+        .canonicalize()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let l = r#"instance="ws1:9187",job="watchdog",pid="42",user="alice",rule="""#;
+    let lb = r#"instance="ws1:9187",job="watchdog",pid="43",user="bob",rule="""#;
+    // The same labels as a YAML map for `exp_labels`; Prometheus drops the empty `rule`.
+    let y = r#"instance: "ws1:9187", job: watchdog, pid: "42", user: alice"#;
+    let test = format!(
+        r#"rule_files: ["{rules}"]
+evaluation_interval: 15s
+tests:
+  - interval: 15s
+    input_series:
+      - series: 'watchdog_resource_exhaustion_seconds{{{l},resource="cgroup_memory",kind="cgroup_memory"}}'
+        values: '600 400 200 100 50 20'
+      - series: 'watchdog_resource_exhaustion_seconds{{{lb},resource="swap",kind="swap"}}'
+        values: '900 900 900 900 900 900'
+    alert_rule_test:
+      - eval_time: 15s
+        alertname: WatchdogResourceExhaustionSoon
+        exp_alerts: []
+      - eval_time: 75s
+        alertname: WatchdogResourceExhaustionSoon
+        exp_alerts:
+          - exp_labels: {{ {y}, resource: cgroup_memory, kind: cgroup_memory, severity: warning }}
+            exp_annotations:
+              summary: "Run 42 of alice will exhaust cgroup_memory in 20s"
+              description: "The watchdog on ws1:9187 predicts that cgroup_memory (cgroup_memory) of process 42 (user alice, rule '') reaches its limit in under 5 minutes."
+  - interval: 1m
+    input_series:
+      - series: 'watchdog_samples_dropped_total{{{l}}}'
+        values: '0 0 0 5 5'
+      - series: 'watchdog_samples_dropped_total{{{lb}}}'
+        values: '0 0 0 0 0'
+    alert_rule_test:
+      - eval_time: 2m
+        alertname: WatchdogSamplesDropped
+        exp_alerts: []
+      - eval_time: 4m
+        alertname: WatchdogSamplesDropped
+        exp_alerts:
+          - exp_labels: {{ {y}, severity: warning }}
+            exp_annotations:
+              summary: "The watchdog dropped samples of run 42 of alice"
+              description: "5 samples dropped in the last 5 minutes on ws1:9187: the watchdog cannot keep up with its sampling interval."
+  - interval: 1m
+    input_series:
+      # alice was asked at minute 1 and never acknowledged; bob acknowledged at minute 2.
+      - series: 'watchdog_alerts_total{{{l}}}'
+        values: '0 1x20'
+      - series: 'watchdog_checkpoints_acknowledged_total{{{l}}}'
+        values: '0x21'
+      - series: 'watchdog_alerts_total{{{lb}}}'
+        values: '0 1x20'
+      - series: 'watchdog_checkpoints_acknowledged_total{{{lb}}}'
+        values: '0 0 1x19'
+    alert_rule_test:
+      - eval_time: 5m
+        alertname: WatchdogCheckpointNotAcknowledged
+        exp_alerts: []
+      - eval_time: 12m
+        alertname: WatchdogCheckpointNotAcknowledged
+        exp_alerts:
+          - exp_labels: {{ {y}, severity: critical }}
+            exp_annotations:
+              summary: "Run 42 of alice was asked to checkpoint and has not acknowledged for 10 minutes"
+              description: "The watchdog on ws1:9187 sent checkpoint requests to process 42 (rule '') and no checkpoint was acknowledged since."
+  - interval: 1m
+    input_series:
+      - series: 'up{{instance="ws1:9187",job="watchdog"}}'
+        values: '1 0 0 0 0'
+    alert_rule_test:
+      - eval_time: 1m
+        alertname: WatchdogDown
+        exp_alerts: []
+      - eval_time: 4m
+        alertname: WatchdogDown
+        exp_alerts:
+          - exp_labels: {{ instance: "ws1:9187", job: watchdog, severity: warning }}
+            exp_annotations:
+              summary: "The watchdog on ws1:9187 cannot be scraped"
+"#,
+        rules = rules.display()
+    );
+    let path = dir.path().join("watchdog-alerts.test.yml");
+    std::fs::write(&path, test).unwrap_or_else(|e| panic!("{e}"));
+    let out = promtool(&bin, &["test", "rules", &path.to_string_lossy()], "");
+    assert!(out.contains("SUCCESS"), "{out}");
+}
+
+// ---- A real Prometheus server ----
+
+/// A Prometheus server, killed and reaped when dropped (also when the test panics).
+struct Prometheus {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Prometheus {
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A port nobody listens on now (the kernel's pick for 127.0.0.1:0, released).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("no free port: {e}"))
+}
+
+/// Each `watchdog_resource_used_bytes` series as (pid, user, rule, resource, kind) → value.
+type Series = BTreeMap<(String, String, String, String, String), f64>;
+
+fn expected_used_bytes(status: &WatchStatus) -> Series {
+    let mut want = Series::new();
+    for t in &status.targets {
+        for r in &t.resources {
+            if r.unit == watchdog_types::Unit::Bytes {
+                want.insert(
+                    (
+                        t.pid.to_string(),
+                        t.user.clone(),
+                        t.rule.clone().unwrap_or_default(),
+                        r.name.clone(),
+                        r.kind.as_str().to_string(),
+                    ),
+                    r.used as f64,
+                );
+            }
+        }
+    }
+    want
+}
+
+/// The series of a Prometheus instant-query JSON answer, in the shape of [`expected_used_bytes`].
+fn parse_query_answer(body: &str) -> Option<Series> {
+    let json: serde_json::Value = serde_json::from_str(body).ok()?;
+    let label = |m: &serde_json::Value, k: &str| m.get(k)?.as_str().map(str::to_string);
+    let mut got = Series::new();
+    for item in json.pointer("/data/result")?.as_array()? {
+        let m = item.get("metric")?;
+        let value: f64 = item.pointer("/value/1")?.as_str()?.parse().ok()?;
+        // Prometheus drops labels with empty values.
+        let key = (
+            label(m, "pid")?,
+            label(m, "user")?,
+            label(m, "rule").unwrap_or_default(),
+            label(m, "resource")?,
+            label(m, "kind")?,
+        );
+        got.insert(key, value);
+    }
+    Some(got)
+}
+
+#[test]
+fn a_real_prometheus_scrapes_the_values_of_the_snapshot() {
+    let Some(bin) = tool("prometheus") else {
+        return;
+    };
+    let status = rich_status();
+    let want = expected_used_bytes(&status);
+    assert!(want.len() >= 7, "the fixture lost its byte resources");
+    let handle = serve(status);
+    let dir = scratch();
+    let config = dir.path().join("prometheus.yml");
+    let rules = alert_rules()
+        .canonicalize()
+        .unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
+             rule_files: [\"{}\"]\n\
+             scrape_configs:\n  - job_name: watchdog\n    static_configs:\n      - targets: [\"{}\"]\n",
+            rules.display(),
+            handle.local_addr()
+        ),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let port = free_port();
+    let log = dir.path().join("prometheus.log");
+    let log_file = std::fs::File::create(&log).unwrap_or_else(|e| panic!("{e}"));
+    let err_file = log_file.try_clone().unwrap_or_else(|e| panic!("{e}"));
+    let child = Command::new(&bin)
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.path().join("data").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdin(Stdio::null())
+        .stdout(log_file)
+        .stderr(err_file)
+        .current_dir(dir.path())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+    let mut prometheus = Prometheus { child, log };
+    let api: SocketAddr = format!("127.0.0.1:{port}")
+        .parse()
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    // Startup, the first scrape and the query all compete for 2 busy cores: be patient.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last = String::from("(no answer yet)");
+    loop {
+        if let Ok(Some(exit)) = prometheus.child.try_wait() {
+            panic!("prometheus exited ({exit}):\n{}", prometheus.log());
+        }
+        if TcpStream::connect_timeout(&api, Duration::from_secs(1)).is_ok() {
+            let reply = get(api, "/api/v1/query?query=watchdog_resource_used_bytes");
+            if reply.status == 200 && parse_query_answer(&reply.body).as_ref() == Some(&want) {
+                break;
+            }
+            last = format!("{} {}", reply.status, reply.body);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "prometheus never returned the snapshot's values.\nwanted {want:#?}\nlast answer: {last}\nlog:\n{}",
+            prometheus.log()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // The scrape itself was healthy (no sample rejected), and the rules loaded.
+    let up = get(api, "/api/v1/query?query=scrape_samples_scraped");
+    assert!(up.body.contains("\"job\":\"watchdog\""), "{}", up.body);
+    let rules = get(api, "/api/v1/rules");
+    assert!(
+        rules.body.contains("WatchdogCheckpointNotAcknowledged"),
+        "{}",
+        rules.body
+    );
+    drop(prometheus);
+}
