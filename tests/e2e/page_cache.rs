@@ -180,8 +180,10 @@ fn assert_quiet_with_cache_seen(
         cache_at_least / MIB
     );
     let rec = std::fs::read_to_string(recording(scene)).expect("recording written at exit");
+    // Rows are kept on change and once a second: a cache that filled and then held still
+    // gives about one row a second of the run, so only a few are certain on a fast machine.
     let rows = rec.lines().filter(|l| l.contains(",cgroup_cache,")).count();
-    assert!(rows > 10, "{rows} cgroup_cache rows in the recording");
+    assert!(rows >= 3, "{rows} cgroup_cache rows in the recording");
 }
 
 /// Reads a 370 MiB data set 4 times (through `read()`, or a mapping) in a 400 MiB cgroup
