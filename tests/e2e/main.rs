@@ -8,6 +8,7 @@
 mod cli;
 mod compare;
 mod compare_page;
+mod daemon;
 mod gpu;
 mod hooks;
 mod hostile;

@@ -1,0 +1,309 @@
+//! `watchdog daemon` for real, as root: two users made with `useradd`, their runs found
+//! by the rules and only those, each warned with its own rule's settings, each user's hook
+//! run as that user, `watchdog status` showing each user only their runs, reload with a
+//! bad and a good config, and SIGTERM leaving every run running.
+
+use std::os::unix::fs::MetadataExt as _;
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+use watchdog_testsupport::public_scratch;
+
+use crate::support::{RunnableCopy, bin, is_root, require, wait_for};
+
+/// A user that exists until dropped.
+struct TempUser {
+    name: String,
+    uid: u32,
+}
+
+impl TempUser {
+    fn create(tag: &str) -> TempUser {
+        let name = format!("wdd_{tag}_{:x}", std::process::id());
+        let out = Command::new("useradd")
+            .args(["--no-create-home", "--user-group", "--shell", "/bin/sh"])
+            .args(["--home-dir", "/nonexistent"])
+            .arg(&name)
+            .output()
+            .expect("run useradd");
+        assert!(
+            out.status.success(),
+            "useradd {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let id = Command::new("id").arg("-u").arg(&name).output().unwrap();
+        let uid = String::from_utf8_lossy(&id.stdout).trim().parse().unwrap();
+        TempUser { name, uid }
+    }
+}
+
+impl Drop for TempUser {
+    fn drop(&mut self) {
+        let _ = Command::new("userdel").arg(&self.name).status();
+    }
+}
+
+/// A process that is killed when dropped.
+struct Run(Child);
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `sleep SECONDS` as `user` (the number makes its command line unique to this test).
+fn sleep_as(user: &TempUser, seconds: &str) -> Run {
+    Run(Command::new("/bin/sleep")
+        .arg(seconds)
+        .current_dir("/")
+        .uid(user.uid)
+        .gid(user.uid)
+        .spawn()
+        .expect("spawn sleep"))
+}
+
+fn config(dir: &Path, a: &TempUser, b: &TempUser, extra_rule: &str) -> String {
+    let hook = "id -u > \"$WATCHDOG_REQUEST_FILE.hook\"";
+    format!(
+        r#"interval = "100ms"
+scan_interval = "200ms"
+socket = "{dir}/run/daemon.sock"
+request_dir = "{dir}/run/users"
+state_dir = "{dir}/state"
+
+[[rule]]
+name = "alice"
+[rule.match]
+user = "{a}"
+command = "^/bin/sleep 7301$"
+[rule.watch]
+max_runtime = "4s"
+lead = "2s"
+on_alert = '{hook}'
+notify = false
+
+[[rule]]
+name = "bob"
+[rule.match]
+user = "{b}"
+command = "^/bin/sleep 7302$"
+[rule.watch]
+max_runtime = "5s"
+lead = "2s"
+on_alert = '{hook}'
+notify = false
+{extra_rule}"#,
+        dir = dir.display(),
+        a = a.name,
+        b = b.name,
+    )
+}
+
+/// `watchdog status --json` through `program`, as `uid`.
+fn status_as(program: &Path, socket: &Path, uid: u32) -> Value {
+    let out = Command::new(program)
+        .args(["status", "--json", "--socket"])
+        .arg(socket)
+        .uid(uid)
+        .gid(uid)
+        .output()
+        .expect("run watchdog status");
+    assert!(
+        out.status.success(),
+        "watchdog status as uid {uid}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("status JSON")
+}
+
+fn target_pids(status: &Value) -> Vec<u64> {
+    let mut pids: Vec<u64> = status["targets"]
+        .as_array()
+        .map(|t| t.iter().filter_map(|t| t["pid"].as_u64()).collect())
+        .unwrap_or_default();
+    pids.sort_unstable();
+    pids
+}
+
+fn alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+#[test]
+fn the_daemon_watches_each_users_runs_with_their_rules_and_shows_each_user_only_theirs() {
+    if !require(
+        is_root(),
+        "root (useradd, runs of two users, a root daemon)",
+    ) {
+        return;
+    }
+    let dir = public_scratch("wd-daemon-");
+    let a = TempUser::create("a");
+    let b = TempUser::create("b");
+    let conf = dir.path().join("daemon.toml");
+    std::fs::write(&conf, config(dir.path(), &a, &b, "")).unwrap();
+    let socket = dir.path().join("run/daemon.sock");
+    let log = dir.path().join("daemon.log");
+    let mut daemon = bin()
+        .arg("daemon")
+        .arg("--config")
+        .arg(&conf)
+        .stderr(Stdio::from(std::fs::File::create(&log).unwrap()))
+        .spawn()
+        .expect("start the daemon");
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        wait_for(Duration::from_secs(20), || socket.exists()),
+        "the daemon never bound its socket: {}",
+        log_text()
+    );
+
+    // Two matching runs and one of user a that no rule takes.
+    let run_a = sleep_as(&a, "7301");
+    let run_b = sleep_as(&b, "7302");
+    let other = sleep_as(&a, "7303");
+    let (pid_a, pid_b) = (run_a.0.id(), run_b.0.id());
+    let copy = RunnableCopy::of(Path::new(env!("CARGO_BIN_EXE_watchdog")));
+    // Found within a second of their start (scan every 200 ms; generous on a busy machine).
+    let found = wait_for(Duration::from_secs(5), || {
+        target_pids(&status_as(copy.path(), &socket, 0)) == {
+            let mut v = vec![u64::from(pid_a), u64::from(pid_b)];
+            v.sort_unstable();
+            v
+        }
+    });
+    assert!(
+        found,
+        "root's status never showed exactly the two runs: {}\n{}",
+        status_as(copy.path(), &socket, 0),
+        log_text()
+    );
+    assert_eq!(
+        target_pids(&status_as(copy.path(), &socket, a.uid)),
+        vec![u64::from(pid_a)],
+        "user a must see only their run"
+    );
+    assert_eq!(
+        target_pids(&status_as(copy.path(), &socket, b.uid)),
+        vec![u64::from(pid_b)],
+        "user b must see only their run"
+    );
+    let root_view = status_as(copy.path(), &socket, 0);
+    for t in root_view["targets"].as_array().unwrap() {
+        let want = if t["pid"] == u64::from(pid_a) {
+            "alice"
+        } else {
+            "bob"
+        };
+        assert_eq!(t["rule"], want, "{t}");
+    }
+
+    // Each run is warned by its own rule: runtime 4 s (a) and 5 s (b) with a 2 s lead.
+    let request = |user: &TempUser, pid: u32| -> PathBuf {
+        dir.path()
+            .join(format!("run/users/{}/{pid}.request.json", user.uid))
+    };
+    for (user, pid) in [(&a, pid_a), (&b, pid_b)] {
+        let req = request(user, pid);
+        assert!(
+            wait_for(Duration::from_secs(15), || req.exists()),
+            "no request for PID {pid}: {}",
+            log_text()
+        );
+        let meta = std::fs::metadata(&req).unwrap();
+        assert_eq!(meta.uid(), user.uid, "the request file belongs to its user");
+        let body: Value = serde_json::from_str(&std::fs::read_to_string(&req).unwrap()).unwrap();
+        assert_eq!(body["resource"], "runtime", "{body}");
+        assert_eq!(body["pid"], pid, "{body}");
+        let hook = PathBuf::from(format!("{}.hook", req.display()));
+        assert!(
+            wait_for(Duration::from_secs(10), || std::fs::read_to_string(&hook)
+                .is_ok_and(|s| s.trim() == user.uid.to_string())),
+            "the hook of PID {pid} did not run as uid {}: {:?}\n{}",
+            user.uid,
+            std::fs::read_to_string(&hook),
+            log_text()
+        );
+    }
+    assert!(
+        !dir.path()
+            .join(format!("run/users/{}/{}.request.json", a.uid, other.0.id()))
+            .exists(),
+        "a process no rule takes was warned"
+    );
+
+    // Reload: a bad config is refused and the old one kept; a good one is taken.
+    std::fs::write(&conf, "interval = \"fast\"\n").unwrap();
+    let daemon_pid = daemon.id() as i32;
+    send_signal(daemon_pid, libc::SIGHUP);
+    assert!(
+        wait_for(Duration::from_secs(10), || log_text()
+            .contains("reload refused")),
+        "a bad config was not refused: {}",
+        log_text()
+    );
+    assert!(
+        daemon.try_wait().unwrap().is_none(),
+        "the daemon died on a bad reload"
+    );
+    std::fs::write(
+        &conf,
+        config(
+            dir.path(),
+            &a,
+            &b,
+            "\n[[rule]]\nname = \"late\"\n[rule.match]\ncommand = \"^/bin/sleep 7304$\"\n",
+        ),
+    )
+    .unwrap();
+    send_signal(daemon_pid, libc::SIGHUP);
+    assert!(
+        wait_for(Duration::from_secs(10), || log_text()
+            .contains("config reloaded")),
+        "a good config was not taken: {}",
+        log_text()
+    );
+    let late = sleep_as(&b, "7304");
+    assert!(
+        wait_for(Duration::from_secs(5), || target_pids(&status_as(
+            copy.path(),
+            &socket,
+            0
+        ))
+        .contains(&u64::from(late.0.id()))),
+        "the reloaded rule found nothing: {}",
+        log_text()
+    );
+
+    // SIGTERM: exit 0, every run still running.
+    send_signal(daemon_pid, libc::SIGTERM);
+    let mut status = None;
+    wait_for(Duration::from_secs(15), || {
+        status = daemon.try_wait().unwrap();
+        status.is_some()
+    });
+    let status = status.unwrap_or_else(|| {
+        let _ = daemon.kill();
+        panic!("the daemon did not stop on SIGTERM: {}", log_text())
+    });
+    assert!(status.success(), "daemon exit {status}: {}", log_text());
+    for pid in [pid_a, pid_b, late.0.id(), other.0.id()] {
+        assert!(alive(pid), "PID {pid} did not survive the daemon's stop");
+    }
+    assert!(!socket.exists(), "the socket was left behind");
+}
+
+/// Sends `sig` to `pid` (a process this test started).
+fn send_signal(pid: i32, sig: i32) {
+    let out = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
+    assert!(out.success(), "kill -{sig} {pid}");
+}
