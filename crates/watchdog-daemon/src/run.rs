@@ -166,7 +166,7 @@ pub fn run(config_path: &Path, host: Host) -> Result<ExitCode, Failure> {
                     &record_now,
                     &mut runs,
                 ) {
-                    tracing::warn!("PID {} is not watched: {}", facts.pid, failure_text(&e));
+                    tracing::warn!("PID {} is not watched: {}", facts.pid, e);
                 }
             }
             next_scan = now + config.scan_interval;
@@ -286,7 +286,7 @@ fn register(
         },
         Err(e) => {
             registered.remove(&pid);
-            Response::error(&failure_text(&e))
+            Response::error(&e.to_string())
         }
     }
 }
@@ -307,7 +307,7 @@ fn serve_socket(
         Request::Status => Response::Status(visible_to(&published.get(), peer.uid)),
         Request::Register { pid } => {
             if let Err(e) = may_register(&proc, peer, pid) {
-                return Response::error(&e);
+                return Response::error(&e.to_string());
             }
             let (tx, rx) = mpsc::channel();
             let sent = register
@@ -337,11 +337,4 @@ fn serve_metrics(
     let handle = server.serve(Arc::new(move || (*source.get()).clone()));
     tracing::info!("metrics at http://{}/metrics", handle.local_addr());
     Ok(Some(handle))
-}
-
-/// The message of a failure, whatever its kind.
-fn failure_text(f: &Failure) -> String {
-    match f {
-        Failure::Usage(m) | Failure::Runtime(m) | Failure::Spawn(m, _) => m.clone(),
-    }
 }

@@ -15,6 +15,9 @@ mod watch;
 pub use published::Published;
 pub use watch::{Label, Prepared, RING_CAPACITY, ServiceRun, Watch, attach, run_command};
 
+/// Exit status for bad usage or input.
+pub const EXIT_USAGE: u8 = 2;
+
 /// Why the watchdog could not do its job.
 #[derive(Debug)]
 pub enum Failure {
@@ -24,4 +27,23 @@ pub enum Failure {
     Runtime(String),
     /// The command given to `run` could not be started (exit 127 not found, 126 otherwise).
     Spawn(String, u8),
+}
+
+impl Failure {
+    /// The exit status it ends the watchdog with.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Failure::Usage(_) => EXIT_USAGE,
+            Failure::Runtime(_) => 1,
+            Failure::Spawn(_, code) => *code,
+        }
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Usage(m) | Failure::Runtime(m) | Failure::Spawn(m, _) => f.write_str(m),
+        }
+    }
 }

@@ -17,16 +17,13 @@ use clap::Parser;
 use watchdog_metrics::server::{MetricsHandle, MetricsServer};
 use watchdog_watch::Published;
 
-use watchdog_watch::{Failure, ready, terminal};
+use watchdog_watch::{EXIT_USAGE, Failure, ready, terminal};
 
 use crate::cli::{Cli, Command};
 use watchdog_config::Settings;
 
 /// The service's config when `--config` does not name one.
 const DAEMON_CONFIG: &str = "/etc/watchdog/daemon.toml";
-
-/// Exit status for bad usage or input.
-const EXIT_USAGE: u8 = 2;
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -35,17 +32,9 @@ fn main() -> ExitCode {
     };
     match run(cli) {
         Ok(code) => code,
-        Err(Failure::Usage(msg)) => {
-            terminal::error_line(&msg);
-            ExitCode::from(EXIT_USAGE)
-        }
-        Err(Failure::Runtime(msg)) => {
-            terminal::error_line(&msg);
-            ExitCode::from(1)
-        }
-        Err(Failure::Spawn(msg, code)) => {
-            terminal::error_line(&msg);
-            ExitCode::from(code)
+        Err(failure) => {
+            terminal::error_line(&failure.to_string());
+            ExitCode::from(failure.exit_code())
         }
     }
 }
