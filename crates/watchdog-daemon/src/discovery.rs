@@ -60,12 +60,11 @@ use rustix::fs::{Mode, OFlags, RawDir, SeekFrom};
 use rustix::io::Errno;
 use watchdog_sampler::cgroup::parse_proc_cgroup;
 use watchdog_sampler::procfile::parse_u64;
+pub use watchdog_sampler::tree::{COMMAND_MAX_BYTES, command_line};
 use watchdog_sampler::tree::{
     parse_environ, parse_loadavg_change_key, parse_stat, parse_status_uids,
 };
 
-/// Most bytes of a command line kept (and matched by `command`).
-pub const COMMAND_MAX_BYTES: usize = 8192;
 /// Caps of the other files read: `stat` is ~300 bytes, `status` ~1.5 KiB, `cgroup` one line
 /// per hierarchy.
 const STAT_MAX_BYTES: usize = 4096;
@@ -433,18 +432,6 @@ impl Scanner {
             environ: OnceCell::new(),
         })
     }
-}
-
-/// The command line from `/proc/PID/cmdline` bytes: NUL-separated arguments joined by
-/// spaces (the trailing NUL dropped), invalid UTF-8 replaced, at most [`COMMAND_MAX_BYTES`].
-pub fn command_line(bytes: &[u8]) -> String {
-    let bytes = &bytes[..bytes.len().min(COMMAND_MAX_BYTES)];
-    let bytes = bytes.strip_suffix(&[0]).unwrap_or(bytes);
-    let spaced: Vec<u8> = bytes
-        .iter()
-        .map(|&b| if b == 0 { b' ' } else { b })
-        .collect();
-    String::from_utf8_lossy(&spaced).into_owned()
 }
 
 /// Of one scan's processes (parents before children, as [`Scanner::scan`] returns them),

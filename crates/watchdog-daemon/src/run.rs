@@ -17,7 +17,7 @@ use watchdog_metrics::server::{MetricsHandle, MetricsServer};
 use watchdog_status::protocol::{Registration, Request, Response};
 use watchdog_status::server::{Peer, ServerHandle, StatusServer, may_register, visible_to};
 use watchdog_watch::recorder::Recorders;
-use watchdog_watch::{Failure, Label, Published, ServiceRun, Watch};
+use watchdog_watch::{Failure, Published, ServiceRun, Watch};
 
 use crate::discovery::{ProcessFacts, Scanner, topmost};
 use crate::rules::{DaemonConfig, Rule};
@@ -214,16 +214,10 @@ fn start(
     runs: &mut Vec<Run>,
 ) -> Result<(), Failure> {
     let settings = rule.settings(host, config.interval);
-    let label = Label {
-        uid: facts.uid,
-        user: watchdog_alerter::hook::HookUser::of_uid(facts.uid)
-            .map(|u| u.name)
-            .unwrap_or_else(|_| facts.uid.to_string()),
-        command: facts.command.clone(),
-        rule: Some(rule.name().to_string()),
-    };
     let run = ServiceRun {
-        label,
+        uid: facts.uid,
+        command: facts.command.clone(),
+        rule: rule.name().to_string(),
         user_dirs,
         state_dir: &config.state_dir,
     };

@@ -841,6 +841,21 @@ pub fn process_uids(proc_root: &Path, pid: u32) -> Result<Uids, SourceError> {
     })
 }
 
+/// Most bytes of a command line kept (what the service's `command` rules match).
+pub const COMMAND_MAX_BYTES: usize = 8192;
+
+/// The command line from `/proc/PID/cmdline` bytes: NUL-separated arguments joined by
+/// spaces (the trailing NUL dropped), invalid UTF-8 replaced, at most [`COMMAND_MAX_BYTES`].
+pub fn command_line(bytes: &[u8]) -> String {
+    let bytes = &bytes[..bytes.len().min(COMMAND_MAX_BYTES)];
+    let bytes = bytes.strip_suffix(&[0]).unwrap_or(bytes);
+    let spaced: Vec<u8> = bytes
+        .iter()
+        .map(|&b| if b == 0 { b' ' } else { b })
+        .collect();
+    String::from_utf8_lossy(&spaced).into_owned()
+}
+
 /// Parses `/proc/PID/environ` (`KEY=VALUE` entries separated by NUL); invalid UTF-8 is replaced,
 /// entries without `=` are skipped.
 pub fn parse_environ(bytes: &[u8]) -> Vec<(String, String)> {

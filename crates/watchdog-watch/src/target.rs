@@ -169,35 +169,25 @@ fn check_may_signal(pid: u32) -> Result<(), Failure> {
     }
 }
 
-/// The owner and command line of `pid` as status readers show them (the uid as the
-/// user's name when the passwd database has none).
+/// The owner (as a uid, also in place of the name) and command line of `pid` as status
+/// readers show them.
 pub fn label(proc: &Path, pid: u32) -> crate::Label {
-    let dir = proc.join(pid.to_string());
-    let uid = std::fs::read_to_string(dir.join("status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Uid:"))
-                .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        })
+    let uid = watchdog_sampler::tree::process_uids(proc, pid)
+        .map(|u| u.real)
         .unwrap_or(u32::MAX);
-    let mut command = std::fs::read(dir.join("cmdline"))
-        .map(|b| {
-            String::from_utf8_lossy(&b)
-                .replace('\0', " ")
-                .trim()
-                .to_string()
-        })
-        .unwrap_or_default();
-    if command.chars().count() > 200 {
-        command = command.chars().take(200).collect();
-    }
     crate::Label {
         uid,
         user: uid.to_string(),
-        command,
+        command: command_line_of(proc, pid),
         rule: None,
     }
+}
+
+/// The command line of `pid` as status readers show it: at most 200 characters.
+fn command_line_of(proc: &Path, pid: u32) -> String {
+    let bytes = std::fs::read(proc.join(pid.to_string()).join("cmdline")).unwrap_or_default();
+    let command = watchdog_sampler::tree::command_line(&bytes);
+    command.trim().chars().take(200).collect()
 }
 
 /// The process's command name from `/proc/PID/comm`, or `?`.

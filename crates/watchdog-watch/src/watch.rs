@@ -224,8 +224,12 @@ struct Parts {
 
 /// What the service knows of a run it starts watching.
 pub struct ServiceRun<'a> {
-    /// Owner, command line and rule.
-    pub label: Label,
+    /// The owner's uid.
+    pub uid: u32,
+    /// The command line, as discovery read it.
+    pub command: String,
+    /// The rule that matched it.
+    pub rule: String,
     /// The per-user request directories.
     pub user_dirs: &'a UserDirs,
     /// Where recordings are kept.
@@ -278,7 +282,7 @@ impl Watch {
         record_now: Arc<AtomicBool>,
     ) -> Result<Watch, Failure> {
         let target = Target::attach(&settings.host.proc, pid)?;
-        let uid = run.label.uid;
+        let uid = run.uid;
         let user = HookUser::of_uid(uid)
             .map_err(|e| Failure::Runtime(format!("user {uid} of PID {pid}: {e}")))?;
         let dir = run.user_dirs.for_user(uid, user.gid).map_err(|e| {
@@ -291,6 +295,12 @@ impl Watch {
         settings.request_file = Some(request.path());
         let outputs = Outputs::for_service(request.path(), pid, run.state_dir, settings.dry_run)?;
         let prepared = Prepared::new(&settings, Some(pid))?;
+        let label = Label {
+            uid,
+            user: user.name.clone(),
+            command: run.command,
+            rule: Some(run.rule),
+        };
         let parts = Parts {
             prepared,
             outputs,
@@ -299,7 +309,7 @@ impl Watch {
             hook_user: Some(user),
         };
         let mut watch = Watch::start(target, settings, parts, recorders)?;
-        watch.label = run.label;
+        watch.label = label;
         Ok(watch)
     }
 
