@@ -72,7 +72,12 @@ pub fn run(config_path: &Path, host: Host) -> Result<ExitCode, Failure> {
     });
     let mut scanner = Scanner::with_excluded(&host.proc, Some(std::process::id()));
     let mut runs: Vec<Run> = Vec::new();
-    let mut registered: HashSet<u32> = HashSet::new();
+    let starter = Starter {
+        host: &host,
+        user_dirs: &user_dirs,
+        recorders: &recorders,
+        record_now: &record_now,
+    };
     tracing::info!(
         "watching for training runs: {} rule(s), sampling every {}, status on {}",
         config.rules.len(),
@@ -136,37 +141,19 @@ pub fn run(config_path: &Path, host: Host) -> Result<ExitCode, Failure> {
             runs.iter().flat_map(|r| r.watch.tree_pids()).collect()
         };
         while let Ok(p) = register_rx.try_recv() {
-            let answer = register(
-                p.pid,
-                &mut scanner,
-                &config,
-                &host,
-                &user_dirs,
-                &recorders,
-                &record_now,
-                &mut runs,
-                &mut registered,
-            );
+            let answer = register(p.pid, &starter, &mut scanner, &config, &mut runs);
             let _ = p.reply.send(answer);
         }
         if now >= next_scan {
             let inside = watched(&runs);
             let found = scanner.scan(|pid| inside.contains(&pid));
             let gpu = HashSet::new();
-            for (facts, rule) in topmost(&found, |p| {
-                config.rule_for(p, &gpu, registered.contains(&p.pid))
-            }) {
-                if let Err(e) = start(
-                    facts,
-                    rule,
-                    &config,
-                    &host,
-                    &user_dirs,
-                    &recorders,
-                    &record_now,
-                    &mut runs,
-                ) {
-                    tracing::warn!("PID {} is not watched: {}", facts.pid, e);
+            // A process that registered is started at once (`register`), so none that a
+            // scan finds has: they are matched as unregistered.
+            for (facts, rule) in topmost(&found, |p| config.rule_for(p, &gpu, false)) {
+                match starter.start(facts, rule, &config) {
+                    Ok(run) => runs.push(run),
+                    Err(e) => tracing::warn!("PID {} is not watched: {}", facts.pid, e),
                 }
             }
             next_scan = now + config.scan_interval;
@@ -176,7 +163,6 @@ pub fn run(config_path: &Path, host: Host) -> Result<ExitCode, Failure> {
             if runs[i].watch.step(now) {
                 let mut run = runs.swap_remove(i);
                 run.watch.conclude();
-                registered.remove(&run.watch.pid());
             } else {
                 i += 1;
             }
@@ -201,54 +187,59 @@ pub fn run(config_path: &Path, host: Host) -> Result<ExitCode, Failure> {
     }
 }
 
-/// Starts watching the run `facts` describes under `rule`.
-#[allow(clippy::too_many_arguments)]
-fn start(
-    facts: &ProcessFacts,
-    rule: &Rule,
-    config: &DaemonConfig,
-    host: &Host,
-    user_dirs: &UserDirs,
-    recorders: &Recorders,
-    record_now: &Arc<AtomicBool>,
-    runs: &mut Vec<Run>,
-) -> Result<(), Failure> {
-    let settings = rule.settings(host, config.interval);
-    let run = ServiceRun {
-        uid: facts.uid,
-        command: facts.command.clone(),
-        rule: rule.name().to_string(),
-        user_dirs,
-        state_dir: &config.state_dir,
-    };
-    let watch = Watch::for_service(facts.pid, settings, run, recorders, record_now.clone())?;
-    tracing::info!(
-        "rule \"{}\" matched PID {} of user {} ({}): watching it",
-        rule.name(),
-        facts.pid,
-        facts.uid,
-        facts.command
-    );
-    runs.push(Run {
-        watch,
-        since_unix: watchdog_alerter::events::unix_time_s(SystemTime::now()),
-    });
-    Ok(())
+/// What starting a run needs besides the run and its rule.
+struct Starter<'a> {
+    host: &'a Host,
+    user_dirs: &'a UserDirs,
+    recorders: &'a Recorders,
+    record_now: &'a Arc<AtomicBool>,
+}
+
+impl Starter<'_> {
+    /// Starts watching the run `facts` describes under `rule`.
+    fn start(
+        &self,
+        facts: &ProcessFacts,
+        rule: &Rule,
+        config: &DaemonConfig,
+    ) -> Result<Run, Failure> {
+        let settings = rule.settings(self.host, config.interval);
+        let run = ServiceRun {
+            uid: facts.uid,
+            command: facts.command.clone(),
+            rule: rule.name().to_string(),
+            user_dirs: self.user_dirs,
+            state_dir: &config.state_dir,
+        };
+        let watch = Watch::for_service(
+            facts.pid,
+            settings,
+            run,
+            self.recorders,
+            self.record_now.clone(),
+        )?;
+        tracing::info!(
+            "rule \"{}\" matched PID {} of user {} ({}): watching it",
+            rule.name(),
+            facts.pid,
+            facts.uid,
+            facts.command
+        );
+        Ok(Run {
+            watch,
+            since_unix: watchdog_alerter::events::unix_time_s(SystemTime::now()),
+        })
+    }
 }
 
 /// Takes a registration the socket accepted: a run already watched is told where its
 /// requests go; another is watched when a rule takes registered runs.
-#[allow(clippy::too_many_arguments)]
 fn register(
     pid: u32,
+    starter: &Starter<'_>,
     scanner: &mut Scanner,
     config: &DaemonConfig,
-    host: &Host,
-    user_dirs: &UserDirs,
-    recorders: &Recorders,
-    record_now: &Arc<AtomicBool>,
     runs: &mut Vec<Run>,
-    registered: &mut HashSet<u32>,
 ) -> Response {
     let answer = |w: &Watch| {
         Response::Registered(Registration {
@@ -270,18 +261,13 @@ fn register(
             facts.command
         ));
     };
-    registered.insert(pid);
-    match start(
-        &facts, rule, config, host, user_dirs, recorders, record_now, runs,
-    ) {
-        Ok(()) => match runs.last() {
-            Some(run) => answer(&run.watch),
-            None => Response::error("the run was not kept"),
-        },
-        Err(e) => {
-            registered.remove(&pid);
-            Response::error(&e.to_string())
+    match starter.start(&facts, rule, config) {
+        Ok(run) => {
+            let registered = answer(&run.watch);
+            runs.push(run);
+            registered
         }
+        Err(e) => Response::error(&e.to_string()),
     }
 }
 
