@@ -489,20 +489,17 @@ impl Engine {
             .iter()
             .filter_map(|st| {
                 let s = st.last?;
-                Some(ResourceStatus {
-                    name: st.resource.name.clone(),
-                    kind: st.resource.kind,
-                    unit: st.resource.kind.unit(),
-                    used: s.used,
-                    limit: s.is_limited().then_some(s.limit),
-                    trend_per_s: st.forecast.rate_per_s,
-                    seconds_left: st.forecast.seconds_left.filter(|_| s.is_limited()),
-                    alerts: self
-                        .alerts
-                        .iter()
-                        .filter(|a| a.resource == st.resource.name)
-                        .count() as u64,
-                })
+                let limit = s.is_limited().then_some(s.limit);
+                let mut status =
+                    ResourceStatus::reading(&st.resource.name, st.resource.kind, s.used, limit);
+                status.trend_per_s = st.forecast.rate_per_s;
+                status.seconds_left = st.forecast.seconds_left.filter(|_| limit.is_some());
+                status.alerts = self
+                    .alerts
+                    .iter()
+                    .filter(|a| a.resource == st.resource.name)
+                    .count() as u64;
+                Some(status)
             })
             .collect()
     }

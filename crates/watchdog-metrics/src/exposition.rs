@@ -299,19 +299,6 @@ mod tests {
     use super::*;
     use watchdog_types::ResourceKind;
 
-    fn resource(name: &str, kind: ResourceKind, used: u64, limit: Option<u64>) -> ResourceStatus {
-        ResourceStatus {
-            name: name.to_string(),
-            kind,
-            unit: kind.unit(),
-            used,
-            limit,
-            trend_per_s: 0.0,
-            seconds_left: None,
-            alerts: 0,
-        }
-    }
-
     fn target(pid: u32, user: &str, resources: Vec<ResourceStatus>) -> TargetStatus {
         TargetStatus {
             pid,
@@ -380,7 +367,7 @@ mod tests {
         let mut t = target(
             7,
             "o\"brien",
-            vec![resource(
+            vec![ResourceStatus::reading(
                 "disk:/data/a\\b\n\"c\"",
                 ResourceKind::DiskBytes,
                 5,
@@ -407,12 +394,14 @@ mod tests {
 
     #[test]
     fn units_are_base_units_runtime_in_seconds() {
-        let mut runtime = resource("runtime", ResourceKind::Runtime, 90_500, Some(3_600_000));
+        let mut runtime =
+            ResourceStatus::reading("runtime", ResourceKind::Runtime, 90_500, Some(3_600_000));
         runtime.seconds_left = Some(3509.5);
         runtime.trend_per_s = 1000.0;
-        let mut inodes = resource("inodes:/data", ResourceKind::DiskInodes, 1200, Some(5000));
+        let mut inodes =
+            ResourceStatus::reading("inodes:/data", ResourceKind::DiskInodes, 1200, Some(5000));
         inodes.trend_per_s = 2.5;
-        let mut mem = resource(
+        let mut mem = ResourceStatus::reading(
             "cgroup_memory",
             ResourceKind::CgroupMemory,
             1 << 30,
@@ -477,9 +466,11 @@ mod tests {
 
     #[test]
     fn absent_seconds_left_and_limit_are_omitted_not_zero() {
-        let mut cache = resource("cgroup_cache", ResourceKind::CgroupCache, 100, None);
+        let mut cache =
+            ResourceStatus::reading("cgroup_cache", ResourceKind::CgroupCache, 100, None);
         cache.seconds_left = None;
-        let mut odd = resource("tree_memory", ResourceKind::TreeMemory, 100, Some(200));
+        let mut odd =
+            ResourceStatus::reading("tree_memory", ResourceKind::TreeMemory, 100, Some(200));
         odd.seconds_left = Some(f64::INFINITY);
         let text = render(&status(vec![target(9, "bob", vec![cache, odd])]));
         assert!(
@@ -501,12 +492,22 @@ mod tests {
         let a = target(
             1,
             "a",
-            vec![resource("swap", ResourceKind::Swap, 1, Some(2))],
+            vec![ResourceStatus::reading(
+                "swap",
+                ResourceKind::Swap,
+                1,
+                Some(2),
+            )],
         );
         let b = target(
             2,
             "b",
-            vec![resource("swap", ResourceKind::Swap, 3, Some(4))],
+            vec![ResourceStatus::reading(
+                "swap",
+                ResourceKind::Swap,
+                3,
+                Some(4),
+            )],
         );
         let text = render(&status(vec![a, b]));
         let mut seen: Vec<String> = Vec::new();

@@ -21,16 +21,7 @@ use watchdog_types::status::{ResourceStatus, TargetStatus, WatchStatus};
 /// A daemon watching two runs of two users, with every kind of resource and unit, a
 /// resource name holding a quote, a backslash and a newline, and absent limits and predictions.
 fn rich_status() -> WatchStatus {
-    let r = |name: &str, kind: ResourceKind, used: u64, limit: Option<u64>| ResourceStatus {
-        name: name.to_string(),
-        kind,
-        unit: kind.unit(),
-        used,
-        limit,
-        trend_per_s: 0.0,
-        seconds_left: None,
-        alerts: 0,
-    };
+    let r = ResourceStatus::reading;
     let mut mem = r(
         "cgroup_memory",
         ResourceKind::CgroupMemory,

@@ -206,21 +206,8 @@ mod tests {
     use super::*;
     use watchdog_types::ResourceKind;
 
-    fn resource(name: &str, kind: ResourceKind, used: u64, limit: Option<u64>) -> ResourceStatus {
-        ResourceStatus {
-            name: name.into(),
-            kind,
-            unit: kind.unit(),
-            used,
-            limit,
-            trend_per_s: 0.0,
-            seconds_left: None,
-            alerts: 0,
-        }
-    }
-
     fn alice() -> TargetStatus {
-        let mut mem = resource(
+        let mut mem = ResourceStatus::reading(
             "cgroup_memory",
             ResourceKind::CgroupMemory,
             3 << 30,
@@ -229,14 +216,15 @@ mod tests {
         mem.trend_per_s = 12.0 * 1024.0 * 1024.0;
         mem.seconds_left = Some(68.0);
         mem.alerts = 1;
-        let mut disk = resource(
+        let mut disk = ResourceStatus::reading(
             "disk:/data",
             ResourceKind::DiskBytes,
             900 << 30,
             Some(1000 << 30),
         );
         disk.trend_per_s = -2048.0;
-        let mut runtime = resource("runtime", ResourceKind::Runtime, 192_000, Some(3_600_000));
+        let mut runtime =
+            ResourceStatus::reading("runtime", ResourceKind::Runtime, 192_000, Some(3_600_000));
         runtime.trend_per_s = 1000.0;
         runtime.seconds_left = Some(3408.0);
         TargetStatus {
@@ -256,7 +244,7 @@ mod tests {
                 disk,
                 runtime,
                 mem,
-                resource("tree_memory", ResourceKind::TreeMemory, 900, None),
+                ResourceStatus::reading("tree_memory", ResourceKind::TreeMemory, 900, None),
             ],
         }
     }

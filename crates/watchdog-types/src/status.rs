@@ -72,3 +72,25 @@ pub struct ResourceStatus {
     /// Alerts this resource raised.
     pub alerts: u64,
 }
+
+impl ResourceStatus {
+    /// A reading of `used` against `limit` (`None`: unlimited), with no trend, prediction or
+    /// alert yet.
+    pub fn reading(
+        name: &str,
+        kind: ResourceKind,
+        used: u64,
+        limit: Option<u64>,
+    ) -> ResourceStatus {
+        ResourceStatus {
+            name: name.to_string(),
+            kind,
+            unit: kind.unit(),
+            used,
+            limit,
+            trend_per_s: 0.0,
+            seconds_left: None,
+            alerts: 0,
+        }
+    }
+}
