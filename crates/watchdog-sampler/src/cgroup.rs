@@ -437,6 +437,9 @@ struct Follow {
     mounts: CgroupMounts,
     /// `/proc/PID/cgroup`, kept open: bound to the process, it fails once the process is gone.
     file: KeptOpenFile,
+    /// `/proc/PID/stat`, kept open, to tell a move from an exit (see [`is_exiting`]); `None`
+    /// where it cannot be opened (recorded fixtures hold only the `cgroup` file).
+    stat: Option<KeptOpenFile>,
     /// Its text when the current location was found.
     known: Vec<u8>,
     next_check_ns: u64,
@@ -516,6 +519,8 @@ impl CgroupMemory {
     ) -> Result<Self, SourceError> {
         let path = proc_cgroup_path(proc_root, pid);
         let mut file = KeptOpenFile::with_capacity(&path, 1024)?;
+        let stat =
+            KeptOpenFile::with_capacity(proc_root.join(pid.to_string()).join("stat"), 512).ok();
         let known = file.read()?.to_vec();
         let location = locate_from_text(&String::from_utf8_lossy(&known), &path, pid, mounts)?;
         let mut me = Self::open(location)?;
@@ -523,6 +528,7 @@ impl CgroupMemory {
             pid,
             mounts: mounts.clone(),
             file,
+            stat,
             known,
             next_check_ns: 0,
         });
@@ -536,7 +542,7 @@ impl CgroupMemory {
     ///
     /// Nothing to do (`Ok(false)`) for a source made by [`open`](Self::open), which follows no
     /// process, when the text is unchanged (one `pread`, no allocation), or when the process
-    /// is gone (its kept-open file fails). Fails when the new cgroup cannot be opened; the
+    /// is gone (its kept-open file fails) or exiting (an exiting task leaves its cgroups). Fails when the new cgroup cannot be opened; the
     /// move is then looked at again on the next call.
     pub fn relocate(&mut self) -> Result<bool, SourceError> {
         let Some(follow) = &mut self.follow else {
@@ -549,6 +555,11 @@ impl CgroupMemory {
             return Ok(false);
         }
         let text = text.to_vec();
+        // An exiting task leaves its cgroups (on v1 its file then names the root): that is
+        // no move, and its last cgroup stays the one that counts.
+        if follow.stat.as_mut().is_some_and(is_exiting) {
+            return Ok(false);
+        }
         let location = locate_from_text(
             &String::from_utf8_lossy(&text),
             follow.file.path(),
@@ -656,6 +667,15 @@ impl CgroupMemory {
     /// Opens this cgroup's OOM-kill counter.
     pub fn oom_kill_counter(&self) -> Result<OomKillCounter, SourceError> {
         OomKillCounter::open(&self.location)
+    }
+}
+
+/// Whether the process of this `/proc/PID/stat` is exiting or gone. Read after its
+/// `/proc/PID/cgroup`, a "no" means that text was read before the exit began.
+fn is_exiting(stat: &mut KeptOpenFile) -> bool {
+    match stat.read().ok().and_then(crate::tree::parse_stat) {
+        Some(s) => s.flags & crate::tree::PF_EXITING != 0 || matches!(s.state, b'Z' | b'X'),
+        None => true,
     }
 }
 

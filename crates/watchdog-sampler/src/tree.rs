@@ -85,11 +85,17 @@ pub struct ProcStat<'a> {
     pub ppid: u32,
     /// Field 5, the process group ID.
     pub pgid: u32,
+    /// Field 9, the kernel's `PF_*` flags of the task (see [`PF_EXITING`]).
+    pub flags: u64,
     /// Field 20, the number of threads.
     pub num_threads: u64,
     /// Field 22, start time after boot in clock ticks (`sysconf(_SC_CLK_TCK)`).
     pub starttime_ticks: u64,
 }
+
+/// `PF_EXITING` of `include/linux/sched.h`: set as the task starts to exit, before it leaves
+/// its cgroups, and never cleared.
+pub const PF_EXITING: u64 = 0x4;
 
 /// Parses `/proc/PID/stat`. The command name is everything between the first `(` and the
 /// *last* `)`, since a process may name itself `foo) Z 1 2`.
@@ -108,8 +114,9 @@ pub fn parse_stat(text: &[u8]) -> Option<ProcStat<'_>> {
     let state = *rest.next()?.first()?;
     let ppid = parse_u64(rest.next()?)?;
     let pgid = parse_u64(rest.next()?)?;
-    // Skip fields 6..=19 (14 fields) to reach field 20.
-    let num_threads = parse_u64(rest.nth(14)?)?;
+    // Skip fields 6..=8 to reach field 9, then 10..=19 to reach field 20.
+    let flags = parse_u64(rest.nth(3)?)?;
+    let num_threads = parse_u64(rest.nth(10)?)?;
     // Field 21 is itrealvalue; field 22 is starttime.
     let starttime_ticks = parse_u64(rest.nth(1)?)?;
     Some(ProcStat {
@@ -118,6 +125,7 @@ pub fn parse_stat(text: &[u8]) -> Option<ProcStat<'_>> {
         state,
         ppid: u32::try_from(ppid).ok()?,
         pgid: u32::try_from(pgid).ok()?,
+        flags,
         num_threads,
         starttime_ticks,
     })
@@ -897,7 +905,8 @@ mod tests {
     use super::*;
 
     fn stat_line(comm: &str, state: char) -> String {
-        // 52 fields as in Linux 6.x; field 20 num_threads = 3, field 22 starttime = 12345.
+        // 52 fields as in Linux 6.x; field 9 flags = PF_EXITING | PF_FORKNOEXEC (0x44),
+        // field 20 num_threads = 3, field 22 starttime = 12345.
         let mut fields: Vec<String> = vec![
             "4242".into(),
             format!("({comm})"),
@@ -906,6 +915,7 @@ mod tests {
         ];
         for n in 5..=52 {
             fields.push(match n {
+                9 => "68".into(),
                 20 => "3".into(),
                 22 => "12345".into(),
                 _ => "0".into(),
@@ -929,6 +939,7 @@ mod tests {
             assert_eq!(s.comm, comm.as_bytes(), "{comm:?}");
             assert_eq!((s.pid, s.state, s.ppid), (4242, b'S', 1));
             assert_eq!((s.num_threads, s.starttime_ticks), (3, 12345));
+            assert_eq!(s.flags & PF_EXITING, PF_EXITING);
         }
     }
 
@@ -957,6 +968,7 @@ mod tests {
         let s = parse_stat(&text).unwrap();
         assert_eq!(s.pid, std::process::id());
         assert!(s.num_threads >= 1);
+        assert_eq!(s.flags & PF_EXITING, 0, "this process is not exiting");
     }
 
     #[test]

@@ -460,3 +460,44 @@ fn a_target_moved_to_another_cgroup_is_watched_in_the_new_one() {
     assert_eq!(sample_at(&mut src, 3 * S), Ok(A));
     assert_eq!(src.location().dir, cgs.a);
 }
+
+/// Regression: on cgroup v1 an exited process (a zombie until reaped) names the root memory
+/// cgroup in `/proc/PID/cgroup`; that was taken for a move, so the run that had been
+/// OOM-killed in its 400 MiB cgroup was recorded as having no memory limit.
+#[test]
+fn a_target_that_exits_is_not_moved_to_the_root_cgroup() {
+    const A: u64 = 256 << 20;
+    const S: u64 = 1_000_000_000;
+    let (mut cgs, _) = match make_two_cgroups(A, A) {
+        Ok(c) => c,
+        Err(missing) => {
+            require(false, &missing);
+            return;
+        }
+    };
+    let pid = cgs.child.id();
+    std::fs::write(cgs.a.join("cgroup.procs"), pid.to_string()).unwrap();
+    let mounts = CgroupMounts::read(Path::new("/proc")).unwrap();
+    let mut table = ResourceTable::default();
+    let mut src = CgroupMemory::for_pid(Path::new("/proc"), pid, &mounts, &mut table).unwrap();
+    assert_eq!(sample_at(&mut src, S), Ok(A));
+
+    // Killed and not reaped: a zombie, whose file still reads.
+    cgs.child.kill().unwrap();
+    let zombie = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|t| t.rsplit(") ").next().is_some_and(|f| f.starts_with('Z')))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !zombie() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{pid} never became a zombie"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for k in 2..5 {
+        assert_eq!(sample_at(&mut src, k * S), Ok(A));
+        assert_eq!(src.location().dir, cgs.a);
+    }
+}
