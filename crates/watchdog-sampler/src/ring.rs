@@ -1,12 +1,13 @@
-//! The lock-free single-producer single-consumer ring of [`Sample`]s between the sampler
-//! thread and the predictor.
+//! The lock-free single-producer single-consumer ring of [`Sample`]s between the sampling
+//! thread (which decides on each sample as it reads it, before pushing it here) and the
+//! recorder thread, which drains it when asked.
 //!
 //! A thin wrapper over `rtrb` (a well-kept wait-free SPSC ring, tested with loom upstream):
 //! the buffer is allocated once in [`SampleRing::new`]; [`SampleWriter::push`] never blocks
 //! and never allocates, and when the reader has fallen behind and the ring is full it drops
 //! the sample and counts it in an atomic, which the reader reports, so drops are visible
-//! rather than hidden. [`SampleWriter::nearly_full`] lets the sampler wake the consumer
-//! early.
+//! rather than hidden. [`SampleWriter::nearly_full`] tells the sampler when to wake the
+//! reader.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -75,7 +76,7 @@ impl SampleWriter {
     }
 }
 
-/// The predictor's end: drains what is there into a callback.
+/// The reader's end (the recorder thread): drains what is there into a callback.
 #[derive(Debug)]
 pub struct SampleReader {
     consumer: Consumer<Sample>,

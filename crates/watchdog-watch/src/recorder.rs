@@ -7,13 +7,17 @@
 //!
 //! The recorders live on their own thread ([`Recorders`]), one thread for every target of
 //! the process. The sampling loop never waits for them: each sampler pushes its samples into
-//! its lock-free ring as it reads them, and this thread drains every ring on its own
-//! schedule ([`DRAIN_EVERY`], and before it carries out any command), then writes
-//! recordings off the sampling thread. When it falls so far behind that a ring fills, the
-//! sampler drops samples and counts them (the summary and the metrics say how many).
+//! its lock-free ring as it reads them, and this thread drains every ring when asked: when
+//! a ring is three quarters full ([`RecorderLink::ask_drain`], at most one request
+//! outstanding per ring) and before it carries out any command (a write, an edit, taking the
+//! recorder back). It sleeps otherwise, so a watch at 10 Hz wakes it about once a minute,
+//! not four times a second. When it falls so far behind that a ring fills, the sampler
+//! drops samples and counts them (the summary and the metrics say how many).
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -199,16 +203,12 @@ pub fn write(path: &Path, snapshot: &Snapshot) -> Result<(), String> {
     watchdog_types::fs::write_atomic(path, snapshot.render().as_bytes()).map_err(|e| e.to_string())
 }
 
-/// How often the recorder thread drains the rings when no command wakes it sooner. A
-/// ring of [`crate::watch::RING_CAPACITY`] samples holds far longer than this at any
-/// sampling rate the watchdog supports with a handful of resources.
-pub const DRAIN_EVERY: Duration = Duration::from_millis(250);
-
 /// A change to one target's recorder, made on the recorder thread.
 type Edit = Box<dyn FnOnce(&mut FlightRecorder) + Send>;
 
 enum Command {
-    Add(u64, Box<FlightRecorder>, SampleReader),
+    Add(u64, Box<FlightRecorder>, SampleReader, Arc<AtomicBool>),
+    Drain,
     Edit(u64, Edit),
     Write(u64, PathBuf),
     Take(u64, mpsc::Sender<FlightRecorder>),
@@ -218,13 +218,15 @@ enum Command {
 /// sample ring.
 pub struct Recorders {
     tx: mpsc::Sender<Command>,
-    next: std::sync::atomic::AtomicU64,
+    next: AtomicU64,
 }
 
 /// One target's way to its recorder on the recorder thread.
 pub struct RecorderLink {
     key: u64,
     tx: mpsc::Sender<Command>,
+    /// Set by [`ask_drain`](Self::ask_drain), cleared by the thread once it drained.
+    drain_asked: Arc<AtomicBool>,
 }
 
 impl Recorders {
@@ -238,22 +240,37 @@ impl Recorders {
             .map_err(|e| format!("cannot start the recorder thread: {e}"))?;
         Ok(Recorders {
             tx,
-            next: std::sync::atomic::AtomicU64::new(0),
+            next: AtomicU64::new(0),
         })
     }
 
     /// Hands a target's recorder and the reading end of its sample ring to the thread.
     pub fn add(&self, recorder: FlightRecorder, reader: SampleReader) -> RecorderLink {
-        let key = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let _ = self.tx.send(Command::Add(key, Box::new(recorder), reader));
+        let key = self.next.fetch_add(1, Ordering::Relaxed);
+        let drain_asked = Arc::new(AtomicBool::new(false));
+        let _ = self.tx.send(Command::Add(
+            key,
+            Box::new(recorder),
+            reader,
+            Arc::clone(&drain_asked),
+        ));
         RecorderLink {
             key,
             tx: self.tx.clone(),
+            drain_asked,
         }
     }
 }
 
 impl RecorderLink {
+    /// Asks the thread to drain the rings (the sampler found this one nearly full); does
+    /// nothing while an earlier request is still outstanding. Never blocks.
+    pub fn ask_drain(&self) {
+        if !self.drain_asked.swap(true, Ordering::AcqRel) {
+            let _ = self.tx.send(Command::Drain);
+        }
+    }
+
     /// Changes the recorder on its thread (an event, the environment learnt later).
     pub fn edit(&self, f: impl FnOnce(&mut FlightRecorder) + Send + 'static) {
         let _ = self.tx.send(Command::Edit(self.key, Box::new(f)));
@@ -273,33 +290,31 @@ impl RecorderLink {
     }
 }
 
-/// The recorder thread's loop: drain every ring, then carry out the command that woke it.
+/// One target's recorder, the reading end of its ring and its drain request.
+type Entry = (u64, Box<FlightRecorder>, SampleReader, Arc<AtomicBool>);
+
+/// The recorder thread's loop: sleep until a command comes, drain every ring, then carry
+/// the command out.
 fn serve(rx: mpsc::Receiver<Command>) {
-    let mut all: Vec<(u64, Box<FlightRecorder>, SampleReader)> = Vec::new();
-    loop {
-        let command = match rx.recv_timeout(DRAIN_EVERY) {
-            Ok(c) => Some(c),
-            Err(mpsc::RecvTimeoutError::Timeout) => None,
-            Err(mpsc::RecvTimeoutError::Disconnected) => return,
-        };
-        for (_, recorder, reader) in &mut all {
+    let mut all: Vec<Entry> = Vec::new();
+    while let Ok(command) = rx.recv() {
+        for (_, recorder, reader, asked) in &mut all {
+            asked.store(false, Ordering::Release);
             reader.drain(|s| recorder.observe(&s));
         }
-        let find = |all: &mut Vec<(u64, Box<FlightRecorder>, SampleReader)>, key: u64| {
-            all.iter().position(|(k, _, _)| *k == key)
-        };
+        let find = |all: &mut Vec<Entry>, key: u64| all.iter().position(|e| e.0 == key);
         match command {
-            None => {}
-            Some(Command::Add(key, mut recorder, mut reader)) => {
+            Command::Drain => {}
+            Command::Add(key, mut recorder, mut reader, asked) => {
                 reader.drain(|s| recorder.observe(&s));
-                all.push((key, recorder, reader));
+                all.push((key, recorder, reader, asked));
             }
-            Some(Command::Edit(key, f)) => {
+            Command::Edit(key, f) => {
                 if let Some(i) = find(&mut all, key) {
                     f(&mut all[i].1);
                 }
             }
-            Some(Command::Write(key, path)) => {
+            Command::Write(key, path) => {
                 if let Some(i) = find(&mut all, key) {
                     match write(&path, &all[i].1.snapshot()) {
                         Ok(()) => {
@@ -310,9 +325,9 @@ fn serve(rx: mpsc::Receiver<Command>) {
                     }
                 }
             }
-            Some(Command::Take(key, reply)) => {
+            Command::Take(key, reply) => {
                 if let Some(i) = find(&mut all, key) {
-                    let (_, recorder, _) = all.swap_remove(i);
+                    let (_, recorder, _, _) = all.swap_remove(i);
                     let _ = reply.send(*recorder);
                 }
             }
@@ -368,6 +383,38 @@ mod tests {
         assert_eq!(back.events.len(), 1);
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.contains("\"event\":\"test\""), "{text}");
+    }
+
+    #[test]
+    fn a_nearly_full_ring_is_drained_when_asked_and_only_then() {
+        let (mut writer, reader) = watchdog_sampler::ring::SampleRing::new(64);
+        let threads = Recorders::start().unwrap();
+        let drained = |writer: &watchdog_sampler::ring::SampleWriter| {
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while writer.free_slots() < 64 {
+                assert!(std::time::Instant::now() < deadline, "never drained");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        };
+        // Adding the recorder drains its ring once: wait for that.
+        assert!(writer.push(sample(0, 0)));
+        let link = threads.add(recorder(600.0), reader);
+        drained(&writer);
+        let mut t = 1;
+        for round in 0..5 {
+            while !writer.nearly_full() {
+                assert!(writer.push(sample(t * 100, t)), "round {round}: dropped");
+                t += 1;
+            }
+            // Unasked, the thread sleeps: the samples stay in the ring.
+            std::thread::sleep(Duration::from_millis(50));
+            assert_eq!(writer.free_slots(), 16, "round {round}");
+            link.ask_drain();
+            drained(&writer);
+        }
+        let back = link.take().unwrap();
+        assert_eq!(writer.dropped(), 0);
+        assert_eq!(back.recent_peak(0, t * 100, 1_000_000), Some(t - 1));
     }
 
     #[test]

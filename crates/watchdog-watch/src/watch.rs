@@ -40,8 +40,8 @@ mod sources;
 const ACK_CHECK_EVERY: Duration = Duration::from_millis(100);
 /// How often the live status line is redrawn.
 const STATUS_EVERY: Duration = Duration::from_millis(250);
-/// Ring buffer capacity in samples: seconds of every resource at 100 Hz, far more than
-/// the recorder thread's [`recorder::DRAIN_EVERY`].
+/// Ring buffer capacity in samples: seconds of every resource at 100 Hz; the recorder
+/// thread is asked to drain it when three quarters full.
 pub const RING_CAPACITY: usize = 4096;
 /// How far back "just before the exit" reaches for the verdict.
 const RECENT_MS: u32 = 3_000;
@@ -683,9 +683,12 @@ impl Watch {
         self.ticks += 1;
         let mut actions = Vec::new();
         let engine = &mut self.engine;
-        self.sampler.tick_into(t_ns, &mut |s| {
+        let report = self.sampler.tick_into(t_ns, &mut |s| {
             let _ = engine.observe(s, &mut actions);
         });
+        if report.wake_reader {
+            self.recorder.ask_drain();
+        }
         let mut failures = Vec::new();
         self.sampler
             .take_new_failures(|name, e| failures.push((name.to_string(), e.to_string())));
@@ -958,6 +961,13 @@ enum Recording {
 }
 
 impl Recording {
+    /// Asks the recorder thread to drain the ring (it is nearly full).
+    fn ask_drain(&self) {
+        if let Recording::Live(link) = self {
+            link.ask_drain();
+        }
+    }
+
     /// Changes the recorder wherever it is.
     fn edit(&mut self, f: impl FnOnce(&mut FlightRecorder) + Send + 'static) {
         match self {
