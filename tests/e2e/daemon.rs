@@ -1,9 +1,12 @@
 //! `watchdog daemon` for real, as root: two users made with `useradd`, their runs found
 //! by the rules and only those, each warned with its own rule's settings, each user's hook
-//! run as that user, `watchdog status` showing each user only their runs, reload with a
-//! bad and a good config, and SIGTERM leaving every run running.
+//! run as that user, `watchdog status` showing each user only their runs, a run that
+//! registers through the Python client watched and its slow checkpoint raising its lead,
+//! reload with a bad and a good config, SIGTERM leaving every run running, and what the
+//! daemon tells systemd, on a notification socket the test owns.
 
 use std::os::unix::fs::MetadataExt as _;
+use std::os::unix::net::UnixDatagram;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -97,6 +100,15 @@ max_runtime = "5s"
 lead = "2s"
 on_alert = '{hook}'
 notify = false
+
+[[rule]]
+name = "registered"
+[rule.match]
+registered = true
+[rule.watch]
+max_runtime = "6s"
+lead = "2s"
+notify = false
 {extra_rule}"#,
         dir = dir.display(),
         a = a.name,
@@ -149,18 +161,36 @@ fn the_daemon_watches_each_users_runs_with_their_rules_and_shows_each_user_only_
     std::fs::write(&conf, config(dir.path(), &a, &b, "")).unwrap();
     let socket = dir.path().join("run/daemon.sock");
     let log = dir.path().join("daemon.log");
-    let mut daemon = bin()
+    let notify = NotifySocket::bind(&dir.path().join("notify.sock"));
+    // Killed if the test fails half-way, so no daemon outlives it.
+    let mut daemon = Run(bin()
         .arg("daemon")
         .arg("--config")
         .arg(&conf)
+        .env("NOTIFY_SOCKET", dir.path().join("notify.sock"))
+        .env("WATCHDOG_USEC", "1000000")
+        .env_remove("WATCHDOG_PID")
+        .stdout(Stdio::null())
         .stderr(Stdio::from(std::fs::File::create(&log).unwrap()))
         .spawn()
-        .expect("start the daemon");
+        .expect("start the daemon"));
     let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
     assert!(
         wait_for(Duration::from_secs(20), || socket.exists()),
         "the daemon never bound its socket: {}",
         log_text()
+    );
+    // systemd hears READY=1 with the count, then keep-alives at half of WATCHDOG_USEC.
+    assert!(
+        notify.wait(Duration::from_secs(10), |m| m
+            == "READY=1\nSTATUS=watching 0 runs"),
+        "no READY=1: {:?}",
+        notify.messages()
+    );
+    assert!(
+        notify.wait(Duration::from_secs(10), |m| m == "WATCHDOG=1"),
+        "no WATCHDOG=1: {:?}",
+        notify.messages()
     );
 
     // Two matching runs and one of user a that no rule takes.
@@ -203,6 +233,37 @@ fn the_daemon_watches_each_users_runs_with_their_rules_and_shows_each_user_only_
         assert_eq!(t["rule"], want, "{t}");
     }
 
+    assert!(
+        notify.wait(Duration::from_secs(10), |m| m == "STATUS=watching 2 runs"),
+        "STATUS never said 2 runs: {:?}",
+        notify.messages()
+    );
+
+    // A run that registers through the client, as user a: watched by the "registered"
+    // rule; its request comes 2 s before its 6 s runtime, it saves for 3 s, and the
+    // acknowledgment raises its lead.
+    let package = public_client(dir.path());
+    let registered = registering_run(&a, &package, &socket, 3.0);
+    let reg_pid = registered.0.id();
+    assert!(
+        wait_for(Duration::from_secs(10), || target_pids(&status_as(
+            copy.path(),
+            &socket,
+            a.uid
+        ))
+        .contains(&u64::from(reg_pid))),
+        "the registered run was not watched: {}",
+        log_text()
+    );
+    let lead_of = |pid: u32| -> Option<f64> {
+        status_as(copy.path(), &socket, a.uid)["targets"]
+            .as_array()?
+            .iter()
+            .find(|t| t["pid"] == u64::from(pid))
+            .and_then(|t| t["lead_s"].as_f64())
+    };
+    assert_eq!(lead_of(reg_pid), Some(2.0));
+
     // Each run is warned by its own rule: runtime 4 s (a) and 5 s (b) with a 2 s lead.
     let request = |user: &TempUser, pid: u32| -> PathBuf {
         dir.path()
@@ -236,10 +297,24 @@ fn the_daemon_watches_each_users_runs_with_their_rules_and_shows_each_user_only_
             .exists(),
         "a process no rule takes was warned"
     );
+    let ack = request(&a, reg_pid).with_extension("json.ack");
+    assert!(
+        wait_for(Duration::from_secs(20), || ack.exists()),
+        "the registered run never acknowledged: {}",
+        log_text()
+    );
+    assert!(
+        wait_for(Duration::from_secs(10), || lead_of(reg_pid)
+            .is_some_and(|l| l >= 3.0)),
+        "a 3 s checkpoint did not raise the 2 s lead: {:?}\n{}",
+        lead_of(reg_pid),
+        log_text()
+    );
+    assert!(log_text().contains("lead raised"), "{}", log_text());
 
     // Reload: a bad config is refused and the old one kept; a good one is taken.
     std::fs::write(&conf, "interval = \"fast\"\n").unwrap();
-    let daemon_pid = daemon.id() as i32;
+    let daemon_pid = daemon.0.id() as i32;
     send_signal(daemon_pid, libc::SIGHUP);
     assert!(
         wait_for(Duration::from_secs(10), || log_text()
@@ -248,7 +323,7 @@ fn the_daemon_watches_each_users_runs_with_their_rules_and_shows_each_user_only_
         log_text()
     );
     assert!(
-        daemon.try_wait().unwrap().is_none(),
+        daemon.0.try_wait().unwrap().is_none(),
         "the daemon died on a bad reload"
     );
     std::fs::write(
@@ -268,6 +343,13 @@ fn the_daemon_watches_each_users_runs_with_their_rules_and_shows_each_user_only_
         "a good config was not taken: {}",
         log_text()
     );
+    // Each reload is RELOADING=1 (with the clock systemd asks for), then READY=1.
+    let reloads = notify
+        .messages()
+        .iter()
+        .filter(|m| m.starts_with("RELOADING=1\nMONOTONIC_USEC="))
+        .count();
+    assert_eq!(reloads, 2, "{:?}", notify.messages());
     let late = sleep_as(&b, "7304");
     assert!(
         wait_for(Duration::from_secs(5), || target_pids(&status_as(
@@ -284,18 +366,97 @@ fn the_daemon_watches_each_users_runs_with_their_rules_and_shows_each_user_only_
     send_signal(daemon_pid, libc::SIGTERM);
     let mut status = None;
     wait_for(Duration::from_secs(15), || {
-        status = daemon.try_wait().unwrap();
+        status = daemon.0.try_wait().unwrap();
         status.is_some()
     });
     let status = status.unwrap_or_else(|| {
-        let _ = daemon.kill();
+        let _ = daemon.0.kill();
         panic!("the daemon did not stop on SIGTERM: {}", log_text())
     });
     assert!(status.success(), "daemon exit {status}: {}", log_text());
-    for pid in [pid_a, pid_b, late.0.id(), other.0.id()] {
+    let told = notify.messages();
+    assert_eq!(
+        told.last().map(String::as_str),
+        Some("STOPPING=1"),
+        "{told:?}"
+    );
+    for pid in [pid_a, pid_b, reg_pid, late.0.id(), other.0.id()] {
         assert!(alive(pid), "PID {pid} did not survive the daemon's stop");
     }
     assert!(!socket.exists(), "the socket was left behind");
+}
+
+/// A Python run of `user` that registers with the daemon through the client's `install()`,
+/// waits for its checkpoint request, takes `save_s` to "save", acknowledges and goes on.
+fn registering_run(user: &TempUser, package: &Path, socket: &Path, save_s: f64) -> Run {
+    let script = format!(
+        "import sys, time\n\
+         sys.path.insert(0, {package:?})\n\
+         import training_watchdog as tw\n\
+         tw.install()\n\
+         while not tw.checkpoint_requested(): time.sleep(0.05)\n\
+         time.sleep({save_s})\n\
+         tw.acknowledge()\n\
+         time.sleep(60)\n",
+        package = package.display().to_string(),
+    );
+    Run(Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .env_remove("WATCHDOG_REQUEST_FILE")
+        .env("WATCHDOG_SOCKET", socket)
+        .current_dir("/")
+        .uid(user.uid)
+        .gid(user.uid)
+        .spawn()
+        .expect("spawn python3"))
+}
+
+/// Copies the Python client into `dir` (the checkout may be private to root).
+fn public_client(dir: &Path) -> PathBuf {
+    let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/training_watchdog");
+    let to = dir.join("py/training_watchdog");
+    std::fs::create_dir_all(&to).unwrap();
+    for entry in std::fs::read_dir(&from).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_file() {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
+    }
+    dir.join("py")
+}
+
+/// The notification socket the daemon is told of, read at once by a thread of its own as
+/// systemd would (a full queue would make the daemon drop messages).
+struct NotifySocket {
+    seen: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl NotifySocket {
+    fn bind(path: &Path) -> NotifySocket {
+        let socket = UnixDatagram::bind(path).unwrap();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = std::sync::Arc::clone(&seen);
+        // Ends with the test process.
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = socket.recv(&mut buf) {
+                let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+                sink.lock().unwrap().push(text);
+            }
+        });
+        NotifySocket { seen }
+    }
+
+    /// Every message received so far, oldest first.
+    fn messages(&self) -> Vec<String> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    /// Whether a message came that `pred` accepts, within `limit`.
+    fn wait(&self, limit: Duration, pred: impl Fn(&str) -> bool) -> bool {
+        wait_for(limit, || self.messages().iter().any(|m| pred(m)))
+    }
 }
 
 /// Sends `sig` to `pid` (a process this test started).

@@ -16,6 +16,7 @@ use watchdog_config::Host;
 use watchdog_metrics::server::{MetricsHandle, MetricsServer};
 use watchdog_status::protocol::{Registration, Request, Response};
 use watchdog_status::server::{Peer, ServerHandle, StatusServer, may_register, visible_to};
+use watchdog_types::quote::quote_value;
 use watchdog_watch::recorder::Recorders;
 use watchdog_watch::{Failure, Published, ServiceRun, Watch};
 
@@ -223,7 +224,7 @@ impl Starter<'_> {
             rule.name(),
             facts.pid,
             facts.uid,
-            facts.command
+            quote_value(&facts.command)
         );
         Ok(Run {
             watch,
@@ -258,7 +259,7 @@ fn register(
     let Some(rule) = config.rule_for(&facts, &gpu, true) else {
         return Response::error(&format!(
             "no rule of the daemon takes PID {pid} ({}): ask the administrator for a rule with `registered = true`",
-            facts.command
+            quote_value(&facts.command)
         ));
     };
     match starter.start(&facts, rule, config) {

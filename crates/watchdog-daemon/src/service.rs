@@ -105,11 +105,15 @@ impl ServiceNotifier {
         };
         let addr = socket_addr(&socket)?;
         let keepalive_every = keepalive_period(pid, watchdog_usec, watchdog_pid)?;
-        let sock = UnixDatagram::unbound().map_err(|e| NotifyError {
-            var: "NOTIFY_SOCKET",
-            value: socket.to_string_lossy().into_owned(),
-            expected: socket_failure(&e),
-        })?;
+        // Non-blocking: a manager that stops reading fills the socket's queue (ten datagrams
+        // by default), and the loop must never wait for it; a send that would wait is dropped.
+        let sock = UnixDatagram::unbound()
+            .and_then(|s| s.set_nonblocking(true).map(|()| s))
+            .map_err(|e| NotifyError {
+                var: "NOTIFY_SOCKET",
+                value: socket.to_string_lossy().into_owned(),
+                expected: socket_failure(&e),
+            })?;
         Ok(ServiceNotifier {
             target: Some((sock, addr)),
             keepalive_every,
@@ -450,6 +454,26 @@ mod tests {
             n.stopping().unwrap();
             n.keepalive(Instant::now()).unwrap();
         }
+    }
+
+    /// Regression: a listener that stopped reading blocked the daemon's loop on the
+    /// eleventh message (the default `max_dgram_qlen` is 10).
+    #[test]
+    fn a_listener_that_stops_reading_never_blocks_a_send() {
+        let listener = Listener::at_path();
+        let n = listener.notifier(None, None);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let refused = (0..1000)
+                .filter(|i| n.status(&format!("{i}")).is_err())
+                .count();
+            let _ = tx.send(refused);
+        });
+        let refused = rx
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("a send blocked");
+        assert!(refused > 0, "the queue never filled");
+        assert!(listener.received().len() >= 10);
     }
 
     #[test]

@@ -190,10 +190,11 @@ fn command_line_of(proc: &Path, pid: u32) -> String {
     command.trim().chars().take(200).collect()
 }
 
-/// The process's command name from `/proc/PID/comm`, or `?`.
+/// The process's command name from `/proc/PID/comm` (any process may name itself with a
+/// newline or an escape sequence: those are escaped), or `?`.
 pub fn comm(proc: &Path, pid: u32) -> String {
     std::fs::read_to_string(proc.join(pid.to_string()).join("comm"))
-        .map(|s| s.trim_end().to_string())
+        .map(|s| watchdog_types::units::printable(s.trim_end_matches('\n')).into_owned())
         .unwrap_or_else(|_| "?".to_string())
 }
 
@@ -265,6 +266,17 @@ pub fn child_env(signal: i32, request_file: &std::path::Path) -> Vec<(String, St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A process named with an escape sequence and a newline (`prctl(PR_SET_NAME)` allows
+    /// any bytes) cannot rewrite the terminal or forge a log line.
+    #[test]
+    fn a_hostile_command_name_is_escaped() {
+        let proc = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir(proc.path().join("42")).expect("mkdir");
+        std::fs::write(proc.path().join("42/comm"), "a\x1b[2J\nWARN x\n").expect("write");
+        assert_eq!(comm(proc.path(), 42), "a\\u{1b}[2J\\nWARN x");
+        assert_eq!(comm(proc.path(), 43), "?");
+    }
 
     /// `--pid 2` (kthreadd) and kworkers were accepted as targets.
     #[test]
