@@ -162,24 +162,15 @@ fn the_daemon_watches_each_users_runs_with_their_rules_and_shows_each_user_only_
     let socket = dir.path().join("run/daemon.sock");
     let log = dir.path().join("daemon.log");
     let notify = NotifySocket::bind(&dir.path().join("notify.sock"));
-    // Killed if the test fails half-way, so no daemon outlives it.
-    let mut daemon = Run(bin()
-        .arg("daemon")
-        .arg("--config")
-        .arg(&conf)
-        .env("NOTIFY_SOCKET", dir.path().join("notify.sock"))
-        .env("WATCHDOG_USEC", "1000000")
-        .env_remove("WATCHDOG_PID")
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(std::fs::File::create(&log).unwrap()))
-        .spawn()
-        .expect("start the daemon"));
-    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
-    assert!(
-        wait_for(Duration::from_secs(20), || socket.exists()),
-        "the daemon never bound its socket: {}",
-        log_text()
+    let mut daemon = start_daemon(
+        &conf,
+        &log,
+        &[
+            ("NOTIFY_SOCKET", dir.path().join("notify.sock").as_os_str()),
+            ("WATCHDOG_USEC", "1000000".as_ref()),
+        ],
     );
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
     // systemd hears READY=1 with the count, then keep-alives at half of WATCHDOG_USEC.
     assert!(
         notify.wait(Duration::from_secs(10), |m| m
@@ -459,6 +450,31 @@ impl NotifySocket {
     }
 }
 
+/// Starts `watchdog daemon --config conf` with `env` (and no systemd variables of the
+/// test's own), its log in `log`; returns once it has bound the socket `conf` names as
+/// `<dir of conf>/run/daemon.sock`. Killed when dropped, so a failing test leaves no daemon.
+fn start_daemon(conf: &Path, log: &Path, env: &[(&str, &std::ffi::OsStr)]) -> Run {
+    let daemon = Run(bin()
+        .arg("daemon")
+        .arg("--config")
+        .arg(conf)
+        .env_remove("NOTIFY_SOCKET")
+        .env_remove("WATCHDOG_USEC")
+        .env_remove("WATCHDOG_PID")
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(std::fs::File::create(log).unwrap()))
+        .spawn()
+        .expect("start the daemon"));
+    let socket = conf.with_file_name("run/daemon.sock");
+    assert!(
+        wait_for(Duration::from_secs(20), || socket.exists()),
+        "the daemon never bound its socket: {}",
+        std::fs::read_to_string(log).unwrap_or_default()
+    );
+    daemon
+}
+
 /// Sends `sig` to `pid` (a process this test started).
 fn send_signal(pid: i32, sig: i32) {
     let out = Command::new("kill")
@@ -467,4 +483,89 @@ fn send_signal(pid: i32, sig: i32) {
         .status()
         .unwrap();
     assert!(out.success(), "kill -{sig} {pid}");
+}
+
+/// A rule with `gpu = true` takes a process once it holds GPU memory, though it held none
+/// when it started (CUDA allocates seconds in), and never one that holds none: through the
+/// real NVML code, against the fake library.
+#[test]
+fn a_gpu_rule_takes_a_process_once_it_holds_gpu_memory_and_only_it() {
+    if !require(is_root(), "root (the daemon reads every process)") {
+        return;
+    }
+    let dir = public_scratch("wd-daemon-gpu-");
+    let lib = crate::gpu::build_fake(dir.path());
+    let pidfile = dir.path().join("holder.pid");
+    let script = dir.path().join("nvml.script");
+    std::fs::write(
+        &script,
+        format!(
+            "device Fake_GPU GPU-fake 16000 0 0\nprocess 0 pidfile:{} 500 0\n",
+            pidfile.display()
+        ),
+    )
+    .unwrap();
+    let conf = dir.path().join("daemon.toml");
+    std::fs::write(
+        &conf,
+        format!(
+            r#"interval = "100ms"
+scan_interval = "200ms"
+socket = "{dir}/run/daemon.sock"
+request_dir = "{dir}/run/users"
+state_dir = "{dir}/state"
+
+[[rule]]
+name = "on-gpu"
+[rule.match]
+gpu = true
+command = "^/bin/sleep 74"
+[rule.watch]
+notify = false
+"#,
+            dir = dir.path().display()
+        ),
+    )
+    .unwrap();
+    let socket = dir.path().join("run/daemon.sock");
+    let log = dir.path().join("daemon.log");
+    let _daemon = start_daemon(
+        &conf,
+        &log,
+        &[
+            ("WATCHDOG_NVML_LIB", lib.as_os_str()),
+            ("FAKE_NVML_SCRIPT", script.as_os_str()),
+        ],
+    );
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let holder = Run(Command::new("/bin/sleep").arg("7401").spawn().unwrap());
+    let bystander = Run(Command::new("/bin/sleep").arg("7402").spawn().unwrap());
+    let copy = RunnableCopy::of(Path::new(env!("CARGO_BIN_EXE_watchdog")));
+    // Two scans and a GPU list later, neither holds GPU memory: neither is watched.
+    assert!(
+        wait_for(Duration::from_secs(10), || log_text()
+            .contains("reading the process lists of 1 GPU(s)")),
+        "{}",
+        log_text()
+    );
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(
+        target_pids(&status_as(copy.path(), &socket, 0)),
+        Vec::<u64>::new()
+    );
+
+    std::fs::write(&pidfile, holder.0.id().to_string()).unwrap();
+    assert!(
+        wait_for(Duration::from_secs(10), || target_pids(&status_as(
+            copy.path(),
+            &socket,
+            0
+        )) == vec![u64::from(
+            holder.0.id()
+        )]),
+        "the process holding GPU memory was not taken alone: {}\n{}",
+        status_as(copy.path(), &socket, 0),
+        log_text()
+    );
+    assert!(alive(bystander.0.id()));
 }

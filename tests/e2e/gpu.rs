@@ -6,7 +6,7 @@ use std::process::Command;
 use crate::support::*;
 
 /// Builds the fake NVML library into `dir` and returns its path.
-fn build_fake(dir: &std::path::Path) -> std::path::PathBuf {
+pub(crate) fn build_fake(dir: &std::path::Path) -> std::path::PathBuf {
     let status = Command::new("bash")
         .arg(repo().join("tests/fake-nvml/build.sh"))
         .arg(dir)

@@ -21,7 +21,8 @@
 //! process group is made and before `exec`, it calls `setgroups` (the user's groups from
 //! the group database), `setgid`, then `setuid` (that order: once the UID is not root the
 //! others are no longer allowed), then `chdir`s to the user's home as the user (to `/` when
-//! that fails). The environment is reset to exactly `PATH=/usr/local/bin:/usr/bin:/bin`,
+//! that fails). Before that it sets its `oom_score_adj` to 0, so a user's hook does not
+//! inherit the service's protection from the OOM killer (`OOMScoreAdjust=-900`). The environment is reset to exactly `PATH=/usr/local/bin:/usr/bin:/bin`,
 //! `HOME`, `USER`, `LOGNAME`, `SHELL` and the `WATCHDOG_*` variables: nothing of the
 //! daemon's own environment reaches a user's command. The command is `/bin/sh -c`, not a
 //! `sh` found on a path. A hook runs as root only when the target is root's.
@@ -180,11 +181,21 @@ impl HookUser {
         let groups: Vec<libc::gid_t> = self.groups.clone();
         let (uid, gid) = (self.uid, self.gid);
         let root = c"/";
+        let oom_score_adj = c"/proc/self/oom_score_adj";
         // SAFETY: the closure runs in the child between fork and exec. It only makes
         // system calls (async-signal-safe) on values prepared before the fork, and
         // allocates nothing; errors come from errno.
         unsafe {
             command.pre_exec(move || {
+                if switch {
+                    // Not the service's OOM protection (OOMScoreAdjust=-900): the kernel's
+                    // default. Best effort; raising the value needs no privilege.
+                    let fd = libc::open(oom_score_adj.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                    if fd >= 0 {
+                        let _ = libc::write(fd, b"0".as_ptr().cast(), 1);
+                        libc::close(fd);
+                    }
+                }
                 if switch
                     && (libc::setgroups(groups.len(), groups.as_ptr()) != 0
                         || libc::setgid(gid) != 0

@@ -113,10 +113,17 @@ fn hook_runs_as_the_targets_user_with_only_its_environment() {
     std::os::unix::fs::chown(&out, Some(uid), Some(user.gid)).unwrap();
 
     let cmd = format!(
-        "exec > {}/$WATCHDOG_SEQ.$$; id -u; id -g; id -G; pwd; echo --; env",
+        "exec > {}/$WATCHDOG_SEQ.$$; id -u; id -g; id -G; pwd; cat /proc/self/oom_score_adj; echo --; env",
         out.display()
     );
+    // The service unit protects the daemon from the OOM killer (OOMScoreAdjust=-900); a
+    // user's hook must not inherit the daemon's value. Lowering it takes CAP_SYS_RESOURCE,
+    // which containers often drop, so the test raises its own to 500 (always allowed) and
+    // checks the hook starts at 0 all the same.
+    let own_adj = std::fs::read_to_string("/proc/self/oom_score_adj").unwrap();
+    std::fs::write("/proc/self/oom_score_adj", "500").unwrap();
     run_as(&user, &cmd);
+    std::fs::write("/proc/self/oom_score_adj", own_adj.trim()).unwrap();
     let files: Vec<_> = std::fs::read_dir(&out)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -140,6 +147,10 @@ fn hook_runs_as_the_targets_user_with_only_its_environment() {
         ids[3],
         home.display().to_string(),
         "works in its home: {text}"
+    );
+    assert_eq!(
+        ids[4], "0",
+        "the daemon's OOM protection was inherited: {text}"
     );
 
     let env = env_of(env);

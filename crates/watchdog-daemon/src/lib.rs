@@ -2,10 +2,12 @@
 //!
 //! - [`rules`]: the strict `daemon.toml` (the service's own settings and `[[rule]]`s).
 //! - [`discovery`]: the `/proc` scanner that finds new processes and what rules match on.
+//! - [`gpu`]: the processes holding GPU memory, for `gpu` rules (NVML, on its own thread).
 //! - [`run`]: the one loop that watches every run found.
 //! - [`service`]: the systemd notify protocol (ready, status, keep-alives, reload, stop).
 
 pub mod discovery;
+pub mod gpu;
 pub mod rules;
 pub mod run;
 pub mod service;

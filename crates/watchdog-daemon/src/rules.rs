@@ -265,6 +265,15 @@ impl DaemonConfig {
         })
     }
 
+    /// The NVIDIA management library for the GPU holder set: the first `gpu` rule's
+    /// `nvml_library`, else `WATCHDOG_NVML_LIB`, else the system's (`None`).
+    pub fn gpu_library(&self, host: &Host) -> Option<PathBuf> {
+        self.rules
+            .iter()
+            .filter(|r| r.uses_gpu())
+            .find_map(|r| r.settings(host, self.interval).nvml_library)
+    }
+
     /// The first rule matching `process`, given the PIDs holding GPU memory and whether the
     /// process registered itself. The environment is read only when a rule gets to its `env`
     /// key (every other key of that rule matched).

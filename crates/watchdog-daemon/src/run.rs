@@ -21,6 +21,7 @@ use watchdog_watch::recorder::Recorders;
 use watchdog_watch::{Failure, Published, ServiceRun, Watch};
 
 use crate::discovery::{ProcessFacts, Scanner, topmost};
+use crate::gpu::GpuSet;
 use crate::rules::{DaemonConfig, Rule};
 use crate::service::ServiceNotifier;
 
@@ -87,6 +88,9 @@ pub fn run(config_path: &Path, host: Host) -> Result<ExitCode, Failure> {
     );
     let _ = notifier.ready("watching 0 runs");
 
+    // Started once a rule matches on `gpu` (now or after a reload).
+    let mut gpu: Option<GpuSet> = None;
+    let (mut gpu_generation, mut gpu_pids) = (0u64, HashSet::new());
     let mut deadline = Instant::now();
     let mut next_scan = deadline;
     let mut next_publish = deadline;
@@ -145,18 +149,33 @@ pub fn run(config_path: &Path, host: Host) -> Result<ExitCode, Failure> {
             let answer = register(p.pid, &starter, &mut scanner, &config, &mut runs);
             let _ = p.reply.send(answer);
         }
+        if gpu.is_none() && config.rules.iter().any(Rule::uses_gpu) {
+            gpu = Some(GpuSet::start(config.gpu_library(&host)));
+        }
+        if let Some(set) = &gpu {
+            let (generation, pids) = set.latest();
+            if generation != gpu_generation {
+                gpu_generation = generation;
+                // A process found before it held GPU memory is looked at again now.
+                let inside = watched(&runs);
+                let new: Vec<u32> = pids
+                    .difference(&gpu_pids)
+                    .copied()
+                    .filter(|&pid| !scanner.inside_watched_tree(pid, |p| inside.contains(&p)))
+                    .collect();
+                let mut entered: Vec<ProcessFacts> = new
+                    .into_iter()
+                    .filter_map(|pid| scanner.facts(pid))
+                    .collect();
+                entered.sort_by_key(|f| f.pid);
+                gpu_pids = pids;
+                start_matching(&entered, &gpu_pids, &starter, &config, &mut runs);
+            }
+        }
         if now >= next_scan {
             let inside = watched(&runs);
             let found = scanner.scan(|pid| inside.contains(&pid));
-            let gpu = HashSet::new();
-            // A process that registered is started at once (`register`), so none that a
-            // scan finds has: they are matched as unregistered.
-            for (facts, rule) in topmost(&found, |p| config.rule_for(p, &gpu, false)) {
-                match starter.start(facts, rule, &config) {
-                    Ok(run) => runs.push(run),
-                    Err(e) => tracing::warn!("PID {} is not watched: {}", facts.pid, e),
-                }
-            }
+            start_matching(&found, &gpu_pids, &starter, &config, &mut runs);
             next_scan = now + config.scan_interval;
         }
         let mut i = 0;
@@ -185,6 +204,24 @@ pub fn run(config_path: &Path, host: Host) -> Result<ExitCode, Failure> {
             deadline = after;
         }
         std::thread::sleep(deadline.saturating_duration_since(after));
+    }
+}
+
+/// Starts a run for each topmost process of `found` a rule takes. A process that
+/// registered is started at once (`register`), so none of these has: they are matched as
+/// unregistered.
+fn start_matching(
+    found: &[ProcessFacts],
+    gpu_pids: &HashSet<u32>,
+    starter: &Starter<'_>,
+    config: &DaemonConfig,
+    runs: &mut Vec<Run>,
+) {
+    for (facts, rule) in topmost(found, |p| config.rule_for(p, gpu_pids, false)) {
+        match starter.start(facts, rule, config) {
+            Ok(run) => runs.push(run),
+            Err(e) => tracing::warn!("PID {} is not watched: {}", facts.pid, e),
+        }
     }
 }
 

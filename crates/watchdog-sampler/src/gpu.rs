@@ -34,6 +34,7 @@
 //! once and skipped from then on (after ten failures in a row, or at once when
 //! the GPU fell off the bus); the others keep being watched.
 
+pub mod holders;
 mod parse;
 
 pub use parse::{

@@ -589,3 +589,32 @@ fn sampling_is_cheap_and_never_waits_for_nvml() {
     // Generous for a shared 2-core machine; typically a few µs.
     assert!(worst < Duration::from_millis(5), "worst tick {worst:?}");
 }
+
+/// The service's `gpu = true` rules: every process on any device's compute or graphics
+/// list, read through the real nvml-wrapper calls.
+#[test]
+fn holders_are_the_processes_on_every_devices_lists() {
+    let (_dir, lib) = fake(
+        "device A_100 GPU-a 1000 0 0\n\
+         device B_100 GPU-b 1000 0 0\n\
+         process 0 4242 100 0\n\
+         process 1 4343 100 0 graphics\n\
+         process 1 4444 50 0\n",
+    );
+    let holders = watchdog_sampler::gpu::holders::GpuHolders::open(Some(&lib)).expect("open");
+    assert_eq!(holders.device_count(), 2);
+    let mut pids: Vec<u32> = holders.pids().into_iter().collect();
+    pids.sort_unstable();
+    assert_eq!(pids, vec![4242, 4343, 4444]);
+}
+
+#[test]
+fn holders_without_a_library_say_why() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = dir.path().join("libnvidia-ml.so.1");
+    let err = match watchdog_sampler::gpu::holders::GpuHolders::open(Some(&missing)) {
+        Ok(_) => panic!("opened a missing library"),
+        Err(e) => e,
+    };
+    assert!(err.reason.contains("was not found"), "{}", err.reason);
+}

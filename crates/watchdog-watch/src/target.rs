@@ -169,15 +169,18 @@ fn check_may_signal(pid: u32) -> Result<(), Failure> {
     }
 }
 
-/// The owner (as a uid, also in place of the name) and command line of `pid` as status
-/// readers show them.
+/// The owner (its name from the user database, the uid as text when it has none) and
+/// command line of `pid` as status readers show them.
 pub fn label(proc: &Path, pid: u32) -> crate::Label {
     let uid = watchdog_sampler::tree::process_uids(proc, pid)
         .map(|u| u.real)
         .unwrap_or(u32::MAX);
+    let user = watchdog_alerter::hook::HookUser::of_uid(uid)
+        .map(|u| u.name)
+        .unwrap_or_else(|_| uid.to_string());
     crate::Label {
         uid,
-        user: uid.to_string(),
+        user,
         command: command_line_of(proc, pid),
         rule: None,
     }

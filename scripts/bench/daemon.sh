@@ -1,0 +1,187 @@
+#!/usr/bin/env bash
+# What `watchdog daemon` costs for 1, 10 and 100 runs, beside one `watchdog --pid` per run.
+#
+# Each run is a tree of 10 processes (a bash parent named wd-bench-tgt with 9 sleeping
+# children). For each count N it measures two set-ups one after the other, on the same
+# kind of runs:
+#   - daemon: one `watchdog daemon` with one rule (command "wd-bench-tgt"), sampling every
+#       100 ms (10 Hz), scanning /proc every 250 ms (the defaults); the runs are started
+#       after it, and how long each took to be found is read from its log (the line "rule
+#       ... matched PID P" against the moment the script started P);
+#   - single: N processes `watchdog --pid P --interval 100ms`, one per run.
+# Both watch the same resources per run (host memory, cgroup memory and cache, the tree,
+# the filesystems of / and /dev/shm, runtime; GPU off, no notifications). After WARMUP
+# seconds it reads the CPU time of the watchdog processes (the sum over their threads of
+# /proc/PID/task/TID/schedstat field 1), waits DURATION seconds and reads it again; RSS is
+# the sum of VmRSS at the end.
+#
+# CHURN=1 also runs a loop that starts a short process every 100 ms during the window, as
+# on a busy machine: a new PID anywhere makes every watched tree be re-read (an idle
+# machine lets the watchdog skip that; see performance.md).
+#
+# Usage: scripts/bench/daemon.sh     (as root: the daemon reads every user's /proc)
+# Env:   COUNTS="1 10 100" DURATION=20 WARMUP=3 CHURN=0 WATCHDOG=target/release/watchdog
+set -euo pipefail
+
+cd "$(dirname "$0")/../.."
+COUNTS=${COUNTS:-"1 10 100"}
+DURATION=${DURATION:-20}
+WARMUP=${WARMUP:-3}
+CHURN=${CHURN:-0}
+WATCHDOG=${WATCHDOG:-target/release/watchdog}
+WORK=$(mktemp -d /tmp/wd-daemon-bench.XXXXXX)
+PIDS=()
+
+cleanup() {
+    for p in "${PIDS[@]:-}"; do
+        [ -n "$p" ] && kill -- "-$p" 2>/dev/null || true
+        [ -n "$p" ] && kill "$p" 2>/dev/null || true
+    done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+if [ "$(id -u)" != 0 ]; then
+    echo "scripts/bench/daemon.sh: run it as root (the daemon reads every user's processes)" >&2
+    exit 2
+fi
+if [ ! -x "$WATCHDOG" ]; then
+    echo "building $WATCHDOG ..." >&2
+    cargo build --release -p watchdog >&2
+fi
+
+cpu_ns() { # sum of on-CPU nanoseconds over the threads of the PIDs given
+    for p in "$@"; do cat /proc/"$p"/task/*/schedstat 2>/dev/null; done |
+        awk '{s += $1} END {printf "%.0f\n", s}'
+}
+rss_kib() { # sum of VmRSS of the PIDs given
+    for p in "$@"; do awk '/^VmRSS:/ {print $2}' /proc/"$p"/status 2>/dev/null; done |
+        awk '{s += $1} END {printf "%d\n", s}'
+}
+
+# Starts one run: a process-group leader named wd-bench-tgt with 9 children; prints its
+# PID and the time it was started, as "PID START".
+start_run() {
+    local life=$1 t0
+    t0=$(date +%s.%N)
+    setsid bash -c 'for i in 1 2 3 4 5 6 7 8 9; do sleep "$1" & done; wait' wd-bench-tgt "$life" \
+        </dev/null >/dev/null 2>&1 &
+    echo "$! $t0"
+}
+
+stop_runs() {
+    for p in "${PIDS[@]:-}"; do
+        [ -n "$p" ] && kill -- "-$p" 2>/dev/null || true
+    done
+    wait 2>/dev/null || true
+    PIDS=()
+}
+
+churn() { # a short process every 100 ms until killed
+    while :; do /bin/true; sleep 0.1; done
+}
+
+rows="$WORK/rows.tsv"
+: >"$rows"
+
+measure() { # $1 = daemon|single, $2 = N; appends "mode N cpu_pct rss_mib" to rows
+    local mode=$1 n=$2 life=$((WARMUP + DURATION + 60)) watchers=() started=() i
+    if [ "$mode" = daemon ]; then
+        cat >"$WORK/daemon.toml" <<EOF
+interval = "100ms"
+scan_interval = "250ms"
+socket = "$WORK/daemon.sock"
+request_dir = "$WORK/users"
+state_dir = "$WORK/state"
+
+[[rule]]
+name = "bench"
+[rule.match]
+command = "wd-bench-tgt"
+[rule.watch]
+gpu = "off"
+notify = false
+disks = ["/", "/dev/shm"]
+EOF
+        mkdir -p "$WORK/state"
+        "$WATCHDOG" daemon --config "$WORK/daemon.toml" 2>"$WORK/daemon.log" &
+        watchers+=("$!")
+        PIDS+=("$!")
+        for _ in $(seq 100); do [ -S "$WORK/daemon.sock" ] && break; sleep 0.1; done
+    fi
+    for i in $(seq "$n"); do
+        read -r pid t0 < <(start_run "$life")
+        PIDS+=("$pid")
+        started+=("$pid $t0")
+        if [ "$mode" = single ]; then
+            "$WATCHDOG" --pid "$pid" --interval 100ms --disk / --disk /dev/shm --gpu off \
+                --no-notify --no-status -q --request-file "$WORK/req-$pid.json" \
+                2>>"$WORK/single.err" &
+            watchers+=("$!")
+            PIDS+=("$!")
+        fi
+    done
+    local ch=""
+    if [ "$CHURN" = 1 ]; then
+        churn &
+        ch=$!
+        PIDS+=("$ch")
+    fi
+    sleep "$WARMUP"
+    local c0 c1
+    c0=$(cpu_ns "${watchers[@]}")
+    sleep "$DURATION"
+    c1=$(cpu_ns "${watchers[@]}")
+    local rss
+    rss=$(rss_kib "${watchers[@]}")
+    [ -n "$ch" ] && kill "$ch" 2>/dev/null || true
+    local found=""
+    if [ "$mode" = daemon ]; then
+        printf '%s\n' "${started[@]}" >"$WORK/started.txt"
+        found=$(python3 - "$WORK/started.txt" "$WORK/daemon.log" <<'PY'
+import re, sys, datetime, statistics
+started = {}
+for line in open(sys.argv[1]):
+    pid, t0 = line.split()
+    started[int(pid)] = float(t0)
+lat = []
+for line in open(sys.argv[2], errors="replace"):
+    m = re.match(r"(\S+Z)\s+INFO rule \"bench\" matched PID (\d+) ", line)
+    if m and int(m.group(2)) in started:
+        t = datetime.datetime.strptime(m.group(1)[:26], "%Y-%m-%dT%H:%M:%S.%f")
+        t = t.replace(tzinfo=datetime.timezone.utc).timestamp()
+        lat.append(t - started[int(m.group(2))])
+if lat:
+    lat.sort()
+    print(f"{len(lat)}/{len(started)}\t{statistics.median(lat)*1e3:.0f}\t{lat[-1]*1e3:.0f}")
+else:
+    print(f"0/{len(started)}\t-\t-")
+PY
+)
+    else
+        found="-\t-\t-"
+    fi
+    awk -v m="$mode" -v n="$n" -v c="$((c1 - c0))" -v d="$DURATION" -v r="$rss" -v f="$found" \
+        'BEGIN { printf "%s\t%d\t%.3f\t%.1f\t%s\n", m, n, c / 1e9 / d * 100, r / 1024, f }' >>"$rows"
+    stop_runs
+    rm -rf "$WORK/users" "$WORK/state" "$WORK"/req-* "$WORK/daemon.sock"
+}
+
+echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r)" >&2
+echo "# DURATION=${DURATION}s WARMUP=${WARMUP}s CHURN=$CHURN; load at start: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+for n in $COUNTS; do
+    measure daemon "$n"
+    measure single "$n"
+done
+
+python3 - "$rows" <<'PY'
+import sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
+by = {(r[0], int(r[1])): r for r in rows}
+print(f"{'runs':>5} {'processes':>9} {'daemon CPU %':>12} {'daemon RSS':>11} {'single CPU %':>12} {'single RSS':>11} {'daemon/single':>13} {'found':>7} {'p50 ms':>7} {'max ms':>7}")
+for n in sorted({int(r[1]) for r in rows}):
+    d, s = by.get(("daemon", n)), by.get(("single", n))
+    ratio = float(d[2]) / float(s[2]) if d and s and float(s[2]) > 0 else float("nan")
+    print(f"{n:5d} {n*10:9d} {float(d[2]):12.3f} {float(d[3]):7.1f} MiB {float(s[2]):12.3f} {float(s[3]):7.1f} MiB {ratio:13.2f} {d[4]:>7} {d[5]:>7} {d[6]:>7}")
+print("(CPU % of one core over the window; RSS summed over the watchdog processes; found: runs the daemon found, and how long after their start)")
+PY
