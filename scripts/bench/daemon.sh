@@ -69,9 +69,10 @@ start_run() {
     echo "$! $t0"
 }
 
-stop_runs() {
+stop_runs() { # the runs (process groups) and the watchdogs
     for p in "${PIDS[@]:-}"; do
         [ -n "$p" ] && kill -- "-$p" 2>/dev/null || true
+        [ -n "$p" ] && kill "$p" 2>/dev/null || true
     done
     wait 2>/dev/null || true
     PIDS=()
