@@ -333,7 +333,7 @@ fn real_memory_cgroup_limit_usage_and_oom_kill_counter() {
     }
 }
 
-/// Two sibling memory cgroups `wd-move-PID/{a,b}` with different limits, and a process to
+/// Two sibling memory cgroups `wd-move-PID-N/{a,b}` with different limits, and a process to
 /// move between them; all removed on drop.
 struct TwoCgroups {
     outer: PathBuf,
@@ -364,7 +364,10 @@ fn make_two_cgroups(limit_a: u64, limit_b: u64) -> Result<(TwoCgroups, CgroupVer
     let mounts = CgroupMounts::read(Path::new("/proc")).map_err(|e| e.to_string())?;
     let own = locate_for_pid(Path::new("/proc"), std::process::id(), &mounts)
         .map_err(|e| format!("a memory cgroup of its own: {e}"))?;
-    let name = format!("wd-move-{}", std::process::id());
+    // One name per call: the tests of this binary run at once.
+    static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = format!("wd-move-{}-{n}", std::process::id());
     let (outer, limit_file) = match own.version {
         CgroupVersion::V1 => (own.dir.join(name), "memory.limit_in_bytes"),
         CgroupVersion::V2 => (own.mount_point.join(name), "memory.max"),
