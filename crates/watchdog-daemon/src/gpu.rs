@@ -38,13 +38,11 @@ impl GpuSet {
         GpuSet { latest }
     }
 
-    /// The latest set with its generation (which changes at every read); `(0, empty)`
-    /// before the first.
-    pub fn latest(&self) -> (u64, HashSet<u32>) {
-        match self.latest.lock() {
-            Ok(l) => (l.generation, l.pids.clone()),
-            Err(_) => (0, HashSet::new()),
-        }
+    /// The latest set with its generation (which changes at every read), when it is newer
+    /// than `generation`; `None` otherwise, without copying the set (the loop asks every tick).
+    pub fn newer_than(&self, generation: u64) -> Option<(u64, HashSet<u32>)> {
+        let l = self.latest.lock().ok()?;
+        (l.generation != generation).then(|| (l.generation, l.pids.clone()))
     }
 }
 

@@ -146,31 +146,28 @@ pub fn run(config_path: &Path, host: Host) -> Result<ExitCode, Failure> {
             runs.iter().flat_map(|r| r.watch.tree_pids()).collect()
         };
         while let Ok(p) = register_rx.try_recv() {
-            let answer = register(p.pid, &starter, &mut scanner, &config, &mut runs);
+            let answer = register(p.pid, &gpu_pids, &starter, &mut scanner, &config, &mut runs);
             let _ = p.reply.send(answer);
         }
         if gpu.is_none() && config.rules.iter().any(Rule::uses_gpu) {
             gpu = Some(GpuSet::start(config.gpu_library(&host)));
         }
-        if let Some(set) = &gpu {
-            let (generation, pids) = set.latest();
-            if generation != gpu_generation {
-                gpu_generation = generation;
-                // A process found before it held GPU memory is looked at again now.
-                let inside = watched(&runs);
-                let new: Vec<u32> = pids
-                    .difference(&gpu_pids)
-                    .copied()
-                    .filter(|&pid| !scanner.inside_watched_tree(pid, |p| inside.contains(&p)))
-                    .collect();
-                let mut entered: Vec<ProcessFacts> = new
-                    .into_iter()
-                    .filter_map(|pid| scanner.facts(pid))
-                    .collect();
-                entered.sort_by_key(|f| f.pid);
-                gpu_pids = pids;
-                start_matching(&entered, &gpu_pids, &starter, &config, &mut runs);
-            }
+        if let Some((generation, pids)) = gpu.as_ref().and_then(|g| g.newer_than(gpu_generation)) {
+            gpu_generation = generation;
+            // A process found before it held GPU memory is looked at again now.
+            let inside = watched(&runs);
+            let new: Vec<u32> = pids
+                .difference(&gpu_pids)
+                .copied()
+                .filter(|&pid| !scanner.inside_watched_tree(pid, |p| inside.contains(&p)))
+                .collect();
+            let mut entered: Vec<ProcessFacts> = new
+                .into_iter()
+                .filter_map(|pid| scanner.facts(pid))
+                .collect();
+            entered.sort_by_key(|f| f.pid);
+            gpu_pids = pids;
+            start_matching(&entered, &gpu_pids, &starter, &config, &mut runs);
         }
         if now >= next_scan {
             let inside = watched(&runs);
@@ -274,6 +271,7 @@ impl Starter<'_> {
 /// requests go; another is watched when a rule takes registered runs.
 fn register(
     pid: u32,
+    gpu_pids: &HashSet<u32>,
     starter: &Starter<'_>,
     scanner: &mut Scanner,
     config: &DaemonConfig,
@@ -292,8 +290,7 @@ fn register(
     let Some(facts) = scanner.facts(pid) else {
         return Response::error(&format!("PID {pid} is gone"));
     };
-    let gpu = HashSet::new();
-    let Some(rule) = config.rule_for(&facts, &gpu, true) else {
+    let Some(rule) = config.rule_for(&facts, gpu_pids, true) else {
         return Response::error(&format!(
             "no rule of the daemon takes PID {pid} ({}): ask the administrator for a rule with `registered = true`",
             quote_value(&facts.command)
