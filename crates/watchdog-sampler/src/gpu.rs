@@ -418,6 +418,22 @@ impl fmt::Debug for GpuHandle {
     }
 }
 
+/// Loads and initialises NVML from `lib` (else the system's library) and counts its devices.
+fn load_nvml(lib: Option<&Path>) -> Result<(Nvml, u32), Unwatched> {
+    let mut builder = Nvml::builder();
+    if let Some(p) = lib {
+        builder.lib_path(p.as_os_str());
+    }
+    let nvml = builder.init().map_err(|e| init_failure(&e, lib))?;
+    let count = nvml.device_count().map_err(|e| {
+        Unwatched::new(
+            UnwatchedCause::NoGpu,
+            format!("NVIDIA GPUs could not be counted ({e})"),
+        )
+    })?;
+    Ok((nvml, count))
+}
+
 /// The sentence for a failed `nvmlInit`.
 fn init_failure(err: &NvmlError, lib: Option<&Path>) -> Unwatched {
     use UnwatchedCause as C;
@@ -509,15 +525,7 @@ impl GpuWatch {
         if config.mode == GpuMode::Off {
             return Err(Unwatched::new(C::Off, "--gpu off was given"));
         }
-        let lib = config.lib_path.as_deref();
-        let mut builder = Nvml::builder();
-        if let Some(p) = lib {
-            builder.lib_path(p.as_os_str());
-        }
-        let nvml = builder.init().map_err(|e| init_failure(&e, lib))?;
-        let count = nvml.device_count().map_err(|e| {
-            Unwatched::new(C::NoGpu, format!("NVIDIA GPUs could not be counted ({e})"))
-        })?;
+        let (nvml, count) = load_nvml(config.lib_path.as_deref())?;
         if count == 0 {
             return Err(Unwatched::new(C::NoGpu, "no NVIDIA GPU was found"));
         }

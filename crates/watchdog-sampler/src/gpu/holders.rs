@@ -8,7 +8,7 @@ use std::path::Path;
 
 use nvml_wrapper::{Device, Nvml};
 
-use super::{Unwatched, UnwatchedCause, init_failure};
+use super::{Unwatched, load_nvml};
 
 /// The devices of the machine, opened once.
 pub struct GpuHolders {
@@ -18,17 +18,7 @@ pub struct GpuHolders {
 impl GpuHolders {
     /// Loads NVML (from `lib`, else the system's library) and opens every device.
     pub fn open(lib: Option<&Path>) -> Result<GpuHolders, Unwatched> {
-        let mut builder = Nvml::builder();
-        if let Some(p) = lib {
-            builder.lib_path(p.as_os_str());
-        }
-        let nvml = builder.init().map_err(|e| init_failure(&e, lib))?;
-        let count = nvml.device_count().map_err(|e| {
-            Unwatched::new(
-                UnwatchedCause::NoGpu,
-                format!("NVIDIA GPUs could not be counted ({e})"),
-            )
-        })?;
+        let (nvml, count) = load_nvml(lib)?;
         // Devices borrow `Nvml` for as long as the service runs: keep it loaded for good.
         let nvml: &'static Nvml = Box::leak(Box::new(nvml));
         let devices = (0..count)
