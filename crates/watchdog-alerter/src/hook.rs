@@ -22,7 +22,8 @@
 //! the group database), `setgid`, then `setuid` (that order: once the UID is not root the
 //! others are no longer allowed), then `chdir`s to the user's home as the user (to `/` when
 //! that fails). Before that it sets its `oom_score_adj` to 0, so a user's hook does not
-//! inherit the service's protection from the OOM killer (`OOMScoreAdjust=-900`). The environment is reset to exactly `PATH=/usr/local/bin:/usr/bin:/bin`,
+//! inherit the service's protection from the OOM killer (`OOMScoreAdjust=-900`). The
+//! environment is reset to exactly `PATH=/usr/local/bin:/usr/bin:/bin`,
 //! `HOME`, `USER`, `LOGNAME`, `SHELL` and the `WATCHDOG_*` variables: nothing of the
 //! daemon's own environment reaches a user's command. The command is `/bin/sh -c`, not a
 //! `sh` found on a path. A hook runs as root only when the target is root's.

@@ -286,7 +286,12 @@ pub fn locate_for_pid(
 }
 
 fn proc_cgroup_path(proc_root: &Path, pid: u32) -> PathBuf {
-    proc_root.join(pid.to_string()).join("cgroup")
+    proc_file(proc_root, pid, "cgroup")
+}
+
+/// `<proc_root>/PID/name`.
+fn proc_file(proc_root: &Path, pid: u32, name: &str) -> PathBuf {
+    proc_root.join(pid.to_string()).join(name)
 }
 
 /// [`locate`] on the text of `/proc/PID/cgroup` (read from `path`), asking the unified
@@ -519,8 +524,7 @@ impl CgroupMemory {
     ) -> Result<Self, SourceError> {
         let path = proc_cgroup_path(proc_root, pid);
         let mut file = KeptOpenFile::with_capacity(&path, 1024)?;
-        let stat =
-            KeptOpenFile::with_capacity(proc_root.join(pid.to_string()).join("stat"), 512).ok();
+        let stat = KeptOpenFile::with_capacity(proc_file(proc_root, pid, "stat"), 512).ok();
         let known = file.read()?.to_vec();
         let location = locate_from_text(&String::from_utf8_lossy(&known), &path, pid, mounts)?;
         let mut me = Self::open(location)?;
@@ -542,8 +546,9 @@ impl CgroupMemory {
     ///
     /// Nothing to do (`Ok(false)`) for a source made by [`open`](Self::open), which follows no
     /// process, when the text is unchanged (one `pread`, no allocation), or when the process
-    /// is gone (its kept-open file fails) or exiting (an exiting task leaves its cgroups). Fails when the new cgroup cannot be opened; the
-    /// move is then looked at again on the next call.
+    /// is gone (its kept-open file fails) or exiting (an exiting task leaves its cgroups).
+    /// Fails when the new cgroup cannot be opened; the move is then looked at again on the
+    /// next call.
     pub fn relocate(&mut self) -> Result<bool, SourceError> {
         let Some(follow) = &mut self.follow else {
             return Ok(false);

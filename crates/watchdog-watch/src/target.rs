@@ -197,7 +197,7 @@ fn command_line_of(proc: &Path, pid: u32) -> String {
 /// newline or an escape sequence: those are escaped), or `?`.
 pub fn comm(proc: &Path, pid: u32) -> String {
     std::fs::read_to_string(proc.join(pid.to_string()).join("comm"))
-        .map(|s| watchdog_types::units::printable(s.trim_end_matches('\n')).into_owned())
+        .map(|s| watchdog_types::units::printable(s.trim_end()).into_owned())
         .unwrap_or_else(|_| "?".to_string())
 }
 
