@@ -70,15 +70,24 @@ fn sleep_as(user: &TempUser, seconds: &str) -> Run {
         .expect("spawn sleep"))
 }
 
-fn config(dir: &Path, a: &TempUser, b: &TempUser, extra_rule: &str) -> String {
-    let hook = "id -u > \"$WATCHDOG_REQUEST_FILE.hook\"";
+/// The daemon's own keys for a test in `dir`: 10 Hz, a scan every 200 ms, and everything it
+/// writes under `dir` (the socket at `dir/run/daemon.sock`, where [`start_daemon`] waits).
+fn daemon_keys(dir: &Path) -> String {
     format!(
         r#"interval = "100ms"
 scan_interval = "200ms"
 socket = "{dir}/run/daemon.sock"
 request_dir = "{dir}/run/users"
 state_dir = "{dir}/state"
+"#,
+        dir = dir.display()
+    )
+}
 
+fn config(dir: &Path, a: &TempUser, b: &TempUser, extra_rule: &str) -> String {
+    let hook = "id -u > \"$WATCHDOG_REQUEST_FILE.hook\"";
+    format!(
+        r#"{keys}
 [[rule]]
 name = "alice"
 [rule.match]
@@ -110,7 +119,7 @@ max_runtime = "6s"
 lead = "2s"
 notify = false
 {extra_rule}"#,
-        dir = dir.display(),
+        keys = daemon_keys(dir),
         a = a.name,
         b = b.name,
     )
@@ -509,12 +518,7 @@ fn a_gpu_rule_takes_a_process_once_it_holds_gpu_memory_and_only_it() {
     std::fs::write(
         &conf,
         format!(
-            r#"interval = "100ms"
-scan_interval = "200ms"
-socket = "{dir}/run/daemon.sock"
-request_dir = "{dir}/run/users"
-state_dir = "{dir}/state"
-
+            r#"{keys}
 [[rule]]
 name = "on-gpu"
 [rule.match]
@@ -523,7 +527,7 @@ command = "^/bin/sleep 74"
 [rule.watch]
 notify = false
 "#,
-            dir = dir.path().display()
+            keys = daemon_keys(dir.path())
         ),
     )
     .unwrap();
