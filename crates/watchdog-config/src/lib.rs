@@ -217,6 +217,9 @@ pub struct Settings {
     pub log_format: LogFormat,
     /// Log verbosity: -1 quiet, 0 info, 1 debug, 2 trace.
     pub verbosity: i8,
+    /// How often the tree's RSS is summed when there is no `mem_limit` (it is then recorded
+    /// and shown, never alerted on); `None`: every tick. Only the service sets it.
+    pub tree_interval: Option<Duration>,
 }
 
 /// Shortest supported sampling interval.
@@ -315,6 +318,7 @@ impl Settings {
             gpu: flags.gpu.or(file.gpu).unwrap_or(GpuMode::Auto),
             nvml_library: file.nvml_library.or_else(|| env_path("WATCHDOG_NVML_LIB")),
             floor_percent: flags.floor.or(file.floor).unwrap_or(defaults.floor_percent),
+            tree_interval: None,
             notify: !flags.no_notify && file.notify.unwrap_or(true),
             status: !flags.no_status && file.status.unwrap_or(true),
             log_format: flags

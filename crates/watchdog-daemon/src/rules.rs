@@ -54,6 +54,8 @@ pub const DEFAULT_SCAN_INTERVAL: Duration = Duration::from_millis(250);
 pub const MIN_SCAN_INTERVAL: Duration = Duration::from_millis(10);
 /// Longest discovery period: a run is found within a second of its start.
 pub const MAX_SCAN_INTERVAL: Duration = Duration::from_secs(1);
+/// Default period of a run's tree RSS sum when its rule sets no `mem_limit`.
+pub const DEFAULT_TREE_INTERVAL: Duration = Duration::from_secs(1);
 /// Default control socket.
 pub const DEFAULT_SOCKET: &str = "/run/watchdog/daemon.sock";
 /// Default directory of per-user request files (`DIR/UID/PID.request.json`).
@@ -91,6 +93,8 @@ pub struct DaemonConfig {
     pub interval: Duration,
     /// Discovery period (at most 1 s).
     pub scan_interval: Duration,
+    /// How often a run's tree RSS is summed when its rule sets no `mem_limit`.
+    pub tree_interval: Duration,
     /// The control socket (status, registrations).
     pub socket: PathBuf,
     /// Per-user request files: `request_dir/UID/PID.request.json`.
@@ -145,6 +149,8 @@ struct RawConfig {
     interval: Option<Duration>,
     #[serde(default, deserialize_with = "de_scan_interval")]
     scan_interval: Option<Duration>,
+    #[serde(default, deserialize_with = "de_tree_interval")]
+    tree_interval: Option<Duration>,
     #[serde(default, deserialize_with = "de_absolute")]
     socket: Option<PathBuf>,
     #[serde(default, deserialize_with = "de_absolute")]
@@ -255,6 +261,7 @@ impl DaemonConfig {
         Ok(DaemonConfig {
             interval,
             scan_interval: raw.scan_interval.unwrap_or(DEFAULT_SCAN_INTERVAL),
+            tree_interval: raw.tree_interval.unwrap_or(DEFAULT_TREE_INTERVAL),
             socket: raw.socket.unwrap_or_else(|| DEFAULT_SOCKET.into()),
             request_dir: raw
                 .request_dir
@@ -268,10 +275,10 @@ impl DaemonConfig {
     /// The NVIDIA management library for the GPU holder set: the first `gpu` rule's
     /// `nvml_library`, else `WATCHDOG_NVML_LIB`, else the system's (`None`).
     pub fn gpu_library(&self, host: &Host) -> Option<PathBuf> {
-        self.rules
-            .iter()
-            .filter(|r| r.uses_gpu())
-            .find_map(|r| r.settings(host, self.interval).nvml_library)
+        self.rules.iter().filter(|r| r.uses_gpu()).find_map(|r| {
+            r.settings(host, self.interval, self.tree_interval)
+                .nvml_library
+        })
     }
 
     /// The first rule matching `process`, given the PIDs holding GPU memory and whether the
@@ -296,11 +303,18 @@ impl Rule {
     }
 
     /// The settings of a run this rule matched: the defaults with `[rule.watch]` on top,
-    /// sampled every `daemon_interval`. The request file and recording are left unset
-    /// (`None`): the daemon decides them per run.
-    pub fn settings(&self, host: &Host, daemon_interval: Duration) -> Settings {
+    /// sampled every `daemon_interval`, the tree's RSS every `tree_interval` when the rule
+    /// sets no `mem_limit`. The request file and recording are left unset (`None`): the
+    /// daemon decides them per run.
+    pub fn settings(
+        &self,
+        host: &Host,
+        daemon_interval: Duration,
+        tree_interval: Duration,
+    ) -> Settings {
         let mut settings = Settings::from_file(host.clone(), &self.watch);
         settings.interval = daemon_interval;
+        settings.tree_interval = Some(tree_interval);
         settings
     }
 
@@ -440,6 +454,15 @@ fn de_scan_interval<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>,
         "scan_interval",
         (MIN_SCAN_INTERVAL, MAX_SCAN_INTERVAL),
         "from 10ms to 1s",
+    )
+}
+
+fn de_tree_interval<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    de_duration(
+        d,
+        "tree_interval",
+        (MIN_INTERVAL, MAX_INTERVAL),
+        "from 1ms to 60s",
     )
 }
 

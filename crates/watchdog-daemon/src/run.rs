@@ -14,6 +14,7 @@ use std::time::{Duration, Instant, SystemTime};
 use watchdog_alerter::beneath::UserDirs;
 use watchdog_config::Host;
 use watchdog_metrics::server::{MetricsHandle, MetricsServer};
+use watchdog_sampler::shared::{Reads, SharedReads};
 use watchdog_status::protocol::{Registration, Request, Response};
 use watchdog_status::server::{Peer, ServerHandle, StatusServer, may_register, visible_to};
 use watchdog_types::quote::quote_value;
@@ -74,8 +75,12 @@ pub fn run(config_path: &Path, host: Host) -> Result<ExitCode, Failure> {
     });
     let mut scanner = Scanner::with_excluded(&host.proc, Some(std::process::id()));
     let mut runs: Vec<Run> = Vec::new();
+    // Host-wide files and filesystems, read once per tick for all runs.
+    let shared = SharedReads::new();
+    let reads = Reads::Shared(Arc::clone(&shared));
     let starter = Starter {
         host: &host,
+        reads: &reads,
         user_dirs: &user_dirs,
         recorders: &recorders,
         record_now: &record_now,
@@ -142,6 +147,7 @@ pub fn run(config_path: &Path, host: Host) -> Result<ExitCode, Failure> {
             let _ = notifier.ready(&format!("watching {} runs", runs.len()));
         }
         let now = Instant::now();
+        shared.next_tick();
         let watched = |runs: &[Run]| -> HashSet<u32> {
             runs.iter().flat_map(|r| r.watch.tree_pids()).collect()
         };
@@ -228,6 +234,7 @@ struct Starter<'a> {
     user_dirs: &'a UserDirs,
     recorders: &'a Recorders,
     record_now: &'a Arc<AtomicBool>,
+    reads: &'a Reads,
 }
 
 impl Starter<'_> {
@@ -238,13 +245,14 @@ impl Starter<'_> {
         rule: &Rule,
         config: &DaemonConfig,
     ) -> Result<Run, Failure> {
-        let settings = rule.settings(self.host, config.interval);
+        let settings = rule.settings(self.host, config.interval, config.tree_interval);
         let run = ServiceRun {
             uid: facts.uid,
             command: facts.command.clone(),
             rule: rule.name().to_string(),
             user_dirs: self.user_dirs,
             state_dir: &config.state_dir,
+            reads: self.reads,
         };
         let watch = Watch::for_service(
             facts.pid,

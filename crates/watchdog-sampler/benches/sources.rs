@@ -17,6 +17,7 @@ use watchdog_sampler::meminfo::HostMemory;
 use watchdog_sampler::procfile::KeptOpenFile;
 use watchdog_sampler::ring::SampleRing;
 use watchdog_sampler::runtime::Runtime;
+use watchdog_sampler::shared::Reads;
 use watchdog_sampler::tree::{ProcessTree, TreeMemory};
 use watchdog_sampler::{ResourceTable, Sampler, Source, Tick};
 use watchdog_types::{ResourceId, Sample};
@@ -112,7 +113,8 @@ mod source {
 
     #[divan::bench]
     fn meminfo(b: Bencher) {
-        let mut src = HostMemory::new(Path::new(PROC), &mut ResourceTable::default()).unwrap();
+        let mut src =
+            HostMemory::new(Path::new(PROC), &Reads::Own, &mut ResourceTable::default()).unwrap();
         b.bench_local(|| sample(&mut src));
     }
 
@@ -124,6 +126,7 @@ mod source {
             &root.join("proc"),
             4242,
             &mounts,
+            &Reads::Own,
             &mut ResourceTable::default(),
         )
         .unwrap();
@@ -136,6 +139,7 @@ mod source {
             Path::new(PROC),
             std::process::id(),
             &real_mounts(),
+            &Reads::Own,
             &mut ResourceTable::default(),
         )
         .unwrap();
@@ -284,9 +288,18 @@ fn whole_tick(b: Bencher) {
     let tree = ProcessTree::new(proc, t.0.id()).unwrap();
     let (w, mut r) = SampleRing::new(4096);
     let mut sampler = Sampler::new(tree, w);
-    sampler.add_source(Box::new(HostMemory::new(proc, &mut table).unwrap()));
     sampler.add_source(Box::new(
-        CgroupMemory::for_pid(proc, std::process::id(), &real_mounts(), &mut table).unwrap(),
+        HostMemory::new(proc, &Reads::Own, &mut table).unwrap(),
+    ));
+    sampler.add_source(Box::new(
+        CgroupMemory::for_pid(
+            proc,
+            std::process::id(),
+            &real_mounts(),
+            &Reads::Own,
+            &mut table,
+        )
+        .unwrap(),
     ));
     sampler.add_source(Box::new(TreeMemory::new(proc, None, &mut table)));
     for p in ["/", "/dev/shm"] {

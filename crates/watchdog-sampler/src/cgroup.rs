@@ -66,6 +66,7 @@ use std::path::{Component, Path, PathBuf};
 use watchdog_types::{ResourceId, ResourceKind, Sample};
 
 use crate::procfile::{KeptOpenFile, key_value_lines, parse_u64};
+use crate::shared::{Reads, TickFile};
 use crate::{Outcome, ResourceTable, Source, SourceError, Tick};
 
 /// v1 limits at or above this are "unlimited" (the kernel's `PAGE_COUNTER_MAX` pages is just below 2^63).
@@ -454,11 +455,14 @@ struct Follow {
 #[derive(Debug)]
 pub struct CgroupMemory {
     location: CgroupLocation,
-    usage: KeptOpenFile,
-    stat: KeptOpenFile,
+    /// How the cgroup's files are opened (again after a move): alone, or shared by the runs
+    /// of a service that live in the same cgroup.
+    reads: Reads,
+    usage: TickFile,
+    stat: TickFile,
     /// v2: `memory.max` of the cgroup and each ancestor that has one; v1: `memory.limit_in_bytes`
     /// only when `memory.stat` lacks `hierarchical_memory_limit`.
-    limits: Vec<KeptOpenFile>,
+    limits: Vec<TickFile>,
     id: Option<ResourceId>,
     /// The `cgroup_cache` resource, registered with `cgroup_memory`.
     cache_id: Option<ResourceId>,
@@ -467,14 +471,15 @@ pub struct CgroupMemory {
 }
 
 impl CgroupMemory {
-    /// Opens the cgroup at `location` and reads it once, without registering a resource.
-    pub fn open(location: CgroupLocation) -> Result<Self, SourceError> {
+    /// Opens the cgroup at `location` through `reads` and reads it once, without registering
+    /// a resource.
+    pub fn open(location: CgroupLocation, reads: &Reads) -> Result<Self, SourceError> {
         let dir = &location.dir;
         let (usage_name, v2) = match location.version {
             CgroupVersion::V1 => ("memory.usage_in_bytes", false),
             CgroupVersion::V2 => ("memory.current", true),
         };
-        let usage = KeptOpenFile::open(dir.join(usage_name)).map_err(|e| match e {
+        let usage = reads.file(dir.join(usage_name), 64).map_err(|e| match e {
             SourceError::Read { path, source } if source.kind() == std::io::ErrorKind::NotFound => {
                 SourceError::Gone(format!(
                     "{path} does not exist: the target is in the root cgroup or the memory controller is not enabled for its cgroup"
@@ -482,11 +487,11 @@ impl CgroupMemory {
             }
             other => other,
         })?;
-        let mut stat = KeptOpenFile::open(dir.join("memory.stat"))?;
+        let mut stat = reads.file(dir.join("memory.stat"), 4096)?;
         let mut limits = Vec::new();
         if v2 {
             for ancestor in location.ancestors() {
-                match KeptOpenFile::with_capacity(ancestor.join("memory.max"), 64) {
+                match reads.file(ancestor.join("memory.max"), 64) {
                     Ok(f) => limits.push(f),
                     // The hierarchy's root has no memory.max; neither has a cgroup whose
                     // parent does not delegate the memory controller.
@@ -496,13 +501,11 @@ impl CgroupMemory {
                 }
             }
         } else if stat_value(stat.read()?, "hierarchical_memory_limit").is_none() {
-            limits.push(KeptOpenFile::with_capacity(
-                dir.join("memory.limit_in_bytes"),
-                64,
-            )?);
+            limits.push(reads.file(dir.join("memory.limit_in_bytes"), 64)?);
         }
         let mut me = Self {
             location,
+            reads: reads.clone(),
             usage,
             stat,
             limits,
@@ -514,12 +517,14 @@ impl CgroupMemory {
         Ok(me)
     }
 
-    /// Finds `pid`'s memory cgroup, opens it and registers `cgroup_memory` in `table`. The
-    /// source follows `pid` when it moves to another cgroup (see [`relocate`](Self::relocate)).
+    /// Finds `pid`'s memory cgroup, opens it through `reads` and registers `cgroup_memory` in
+    /// `table`. The source follows `pid` when it moves to another cgroup (see
+    /// [`relocate`](Self::relocate)).
     pub fn for_pid(
         proc_root: &Path,
         pid: u32,
         mounts: &CgroupMounts,
+        reads: &Reads,
         table: &mut ResourceTable,
     ) -> Result<Self, SourceError> {
         let path = proc_cgroup_path(proc_root, pid);
@@ -527,7 +532,7 @@ impl CgroupMemory {
         let stat = KeptOpenFile::with_capacity(proc_file(proc_root, pid, "stat"), 512).ok();
         let known = file.read()?.to_vec();
         let location = locate_from_text(&String::from_utf8_lossy(&known), &path, pid, mounts)?;
-        let mut me = Self::open(location)?;
+        let mut me = Self::open(location, reads)?;
         me.follow = Some(Follow {
             pid,
             mounts: mounts.clone(),
@@ -577,7 +582,7 @@ impl CgroupMemory {
             return Ok(false);
         }
         let pid = follow.pid;
-        let fresh = Self::open(location)?;
+        let fresh = Self::open(location, &self.reads)?;
         tracing::info!(
             "process {pid} moved from cgroup {} to {}: watching {} now",
             self.location.dir.display(),
@@ -684,7 +689,7 @@ fn is_exiting(stat: &mut KeptOpenFile) -> bool {
     }
 }
 
-fn parse_error(f: &KeptOpenFile) -> SourceError {
+fn parse_error(f: &TickFile) -> SourceError {
     SourceError::Parse {
         path: f.path().display().to_string(),
         what: format!(

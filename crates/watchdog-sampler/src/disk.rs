@@ -18,13 +18,12 @@
 //! open, but does keep the mount busy: `umount` (without `-l`) of a watched filesystem fails
 //! with EBUSY until the watchdog drops the source.
 
-use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{Mode, OFlags, StatVfs};
+use rustix::fs::StatVfs;
 use watchdog_types::{ResourceId, ResourceKind, Sample};
 
-use crate::procfile::read_error;
+use crate::shared::{Reads, TickFilesystem};
 use crate::{Outcome, ResourceTable, Source, SourceError, Tick};
 
 /// The statvfs fields the figures come from (a plain copy, so tables can test the arithmetic).
@@ -88,8 +87,7 @@ impl VfsFigures {
 /// The `disk:<path>` and `inodes:<path>` source.
 #[derive(Debug)]
 pub struct Filesystem {
-    fd: OwnedFd,
-    path: PathBuf,
+    fs: TickFilesystem,
     name: String,
     target_is_root: bool,
     bytes: ResourceId,
@@ -104,22 +102,22 @@ impl Filesystem {
         target_is_root: bool,
         table: &mut ResourceTable,
     ) -> Result<Self, SourceError> {
-        Self::with_aliases(path, &[], target_is_root, table)
+        Self::with_aliases(path, &[], target_is_root, &Reads::Own, table)
     }
 
     /// [`Filesystem::new`] for `path`, whose filesystem was also given as each of `aliases`
     /// (see [`one_per_filesystem`]); the resource is named after `path` and its source
-    /// names them all. Refuses a filesystem that reports no size (`/proc`, `/sys`).
+    /// names them all. The filesystem is opened and read through `reads`. Refuses a
+    /// filesystem that reports no size (`/proc`, `/sys`).
     pub fn with_aliases(
         path: &Path,
         aliases: &[PathBuf],
         target_is_root: bool,
+        reads: &Reads,
         table: &mut ResourceTable,
     ) -> Result<Self, SourceError> {
-        let fd = rustix::fs::open(path, OFlags::PATH | OFlags::CLOEXEC, Mode::empty())
-            .map_err(|e| read_error(path, e))?;
-        let figures =
-            VfsFigures::from(&rustix::fs::fstatvfs(&fd).map_err(|e| read_error(path, e))?);
+        let mut fs = reads.filesystem(path)?;
+        let figures = fs.figures()?;
         if figures.blocks == 0 {
             return Err(SourceError::Parse {
                 path: path.display().to_string(),
@@ -151,8 +149,7 @@ impl Filesystem {
             )
         });
         Ok(Self {
-            fd,
-            path: path.to_path_buf(),
+            fs,
             name: format!("disk:{shown}"),
             target_is_root,
             bytes,
@@ -170,11 +167,10 @@ impl Filesystem {
         self.inodes
     }
 
-    /// One `fstatvfs` of the kept-open descriptor.
-    pub fn figures(&self) -> Result<VfsFigures, SourceError> {
-        rustix::fs::fstatvfs(&self.fd)
-            .map(|s| VfsFigures::from(&s))
-            .map_err(|e| read_error(&self.path, e))
+    /// The figures of this tick: one `fstatvfs` of the kept-open descriptor, or of the
+    /// shared one (see [`Reads`]).
+    pub fn figures(&mut self) -> Result<VfsFigures, SourceError> {
+        self.fs.figures()
     }
 }
 
@@ -375,7 +371,14 @@ mod tests {
             ]
         );
         let mut table = ResourceTable::default();
-        Filesystem::with_aliases(&p, std::slice::from_ref(&dot), false, &mut table).unwrap();
+        Filesystem::with_aliases(
+            &p,
+            std::slice::from_ref(&dot),
+            false,
+            &Reads::Own,
+            &mut table,
+        )
+        .unwrap();
         let source = &table.all()[0].source;
         assert!(
             source.ends_with(&format!("also given as {}", dot.display())),

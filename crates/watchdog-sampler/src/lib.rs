@@ -9,7 +9,7 @@
 //! Modules: [`procfile`] (the kept-open file), [`meminfo`] (host memory and swap),
 //! [`cgroup`] (the target's memory cgroup, v1 and v2), [`tree`] (the process tree, its RSS,
 //! and facts about the target), [`disk`] (filesystems), [`runtime`] (wall time against the
-//! runtime limit), [`ring`] (the SPSC ring of samples) and [`fake`] (a scripted source for
+//! runtime limit), [`shared`] (files read once per tick for all the runs of a service), [`ring`] (the SPSC ring of samples) and [`fake`] (a scripted source for
 //! tests). [`Sampler`] ties them together: one [`Sampler::tick`] per interval.
 #![deny(missing_docs)]
 
@@ -21,6 +21,7 @@ pub mod procfile;
 pub mod ring;
 pub mod runtime;
 mod sampler;
+pub mod shared;
 pub mod tree;
 
 pub use sampler::{Sampler, TickReport};

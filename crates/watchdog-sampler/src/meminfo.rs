@@ -17,7 +17,8 @@ use std::path::Path;
 
 use watchdog_types::{ResourceId, ResourceKind, Sample};
 
-use crate::procfile::{KeptOpenFile, parse_u64};
+use crate::procfile::parse_u64;
+use crate::shared::{Reads, TickFile};
 use crate::{Outcome, ResourceTable, Source, SourceError, Tick};
 
 /// The `/proc/meminfo` fields the watchdog uses, converted to bytes.
@@ -86,17 +87,22 @@ pub fn parse_meminfo(text: &[u8]) -> MemInfo {
 /// The host memory source: `host_memory` and, when the host has swap, `swap`.
 #[derive(Debug)]
 pub struct HostMemory {
-    file: KeptOpenFile,
+    file: TickFile,
     memory: ResourceId,
     swap: Option<ResourceId>,
 }
 
 impl HostMemory {
-    /// Opens `<proc_root>/meminfo`, reads it once and registers its resources in `table`.
+    /// Opens `<proc_root>/meminfo` through `reads`, reads it once and registers its resources
+    /// in `table`.
     ///
     /// Fails when the file cannot be read or lacks `MemTotal`/`MemAvailable`.
-    pub fn new(proc_root: &Path, table: &mut ResourceTable) -> Result<Self, SourceError> {
-        let mut file = KeptOpenFile::open(proc_root.join("meminfo"))?;
+    pub fn new(
+        proc_root: &Path,
+        reads: &Reads,
+        table: &mut ResourceTable,
+    ) -> Result<Self, SourceError> {
+        let mut file = reads.file(proc_root.join("meminfo"), 4096)?;
         let info = parse_meminfo(file.read()?);
         let source = file.path().display().to_string();
         if info.host_memory().is_none() {
@@ -235,7 +241,7 @@ SwapFree:        2000000 kB\nHugePages_Total:       0\n";
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("meminfo"), CAPTURED).unwrap();
         let mut table = ResourceTable::default();
-        let mut src = HostMemory::new(dir.path(), &mut table).unwrap();
+        let mut src = HostMemory::new(dir.path(), &Reads::Own, &mut table).unwrap();
         assert_eq!(table.get(src.memory_id()).unwrap().name, "host_memory");
         let mut got = Vec::new();
         let tick = Tick {
@@ -258,7 +264,8 @@ SwapFree:        2000000 kB\nHugePages_Total:       0\n";
     fn source_without_memavailable_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("meminfo"), "MemTotal: 100 kB\n").unwrap();
-        let err = HostMemory::new(dir.path(), &mut ResourceTable::default()).unwrap_err();
+        let err =
+            HostMemory::new(dir.path(), &Reads::Own, &mut ResourceTable::default()).unwrap_err();
         assert!(err.to_string().contains("MemAvailable"), "{err}");
     }
 }

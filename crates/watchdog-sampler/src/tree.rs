@@ -69,6 +69,7 @@ use rustix::fs::{Mode, OFlags, RawDir, SeekFrom};
 use watchdog_types::{ResourceId, ResourceKind, Sample};
 
 use crate::procfile::{KeptOpenFile, key_value_lines, parse_u64, read_error};
+use crate::shared::{Reads, TickFile};
 use crate::{Outcome, ResourceTable, Source, SourceError, Tick};
 
 /// The fields of `/proc/PID/stat` the watchdog uses
@@ -213,7 +214,7 @@ pub struct ProcessTree {
     target_alive: bool,
     /// `/proc/loadavg`, the change gate of [`refresh_if_changed`](Self::refresh_if_changed);
     /// `None` when it cannot be opened (a fixture tree): then every refresh walks.
-    loadavg: Option<KeptOpenFile>,
+    loadavg: Option<TickFile>,
     /// `(threads on the system, last PID allocated)` read just before the last walk.
     walked_at: Option<(u64, u64)>,
     walks: u64,
@@ -271,7 +272,7 @@ impl ProcessTree {
             dirbuf: vec![MaybeUninit::uninit(); DIRBUF_BYTES],
             tids: Vec::with_capacity(256),
             target_alive: true,
-            loadavg: KeptOpenFile::with_capacity(proc_root.join("loadavg"), 128).ok(),
+            loadavg: Reads::Own.file(proc_root.join("loadavg"), 128).ok(),
             walked_at: None,
             walks: 0,
             adopter: None,
@@ -387,6 +388,12 @@ impl ProcessTree {
             tasks: Vec::with_capacity(8),
             seen: false,
         })
+    }
+
+    /// Reads `/proc/loadavg`, the change gate, through `reads` from now on: a service's runs
+    /// share one read per tick.
+    pub fn read_loadavg_through(&mut self, reads: &Reads) {
+        self.loadavg = reads.file(self.proc_root.join("loadavg"), 128).ok();
     }
 
     /// How many times the tree has been walked (skipped refreshes do not count).
@@ -660,6 +667,9 @@ pub struct TreeMemory {
     /// `(pid, statm, generation last used)`, sorted by pid.
     files: Vec<(u32, KeptOpenFile, u64)>,
     generation: u64,
+    /// Sum at most this often (0: every tick), and when the next sum is due.
+    every_ns: u64,
+    next_ns: u64,
 }
 
 impl TreeMemory {
@@ -677,7 +687,15 @@ impl TreeMemory {
             page_size: page_size(),
             files: Vec::with_capacity(64),
             generation: 0,
+            every_ns: 0,
+            next_ns: 0,
         }
+    }
+
+    /// Sums the RSS at most once per `period` instead of every tick (the ticks between are
+    /// [`Outcome::Idle`]): one `statm` read per process is most of what a tick costs.
+    pub fn read_every(&mut self, period: Duration) {
+        self.every_ns = u64::try_from(period.as_nanos()).unwrap_or(u64::MAX);
     }
 
     /// The registered resource's id.
@@ -740,6 +758,10 @@ impl Source for TreeMemory {
         tick: &Tick<'_>,
         out: &mut dyn FnMut(Sample),
     ) -> Result<Outcome, SourceError> {
+        if tick.now_ns < self.next_ns {
+            return Ok(Outcome::Idle);
+        }
+        self.next_ns = tick.now_ns.saturating_add(self.every_ns);
         let (used, counted) = self.rss_sum(tick.tree);
         if counted == 0 {
             return Ok(Outcome::Idle);

@@ -11,6 +11,7 @@ use std::time::Duration;
 use watchdog_sampler::cgroup::{
     CgroupLocation, CgroupMemory, CgroupMounts, CgroupVersion, OomKillCounter, locate_for_pid,
 };
+use watchdog_sampler::shared::{Reads, SharedReads};
 use watchdog_sampler::{ResourceTable, Source, Tick};
 use watchdog_testsupport::{is_root, require};
 use watchdog_types::ResourceKind;
@@ -50,7 +51,8 @@ fn v1_fixture_captured_here_limit_from_an_ancestor() {
     let root = fixture("v1");
     let mounts = CgroupMounts::standard(&root.join("sys/fs/cgroup"));
     let mut table = ResourceTable::default();
-    let mut src = CgroupMemory::for_pid(&root.join("proc"), 4242, &mounts, &mut table).unwrap();
+    let mut src =
+        CgroupMemory::for_pid(&root.join("proc"), 4242, &mounts, &Reads::Own, &mut table).unwrap();
     assert_eq!(src.location().version, CgroupVersion::V1);
     assert!(
         src.location().dir.ends_with("wd-cap/job"),
@@ -77,7 +79,7 @@ fn v1_root_cgroup_has_no_limit_and_still_reports() {
         dir: root.join("sys/fs/cgroup/memory"),
         mount_point: root.join("sys/fs/cgroup/memory"),
     };
-    let mut src = CgroupMemory::open(loc).unwrap();
+    let mut src = CgroupMemory::open(loc, &Reads::Own).unwrap();
     let mut table = ResourceTable::default();
     src.register(&mut table).unwrap();
     let (used, limit) = sample_once(&mut src);
@@ -96,7 +98,8 @@ fn v2_fixture_limit_from_an_ancestor_and_oom_kills() {
     let mounts = CgroupMounts::standard(&root.join("sys/fs/cgroup"));
     assert!(mounts.v1_memory.is_none());
     let mut table = ResourceTable::default();
-    let mut src = CgroupMemory::for_pid(&root.join("proc"), 4242, &mounts, &mut table).unwrap();
+    let mut src =
+        CgroupMemory::for_pid(&root.join("proc"), 4242, &mounts, &Reads::Own, &mut table).unwrap();
     assert_eq!(src.location().version, CgroupVersion::V2);
     // memory.current 6174015488 - inactive_file 1744830464 - active_file 536870912 (not
     // `file` 2550136832, which includes shmem 268435456); memory.max is "max" on the job
@@ -119,11 +122,14 @@ fn v2_fixture_limit_from_an_ancestor_and_oom_kills() {
 /// Opens a flat fixture cgroup directory (its own mount point: no ancestors).
 fn open_flat(name: &str, version: CgroupVersion) -> (CgroupMemory, ResourceTable) {
     let dir = fixture(name);
-    let mut src = CgroupMemory::open(CgroupLocation {
-        version,
-        dir: dir.clone(),
-        mount_point: dir,
-    })
+    let mut src = CgroupMemory::open(
+        CgroupLocation {
+            version,
+            dir: dir.clone(),
+            mount_point: dir,
+        },
+        &Reads::Own,
+    )
     .unwrap();
     let mut table = ResourceTable::default();
     src.register(&mut table).unwrap();
@@ -204,6 +210,7 @@ fn v2_without_memory_controller_or_in_the_root_is_a_clear_error() {
         &dir.path().join("proc"),
         7,
         &mounts,
+        &Reads::Own,
         &mut ResourceTable::default(),
     )
     .unwrap_err();
@@ -303,7 +310,8 @@ fn real_memory_cgroup_limit_usage_and_oom_kill_counter() {
     );
     let mounts = CgroupMounts::read(Path::new("/proc")).unwrap();
     let mut table = ResourceTable::default();
-    let mut src = CgroupMemory::for_pid(Path::new("/proc"), pid, &mounts, &mut table).unwrap();
+    let mut src =
+        CgroupMemory::for_pid(Path::new("/proc"), pid, &mounts, &Reads::Own, &mut table).unwrap();
     assert_eq!(src.location().dir, cg.inner);
     let mut used = 0;
     for _ in 0..100 {
@@ -409,6 +417,18 @@ fn sample_at(src: &mut CgroupMemory, now_ns: u64) -> Result<u64, String> {
 /// removed.
 #[test]
 fn a_target_moved_to_another_cgroup_is_watched_in_the_new_one() {
+    moved_target(&Reads::Own, None);
+}
+
+/// The same through a service's shared reads, beside a second reader that stays in the old
+/// cgroup: the moved one reopens its files at the new path, the other keeps the old one's.
+#[test]
+fn a_target_moved_to_another_cgroup_is_watched_in_the_new_one_through_shared_reads() {
+    let shared = SharedReads::new();
+    moved_target(&Reads::Shared(shared.clone()), Some(&shared));
+}
+
+fn moved_target(reads: &Reads, shared: Option<&SharedReads>) {
     const A: u64 = 256 << 20;
     const B: u64 = 128 << 20;
     const S: u64 = 1_000_000_000;
@@ -426,9 +446,21 @@ fn a_target_moved_to_another_cgroup_is_watched_in_the_new_one() {
     move_to(&cgs.a);
     let mounts = CgroupMounts::read(Path::new("/proc")).unwrap();
     let mut table = ResourceTable::default();
-    let mut src = CgroupMemory::for_pid(Path::new("/proc"), pid, &mounts, &mut table).unwrap();
+    let mut src =
+        CgroupMemory::for_pid(Path::new("/proc"), pid, &mounts, reads, &mut table).unwrap();
     let id = src.id();
     assert_eq!(src.location().dir, cgs.a);
+    let mut stay = shared.map(|_| {
+        let mut stay = CgroupMemory::open(src.location().clone(), reads).unwrap();
+        stay.register(&mut ResourceTable::default()).unwrap();
+        stay
+    });
+    let sample_at = |src: &mut CgroupMemory, now_ns: u64| {
+        if let Some(shared) = shared {
+            shared.next_tick();
+        }
+        sample_at(src, now_ns)
+    };
     assert_eq!(sample_at(&mut src, S), Ok(A));
 
     // Moved while A stays: noticed at the next check (at most a second later), not before.
@@ -436,6 +468,11 @@ fn a_target_moved_to_another_cgroup_is_watched_in_the_new_one() {
     assert_eq!(sample_at(&mut src, S + S / 2), Ok(A));
     assert_eq!(src.location().dir, cgs.a);
     assert_eq!(sample_at(&mut src, 2 * S), Ok(B));
+    if let Some(stay) = &mut stay {
+        // Same tick: the reader left in A still reads A's files.
+        assert_eq!(self::sample_at(stay, 2 * S), Ok(A));
+        assert_eq!(stay.location().dir, cgs.a);
+    }
     assert_eq!(
         (src.location().dir.as_path(), src.id()),
         (cgs.b.as_path(), id)
@@ -482,7 +519,8 @@ fn a_target_that_exits_is_not_moved_to_the_root_cgroup() {
     std::fs::write(cgs.a.join("cgroup.procs"), pid.to_string()).unwrap();
     let mounts = CgroupMounts::read(Path::new("/proc")).unwrap();
     let mut table = ResourceTable::default();
-    let mut src = CgroupMemory::for_pid(Path::new("/proc"), pid, &mounts, &mut table).unwrap();
+    let mut src =
+        CgroupMemory::for_pid(Path::new("/proc"), pid, &mounts, &Reads::Own, &mut table).unwrap();
     assert_eq!(sample_at(&mut src, S), Ok(A));
 
     // Killed and not reaped: a zombie, whose file still reads.

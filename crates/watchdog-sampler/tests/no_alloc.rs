@@ -15,6 +15,7 @@ use watchdog_sampler::disk::Filesystem;
 use watchdog_sampler::meminfo::HostMemory;
 use watchdog_sampler::ring::SampleRing;
 use watchdog_sampler::runtime::Runtime;
+use watchdog_sampler::shared::{Reads, SharedReads};
 use watchdog_sampler::tree::{ProcessTree, TreeMemory};
 use watchdog_sampler::{ResourceTable, Sampler};
 
@@ -95,11 +96,14 @@ fn tick_allocates_nothing_once_warm() {
     let tree = ProcessTree::new(proc, target).unwrap();
     let (writer, mut reader) = SampleRing::new(1024);
     let mut sampler = Sampler::new(tree, writer);
-    sampler.add_source(Box::new(HostMemory::new(proc, &mut table).unwrap()));
+    sampler.add_source(Box::new(
+        HostMemory::new(proc, &Reads::Own, &mut table).unwrap(),
+    ));
     for v in ["v1", "v2"] {
         let root = fixtures.join(v);
         let mounts = CgroupMounts::standard(&root.join("sys/fs/cgroup"));
-        let cg = CgroupMemory::for_pid(&root.join("proc"), 4242, &mounts, &mut table).unwrap();
+        let cg = CgroupMemory::for_pid(&root.join("proc"), 4242, &mounts, &Reads::Own, &mut table)
+            .unwrap();
         sampler.add_source(Box::new(cg));
     }
     sampler.add_source(Box::new(TreeMemory::new(proc, Some(1 << 30), &mut table)));
@@ -113,6 +117,19 @@ fn tick_allocates_nothing_once_warm() {
         "--max-runtime 1h".into(),
         &mut table,
     )));
+    // The same sources again, twice, read through a service's shared reads.
+    let shared = SharedReads::new();
+    let reads = Reads::Shared(shared.clone());
+    for _ in 0..2 {
+        sampler.add_source(Box::new(HostMemory::new(proc, &reads, &mut table).unwrap()));
+        let root = fixtures.join("v2");
+        let mounts = CgroupMounts::standard(&root.join("sys/fs/cgroup"));
+        let cg = CgroupMemory::for_pid(&root.join("proc"), 4242, &mounts, &reads, &mut table);
+        sampler.add_source(Box::new(cg.unwrap()));
+        let fs = Filesystem::with_aliases(dir.path(), &[], false, &reads, &mut table);
+        sampler.add_source(Box::new(fs.unwrap()));
+    }
+    sampler.tree_mut().read_loadavg_through(&reads);
 
     // The counter works: a Vec allocates.
     assert_eq!(
@@ -124,6 +141,7 @@ fn tick_allocates_nothing_once_warm() {
     let mut samples = 0usize;
     for _ in 0..5 {
         t += 10_000_000;
+        shared.next_tick();
         sampler.tick(t);
         reader.drain(|_| samples += 1);
     }
@@ -131,6 +149,7 @@ fn tick_allocates_nothing_once_warm() {
     let n = allocations_during(|| {
         for _ in 0..200 {
             t += 10_000_000;
+            shared.next_tick();
             let report = sampler.tick(t);
             assert_eq!(report.newly_failed, 0);
             reader.drain(|_| samples += 1);

@@ -19,6 +19,7 @@ use watchdog_sampler::cgroup::{
 };
 use watchdog_sampler::meminfo::{HostMemory, parse_meminfo};
 use watchdog_sampler::procfile::{key_value_lines, parse_u64};
+use watchdog_sampler::shared::Reads;
 use watchdog_sampler::tree::{
     parse_btime, parse_children, parse_environ, parse_loadavg_change_key, parse_stat,
     parse_statm_resident_pages, parse_status_uids,
@@ -139,13 +140,13 @@ proptest! {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("meminfo"), captured("meminfo.txt")).unwrap();
         let mut table = ResourceTable::default();
-        let mut source = HostMemory::new(dir.path(), &mut table).unwrap();
+        let mut source = HostMemory::new(dir.path(), &Reads::Own, &mut table).unwrap();
         std::fs::write(dir.path().join("meminfo"), &bytes).unwrap();
         let sampled = source.sample(&tick(), &mut |_| {});
         if let Err(e) = sampled {
             check_message(&e.to_string(), &String::from_utf8_lossy(&bytes), FIXED + dir.path().as_os_str().len())?;
         }
-        if let Err(e) = HostMemory::new(dir.path(), &mut table) {
+        if let Err(e) = HostMemory::new(dir.path(), &Reads::Own, &mut table) {
             check_message(&e.to_string(), &String::from_utf8_lossy(&bytes), FIXED + dir.path().as_os_str().len())?;
         }
     }
@@ -216,8 +217,14 @@ fn v1_cgroup_copy() -> (tempfile::TempDir, CgroupMemory) {
     std::fs::write(&stat, kept).unwrap();
     let mounts = CgroupMounts::standard(&dir.path().join("sys/fs/cgroup"));
     let mut table = ResourceTable::default();
-    let source =
-        CgroupMemory::for_pid(&dir.path().join("proc"), 4242, &mounts, &mut table).unwrap();
+    let source = CgroupMemory::for_pid(
+        &dir.path().join("proc"),
+        4242,
+        &mounts,
+        &Reads::Own,
+        &mut table,
+    )
+    .unwrap();
     (dir, source)
 }
 
@@ -249,7 +256,7 @@ fn a_malformed_meminfo_is_one_source_failure_through_the_sampler() {
     let meminfo = dir.path().join("meminfo");
     std::fs::write(&meminfo, captured("meminfo.txt")).unwrap();
     let mut table = ResourceTable::default();
-    let host = HostMemory::new(dir.path(), &mut table).unwrap();
+    let host = HostMemory::new(dir.path(), &Reads::Own, &mut table).unwrap();
     let mut sampler = sampler_with(vec![Box::new(host)]);
     assert_eq!(new_failures(&mut sampler, 1), vec![]);
     std::fs::write(&meminfo, "MemTotal: lots\nMemAvailable:\n\0\u{1b}garbage").unwrap();

@@ -302,3 +302,26 @@ fn fixture_tree_follows_thread_children_and_reopens_a_reused_pid() {
     assert!(!tree.refresh());
     assert!(tree.pids().is_empty());
 }
+
+/// The service sums an unlimited tree's RSS once per `read_every` period, not every tick.
+#[test]
+fn a_tree_read_every_second_is_idle_between() {
+    use watchdog_sampler::{Outcome, Source, Tick};
+    const S: u64 = 1_000_000_000;
+    let me = [std::process::id()];
+    let mut table = ResourceTable::default();
+    let mut mem = TreeMemory::new(Path::new(PROC), None, &mut table);
+    mem.read_every(std::time::Duration::from_secs(1));
+    let mut at = |now_ns: u64| {
+        let mut got = Vec::new();
+        let outcome = mem
+            .sample(&Tick { now_ns, tree: &me }, &mut |s| got.push(s.t_ns))
+            .unwrap();
+        (outcome, got)
+    };
+    assert_eq!(at(S), (Outcome::Sampled, vec![S]));
+    assert_eq!(at(S + S / 10), (Outcome::Idle, vec![]));
+    assert_eq!(at(2 * S - 1), (Outcome::Idle, vec![]));
+    assert_eq!(at(2 * S), (Outcome::Sampled, vec![2 * S]));
+    assert_eq!(at(2 * S + 1), (Outcome::Idle, vec![]));
+}

@@ -15,6 +15,7 @@ use watchdog_alerter::hook::HookUser;
 use watchdog_alerter::request::{AckWatcher, AlertRequest, RequestPlace};
 use watchdog_engine::verdict::{self, ExitFacts};
 use watchdog_engine::{Action, AlertPlan, Delivery, Ending, Engine, Level};
+use watchdog_sampler::shared::Reads;
 use watchdog_sampler::{ResourceTable, Sampler};
 use watchdog_types::units::{format_duration_s, signal_name};
 use watchdog_types::{Event, EventBody};
@@ -220,6 +221,7 @@ struct Parts {
     record_now: Arc<AtomicBool>,
     request: RequestPlace,
     hook_user: Option<HookUser>,
+    reads: Reads,
 }
 
 /// What the service knows of a run it starts watching.
@@ -234,6 +236,8 @@ pub struct ServiceRun<'a> {
     pub user_dirs: &'a UserDirs,
     /// Where recordings are kept.
     pub state_dir: &'a Path,
+    /// The service's shared reads: host-wide files read once per tick for all runs.
+    pub reads: &'a Reads,
 }
 
 /// What status readers show of a run besides its figures.
@@ -267,6 +271,7 @@ impl Watch {
             record_now,
             request,
             hook_user: None,
+            reads: Reads::Own,
         };
         Watch::start(target, settings, parts, recorders)
     }
@@ -307,6 +312,7 @@ impl Watch {
             record_now,
             request,
             hook_user: Some(user),
+            reads: run.reads.clone(),
         };
         let mut watch = Watch::start(target, settings, parts, recorders)?;
         watch.label = label;
@@ -325,6 +331,7 @@ impl Watch {
             record_now,
             request,
             hook_user,
+            reads,
         } = parts;
         let request_file = outputs.request_file.clone();
         let python_file = crate::environment::python_file(&request);
@@ -334,7 +341,7 @@ impl Watch {
             mut table,
             gpu,
         } = prepared;
-        let mut built = sources::build(&target, &settings, &mut table, gpu);
+        let mut built = sources::build(&target, &settings, &mut table, gpu, &reads);
         let (mut sampler, reader) = Sampler::for_target(
             &settings.host.proc,
             target.pid,
@@ -342,6 +349,7 @@ impl Watch {
             RING_CAPACITY,
         )
         .map_err(|e| Failure::Usage(format!("cannot watch PID {}: {e}", target.pid)))?;
+        sampler.tree_mut().read_loadavg_through(&reads);
         let hooks = watchdog_alerter::hook::Hooks::with_user(
             settings.hook_timeout,
             watchdog_alerter::hook::HOOK_GRACE,

@@ -6,6 +6,7 @@ const EXAMPLE: &str = include_str!("../../../../config/daemon.toml");
 const KEYS: &[&str] = &[
     "interval",
     "scan_interval",
+    "tree_interval",
     "socket",
     "request_dir",
     "state_dir",
@@ -54,6 +55,7 @@ fn example_config_parses_as_shipped_and_uncommented_and_documents_every_key() {
     assert_eq!(names, ["registered", "opted-in"]);
     assert_eq!(shipped.interval, DEFAULT_INTERVAL);
     assert_eq!(shipped.scan_interval, DEFAULT_SCAN_INTERVAL);
+    assert_eq!(shipped.tree_interval, DEFAULT_TREE_INTERVAL);
     assert_eq!(shipped.socket, Path::new(DEFAULT_SOCKET));
     assert_eq!(shipped.metrics, None);
 
@@ -95,6 +97,10 @@ fn errors_name_file_line_key_and_expectation() {
         (
             "",
             "config file d.toml: no [[rule]]: expected at least one [[rule]]",
+        ),
+        (
+            "tree_interval = \"0s\"\n",
+            "config file d.toml:1: tree_interval: invalid tree_interval '0s': expected from 1ms to 60s",
         ),
         (
             "scan_interval = \"2s\"\n",
@@ -235,13 +241,14 @@ fn a_rules_settings_are_the_defaults_with_its_watch_table_at_the_daemon_interval
     ))
     .unwrap();
     let host = Host::from_env();
-    let s = c.rules[0].settings(&host, c.interval);
+    let s = c.rules[0].settings(&host, c.interval, c.tree_interval);
     assert_eq!(s.interval, Duration::from_millis(20));
     assert_eq!(s.lead, Duration::from_secs(45));
     assert_eq!(s.mem_limit, Some(16 << 30));
     assert_eq!(s.signal, 12);
     assert_eq!(s.request_file, None);
     assert_eq!(s.record, None);
+    assert_eq!(s.tree_interval, Some(DEFAULT_TREE_INTERVAL));
     // Unset keys are the single-run watchdog's defaults.
     let defaults = Settings::from_file(host.clone(), &FileConfig::default());
     assert_eq!(s.floor_percent, defaults.floor_percent);

@@ -9,6 +9,7 @@ use watchdog_sampler::cgroup::{CgroupMemory, CgroupMounts, OomKillCounter};
 use watchdog_sampler::disk::{Filesystem, is_tmpfs, one_per_filesystem};
 use watchdog_sampler::meminfo::HostMemory;
 use watchdog_sampler::runtime::{Runtime, runtime_limit};
+use watchdog_sampler::shared::Reads;
 use watchdog_sampler::tree::{self, TreeMemory};
 use watchdog_sampler::{ResourceTable, Source};
 
@@ -29,19 +30,20 @@ pub struct Built {
     pub gpus: Vec<watchdog_types::environment::GpuFact>,
 }
 
-/// Opens every source for `target`.
+/// Opens every source for `target`, the host-wide files through `reads`.
 pub fn build(
     target: &Target,
     settings: &Settings,
     table: &mut ResourceTable,
     gpu: GpuSetup,
+    reads: &Reads,
 ) -> Built {
     let proc_root = settings.host.proc.as_path();
     let pid = target.pid;
     let mut sources: Vec<Box<dyn Source>> = Vec::new();
     let mut unwatched = Vec::new();
 
-    match HostMemory::new(proc_root, table) {
+    match HostMemory::new(proc_root, reads, table) {
         Ok(s) => sources.push(Box::new(s)),
         Err(e) => unwatched.push(("host_memory".to_string(), e.to_string())),
     }
@@ -49,7 +51,7 @@ pub fn build(
     let mounts = CgroupMounts::read(proc_root)
         .unwrap_or_else(|_| CgroupMounts::standard(&settings.host.cgroup));
     let mut oom_counter = None;
-    match CgroupMemory::for_pid(proc_root, pid, &mounts, table) {
+    match CgroupMemory::for_pid(proc_root, pid, &mounts, reads, table) {
         Ok(s) => {
             oom_counter = s.oom_kill_counter().ok();
             sources.push(Box::new(s));
@@ -57,11 +59,11 @@ pub fn build(
         Err(e) => unwatched.push(("cgroup_memory".to_string(), e.to_string())),
     }
 
-    sources.push(Box::new(TreeMemory::new(
-        proc_root,
-        settings.mem_limit,
-        table,
-    )));
+    let mut tree_memory = TreeMemory::new(proc_root, settings.mem_limit, table);
+    if let (None, Some(period)) = (settings.mem_limit, settings.tree_interval) {
+        tree_memory.read_every(period);
+    }
+    sources.push(Box::new(tree_memory));
 
     let target_is_root = tree::process_uids(proc_root, pid)
         .map(|u| u.effective == 0)
@@ -71,7 +73,7 @@ pub fn build(
         let Some((path, aliases)) = group.split_first() else {
             continue;
         };
-        match Filesystem::with_aliases(path, aliases, target_is_root, table) {
+        match Filesystem::with_aliases(path, aliases, target_is_root, reads, table) {
             Ok(s) => sources.push(Box::new(s)),
             Err(e) => unwatched.push((format!("disk:{}", path.display()), e.to_string())),
         }
