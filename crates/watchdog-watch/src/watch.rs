@@ -39,6 +39,9 @@ mod sources;
 
 /// How often the acknowledgment file is checked while an alert is outstanding.
 const ACK_CHECK_EVERY: Duration = Duration::from_millis(100);
+/// How often the Python client's environment file is looked for until it appears (it is
+/// looked for once more when the run ends).
+const PYTHON_CHECK_EVERY: Duration = Duration::from_secs(1);
 /// How often the live status line is redrawn.
 const STATUS_EVERY: Duration = Duration::from_millis(250);
 /// Ring buffer capacity in samples: seconds of every resource at 100 Hz; the recorder
@@ -350,6 +353,11 @@ impl Watch {
         )
         .map_err(|e| Failure::Usage(format!("cannot watch PID {}: {e}", target.pid)))?;
         sampler.tree_mut().read_loadavg_through(&reads);
+        if let (None, Some(period)) = (settings.mem_limit, settings.tree_interval) {
+            // The tree's RSS is summed this often (see `sources::build`): walk it as often.
+            let ticks = period.as_nanos() / settings.interval.as_nanos().max(1);
+            sampler.set_tree_refresh_every(u32::try_from(ticks).unwrap_or(u32::MAX));
+        }
         let hooks = watchdog_alerter::hook::Hooks::with_user(
             settings.hook_timeout,
             watchdog_alerter::hook::HOOK_GRACE,
@@ -532,6 +540,7 @@ impl Watch {
     /// and the last recording.
     pub fn conclude(&mut self) -> TargetExit {
         self.sample(Instant::now());
+        self.check_python_environment();
         self.engine.discard_pending();
         if self.engine.alerts_sent() > 0 {
             // A target that acknowledges and exits at once must still have its ack recorded.
@@ -614,7 +623,7 @@ impl Watch {
         }
         if self.python_file.is_some() && now >= self.next_python {
             self.check_python_environment();
-            self.next_python = now + ACK_CHECK_EVERY;
+            self.next_python = now + PYTHON_CHECK_EVERY;
         }
     }
 
@@ -767,6 +776,9 @@ impl Watch {
                 }
                 Err(e) => outputs::write_failed("request_file", &self.request_file, &e.to_string()),
             }
+            // The tree may be refreshed less often than every tick (a service's run with no
+            // mem_limit): look again before signalling it.
+            self.sampler.tree_mut().refresh();
             let tree: Vec<u32> = self.sampler.tree_pids().to_vec();
             let roots = self.roots();
             let signal = self.settings.signal;

@@ -606,3 +606,44 @@ fn a_known_pid_is_read_again_only_when_allocated_since_or_young() {
         "80 is forgotten"
     );
 }
+
+/// With no PID allocated since the last listing and no young process, `/proc` is not listed
+/// at all; an allocation or a young process brings the listing back.
+#[test]
+fn a_scan_lists_nothing_while_no_pid_was_allocated_and_nothing_is_young() {
+    let root = machine();
+    let r = root.path();
+    set_last_pid(r, 100);
+    let mut scanner = Scanner::with_excluded(r, None);
+    let first = scanner.scan(never);
+    assert!(!first.is_empty());
+    // Young processes (all of the first scan's) keep the listing going ...
+    for _ in 1..YOUNG_SCANS {
+        scanner.scan(never);
+        assert_eq!(scanner.skipped(), 0);
+    }
+    // ... then nothing is listed while loadavg's last PID stays.
+    scanner.scan(never);
+    assert_eq!(scanner.skipped(), 1);
+    // Shown by a process that appears without an allocation (only a fixture can): unseen.
+    let new = Proc {
+        pid: 101,
+        comm: "python3",
+        cmdline: &["python3", "train.py"],
+        ..Default::default()
+    };
+    write(r, &new);
+    assert!(scanner.scan(never).is_empty());
+    assert_eq!(scanner.skipped(), 2);
+    // An allocation: listed, found, and young for the next scans.
+    set_last_pid(r, 101);
+    assert_eq!(pids(&scanner.scan(never)), [101]);
+    scanner.scan(never);
+    assert_eq!(scanner.skipped(), 2, "101 is young: listed again");
+    // Without loadavg (unknown), every scan lists.
+    std::fs::remove_file(r.join("loadavg")).unwrap();
+    for _ in 0..=YOUNG_SCANS {
+        scanner.scan(never);
+    }
+    assert_eq!(scanner.skipped(), 2);
+}
