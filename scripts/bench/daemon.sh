@@ -15,12 +15,15 @@
 # /proc/PID/task/TID/schedstat field 1), waits DURATION seconds and reads it again; RSS is
 # the sum of VmRSS at the end.
 #
+# MEM_LIMIT=64GiB gives the rule (and the single runs) a mem_limit: each run's tree is then
+# walked and its RSS summed every tick instead of every tree_interval (1 s).
+#
 # CHURN=1 also runs a loop that starts a short process every 100 ms during the window, as
 # on a busy machine: a new PID anywhere makes every watched tree be re-read (an idle
 # machine lets the watchdog skip that; see performance.md).
 #
 # Usage: scripts/bench/daemon.sh     (as root: the daemon reads every user's /proc)
-# Env:   COUNTS="1 10 100" DURATION=20 WARMUP=3 CHURN=0 WATCHDOG=target/release/watchdog
+# Env:   COUNTS="1 10 100" DURATION=20 WARMUP=3 CHURN=0 MEM_LIMIT= WATCHDOG=target/release/watchdog
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -103,6 +106,7 @@ command = "wd-bench-tgt"
 gpu = "off"
 notify = false
 disks = ["/", "/dev/shm"]
+${MEM_LIMIT:+mem_limit = \"$MEM_LIMIT\"}
 EOF
         mkdir -p "$WORK/state"
         "$WATCHDOG" daemon --config "$WORK/daemon.toml" 2>"$WORK/daemon.log" &
@@ -115,7 +119,7 @@ EOF
         PIDS+=("$pid")
         started+=("$pid $t0")
         if [ "$mode" = single ]; then
-            "$WATCHDOG" --pid "$pid" --interval 100ms --disk / --disk /dev/shm --gpu off \
+            "$WATCHDOG" --pid "$pid" --interval 100ms --disk / --disk /dev/shm --gpu off ${MEM_LIMIT:+--mem-limit "$MEM_LIMIT"} \
                 --no-notify --no-status -q --request-file "$WORK/req-$pid.json" \
                 2>>"$WORK/single.err" &
             watchers+=("$!")
