@@ -35,11 +35,11 @@ WATCHDOG=${WATCHDOG:-target/release/watchdog}
 WORK=$(mktemp -d /tmp/wd-daemon-bench.XXXXXX)
 PIDS=()
 
+# shellcheck source=scripts/bench/lib.sh
+. scripts/bench/lib.sh
+
 cleanup() {
-    for p in "${PIDS[@]:-}"; do
-        [ -n "$p" ] && kill -- "-$p" 2>/dev/null || true
-        [ -n "$p" ] && kill "$p" 2>/dev/null || true
-    done
+    kill_groups "${PIDS[@]:-}"
     rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -73,10 +73,7 @@ start_run() {
 }
 
 stop_runs() { # the runs (process groups) and the watchdogs
-    for p in "${PIDS[@]:-}"; do
-        [ -n "$p" ] && kill -- "-$p" 2>/dev/null || true
-        [ -n "$p" ] && kill "$p" 2>/dev/null || true
-    done
+    kill_groups "${PIDS[@]:-}"
     wait 2>/dev/null || true
     PIDS=()
 }

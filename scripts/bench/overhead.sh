@@ -38,11 +38,11 @@ HZ_TICKS=$(getconf CLK_TCK)
 WORK=$(mktemp -d /tmp/wd-overhead.XXXXXX)
 PIDS=()
 
+# shellcheck source=scripts/bench/lib.sh
+. scripts/bench/lib.sh
+
 cleanup() {
-    for p in "${PIDS[@]:-}"; do
-        [ -n "$p" ] && kill -- "-$p" 2>/dev/null || true
-        [ -n "$p" ] && kill "$p" 2>/dev/null || true
-    done
+    kill_groups "${PIDS[@]:-}"
     rm -rf "$WORK"
 }
 trap cleanup EXIT

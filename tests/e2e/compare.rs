@@ -32,11 +32,7 @@ fn run_python(dir: &Path, rec: &Path, flags: &[&str], script: &str) {
         .env("PYTHONPATH", repo().join("python"))
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&out, "watchdog");
 }
 
 /// Records `python3 -c SIXTY_MIB` with `--dry-run` and `flags` to `dir/name`.
@@ -182,11 +178,7 @@ fn attach_and_record(dir: &Path, name: &str, prefix: &[&str], script: &str) -> P
         .output()
         .unwrap();
     let _ = target.wait();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&out, "watchdog");
     rec
 }
 
@@ -267,11 +259,7 @@ fn record_in_cgroup(dir: &Path, name: &str, limit_mib: u64) -> Option<PathBuf> {
     std::fs::write(&go, "").unwrap();
     let out = watchdog.wait_with_output().unwrap();
     let _ = target.wait();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&out, "watchdog");
     Some(rec)
 }
 
@@ -362,11 +350,7 @@ fn a_run_targets_own_dev_shm_is_read_when_the_client_reports() {
         .env("PYTHONPATH", repo().join("python"))
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&out, "watchdog");
     let shm = &meta(&rec)["environment"]["shm"];
     assert_eq!(shm["size_bytes"], 32 << 20, "{shm}");
 }

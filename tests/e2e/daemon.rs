@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde_json::Value;
 use watchdog_testsupport::public_scratch;
 
-use crate::support::{RunnableCopy, bin, is_root, require, wait_for};
+use crate::support::{RunnableCopy, assert_success, bin, is_root, require, wait_for};
 
 /// A user that exists until dropped.
 struct TempUser {
@@ -32,11 +32,7 @@ impl TempUser {
             .arg(&name)
             .output()
             .expect("run useradd");
-        assert!(
-            out.status.success(),
-            "useradd {name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_success(&out, &format!("useradd {name}"));
         let id = Command::new("id").arg("-u").arg(&name).output().unwrap();
         let uid = String::from_utf8_lossy(&id.stdout).trim().parse().unwrap();
         TempUser { name, uid }
@@ -134,11 +130,7 @@ fn status_as(program: &Path, socket: &Path, uid: u32) -> Value {
         .gid(uid)
         .output()
         .expect("run watchdog status");
-    assert!(
-        out.status.success(),
-        "watchdog status as uid {uid}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&out, &format!("watchdog status as uid {uid}"));
     serde_json::from_slice(&out.stdout).expect("status JSON")
 }
 

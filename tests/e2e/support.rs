@@ -32,6 +32,17 @@ pub fn run(args: &[&str]) -> Output {
     bin().args(args).output().expect("run watchdog")
 }
 
+/// Fails the test unless `out` exited 0, showing `what` ran and its stderr.
+#[track_caller]
+pub fn assert_success(out: &Output, what: &str) {
+    assert!(
+        out.status.success(),
+        "{what} failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The repo root.
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
