@@ -124,17 +124,9 @@ impl SharedReads {
         path: &Path,
         capacity: usize,
     ) -> Result<Arc<Mutex<Entry<KeptOpenFile>>>, SourceError> {
-        let mut files = lock(&self.files);
-        files.retain(|_, w| w.strong_count() > 0);
-        if let Some(entry) = files.get(path).and_then(Weak::upgrade) {
-            return Ok(entry);
-        }
-        let entry = Arc::new(Mutex::new(Entry {
-            reader: KeptOpenFile::with_capacity(path, capacity)?,
-            read_in: 0,
-        }));
-        files.insert(path.to_path_buf(), Arc::downgrade(&entry));
-        Ok(entry)
+        entry_in(&self.files, path.to_path_buf(), || {
+            KeptOpenFile::with_capacity(path, capacity)
+        })
     }
 
     fn filesystem_entry(
@@ -144,17 +136,56 @@ impl SharedReads {
         let dev = rustix::fs::fstat(&fs.fd)
             .map_err(|e| read_error(&fs.path, e))?
             .st_dev;
-        let mut filesystems = lock(&self.filesystems);
-        filesystems.retain(|_, w| w.strong_count() > 0);
-        if let Some(entry) = filesystems.get(&dev).and_then(Weak::upgrade) {
-            return Ok(entry);
+        entry_in(&self.filesystems, dev, || Ok(fs))
+    }
+}
+
+/// The live entry of `key` in `table`, or a new one of what `open` gives; entries no reader
+/// holds any more are dropped from the table on the way.
+fn entry_in<K: std::hash::Hash + Eq, T>(
+    table: &Mutex<HashMap<K, Weak<Mutex<Entry<T>>>>>,
+    key: K,
+    open: impl FnOnce() -> Result<T, SourceError>,
+) -> Result<Arc<Mutex<Entry<T>>>, SourceError> {
+    let mut table = lock(table);
+    table.retain(|_, w| w.strong_count() > 0);
+    if let Some(entry) = table.get(&key).and_then(Weak::upgrade) {
+        return Ok(entry);
+    }
+    let entry = Arc::new(Mutex::new(Entry {
+        reader: open()?,
+        read_in: 0,
+    }));
+    table.insert(key, Arc::downgrade(&entry));
+    Ok(entry)
+}
+
+/// What an entry holds: something read again in place.
+trait Reread {
+    fn reread(&mut self) -> Result<(), SourceError>;
+}
+
+impl Reread for KeptOpenFile {
+    fn reread(&mut self) -> Result<(), SourceError> {
+        self.read().map(|_| ())
+    }
+}
+
+impl Reread for StatvfsReader {
+    fn reread(&mut self) -> Result<(), SourceError> {
+        self.read().map(|_| ())
+    }
+}
+
+impl<T: Reread> Entry<T> {
+    /// Reads the entry unless it was read in tick `now`; an error names `path`, the
+    /// reader's own.
+    fn read_in_tick(&mut self, now: u64, path: &Path) -> Result<&T, SourceError> {
+        if self.read_in != now {
+            self.reader.reread().map_err(|e| rename(e, path))?;
+            self.read_in = now;
         }
-        let entry = Arc::new(Mutex::new(Entry {
-            reader: fs,
-            read_in: 0,
-        }));
-        filesystems.insert(dev, Arc::downgrade(&entry));
-        Ok(entry)
+        Ok(&self.reader)
     }
 }
 
@@ -192,12 +223,9 @@ impl TickFile {
                 path,
             } => {
                 let mut entry = lock(entry);
-                if entry.read_in != reads.now() {
-                    entry.reader.read().map_err(|e| rename(e, path))?;
-                    entry.read_in = reads.now();
-                }
+                let file = entry.read_in_tick(reads.now(), path)?;
                 buf.clear();
-                buf.extend_from_slice(entry.reader.last());
+                buf.extend_from_slice(file.last());
                 Ok(buf)
             }
         }
@@ -241,12 +269,7 @@ impl TickFilesystem {
         match &mut self.0 {
             FilesystemReader::Own(fs) => fs.read(),
             FilesystemReader::Shared { entry, reads, path } => {
-                let mut entry = lock(entry);
-                if entry.read_in != reads.now() {
-                    entry.reader.read().map_err(|e| rename(e, path))?;
-                    entry.read_in = reads.now();
-                }
-                Ok(entry.reader.last)
+                Ok(lock(entry).read_in_tick(reads.now(), path)?.last)
             }
         }
     }
