@@ -38,11 +38,7 @@ PIDS=()
 # shellcheck source=scripts/bench/lib.sh
 . scripts/bench/lib.sh
 
-cleanup() {
-    kill_groups "${PIDS[@]:-}"
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+clean_up_at_exit
 
 if [ "$(id -u)" != 0 ]; then
     echo "scripts/bench/daemon.sh: run it as root (the daemon reads every user's processes)" >&2

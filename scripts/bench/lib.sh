@@ -10,3 +10,9 @@ kill_groups() {
         kill "$p" 2>/dev/null || true
     done
 }
+
+# From now until the script exits: at exit, kills the process groups in the script's PIDS
+# array and removes its WORK directory.
+clean_up_at_exit() {
+    trap 'kill_groups "${PIDS[@]:-}"; rm -rf "$WORK"' EXIT
+}

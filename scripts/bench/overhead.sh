@@ -41,11 +41,7 @@ PIDS=()
 # shellcheck source=scripts/bench/lib.sh
 . scripts/bench/lib.sh
 
-cleanup() {
-    kill_groups "${PIDS[@]:-}"
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+clean_up_at_exit
 
 # --- prerequisites --------------------------------------------------------------------
 if [ ! -x "$WATCHDOG" ]; then

@@ -226,6 +226,12 @@ pub struct Settings {
 pub const MIN_INTERVAL: Duration = Duration::from_millis(1);
 
 impl Settings {
+    /// How often the tree is walked and its RSS summed when that is less often than every
+    /// tick: the service's `tree_interval`, for a run with no `mem_limit` (none to predict).
+    pub fn slow_tree_interval(&self) -> Option<Duration> {
+        self.tree_interval.filter(|_| self.mem_limit.is_none())
+    }
+
     /// What the engine decides with.
     pub fn engine(&self) -> EngineSettings {
         EngineSettings {

@@ -353,7 +353,7 @@ impl Watch {
         )
         .map_err(|e| Failure::Usage(format!("cannot watch PID {}: {e}", target.pid)))?;
         sampler.tree_mut().read_loadavg_through(&reads);
-        if let (None, Some(period)) = (settings.mem_limit, settings.tree_interval) {
+        if let Some(period) = settings.slow_tree_interval() {
             // The tree's RSS is summed this often (see `sources::build`): walk it as often.
             let ticks = period.as_nanos() / settings.interval.as_nanos().max(1);
             sampler.set_tree_refresh_every(u32::try_from(ticks).unwrap_or(u32::MAX));

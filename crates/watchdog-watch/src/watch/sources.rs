@@ -60,7 +60,7 @@ pub fn build(
     }
 
     let mut tree_memory = TreeMemory::new(proc_root, settings.mem_limit, table);
-    if let (None, Some(period)) = (settings.mem_limit, settings.tree_interval) {
+    if let Some(period) = settings.slow_tree_interval() {
         tree_memory.read_every(period);
     }
     sources.push(Box::new(tree_memory));
