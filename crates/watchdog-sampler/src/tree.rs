@@ -68,7 +68,7 @@ use std::time::{Duration, SystemTime};
 use rustix::fs::{Mode, OFlags, RawDir, SeekFrom};
 use watchdog_types::{ResourceId, ResourceKind, Sample};
 
-use crate::procfile::{KeptOpenFile, key_value_lines, parse_u64, read_error};
+use crate::procfile::{KeptOpenFile, parse_u64, read_error};
 use crate::shared::{Reads, TickFile};
 use crate::{Outcome, ResourceTable, Source, SourceError, Tick};
 
@@ -789,13 +789,30 @@ fn read_file(path: &Path) -> Result<Vec<u8>, SourceError> {
     })
 }
 
-/// Parses `btime` (boot time, seconds since the epoch) from `/proc/stat`.
-pub fn parse_btime(text: &[u8]) -> Option<u64> {
-    key_value_lines(text).find_map(|(k, v)| (k == b"btime").then(|| parse_u64(v))?)
+/// Parses the first field of `/proc/uptime` (seconds since boot, with a fraction, usually
+/// hundredths) as a duration.
+pub fn parse_uptime(text: &[u8]) -> Option<Duration> {
+    let first = text.split(|b| b.is_ascii_whitespace()).next()?;
+    let (whole, fraction) = match first.iter().position(|&b| b == b'.') {
+        Some(dot) => (&first[..dot], &first[dot + 1..]),
+        None => (first, &b""[..]),
+    };
+    let mut nanos: u64 = 0;
+    for (i, &b) in fraction.iter().enumerate() {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        if i < 9 {
+            nanos += u64::from(b - b'0') * 10u64.pow(8 - i as u32);
+        }
+    }
+    Some(Duration::from_secs(parse_u64(whole)?) + Duration::from_nanos(nanos))
 }
 
-/// When `pid` started: `btime` of `<proc_root>/stat` plus `starttime` of its `stat` (clock
-/// ticks after boot). Precise to a clock tick plus `btime`'s whole second.
+/// When `pid` started: `starttime` of its `stat` (clock ticks after boot) against the
+/// uptime in `<proc_root>/uptime`, read beside the wall clock. Precise to about 20 ms (both
+/// count hundredths); `btime` of `/proc/stat` counts whole seconds and made it up to a
+/// second early.
 pub fn process_start_time(proc_root: &Path, pid: u32) -> Result<SystemTime, SourceError> {
     let stat_path = pid_path(proc_root, pid, "stat");
     let stat = read_file(&stat_path)?;
@@ -803,24 +820,32 @@ pub fn process_start_time(proc_root: &Path, pid: u32) -> Result<SystemTime, Sour
         path: stat_path.display().to_string(),
         what: "expected 'PID (comm) STATE PPID ...' with at least 22 fields".into(),
     })?;
-    let global = proc_root.join("stat");
-    let btime = parse_btime(&read_file(&global)?).ok_or_else(|| SourceError::Parse {
-        path: global.display().to_string(),
-        what: "no 'btime' line".into(),
+    let uptime_path = proc_root.join("uptime");
+    let uptime = parse_uptime(&read_file(&uptime_path)?).ok_or_else(|| SourceError::Parse {
+        path: uptime_path.display().to_string(),
+        what: "expected seconds since boot, such as '12345.67 23456.78'".into(),
     })?;
     Ok(start_time_from(
-        btime,
+        SystemTime::now(),
+        uptime,
         parsed.starttime_ticks,
         clock_ticks_per_second(),
     ))
 }
 
-/// Boot time plus a start time in clock ticks, as a wall-clock instant. Pure.
-pub fn start_time_from(btime_s: u64, starttime_ticks: u64, ticks_per_s: u64) -> SystemTime {
+/// The wall-clock instant `starttime_ticks` after boot, when at `now` the machine has been
+/// up for `uptime`. Pure.
+pub fn start_time_from(
+    now: SystemTime,
+    uptime: Duration,
+    starttime_ticks: u64,
+    ticks_per_s: u64,
+) -> SystemTime {
     let ticks_per_s = ticks_per_s.max(1);
     let after_boot = Duration::from_secs(starttime_ticks / ticks_per_s)
         + Duration::from_nanos((starttime_ticks % ticks_per_s) * 1_000_000_000 / ticks_per_s);
-    SystemTime::UNIX_EPOCH + Duration::from_secs(btime_s) + after_boot
+    now.checked_sub(uptime.saturating_sub(after_boot))
+        .unwrap_or(SystemTime::UNIX_EPOCH)
 }
 
 /// The working directory of `pid` (the `cwd` link).
@@ -1168,7 +1193,7 @@ mod tests {
     }
 
     #[test]
-    fn uids_environ_btime() {
+    fn uids_environ_uptime() {
         let status = b"Name:\tpython3\nUmask:\t0022\nState:\tS (sleeping)\nUid:\t1000\t1001\t1002\t1003\nGid:\t100\t100\t100\t100\n";
         assert_eq!(
             parse_status_uids(status),
@@ -1191,11 +1216,19 @@ mod tests {
             ]
         );
         assert_eq!(
-            parse_btime(b"cpu 1 2 3\nbtime 1763800000\nprocesses 5\n"),
-            Some(1763800000)
+            parse_uptime(b"350735.47 234388.90\n"),
+            Some(Duration::from_millis(350_735_470))
         );
-        let t = start_time_from(1000, 250, 100);
-        assert_eq!(t, SystemTime::UNIX_EPOCH + Duration::from_millis(1_002_500));
+        assert_eq!(parse_uptime(b"12"), Some(Duration::from_secs(12)));
+        assert_eq!(parse_uptime(b"1.5x 2"), None);
+        assert_eq!(parse_uptime(b""), None);
+        // Up 1,000 s at now; started 2.5 s after boot: 997.5 s ago.
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let t = start_time_from(now, Duration::from_secs(1000), 250, 100);
+        assert_eq!(
+            now.duration_since(t).unwrap(),
+            Duration::from_millis(997_500)
+        );
     }
 
     #[test]

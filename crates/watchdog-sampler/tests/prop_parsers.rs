@@ -21,8 +21,8 @@ use watchdog_sampler::meminfo::{HostMemory, parse_meminfo};
 use watchdog_sampler::procfile::{key_value_lines, parse_u64};
 use watchdog_sampler::shared::Reads;
 use watchdog_sampler::tree::{
-    parse_btime, parse_children, parse_environ, parse_loadavg_change_key, parse_stat,
-    parse_statm_resident_pages, parse_status_uids,
+    parse_children, parse_environ, parse_loadavg_change_key, parse_stat,
+    parse_statm_resident_pages, parse_status_uids, parse_uptime,
 };
 use watchdog_sampler::{ResourceTable, Sampler, Source, SourceError};
 
@@ -49,7 +49,7 @@ fn parse_everything(bytes: &[u8]) {
     let _ = parse_statm_resident_pages(bytes);
     let _ = parse_status_uids(bytes);
     let _ = parse_environ(bytes);
-    let _ = parse_btime(bytes);
+    let _ = parse_uptime(bytes);
     let _ = parse_loadavg_change_key(bytes);
     let _ = parse_u64(bytes);
     let _ = key_value_lines(bytes).count();
@@ -103,7 +103,7 @@ fn kernel_files() -> Vec<String> {
         "3433 2303 1573 1 0 387 0\n".into(),
         "Name:\tpython3\nUid:\t1000\t1000\t1000\t1000\nNSpid:\t4242\t1\nSigCgt:\t0000000180000200\n".into(),
         "0.86 1.30 0.95 2/102 15967\n".into(),
-        "cpu  1 2 3\nbtime 1763880000\n".into(),
+        "350735.47 234388.90\n".into(),
         "max\n".into(),
         "PATH=/usr/bin\0CUDA_VISIBLE_DEVICES=1,GPU-0a1b,MIG-1\0NVIDIA_VISIBLE_DEVICES=all\0".into(),
     ]
