@@ -395,7 +395,7 @@ impl Watch {
         let settings_kmsg = settings.host.kmsg.clone();
         let mut watch = Watch {
             ack: AckWatcher::at(&request),
-            actions: actions::Actions::start(settings.notify && !settings.dry_run, hooks.clone()),
+            actions: actions::Actions::new(settings.notify && !settings.dry_run, hooks.clone()),
             settings,
             target,
             sampler,

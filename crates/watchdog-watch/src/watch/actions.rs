@@ -23,61 +23,72 @@ enum Action {
     },
 }
 
-/// The queue to the action thread.
+/// The queue to the action thread, which starts with the first action: most runs never
+/// alert, and a service watching a hundred of them would otherwise hold a hundred idle
+/// threads.
 pub struct Actions {
     tx: Option<mpsc::Sender<Action>>,
     thread: Option<JoinHandle<()>>,
+    /// The hooks the thread will run, until it is started.
+    waiting: Option<Hooks>,
     notify: bool,
 }
 
 impl Actions {
-    /// Starts the action thread; `notify` enables desktop notifications; hooks run
-    /// through `hooks` (their process groups, timeout and outcomes).
-    pub fn start(notify: bool, hooks: Hooks) -> Actions {
-        let (tx, rx) = mpsc::channel::<Action>();
-        let thread = std::thread::Builder::new()
-            .name("watchdog-actions".into())
-            .spawn(move || serve(rx, hooks));
-        match thread {
-            Ok(handle) => Actions {
-                tx: Some(tx),
-                thread: Some(handle),
-                notify,
-            },
-            Err(e) => {
-                tracing::warn!(
-                    "cannot start the action thread, hooks and notifications are off: {e}"
-                );
-                Actions {
-                    tx: None,
-                    thread: None,
-                    notify: false,
-                }
-            }
+    /// The queue; `notify` enables desktop notifications; hooks run through `hooks` (their
+    /// process groups, timeout and outcomes).
+    pub fn new(notify: bool, hooks: Hooks) -> Actions {
+        Actions {
+            tx: None,
+            thread: None,
+            waiting: Some(hooks),
+            notify,
         }
     }
 
     /// Queues a hook run.
-    pub fn hook(&self, cmd: String, env: Vec<(String, String)>) {
+    pub fn hook(&mut self, cmd: String, env: Vec<(String, String)>) {
         self.send(Action::Hook { cmd, env });
     }
 
     /// Queues a desktop notification (when enabled).
-    pub fn notify(&self, summary: String, body: String) {
+    pub fn notify(&mut self, summary: String, body: String) {
         if self.notify {
             self.send(Action::Notify { summary, body });
         }
     }
 
-    fn send(&self, action: Action) {
+    fn send(&mut self, action: Action) {
+        if let Some(hooks) = self.waiting.take() {
+            self.spawn(hooks);
+        }
         if let Some(tx) = &self.tx {
             let _ = tx.send(action);
+        }
+    }
+
+    fn spawn(&mut self, hooks: Hooks) {
+        let (tx, rx) = mpsc::channel::<Action>();
+        let thread = std::thread::Builder::new()
+            .name("watchdog-actions".into())
+            .spawn(move || serve(rx, hooks));
+        match thread {
+            Ok(handle) => {
+                self.tx = Some(tx);
+                self.thread = Some(handle);
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "cannot start the action thread, hooks and notifications are off: {e}"
+                );
+            }
         }
     }
 
     /// Lets queued actions finish, waiting at most `timeout`.
     pub fn finish(&mut self, timeout: Duration) {
         self.tx = None;
+        self.waiting = None;
         if let Some(handle) = self.thread.take() {
             let deadline = std::time::Instant::now() + timeout;
             while !handle.is_finished() && std::time::Instant::now() < deadline {
