@@ -565,3 +565,71 @@ notify = false
     );
     assert!(alive(bystander.0.id()));
 }
+
+/// A run whose tree the daemon sums only every 60 s (no mem_limit, `tree_interval = "60s"`)
+/// still has a child started after its last look signalled: the tree is read again just
+/// before the signal. The root shell does not catch SIGUSR1, so only that child can be.
+#[test]
+fn a_child_started_between_tree_reads_is_signalled() {
+    if !require(is_root(), "root (the daemon reads every process)") {
+        return;
+    }
+    let dir = public_scratch("wd-daemon-tree-");
+    let caught = dir.path().join("caught");
+    let ready = dir.path().join("ready");
+    let catcher = dir.path().join("catcher.py");
+    std::fs::write(
+        &catcher,
+        "import pathlib, signal, sys, time\n\
+         signal.signal(signal.SIGUSR1, lambda *_: pathlib.Path(sys.argv[1]).write_text('caught'))\n\
+         pathlib.Path(sys.argv[2]).write_text('ready')\n\
+         time.sleep(30)\n",
+    )
+    .unwrap();
+    let conf = dir.path().join("daemon.toml");
+    std::fs::write(
+        &conf,
+        format!(
+            r#"{keys}tree_interval = "60s"
+
+[[rule]]
+name = "late-child"
+[rule.match]
+command = "^/bin/sh -c : 7303;"
+[rule.watch]
+max_runtime = "6s"
+lead = "2s"
+signal = "SIGUSR1"
+notify = false
+"#,
+            keys = daemon_keys(dir.path())
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("daemon.log");
+    let _daemon = start_daemon(&conf, &log, &[]);
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    // Found (with its sleep) within 200 ms; the catcher starts 1 s in, long after the
+    // tree's first read, and is ready well before the alert 4 s in.
+    let script = format!(
+        ": 7303; sleep 1; python3 {} {} {}; true",
+        catcher.display(),
+        caught.display(),
+        ready.display()
+    );
+    let run = Run(Command::new("/bin/sh")
+        .arg("-c")
+        .arg(&script)
+        .spawn()
+        .expect("start the run"));
+    assert!(
+        wait_for(Duration::from_secs(15), || caught.exists()),
+        "the child started after the tree's last read was not signalled (ready: {}): {}",
+        ready.exists(),
+        log_text()
+    );
+    assert!(
+        alive(run.0.id()),
+        "the root shell, which does not catch SIGUSR1, was left alone"
+    );
+}
