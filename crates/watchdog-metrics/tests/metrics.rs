@@ -6,15 +6,16 @@
 
 use std::collections::BTreeMap;
 use std::io::{Read as _, Write as _};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use watchdog_metrics::exposition::{self, CONTENT_TYPE};
 use watchdog_metrics::server::{HEAD_TIMEOUT, MetricsHandle, MetricsServer};
-use watchdog_testsupport::{need, scratch};
+use watchdog_testsupport::prometheus::{Prometheus, exchange, get, tool};
+use watchdog_testsupport::scratch;
 use watchdog_types::ResourceKind;
 use watchdog_types::status::{ResourceStatus, TargetStatus, WatchStatus};
 
@@ -104,54 +105,6 @@ fn rich_status() -> WatchStatus {
 fn serve(status: WatchStatus) -> MetricsHandle {
     let server = MetricsServer::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
     server.serve(Arc::new(move || status.clone()))
-}
-
-/// A response: status code, headers (lower-case names), body.
-struct Reply {
-    status: u16,
-    headers: BTreeMap<String, String>,
-    body: String,
-}
-
-/// Sends `request` as is and reads the whole response (the server closes the connection).
-fn exchange(addr: SocketAddr, request: &[u8]) -> Reply {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(10))
-        .unwrap_or_else(|e| panic!("cannot connect to {addr}: {e}"));
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap_or_else(|e| panic!("{e}"));
-    stream
-        .write_all(request)
-        .unwrap_or_else(|e| panic!("cannot send to {addr}: {e}"));
-    let mut raw = Vec::new();
-    stream
-        .read_to_end(&mut raw)
-        .unwrap_or_else(|e| panic!("cannot read from {addr}: {e}"));
-    let raw = String::from_utf8(raw).unwrap_or_else(|e| panic!("not UTF-8: {e}"));
-    let (head, body) = raw
-        .split_once("\r\n\r\n")
-        .unwrap_or_else(|| panic!("no end of head in {raw:?}"));
-    let mut lines = head.split("\r\n");
-    let status_line = lines.next().unwrap_or_default();
-    let status = status_line
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("bad status line {status_line:?}"));
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    Reply {
-        status,
-        headers,
-        body: body.to_string(),
-    }
-}
-
-fn get(addr: SocketAddr, path: &str) -> Reply {
-    let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\nAccept: */*\r\n\r\n");
-    exchange(addr, request.as_bytes())
 }
 
 #[test]
@@ -305,14 +258,6 @@ fn the_snapshot_is_taken_at_each_scrape() {
 }
 
 // ---- Prometheus's own tools ----
-
-fn tool(name: &str) -> Option<PathBuf> {
-    let path = Path::new("/usr/bin").join(name);
-    need(
-        path.exists().then_some(path),
-        &format!("{name} (Debian: apt-get install prometheus)"),
-    )
-}
 
 fn alert_rules() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/watchdog-alerts.yml")
@@ -468,32 +413,6 @@ tests:
 // ---- A real Prometheus server ----
 
 /// A Prometheus server, killed and reaped when dropped (also when the test panics).
-struct Prometheus {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Prometheus {
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A port nobody listens on now (the kernel's pick for 127.0.0.1:0, released).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("no free port: {e}"))
-}
-
 /// Each `watchdog_resource_used_bytes` series as (pid, user, rule, resource, kind) → value.
 type Series = BTreeMap<(String, String, String, String, String), f64>;
 
@@ -549,68 +468,21 @@ fn a_real_prometheus_scrapes_the_values_of_the_snapshot() {
     assert!(want.len() >= 7, "the fixture lost its byte resources");
     let handle = serve(status);
     let dir = scratch();
-    let config = dir.path().join("prometheus.yml");
     let rules = alert_rules()
         .canonicalize()
         .unwrap_or_else(|e| panic!("{e}"));
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
-             rule_files: [\"{}\"]\n\
-             scrape_configs:\n  - job_name: watchdog\n    static_configs:\n      - targets: [\"{}\"]\n",
-            rules.display(),
-            handle.local_addr()
-        ),
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    let port = free_port();
-    let log = dir.path().join("prometheus.log");
-    let log_file = std::fs::File::create(&log).unwrap_or_else(|e| panic!("{e}"));
-    let err_file = log_file.try_clone().unwrap_or_else(|e| panic!("{e}"));
-    let child = Command::new(&bin)
-        .arg(format!("--config.file={}", config.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.path().join("data").display()
-        ))
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-        .stdin(Stdio::null())
-        .stdout(log_file)
-        .stderr(err_file)
-        .current_dir(dir.path())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
-    let mut prometheus = Prometheus { child, log };
-    let api: SocketAddr = format!("127.0.0.1:{port}")
-        .parse()
-        .unwrap_or_else(|e| panic!("{e}"));
-
-    // Startup, the first scrape and the query all compete for 2 busy cores: be patient.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut last = String::from("(no answer yet)");
-    loop {
-        if let Ok(Some(exit)) = prometheus.child.try_wait() {
-            panic!("prometheus exited ({exit}):\n{}", prometheus.log());
-        }
-        if TcpStream::connect_timeout(&api, Duration::from_secs(1)).is_ok() {
-            let reply = get(api, "/api/v1/query?query=watchdog_resource_used_bytes");
-            if reply.status == 200 && parse_query_answer(&reply.body).as_ref() == Some(&want) {
-                break;
-            }
-            last = format!("{} {}", reply.status, reply.body);
-        }
-        assert!(
-            Instant::now() < deadline,
-            "prometheus never returned the snapshot's values.\nwanted {want:#?}\nlast answer: {last}\nlog:\n{}",
-            prometheus.log()
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    let mut prometheus = Prometheus::start(&bin, dir.path(), handle.local_addr(), &[rules]);
+    prometheus.wait_for_query("watchdog_resource_used_bytes", |body| {
+        parse_query_answer(body).as_ref() == Some(&want)
+    });
     // The scrape itself was healthy (no sample rejected), and the rules loaded.
-    let up = get(api, "/api/v1/query?query=scrape_samples_scraped");
+    let up = prometheus
+        .get("/api/v1/query?query=scrape_samples_scraped")
+        .unwrap_or_else(|| panic!("prometheus stopped listening"));
     assert!(up.body.contains("\"job\":\"watchdog\""), "{}", up.body);
-    let rules = get(api, "/api/v1/rules");
+    let rules = prometheus
+        .get("/api/v1/rules")
+        .unwrap_or_else(|| panic!("prometheus stopped listening"));
     assert!(
         rules.body.contains("WatchdogCheckpointNotAcknowledged"),
         "{}",

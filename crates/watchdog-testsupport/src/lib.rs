@@ -8,9 +8,12 @@
 //! though the test harness hides the output of passing tests.
 //!
 //! [`Chromium`] is the one way the tests run a browser; [`RunnableCopy`] puts a binary where
-//! another user (`nobody`) can run it, wherever the repository is cloned.
+//! another user (`nobody`) can run it, wherever the repository is cloned; [`prometheus`]
+//! runs a real Prometheus server against an endpoint.
 
 #![deny(missing_docs)]
+
+pub mod prometheus;
 
 use std::io::{Read as _, Write as _};
 use std::os::unix::fs::PermissionsExt as _;
