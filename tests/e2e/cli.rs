@@ -77,6 +77,41 @@ fn bad_values_are_one_line_errors_with_status_2() {
             &["replay", "/nonexistent/trace.csv"],
             &["cannot read trace '/nonexistent/trace.csv'"],
         ),
+        // Flags a subcommand would silently ignore: the daemon's settings are its rules'.
+        (
+            &["--pid", "1", "daemon", "--config", "/nonexistent"],
+            &["--pid cannot be used with daemon", "[[rule]]"],
+        ),
+        (
+            &["daemon", "--lead", "5s", "--config", "/nonexistent"],
+            &["--lead cannot be used with daemon", "config/daemon.toml"],
+        ),
+        (
+            &["--disk", "/tmp", "daemon"],
+            &["--disk cannot be used with daemon"],
+        ),
+        (
+            &["status", "--mem-limit", "1GiB"],
+            &[
+                "--mem-limit cannot be used with status",
+                "--json and --socket",
+            ],
+        ),
+        (
+            &["--metrics", "9187", "status"],
+            &["--metrics cannot be used with status"],
+        ),
+        (
+            &["--pid", "1", "diff", "a.csv", "b.csv"],
+            &["--pid cannot be used with diff"],
+        ),
+        (
+            &["--metrics", "1.2.3:9187", "--pid", "1"],
+            &[
+                "invalid metrics address",
+                "\"1.2.3\" is not an IPv4 address",
+            ],
+        ),
     ];
     for (args, fragments) in table.iter().chain(REGRESSIONS_ISSUE_9) {
         assert_usage_error(args, fragments);

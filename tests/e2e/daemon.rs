@@ -3,7 +3,8 @@
 //! run as that user, `watchdog status` showing each user only their runs, a run that
 //! registers through the Python client watched and its slow checkpoint raising its lead,
 //! reload with a bad and a good config, SIGTERM leaving every run running, and what the
-//! daemon tells systemd, on a notification socket the test owns.
+//! daemon tells systemd, on a notification socket the test owns; its ready line, and a real
+//! Prometheus scraping the runs it found at its `--metrics` address.
 
 use std::os::unix::fs::MetadataExt as _;
 use std::os::unix::net::UnixDatagram;
@@ -13,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
-use watchdog_testsupport::public_scratch;
+use watchdog_testsupport::{prometheus, public_scratch};
 
 use crate::support::{RunnableCopy, assert_success, bin, is_root, require, wait_for};
 
@@ -78,6 +79,14 @@ state_dir = "{dir}/state"
 "#,
         dir = dir.display()
     )
+}
+
+/// Writes `dir/daemon.toml`: the daemon's keys for a test in `dir` ([`daemon_keys`]), then
+/// `rest` (more keys, then the rules); returns its path.
+fn write_config(dir: &Path, rest: &str) -> PathBuf {
+    let conf = dir.join("daemon.toml");
+    std::fs::write(&conf, format!("{}{rest}", daemon_keys(dir))).unwrap();
+    conf
 }
 
 fn config(dir: &Path, a: &TempUser, b: &TempUser, extra_rule: &str) -> String {
@@ -506,11 +515,9 @@ fn a_gpu_rule_takes_a_process_once_it_holds_gpu_memory_and_only_it() {
         ),
     )
     .unwrap();
-    let conf = dir.path().join("daemon.toml");
-    std::fs::write(
-        &conf,
-        format!(
-            r#"{keys}
+    let conf = write_config(
+        dir.path(),
+        r#"
 [[rule]]
 name = "on-gpu"
 [rule.match]
@@ -519,10 +526,7 @@ command = "^/bin/sleep 74"
 [rule.watch]
 notify = false
 "#,
-            keys = daemon_keys(dir.path())
-        ),
-    )
-    .unwrap();
+    );
     let socket = dir.path().join("run/daemon.sock");
     let log = dir.path().join("daemon.log");
     let _daemon = start_daemon(
@@ -586,11 +590,9 @@ fn a_child_started_between_tree_reads_is_signalled() {
          time.sleep(30)\n",
     )
     .unwrap();
-    let conf = dir.path().join("daemon.toml");
-    std::fs::write(
-        &conf,
-        format!(
-            r#"{keys}tree_interval = "60s"
+    let conf = write_config(
+        dir.path(),
+        r#"tree_interval = "60s"
 
 [[rule]]
 name = "late-child"
@@ -602,10 +604,7 @@ lead = "2s"
 signal = "SIGUSR1"
 notify = false
 "#,
-            keys = daemon_keys(dir.path())
-        ),
-    )
-    .unwrap();
+    );
     let log = dir.path().join("daemon.log");
     let _daemon = start_daemon(&conf, &log, &[]);
     let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
@@ -631,5 +630,79 @@ notify = false
     assert!(
         alive(run.0.id()),
         "the root shell, which does not catch SIGUSR1, was left alone"
+    );
+}
+
+/// `watchdog daemon --metrics ADDR --ready-fd 3` for real: the ready line names the socket
+/// once it is bound, and a real Prometheus scraping the endpoint the flag asked for (the
+/// config names none) returns the figures of the run the daemon found.
+#[test]
+fn a_real_prometheus_scrapes_the_runs_the_daemon_found_at_the_metrics_flags_address() {
+    if !require(is_root(), "root (the daemon reads every process)") {
+        return;
+    }
+    let Some(prometheus_bin) = prometheus::tool("prometheus") else {
+        return;
+    };
+    let dir = public_scratch("wd-daemon-metrics-");
+    let conf = write_config(
+        dir.path(),
+        r#"
+[[rule]]
+name = "scraped"
+[rule.match]
+command = "^/bin/sleep 7501$"
+[rule.watch]
+max_runtime = "1h"
+notify = false
+"#,
+    );
+    let ready = dir.path().join("ready.json");
+    let log = dir.path().join("daemon.log");
+    let metrics = std::net::SocketAddr::from(([127, 0, 0, 1], prometheus::free_port()));
+    // Descriptor 3 opened by the shell, as a parent that starts the service would leave it.
+    let _daemon = Run(Command::new("/bin/sh")
+        .args(["-c", "exec 3>\"$WD_READY\"; exec \"$@\"", "sh"])
+        .arg(env!("CARGO_BIN_EXE_watchdog"))
+        .args(["daemon", "--ready-fd", "3", "--metrics"])
+        .arg(metrics.to_string())
+        .arg("--config")
+        .arg(&conf)
+        .env("WD_READY", &ready)
+        .env_remove("NOTIFY_SOCKET")
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(std::fs::File::create(&log).unwrap()))
+        .spawn()
+        .expect("start the daemon"));
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let ready_line = || std::fs::read_to_string(&ready).unwrap_or_default();
+    assert!(
+        wait_for(Duration::from_secs(20), || ready_line().ends_with('\n')),
+        "no ready line: {}",
+        log_text()
+    );
+    let line: Value = serde_json::from_str(&ready_line()).expect("the ready line is JSON");
+    assert_eq!(line["ready"], true, "{line}");
+    assert_eq!(
+        line["socket"].as_str(),
+        Some(dir.path().join("run/daemon.sock").to_str().unwrap()),
+        "{line}"
+    );
+    assert!(dir.path().join("run/daemon.sock").exists());
+
+    let run = Run(Command::new("/bin/sleep").arg("7501").spawn().unwrap());
+    let pid = run.0.id().to_string();
+    let mut server = prometheus::Prometheus::start(&prometheus_bin, dir.path(), metrics, &[]);
+    // What a dashboard would ask: the run's runtime limit (1 h, in seconds) and its tree.
+    let query = format!("watchdog_runtime_limit_seconds{{pid=\"{pid}\",rule=\"scraped\"}}");
+    let body = server.wait_for_query(&query, |body| body.contains("\"3600\""));
+    assert!(body.contains("\"user\":\"root\""), "{body}");
+    let tree = format!("watchdog_resource_used_bytes{{pid=\"{pid}\",kind=\"tree_memory\"}} > 0");
+    server.wait_for_query(&tree, |body| body.contains(&format!("\"pid\":\"{pid}\"")));
+    server.wait_for_query("watchdog_targets", |body| body.contains("\"1\"]"));
+    assert!(
+        log_text().contains(&format!("metrics at http://{metrics}/metrics")),
+        "{}",
+        log_text()
     );
 }

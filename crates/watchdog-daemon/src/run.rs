@@ -43,9 +43,10 @@ struct Run {
     since_unix: f64,
 }
 
-/// `watchdog daemon --config PATH`: runs until SIGTERM or SIGINT (exit 0, every run left
-/// running), reloading the config on SIGHUP.
-pub fn run(config_path: &Path, host: Host) -> Result<ExitCode, Failure> {
+/// `watchdog daemon --config PATH [--metrics ADDR]`: runs until SIGTERM or SIGINT (exit 0,
+/// every run left running), reloading the config on SIGHUP. `metrics`, from the command
+/// line, wins over the config's `metrics`.
+pub fn run(config_path: &Path, host: Host, metrics: Option<String>) -> Result<ExitCode, Failure> {
     let stop = Arc::new(AtomicUsize::new(0));
     for sig in [libc::SIGINT, libc::SIGTERM] {
         signal_hook::flag::register_usize(sig, stop.clone(), sig as usize)
@@ -68,7 +69,10 @@ pub fn run(config_path: &Path, host: Host) -> Result<ExitCode, Failure> {
     let published = Arc::new(Published::new("daemon", config.interval.as_secs_f64()));
     let (register_tx, register_rx) = mpsc::channel::<Pending>();
     let socket = serve_socket(&config.socket, &host, &published, register_tx)?;
-    let metrics = serve_metrics(config.metrics.map(|a| a.to_string()), &published)?;
+    let metrics = serve_metrics(
+        metrics.or_else(|| config.metrics.map(|a| a.to_string())),
+        &published,
+    )?;
     let mut notifier = ServiceNotifier::from_host(&host).unwrap_or_else(|e| {
         tracing::warn!("systemd will not hear from the service: {e}");
         ServiceNotifier::disabled()
@@ -92,6 +96,7 @@ pub fn run(config_path: &Path, host: Host) -> Result<ExitCode, Failure> {
         config.socket.display()
     );
     let _ = notifier.ready("watching 0 runs");
+    watchdog_watch::ready::notify_service(&config.socket);
 
     // Started once a rule matches on `gpu` (now or after a reload).
     let mut gpu: Option<GpuSet> = None;

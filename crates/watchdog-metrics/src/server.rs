@@ -177,6 +177,10 @@ pub fn parse_addr(addr: &str) -> Result<Vec<SocketAddr>, String> {
     if let Ok(ip) = host.parse::<IpAddr>() {
         return Ok(vec![SocketAddr::new(ip, port)]);
     }
+    // The resolver would take "1.2.3" as 1.2.0.3; digits and dots are meant as an address.
+    if host.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        return Err(bad(&format!("{host:?} is not an IPv4 address")));
+    }
     let resolved: Vec<SocketAddr> = (host, port)
         .to_socket_addrs()
         .map_err(|e| bad(&format!("cannot resolve host {host:?} ({e})")))?
@@ -415,6 +419,8 @@ mod tests {
             ("[::1:9187", "closing ']'"),
             ("[::1]x:9187", "closing ']'"),
             ("[nope]:9187", "is not an IPv6 address"),
+            ("1.2.3:9187", "is not an IPv4 address"),
+            ("256.0.0.1:9187", "is not an IPv4 address"),
             ("no-such-host.invalid:9187", "cannot resolve"),
         ] {
             let e = parse_addr(a)

@@ -10,7 +10,9 @@
 //! {"ready":true,"pid":1234,"watchdog_pid":1240,"request_file":"/run/user/0/watchdog-1234.request.json","recording":"/root/.local/state/watchdog/watchdog-1234-20261123T101500Z.recording.csv"}
 //! ```
 //!
-//! (`recording` is `null` when none will be written.) When the watchdog exits before
+//! (`recording` is `null` when none will be written.) `watchdog daemon` writes
+//! `{"ready":true,"watchdog_pid":1240,"socket":"/run/watchdog/daemon.sock"}` once its
+//! socket is bound. When the watchdog exits before
 //! that, the parent reads end-of-file with no line, and the reason is the error line
 //! on stderr. The descriptor is taken at start and marked close-on-exec, so neither
 //! the `run` command nor a hook inherits it (a child holding it would keep the parent
@@ -66,18 +68,33 @@ pub fn take(fd: i32) -> Result<(), String> {
     Ok(())
 }
 
-/// Writes the ready line and closes the descriptor (once; later calls do nothing).
+/// Writes the ready line of a watch and closes the descriptor (once; later calls do
+/// nothing).
 pub fn notify(pid: u32, request_file: &Path, recording: Option<&Path>) {
-    let Some(fd) = READY.lock().ok().and_then(|mut slot| slot.take()) else {
-        return;
-    };
-    let line = serde_json::json!({
+    send(&serde_json::json!({
         "ready": true,
         "pid": pid,
         "watchdog_pid": std::process::id(),
         "request_file": request_file.to_string_lossy(),
         "recording": recording.map(|p| p.to_string_lossy()),
-    });
+    }));
+}
+
+/// Writes the service's ready line (`watchdog daemon`: its socket is bound and it is
+/// looking for runs) and closes the descriptor, before any run's watch could write its own.
+pub fn notify_service(socket: &Path) {
+    send(&serde_json::json!({
+        "ready": true,
+        "watchdog_pid": std::process::id(),
+        "socket": socket.to_string_lossy(),
+    }));
+}
+
+/// Writes `line` to the descriptor and closes it, if it is still held.
+fn send(line: &serde_json::Value) {
+    let Some(fd) = READY.lock().ok().and_then(|mut slot| slot.take()) else {
+        return;
+    };
     let mut file = std::fs::File::from(fd);
     // One write, so a reader never sees half a line before the end of file.
     if let Err(e) = file.write_all(format!("{line}\n").as_bytes()) {

@@ -5,7 +5,8 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, CommandFactory as _, Parser, Subcommand};
 use watchdog_config::options::{WatchOptions, parse_pid};
 
 /// Watches a training run's memory, disk, GPU memory and runtime, predicts when each
@@ -101,6 +102,51 @@ pub enum Command {
 /// Checks a `--metrics` address now, so a bad one is a usage error before anything starts.
 fn parse_metrics_addr(s: &str) -> Result<String, String> {
     watchdog_metrics::server::parse_addr(s).map(|_| s.to_string())
+}
+
+/// The logging flags, which apply to every subcommand.
+const ANYWHERE: [&str; 3] = ["log_format", "verbose", "quiet"];
+
+/// An error naming the first flag given with a subcommand it does nothing for (`--lead`
+/// with `daemon`, whose settings are its rules'); `None` when every flag given applies.
+/// `run`, `--pid` and `replay` take the watch flags.
+pub fn flag_that_does_not_apply(matches: &ArgMatches) -> Option<String> {
+    let (sub, applies, expected): (&str, &[&str], &str) = match matches.subcommand_name()? {
+        "daemon" => (
+            "daemon",
+            &["config", "metrics", "ready_fd"],
+            "the runs to watch and their settings in the config's [[rule]] tables (see config/daemon.toml)",
+        ),
+        "status" => ("status", &[], "only --json and --socket"),
+        "diff" => ("diff", &[], "only the two recordings"),
+        "report" => ("report", &[], "only the recordings and --output"),
+        _ => return None,
+    };
+    Cli::command()
+        .get_arguments()
+        .filter(|arg| !arg.is_positional())
+        .map(|arg| {
+            (
+                arg.get_id().as_str().to_string(),
+                arg.get_long().map(str::to_string),
+            )
+        })
+        .filter(|(id, _)| !applies.contains(&id.as_str()) && !ANYWHERE.contains(&id.as_str()))
+        .find(|(id, _)| {
+            matches!(
+                matches
+                    .try_contains_id(id)
+                    .ok()
+                    .and_then(|_| matches.value_source(id)),
+                Some(ValueSource::CommandLine)
+            )
+        })
+        .map(|(id, long)| {
+            format!(
+                "--{} cannot be used with {sub}: expected {expected}",
+                long.unwrap_or(id)
+            )
+        })
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use std::process::ExitCode;
 
 use std::sync::Arc;
 
-use clap::Parser;
+use clap::{CommandFactory as _, FromArgMatches as _};
 use watchdog_metrics::server::{MetricsHandle, MetricsServer};
 use watchdog_watch::Published;
 
@@ -26,10 +26,18 @@ use watchdog_config::Settings;
 const DAEMON_CONFIG: &str = "/etc/watchdog/daemon.toml";
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let matches = match Cli::command().try_get_matches() {
+        Ok(matches) => matches,
+        Err(e) => return clap_error(e),
+    };
+    let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(e) => return clap_error(e),
     };
+    if let Some(e) = cli::flag_that_does_not_apply(&matches) {
+        terminal::error_line(&e);
+        return ExitCode::from(EXIT_USAGE);
+    }
     match run(cli) {
         Ok(code) => code,
         Err(failure) => {
@@ -59,7 +67,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
                 .unwrap_or_else(|| DAEMON_CONFIG.into());
             let settings = Settings::resolve(&options).map_err(Failure::Usage)?;
             logging::init(&settings);
-            watchdog_daemon::run::run(&config, settings.host)
+            watchdog_daemon::run::run(&config, settings.host, cli.metrics)
         }
         Some(Command::Status { json, socket }) => status(&socket, json),
         Some(Command::Report { recordings, output }) => {
