@@ -95,6 +95,9 @@ fn connect_error(socket: &Path, e: &io::Error) -> String {
         io::ErrorKind::NotFound => {
             format!("cannot connect to {shown}: no such file; is `watchdog daemon` running?")
         }
+        io::ErrorKind::ConnectionRefused if !is_socket(socket) => format!(
+            "cannot connect to {shown}: not a socket; expected the socket of `watchdog daemon` (--socket PATH)"
+        ),
         io::ErrorKind::ConnectionRefused => format!(
             "cannot connect to {shown}: nobody is listening (a stale socket); is `watchdog daemon` running?"
         ),
@@ -103,6 +106,12 @@ fn connect_error(socket: &Path, e: &io::Error) -> String {
         ),
         _ => format!("cannot connect to {shown}: {e}"),
     }
+}
+
+/// Whether `path` is a socket (connecting to any other kind of file is refused too).
+fn is_socket(path: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt as _;
+    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_socket())
 }
 
 #[cfg(test)]
@@ -133,6 +142,17 @@ mod tests {
         drop(UnixListener::bind(&path).unwrap());
         let e = query(&path, &Request::Status).unwrap_err();
         assert!(e.contains("nobody is listening (a stale socket)"), "{e}");
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_socket_is_named_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("daemon.sock");
+        std::fs::write(&path, "").unwrap();
+        for p in [path.as_path(), dir.path()] {
+            let e = query(p, &Request::Status).unwrap_err();
+            assert!(e.contains(": not a socket; expected the socket"), "{e}");
+        }
     }
 
     #[test]
