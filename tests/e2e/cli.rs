@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use crate::support::{bin, bin_as_nobody, is_root, require, run, scratch};
+use crate::support::{bin, bin_as_nobody, is_root, of_kind, read_events, require, run, scratch};
 
 /// Asserts exit status 2 and a one-line stderr containing every fragment.
 fn assert_usage_error(args: &[&str], fragments: &[&str]) {
@@ -521,6 +521,51 @@ fn pid_mode_exits_0_with_a_summary_when_the_target_exits() {
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains(&format!("PID {}", target.id())), "{stderr}");
     assert!(stderr.contains("Peak usage"), "{stderr}");
+}
+
+/// With `--pid` the watchdog is not the target's parent, yet it tells an exit code from a
+/// kill: the kernel keeps the status for its pidfd once the parent reaps (Linux 6.15+).
+#[test]
+fn pid_mode_reads_the_exit_status_its_parent_reaped() {
+    let probe = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let version: Vec<u32> = probe
+        .split(|c: char| !c.is_ascii_digit())
+        .take(2)
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    if !require(
+        version >= vec![6, 15],
+        &format!(
+            "Linux 6.15 or later for PIDFD_INFO_EXIT (this is {})",
+            probe.trim()
+        ),
+    ) {
+        return;
+    }
+    let dir = scratch();
+    for (script, field, want) in [
+        ("sleep 1; exit 3", "code", 3),
+        ("sleep 1; kill -KILL $$", "signal", 9),
+    ] {
+        let events = dir.path().join(format!("{field}.jsonl"));
+        let mut target = Command::new("sh").args(["-c", script]).spawn().unwrap();
+        let pid = target.id();
+        // The parent reaps at once, as a shell or a notebook kernel does.
+        let reaper = std::thread::spawn(move || target.wait());
+        let out = bin()
+            .args(["--gpu", "off", "--events", events.to_str().unwrap()])
+            .args(["--pid", &pid.to_string()])
+            .output()
+            .unwrap();
+        reaper.join().unwrap().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        let ev = read_events(&events);
+        let exit = of_kind(&ev, "exit");
+        assert_eq!(exit.len(), 1, "{ev:?}");
+        assert_eq!(exit[0][field], want, "{script}: {:?}", exit[0]);
+        assert_ne!(exit[0]["verdict"], "unknown", "{script}: {:?}", exit[0]);
+    }
 }
 
 #[test]

@@ -5,12 +5,18 @@
 //! is gone instead of hitting whatever process got the PID next. The descriptor
 //! becomes readable when the process exits (`poll(2)`), which gives a race-free
 //! [`PidFd::is_exited`] and [`PidFd::wait_exit`]. Needs Linux 5.3 or later.
+//!
+//! Once the process's parent has reaped it, Linux 6.15 and later keep its wait status for
+//! whoever holds a pidfd (`PIDFD_GET_INFO` with `PIDFD_INFO_EXIT`): [`PidFd::exit_status`]
+//! reads it, so a watchdog that is not the parent (`--pid`, the service) can still tell an
+//! exit code from a kill.
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::ioctl::{Opcode, Updater, opcode};
 use rustix::process::{Pid, PidfdFlags, Signal};
 
 /// What can go wrong with a pidfd.
@@ -64,6 +70,32 @@ impl PidFdError {
         }
     }
 }
+
+/// `struct pidfd_info` of `<linux/pidfd.h>`, its first version (64 bytes, Linux 6.13).
+#[repr(C)]
+#[derive(Debug, Default)]
+struct PidfdInfo {
+    mask: u64,
+    cgroupid: u64,
+    pid: u32,
+    tgid: u32,
+    ppid: u32,
+    ruid: u32,
+    rgid: u32,
+    euid: u32,
+    egid: u32,
+    suid: u32,
+    sgid: u32,
+    fsuid: u32,
+    fsgid: u32,
+    exit_code: i32,
+}
+
+/// `PIDFD_INFO_EXIT`: asks for, and says the kernel gave, the wait status (Linux 6.15).
+const PIDFD_INFO_EXIT: u64 = 1 << 3;
+
+/// `PIDFD_GET_INFO`: `_IOWR(PIDFS_IOCTL_MAGIC, 11, struct pidfd_info)`.
+const PIDFD_GET_INFO: Opcode = opcode::read_write::<PidfdInfo>(0xFF, 11);
 
 /// An open pidfd for one process.
 #[derive(Debug)]
@@ -136,6 +168,42 @@ impl PidFd {
         }
     }
 
+    /// The process's wait status (as `waitpid(2)` gives it) once its parent has reaped it;
+    /// `Ok(None)` while it runs or waits, a zombie, to be reaped. An error on kernels older
+    /// than 6.15, which keep no status for a pidfd.
+    pub fn exit_status(&self) -> io::Result<Option<i32>> {
+        let mut info = PidfdInfo {
+            mask: PIDFD_INFO_EXIT,
+            ..PidfdInfo::default()
+        };
+        // SAFETY: PIDFD_GET_INFO reads and writes a `struct pidfd_info` in place; `PidfdInfo`
+        // is its first version, field for field, and the opcode encodes its size, so the
+        // kernel copies no more than that.
+        unsafe {
+            rustix::ioctl::ioctl(
+                &self.fd,
+                Updater::<PIDFD_GET_INFO, PidfdInfo>::new(&mut info),
+            )
+        }?;
+        Ok((info.mask & PIDFD_INFO_EXIT != 0).then_some(info.exit_code))
+    }
+
+    /// [`exit_status`](Self::exit_status) of an exited process, waiting up to `timeout` for
+    /// its parent to reap it; `None` when it was not reaped by then or the kernel keeps no
+    /// status.
+    pub fn wait_exit_status(&self, timeout: Duration) -> Option<i32> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.exit_status() {
+                Ok(Some(status)) => return Some(status),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                _ => return None,
+            }
+        }
+    }
+
     fn poll_readable(&self, timeout: Option<Duration>) -> Result<bool, PidFdError> {
         let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
         let ts = timeout.map(|t| Timespec {
@@ -198,6 +266,36 @@ mod tests {
         child.wait().unwrap();
         let err = fd.send_signal(libc::SIGTERM).err();
         assert!(err.as_ref().is_some_and(PidFdError::is_gone), "{err:?}");
+    }
+
+    /// Linux 6.15 and later keep the wait status for the pidfd once the parent reaps:
+    /// nothing while the process runs or is a zombie, its exit code or signal after.
+    #[test]
+    fn the_wait_status_is_kept_for_the_pidfd_once_the_parent_reaped() {
+        let me = PidFd::open(std::process::id()).unwrap();
+        let supported = me.exit_status();
+        if !watchdog_testsupport::require(
+            supported.is_ok(),
+            &format!("Linux 6.15 or later for PIDFD_INFO_EXIT ({supported:?})"),
+        ) {
+            return;
+        }
+        assert_eq!(me.exit_status().unwrap(), None, "a running process");
+        let mut child = Command::new("sh").args(["-c", "exit 3"]).spawn().unwrap();
+        let fd = PidFd::open(child.id()).unwrap();
+        assert!(fd.wait_exit(Some(Duration::from_secs(10))).unwrap());
+        assert_eq!(fd.exit_status().unwrap(), None, "a zombie, not yet reaped");
+        child.wait().unwrap();
+        assert_eq!(fd.exit_status().unwrap(), Some(3 << 8));
+
+        let mut killed = Command::new("sleep").arg("30").spawn().unwrap();
+        let fd = PidFd::open(killed.id()).unwrap();
+        killed.kill().unwrap();
+        killed.wait().unwrap();
+        assert_eq!(
+            fd.wait_exit_status(Duration::from_secs(1)),
+            Some(libc::SIGKILL)
+        );
     }
 
     #[test]

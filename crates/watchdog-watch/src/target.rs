@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::Arc;
+use std::time::Duration;
 
 use watchdog_alerter::pidfd::PidFd;
 
@@ -117,17 +118,34 @@ impl Target {
         }
     }
 
-    /// Collects the exit status once the pidfd says the target is gone.
+    /// Collects the exit status once the pidfd says the target is gone: by waiting for our
+    /// child, or, for another's, from the pidfd once its parent has reaped it (Linux 6.15
+    /// and later; waited for up to [`REAPED_WITHIN`], else unknown).
     pub fn reap(&mut self) -> TargetExit {
         use std::os::unix::process::ExitStatusExt;
         match self.child.as_mut().map(Child::wait) {
-            Some(Ok(status)) => match (status.code(), status.signal()) {
-                (Some(code), _) => TargetExit::Code(code),
-                (None, Some(sig)) => TargetExit::Signal(sig),
-                (None, None) => TargetExit::Unknown,
-            },
-            _ => TargetExit::Unknown,
+            Some(Ok(status)) => exit_from_wait_status(status.into_raw()),
+            Some(Err(_)) => TargetExit::Unknown,
+            None => self
+                .pidfd
+                .wait_exit_status(REAPED_WITHIN)
+                .map_or(TargetExit::Unknown, exit_from_wait_status),
         }
+    }
+}
+
+/// How long a target that is not the watchdog's child is given to be reaped by its parent
+/// (a shell or a kernel does it at once) before its exit status is called unknown.
+pub const REAPED_WITHIN: Duration = Duration::from_millis(100);
+
+/// A `waitpid(2)` status as an exit code or a signal.
+fn exit_from_wait_status(status: i32) -> TargetExit {
+    if libc::WIFEXITED(status) {
+        TargetExit::Code(libc::WEXITSTATUS(status))
+    } else if libc::WIFSIGNALED(status) {
+        TargetExit::Signal(libc::WTERMSIG(status))
+    } else {
+        TargetExit::Unknown
     }
 }
 
