@@ -79,6 +79,18 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// Whether the running kernel is Linux `major.minor` or later (`/proc/sys/kernel/osrelease`),
+/// for a test that asserts what a kernel feature gives where it exists and the fallback
+/// where it does not.
+pub fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|n| n.parse::<u32>().unwrap_or(0));
+    let (a, b) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (a, b) >= (major, minor)
+}
+
 /// A scratch directory under the system's temporary directory.
 pub fn scratch() -> tempfile::TempDir {
     tempfile::Builder::new()
@@ -283,6 +295,13 @@ impl Chromium {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kernel_versions_compare_by_major_then_minor() {
+        assert!(kernel_at_least(0, 0));
+        assert!(kernel_at_least(3, 10));
+        assert!(!kernel_at_least(999, 0));
+    }
 
     #[test]
     fn ci_is_strict_unless_empty_false_or_zero() {
