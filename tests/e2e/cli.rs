@@ -106,6 +106,14 @@ fn bad_values_are_one_line_errors_with_status_2() {
             &["--pid cannot be used with diff"],
         ),
         (
+            &["--pid", "1", "replay", "trace.csv"],
+            &["--pid cannot be used with replay", "--lead, --interval"],
+        ),
+        (
+            &["replay", "trace.csv", "--metrics", "9187"],
+            &["--metrics cannot be used with replay"],
+        ),
+        (
             &["--metrics", "1.2.3:9187", "--pid", "1"],
             &[
                 "invalid metrics address",
