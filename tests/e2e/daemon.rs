@@ -711,3 +711,62 @@ notify = false
         log_text()
     );
 }
+
+/// A run whose parent reaps it late (here 300 ms after it exited) still has its exit code
+/// in the service's verdict: the service waits for the reap without stopping its loop
+/// (Linux 6.15 and later keep the status for its pidfd; older kernels keep none).
+#[test]
+fn a_run_reaped_late_by_its_parent_still_gets_its_exit_code() {
+    if !require(is_root(), "root (the daemon reads every process)") {
+        return;
+    }
+    let dir = public_scratch("wd-daemon-reap-");
+    let conf = write_config(
+        dir.path(),
+        r#"
+[[rule]]
+name = "late-reap"
+[rule.match]
+command = "^/bin/sh -c : 7304;"
+[rule.watch]
+notify = false
+"#,
+    );
+    let log = dir.path().join("daemon.log");
+    let _daemon = start_daemon(&conf, &log, &[]);
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let mut run = Command::new("/bin/sh")
+        .args(["-c", ": 7304; sleep 1; exit 3"])
+        .spawn()
+        .expect("start the run");
+    let pid = run.id();
+    assert!(
+        wait_for(Duration::from_secs(10), || log_text()
+            .contains(&format!("rule \"late-reap\" matched PID {pid}"))),
+        "{}",
+        log_text()
+    );
+    // A zombie first, as under a parent busy with something else; then reaped.
+    let state = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| s.rsplit(") ").next().map(|r| r.starts_with('Z')))
+            .unwrap_or(false)
+    };
+    assert!(wait_for(Duration::from_secs(10), state), "never a zombie");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(run.wait().unwrap().code(), Some(3));
+    let summary = format!("PID {pid} (sh) exited with status 3");
+    let unknown = format!("PID {pid} (sh) exited; its exit status could not be read");
+    let want = if watchdog_testsupport::kernel_at_least(6, 15) {
+        &summary
+    } else {
+        &unknown
+    };
+    assert!(
+        wait_for(Duration::from_secs(10), || log_text()
+            .contains(want.as_str())),
+        "wanted {want:?} in the log: {}",
+        log_text()
+    );
+}

@@ -28,6 +28,9 @@ use crate::service::ServiceNotifier;
 
 /// How often the published status is renewed.
 const PUBLISH_EVERY: Duration = Duration::from_millis(250);
+/// How long an ended run's parent is given to reap it before its exit status is called
+/// unknown (a shell or a notebook server does it at once).
+const REAP_GRACE: Duration = Duration::from_secs(1);
 /// How long a registration waits for the loop's answer.
 const REGISTER_WAIT: Duration = Duration::from_secs(2);
 
@@ -41,6 +44,8 @@ struct Pending {
 struct Run {
     watch: Watch,
     since_unix: f64,
+    /// When the run was seen to end, while its parent has yet to reap it.
+    ended: Option<Instant>,
 }
 
 /// `watchdog daemon --config PATH [--metrics ADDR]`: runs until SIGTERM or SIGINT (exit 0,
@@ -188,9 +193,18 @@ pub fn run(config_path: &Path, host: Host, metrics: Option<String>) -> Result<Ex
         }
         let mut i = 0;
         while i < runs.len() {
-            if runs[i].watch.step(now) {
+            let run = &mut runs[i];
+            if run.ended.is_none() && run.watch.step(now) {
+                run.ended = Some(now);
+            }
+            // An ended run waits, unsampled, for its parent to reap it (its exit status
+            // comes from its pidfd then), for at most REAP_GRACE: the loop never blocks on it.
+            let done = run.ended.is_some_and(|since| {
+                run.watch.exit_status_ready() || now.duration_since(since) >= REAP_GRACE
+            });
+            if done {
                 let mut run = runs.swap_remove(i);
-                run.watch.conclude();
+                run.watch.conclude_within(Duration::ZERO);
             } else {
                 i += 1;
             }
@@ -274,6 +288,7 @@ impl Starter<'_> {
             quote_value(&facts.command)
         );
         Ok(Run {
+            ended: None,
             watch,
             since_unix: watchdog_alerter::events::unix_time_s(SystemTime::now()),
         })

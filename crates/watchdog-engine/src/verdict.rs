@@ -260,7 +260,7 @@ pub fn diagnose(f: &ExitFacts) -> Verdict {
         },
         Some(TargetExit::Unknown) | None => Verdict {
             kind: VerdictKind::Unknown,
-            summary: "exited; the watchdog did not start it, so its exit status is not visible, and no watched resource was exhausted"
+            summary: "exited; its exit status could not be read (the watchdog did not start it, and its parent did not reap it in time or the kernel is older than 6.15), and no watched resource was exhausted"
                 .to_string(),
             evidence: Vec::new(),
         },

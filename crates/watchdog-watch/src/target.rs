@@ -120,17 +120,28 @@ impl Target {
 
     /// Collects the exit status once the pidfd says the target is gone: by waiting for our
     /// child, or, for another's, from the pidfd once its parent has reaped it (Linux 6.15
-    /// and later; waited for up to [`REAPED_WITHIN`], else unknown).
-    pub fn reap(&mut self) -> TargetExit {
+    /// and later; waited for up to `wait`, else unknown).
+    pub fn reap_within(&mut self, wait: Duration) -> TargetExit {
         use std::os::unix::process::ExitStatusExt;
         match self.child.as_mut().map(Child::wait) {
             Some(Ok(status)) => exit_from_wait_status(status.into_raw()),
             Some(Err(_)) => TargetExit::Unknown,
             None => self
                 .pidfd
-                .wait_exit_status(REAPED_WITHIN)
+                .wait_exit_status(wait)
                 .map_or(TargetExit::Unknown, exit_from_wait_status),
         }
+    }
+
+    /// [`reap_within`](Self::reap_within) [`REAPED_WITHIN`].
+    pub fn reap(&mut self) -> TargetExit {
+        self.reap_within(REAPED_WITHIN)
+    }
+
+    /// Whether [`reap_within`](Self::reap_within) would not wait: the target is our child,
+    /// its parent has reaped it, or the kernel keeps no status to wait for. Never blocks.
+    pub fn status_ready(&self) -> bool {
+        self.child.is_some() || !matches!(self.pidfd.exit_status(), Ok(None))
     }
 }
 

@@ -537,8 +537,20 @@ impl Watch {
 
     /// The end of a run: one last look for the verdict (a full disk stays full after the
     /// writer died; nothing is acted on, the target is gone), the summary, the exit event
-    /// and the last recording.
+    /// and the last recording. Waits up to `target::REAPED_WITHIN` for the exit status of
+    /// a target that is not the watchdog's child.
     pub fn conclude(&mut self) -> TargetExit {
+        self.conclude_within(crate::target::REAPED_WITHIN)
+    }
+
+    /// Whether the ended run's exit status can be had without waiting (see
+    /// [`Target::status_ready`](crate::target::Target::status_ready)). Never blocks.
+    pub fn exit_status_ready(&self) -> bool {
+        self.target.status_ready()
+    }
+
+    /// [`conclude`](Self::conclude), waiting at most `wait` for the exit status.
+    pub fn conclude_within(&mut self, wait: Duration) -> TargetExit {
         self.sample(Instant::now());
         self.check_python_environment();
         self.engine.discard_pending();
@@ -546,7 +558,7 @@ impl Watch {
             // A target that acknowledges and exits at once must still have its ack recorded.
             self.check_ack();
         }
-        let exit = self.target.reap();
+        let exit = self.target.reap_within(wait);
         self.finish(exit);
         exit
     }
