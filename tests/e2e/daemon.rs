@@ -16,7 +16,7 @@ use std::time::Duration;
 use serde_json::Value;
 use watchdog_testsupport::{prometheus, public_scratch};
 
-use crate::support::{RunnableCopy, assert_success, bin, is_root, require, wait_for};
+use crate::support::{Gate, RunnableCopy, assert_success, bin, is_root, require, wait_for};
 
 /// A user that exists until dropped.
 struct TempUser {
@@ -570,8 +570,8 @@ notify = false
     assert!(alive(bystander.0.id()));
 }
 
-/// A run whose tree the daemon sums only every 60 s (no mem_limit, `tree_interval = "60s"`)
-/// still has a child started after its last look signalled: the tree is read again just
+/// A run whose tree the daemon reads only every 60 s (no mem_limit, `tree_interval = "60s"`)
+/// still has a child started after its first read signalled: the tree is read again just
 /// before the signal. The root shell does not catch SIGUSR1, so only that child can be.
 #[test]
 fn a_child_started_between_tree_reads_is_signalled() {
@@ -600,7 +600,7 @@ name = "late-child"
 [rule.match]
 command = "^/bin/sh -c : 7303;"
 [rule.watch]
-max_runtime = "9s"
+max_runtime = "6s"
 lead = "2s"
 signal = "SIGUSR1"
 notify = false
@@ -609,11 +609,13 @@ notify = false
     let log = dir.path().join("daemon.log");
     let _daemon = start_daemon(&conf, &log, &[]);
     let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
-    // Found (with its sleep) within 200 ms; the catcher starts 1 s in, long after the
-    // tree's first read, and is ready (even behind a slow pyenv shim on a busy machine)
-    // well before the alert 7 s in. It exits once it has caught the signal.
+    // The catcher starts only once the run was found (its tree read then holds the shell
+    // alone), and is ready (even behind a slow pyenv shim on a busy machine) well before
+    // the alert 4 s in. It exits once it has caught the signal.
+    let gate = Gate::new(dir.path(), "gate");
     let script = format!(
-        ": 7303; sleep 1; python3 {} {} {}; true",
+        ": 7303; read _ < '{}'; python3 {} {} {}; true",
+        gate.path().display(),
         catcher.display(),
         caught.display(),
         ready.display()
@@ -623,6 +625,14 @@ notify = false
         .arg(&script)
         .spawn()
         .expect("start the run"));
+    let pid = run.0.id();
+    assert!(
+        wait_for(Duration::from_secs(20), || log_text()
+            .contains(&format!("rule \"late-child\" matched PID {pid}"))),
+        "{}",
+        log_text()
+    );
+    gate.release();
     assert!(
         wait_for(Duration::from_secs(20), || caught.exists()),
         "the child started after the tree's last read was not signalled (ready: {}): {}",
@@ -735,17 +745,23 @@ notify = false
     let log = dir.path().join("daemon.log");
     let _daemon = start_daemon(&conf, &log, &[]);
     let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let gate = Gate::new(dir.path(), "gate");
     let mut run = Command::new("/bin/sh")
-        .args(["-c", ": 7304; sleep 1; exit 3"])
+        .arg("-c")
+        .arg(format!(
+            ": 7304; read _ < '{}'; exit 3",
+            gate.path().display()
+        ))
         .spawn()
         .expect("start the run");
     let pid = run.id();
     assert!(
-        wait_for(Duration::from_secs(10), || log_text()
+        wait_for(Duration::from_secs(20), || log_text()
             .contains(&format!("rule \"late-reap\" matched PID {pid}"))),
         "{}",
         log_text()
     );
+    gate.release();
     // A zombie first, as under a parent busy with something else; then reaped.
     let state = || {
         std::fs::read_to_string(format!("/proc/{pid}/stat"))

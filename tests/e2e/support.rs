@@ -62,6 +62,55 @@ pub fn started_at(pid: u64) -> jiff::Timestamp {
     now - jiff::SignedDuration::from_secs_f64(uptime - ticks / 100.0)
 }
 
+/// A named pipe a test process waits on (`read _ < PATH` in sh) until the test
+/// [`release`](Gate::release)s it: the test, not a sleep, decides when the process goes on.
+pub struct Gate {
+    path: PathBuf,
+}
+
+impl Gate {
+    /// Makes the pipe `dir/name`.
+    pub fn new(dir: &Path, name: &str) -> Gate {
+        let path = dir.join(name);
+        let out = Command::new("mkfifo")
+            .arg(&path)
+            .output()
+            .expect("run mkfifo");
+        assert_success(&out, "mkfifo");
+        Gate { path }
+    }
+
+    /// The pipe's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Writes one line once the waiting process has the pipe open (within 20 s).
+    pub fn release(&self) {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let mut writer = None;
+        let opened = wait_for(Duration::from_secs(20), || {
+            // Non-blocking: ENXIO until a reader has it open, so a reader that never comes
+            // fails the test instead of hanging it.
+            writer = std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(&self.path)
+                .ok();
+            writer.is_some()
+        });
+        assert!(
+            opened,
+            "nobody opened {} to wait on it",
+            self.path.display()
+        );
+        if let Some(mut w) = writer {
+            w.write_all(b"go\n").expect("write to the gate");
+        }
+    }
+}
+
 /// The repo root.
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")

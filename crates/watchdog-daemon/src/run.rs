@@ -74,6 +74,8 @@ pub fn run(config_path: &Path, host: Host, metrics: Option<String>) -> Result<Ex
     let published = Arc::new(Published::new("daemon", config.interval.as_secs_f64()));
     let (register_tx, register_rx) = mpsc::channel::<Pending>();
     let socket = serve_socket(&config.socket, &host, &published, register_tx)?;
+    // The flag's address stays whatever a reload says.
+    let metrics_flag = metrics.is_some();
     let metrics = serve_metrics(
         metrics.or_else(|| config.metrics.map(|a| a.to_string())),
         &published,
@@ -114,12 +116,19 @@ pub fn run(config_path: &Path, host: Host, metrics: Option<String>) -> Result<Ex
         let sig = stop.load(Ordering::Relaxed);
         if sig != 0 {
             let _ = notifier.stopping();
-            for run in &mut runs {
+            // A run that has ended (waiting to be reaped) is concluded, not left running.
+            let (ended, mut going): (Vec<Run>, Vec<Run>) = std::mem::take(&mut runs)
+                .into_iter()
+                .partition(|run| run.ended.is_some());
+            for mut run in ended {
+                run.watch.conclude_within(Duration::ZERO);
+            }
+            for run in &mut going {
                 run.watch.leave(sig as i32);
             }
             tracing::info!(
                 "stopped by signal {sig}; {} run(s) left running unwatched",
-                runs.len()
+                going.len()
             );
             drop(socket);
             drop(metrics);
@@ -131,7 +140,7 @@ pub fn run(config_path: &Path, host: Host, metrics: Option<String>) -> Result<Ex
                 Ok(new) => {
                     if new.socket != config.socket
                         || new.request_dir != config.request_dir
-                        || new.metrics != config.metrics
+                        || (new.metrics != config.metrics && !metrics_flag)
                         || new.interval != config.interval
                     {
                         tracing::warn!(

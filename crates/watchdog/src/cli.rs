@@ -107,45 +107,29 @@ fn parse_metrics_addr(s: &str) -> Result<String, String> {
 /// The logging flags, which apply to every subcommand.
 const ANYWHERE: [&str; 3] = ["log_format", "verbose", "quiet"];
 
-/// The flags a subcommand takes besides [`ANYWHERE`]'s.
-enum Takes {
-    /// These only.
-    Only(&'static [&'static str]),
-    /// All but these.
-    AllBut(&'static [&'static str]),
-}
-
 /// An error naming the first flag given with a subcommand it does nothing for (`--lead`
 /// with `daemon`, whose settings are its rules'); `None` when every flag given applies.
 /// `run` and `--pid` take every flag.
 pub fn flag_that_does_not_apply(matches: &ArgMatches) -> Option<String> {
-    let (sub, takes, expected) = match matches.subcommand_name()? {
+    let (sub, takes, expected): (&str, &[&str], &str) = match matches.subcommand_name()? {
         "daemon" => (
             "daemon",
-            Takes::Only(&["config", "metrics", "ready_fd"]),
+            &["config", "metrics", "ready_fd"],
             "the runs to watch and their settings in the config's [[rule]] tables (see config/daemon.toml)",
         ),
-        "status" => ("status", Takes::Only(&[]), "only --json and --socket"),
-        "diff" => ("diff", Takes::Only(&[]), "only the two recordings"),
-        "report" => (
-            "report",
-            Takes::Only(&[]),
-            "only the recordings and --output",
-        ),
+        "status" => ("status", &[], "only --json and --socket"),
+        "diff" => ("diff", &[], "only the two recordings"),
+        "report" => ("report", &[], "only the recordings and --output"),
         "replay" => (
             "replay",
-            Takes::AllBut(&["pid", "metrics", "ready_fd"]),
-            "a trace and the settings of a watch (--lead, --interval, --floor, --config)",
+            &[
+                "config", "interval", "lead", "floor", "signal", "dry_run", "on_alert",
+            ],
+            "a trace and the engine's settings (--lead, --interval, --floor, --signal, --config)",
         ),
         _ => return None,
     };
-    let applies = |id: &str| {
-        ANYWHERE.contains(&id)
-            || match takes {
-                Takes::Only(these) => these.contains(&id),
-                Takes::AllBut(these) => !these.contains(&id),
-            }
-    };
+    let applies = |id: &str| ANYWHERE.contains(&id) || takes.contains(&id);
     Cli::command()
         .get_arguments()
         .filter(|arg| !arg.is_positional())
