@@ -157,13 +157,7 @@ impl Source for Runtime {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-
-    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use watchdog_testsupport::env_pairs as env;
 
     #[test]
     #[allow(clippy::type_complexity)]

@@ -91,6 +91,14 @@ pub fn kernel_at_least(major: u32, minor: u32) -> bool {
     (a, b) >= (major, minor)
 }
 
+/// `(name, value)` pairs as the owned strings an environment is read into.
+pub fn env_pairs(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 /// A scratch directory under the system's temporary directory.
 pub fn scratch() -> tempfile::TempDir {
     tempfile::Builder::new()

@@ -331,6 +331,7 @@ pub fn gather(host: &Host, pid: u32, resources: &[Resource]) -> Environment {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use watchdog_testsupport::env_pairs as env;
 
     /// Issue 13: "no home paths" in the record; the watched directory is often a home.
     #[test]
@@ -371,13 +372,6 @@ mod tests {
         );
         assert_eq!(parse_cpuinfo(""), (None, None));
         assert_eq!(parse_cpuinfo("garbage\n: :\nmodel name:\n"), (None, None));
-    }
-
-    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
     }
 
     #[test]
