@@ -27,11 +27,21 @@ enum Action {
 /// alert, and a service watching a hundred of them would otherwise hold a hundred idle
 /// threads.
 pub struct Actions {
-    tx: Option<mpsc::Sender<Action>>,
-    thread: Option<JoinHandle<()>>,
-    /// The hooks the thread will run, until it is started.
-    waiting: Option<Hooks>,
+    thread: Thread,
     notify: bool,
+}
+
+/// Where the action thread is in its life.
+enum Thread {
+    /// Not started: the hooks it will run.
+    NotYet(Hooks),
+    /// Running, fed through `tx`.
+    Started {
+        tx: mpsc::Sender<Action>,
+        handle: JoinHandle<()>,
+    },
+    /// Finished, or could not be started: actions are dropped.
+    Off,
 }
 
 impl Actions {
@@ -39,9 +49,7 @@ impl Actions {
     /// process groups, timeout and outcomes).
     pub fn new(notify: bool, hooks: Hooks) -> Actions {
         Actions {
-            tx: None,
-            thread: None,
-            waiting: Some(hooks),
+            thread: Thread::NotYet(hooks),
             notify,
         }
     }
@@ -59,37 +67,20 @@ impl Actions {
     }
 
     fn send(&mut self, action: Action) {
-        if let Some(hooks) = self.waiting.take() {
-            self.spawn(hooks);
-        }
-        if let Some(tx) = &self.tx {
+        self.thread = match std::mem::replace(&mut self.thread, Thread::Off) {
+            Thread::NotYet(hooks) => spawn(hooks),
+            other => other,
+        };
+        if let Thread::Started { tx, .. } = &self.thread {
             let _ = tx.send(action);
-        }
-    }
-
-    fn spawn(&mut self, hooks: Hooks) {
-        let (tx, rx) = mpsc::channel::<Action>();
-        let thread = std::thread::Builder::new()
-            .name("watchdog-actions".into())
-            .spawn(move || serve(rx, hooks));
-        match thread {
-            Ok(handle) => {
-                self.tx = Some(tx);
-                self.thread = Some(handle);
-            }
-            Err(e) => {
-                tracing::warn!(
-                    "cannot start the action thread, hooks and notifications are off: {e}"
-                );
-            }
         }
     }
 
     /// Lets queued actions finish, waiting at most `timeout`.
     pub fn finish(&mut self, timeout: Duration) {
-        self.tx = None;
-        self.waiting = None;
-        if let Some(handle) = self.thread.take() {
+        if let Thread::Started { tx, handle } = std::mem::replace(&mut self.thread, Thread::Off) {
+            // Without a sender the thread's loop ends once the queue is empty.
+            drop(tx);
             let deadline = std::time::Instant::now() + timeout;
             while !handle.is_finished() && std::time::Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(5));
@@ -97,6 +88,21 @@ impl Actions {
             if handle.is_finished() {
                 let _ = handle.join();
             }
+        }
+    }
+}
+
+/// Starts the action thread with `hooks`; [`Thread::Off`] when the system refuses a thread.
+fn spawn(hooks: Hooks) -> Thread {
+    let (tx, rx) = mpsc::channel::<Action>();
+    let thread = std::thread::Builder::new()
+        .name("watchdog-actions".into())
+        .spawn(move || serve(rx, hooks));
+    match thread {
+        Ok(handle) => Thread::Started { tx, handle },
+        Err(e) => {
+            tracing::warn!("cannot start the action thread, hooks and notifications are off: {e}");
+            Thread::Off
         }
     }
 }
