@@ -485,6 +485,17 @@ fn start_daemon(conf: &Path, log: &Path, env: &[(&str, &std::ffi::OsStr)]) -> Ru
     daemon
 }
 
+/// Waits, 20 s at most, for the daemon's log at `log` to say `rule` took `pid`.
+fn wait_for_match(log: &Path, rule: &str, pid: u32) {
+    let text = || std::fs::read_to_string(log).unwrap_or_default();
+    let line = format!("rule \"{rule}\" matched PID {pid}");
+    assert!(
+        wait_for(Duration::from_secs(20), || text().contains(&line)),
+        "no {line:?} in the log: {}",
+        text()
+    );
+}
+
 /// Sends `sig` to `pid` (a process this test started).
 fn send_signal(pid: i32, sig: i32) {
     let out = Command::new("kill")
@@ -626,12 +637,7 @@ notify = false
         .spawn()
         .expect("start the run"));
     let pid = run.0.id();
-    assert!(
-        wait_for(Duration::from_secs(20), || log_text()
-            .contains(&format!("rule \"late-child\" matched PID {pid}"))),
-        "{}",
-        log_text()
-    );
+    wait_for_match(&log, "late-child", pid);
     gate.release();
     assert!(
         wait_for(Duration::from_secs(20), || caught.exists()),
@@ -755,12 +761,7 @@ notify = false
         .spawn()
         .expect("start the run");
     let pid = run.id();
-    assert!(
-        wait_for(Duration::from_secs(20), || log_text()
-            .contains(&format!("rule \"late-reap\" matched PID {pid}"))),
-        "{}",
-        log_text()
-    );
+    wait_for_match(&log, "late-reap", pid);
     gate.release();
     // A zombie first, as under a parent busy with something else; then reaped.
     let state = || {
