@@ -19,13 +19,13 @@ use watchdog_testsupport::{prometheus, public_scratch};
 use crate::support::{Gate, RunnableCopy, assert_success, bin, is_root, require, wait_for};
 
 /// A user that exists until dropped.
-struct TempUser {
-    name: String,
-    uid: u32,
+pub(crate) struct TempUser {
+    pub(crate) name: String,
+    pub(crate) uid: u32,
 }
 
 impl TempUser {
-    fn create(tag: &str) -> TempUser {
+    pub(crate) fn create(tag: &str) -> TempUser {
         let name = format!("wdd_{tag}_{:x}", std::process::id());
         let out = Command::new("useradd")
             .args(["--no-create-home", "--user-group", "--shell", "/bin/sh"])
@@ -47,7 +47,7 @@ impl Drop for TempUser {
 }
 
 /// A process that is killed when dropped.
-struct Run(Child);
+pub(crate) struct Run(pub(crate) Child);
 
 impl Drop for Run {
     fn drop(&mut self) {
@@ -414,7 +414,7 @@ fn registering_run(user: &TempUser, package: &Path, socket: &Path, save_s: f64) 
 }
 
 /// Copies the Python client into `dir` (the checkout may be private to root).
-fn public_client(dir: &Path) -> PathBuf {
+pub(crate) fn public_client(dir: &Path) -> PathBuf {
     let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/training_watchdog");
     let to = dir.join("py/training_watchdog");
     std::fs::create_dir_all(&to).unwrap();

@@ -8,7 +8,11 @@
 //!
 //! - [`UserDirs::open`] opens the base (`/run/watchdog/users` by default), creating it
 //!   `0755` when missing, and refuses it when it is a symlink, not owned by the daemon's
-//!   user (root) or writable by group or others: only root adds entries there.
+//!   user (root) or writable by group or others: only root adds entries there. Another
+//!   mode of root's (`0700`, made under `UMask=0077`) is put back to `0755`.
+//!
+//! Every mode here holds whatever the daemon's umask (the unit sets `UMask=0077`): each
+//! directory and file is `fchmod`ed on its descriptor after it is made.
 //! - [`UserDirs::for_user`] opens `base/UID` with `mkdirat` + `openat(O_DIRECTORY |
 //!   O_NOFOLLOW)` relative to the base's descriptor, owned `UID:GID`, mode `0700`. An
 //!   existing directory owned by someone else is refused (a UID reused after a user was
@@ -77,6 +81,27 @@ fn io_err(path: &Path, e: impl Into<io::Error>) -> BeneathError {
     }
 }
 
+/// The base's mode: every user passes through it to their own directory.
+const BASE_MODE: u32 = 0o755;
+
+/// Says once when the base's parent keeps users out (no search bit for others): the
+/// daemon does not change a directory it did not make, but nobody would reach their file.
+fn warn_unreachable_parent(base: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(parent) = base.parent().filter(|p| !p.as_os_str().is_empty()) else {
+        return;
+    };
+    if let Ok(m) = std::fs::metadata(parent)
+        && m.permissions().mode() & 0o001 == 0
+    {
+        tracing::warn!(
+            "{} has mode {:04o}: users cannot reach their request files beneath it (expected 0755)",
+            parent.display(),
+            m.permissions().mode() & 0o7777
+        );
+    }
+}
+
 /// The base directory of the users' directories, open.
 #[derive(Debug)]
 pub struct UserDirs {
@@ -98,9 +123,10 @@ fn permissions(st: &Stat) -> u32 {
 }
 
 impl UserDirs {
-    /// Opens `base`, creating it (and its missing parents) `0755` when missing. Refuses
-    /// it when it is a symlink, not a directory, not owned by the user this process runs
-    /// as (root, for the daemon) or writable by group or others.
+    /// Opens `base`, creating it (and its missing parents) `0755` when missing, whatever
+    /// the umask. Refuses it when it is a symlink, not a directory, not owned by the user
+    /// this process runs as (root, for the daemon) or writable by group or others; puts
+    /// any other mode back to `0755`, with a warning.
     pub fn open(base: &Path) -> Result<UserDirs, BeneathError> {
         let refused = |reason: String| BeneathError::Refused {
             path: base.to_path_buf(),
@@ -109,16 +135,8 @@ impl UserDirs {
         match std::fs::symlink_metadata(base) {
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                use std::os::unix::fs::DirBuilderExt;
-                match std::fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o755)
-                    .create(base)
-                {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                    Err(e) => return Err(io_err(base, e)),
-                }
+                watchdog_types::fs::create_dir_all_mode(base, BASE_MODE)
+                    .map_err(|e| io_err(base, e))?;
             }
             Err(e) => return Err(io_err(base, e)),
         }
@@ -152,6 +170,18 @@ impl UserDirs {
                 permissions(&st)
             )));
         }
+        if permissions(&st) != BASE_MODE {
+            // Root's own directory with too few bits, e.g. made under `UMask=0077` by an
+            // earlier version and kept by `RuntimeDirectoryPreserve=yes`: users could not
+            // reach their files through it.
+            tracing::warn!(
+                "{} had mode {:04o}: made it 0755 so each user reaches their own directory in it",
+                base.display(),
+                permissions(&st)
+            );
+            rustix::fs::fchmod(&fd, Mode::from_raw_mode(BASE_MODE)).map_err(|e| io_err(base, e))?;
+        }
+        warn_unreachable_parent(base);
         Ok(UserDirs {
             path: base.to_path_buf(),
             fd,
@@ -285,6 +315,8 @@ impl UserDir {
                 Some(Uid::from_raw(self.uid)),
                 Some(Gid::from_raw(self.gid)),
             )?;
+            // The umask may have taken the owner's bits; the user must read it.
+            rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o600))?;
             File::from(fd).write_all(bytes)?;
             rustix::fs::renameat(&self.fd, &tmp, &self.fd, name)?;
             Ok(())

@@ -39,7 +39,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use watchdog_types::fs::{Durability, WriteError, write_atomic_with};
+use watchdog_types::fs::{Durability, Owner, WriteError, write_atomic_owned};
 
 use crate::beneath::{BeneathError, UserDir, read_path_capped};
 
@@ -119,6 +119,15 @@ fn suffixed(path: &Path, suffix: &str) -> PathBuf {
 pub enum RequestPlace {
     /// A path, written and read as the user who gave it (`watchdog run`, `--pid`).
     Path(PathBuf),
+    /// A path root writes for another user's run (`--pid` under `watchdog@.service`):
+    /// each file is given to the run's user, `0600`, whatever the umask, so the run can
+    /// read its request.
+    Given {
+        /// The request file.
+        path: PathBuf,
+        /// The run's user.
+        owner: Owner,
+    },
     /// A single file name in a user's directory (`watchdog daemon`, as root).
     Beneath {
         /// The user's directory, open.
@@ -141,7 +150,7 @@ impl RequestPlace {
     /// Its path, for messages and for the `WATCHDOG_REQUEST_FILE` a hook or client is told.
     pub fn path(&self) -> PathBuf {
         match self {
-            RequestPlace::Path(p) => p.clone(),
+            RequestPlace::Path(p) | RequestPlace::Given { path: p, .. } => p.clone(),
             RequestPlace::Beneath { dir, name } => dir.path_of(name),
         }
     }
@@ -150,6 +159,10 @@ impl RequestPlace {
     pub fn sibling(&self, suffix: &str) -> RequestPlace {
         match self {
             RequestPlace::Path(p) => RequestPlace::Path(suffixed(p, suffix)),
+            RequestPlace::Given { path, owner } => RequestPlace::Given {
+                path: suffixed(path, suffix),
+                owner: *owner,
+            },
             RequestPlace::Beneath { dir, name } => RequestPlace::Beneath {
                 dir: Arc::clone(dir),
                 name: format!("{name}{suffix}"),
@@ -166,7 +179,10 @@ impl RequestPlace {
     /// beneath a user's directory (see [`UserDir::write_atomic`]).
     pub fn write(&self, bytes: &[u8], durability: Durability) -> Result<(), RequestError> {
         match self {
-            RequestPlace::Path(p) => Ok(write_atomic_with(p, bytes, durability)?),
+            RequestPlace::Path(p) => Ok(write_atomic_owned(p, bytes, durability, None)?),
+            RequestPlace::Given { path, owner } => {
+                Ok(write_atomic_owned(path, bytes, durability, Some(*owner))?)
+            }
             RequestPlace::Beneath { dir, name } => Ok(dir.write_atomic(name, bytes)?),
         }
     }
@@ -176,7 +192,7 @@ impl RequestPlace {
     /// the user does not own).
     pub fn read_capped(&self, cap: u64) -> io::Result<Option<Vec<u8>>> {
         match self {
-            RequestPlace::Path(p) => read_path_capped(p, cap),
+            RequestPlace::Path(p) | RequestPlace::Given { path: p, .. } => read_path_capped(p, cap),
             RequestPlace::Beneath { dir, name } => dir.read_capped(name, cap),
         }
     }
@@ -184,10 +200,12 @@ impl RequestPlace {
     /// Removes it (a symlink itself); missing is fine.
     pub fn remove(&self) -> io::Result<()> {
         match self {
-            RequestPlace::Path(p) => match std::fs::remove_file(p) {
-                Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-                _ => Ok(()),
-            },
+            RequestPlace::Path(p) | RequestPlace::Given { path: p, .. } => {
+                match std::fs::remove_file(p) {
+                    Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+                    _ => Ok(()),
+                }
+            }
             RequestPlace::Beneath { dir, name } => dir.remove(name),
         }
     }
@@ -210,7 +228,7 @@ impl RequestPlace {
     /// The identity of its current version (not following a symlink); `None` when missing.
     fn stamp(&self) -> Option<FileStamp> {
         match self {
-            RequestPlace::Path(p) => {
+            RequestPlace::Path(p) | RequestPlace::Given { path: p, .. } => {
                 let m = std::fs::symlink_metadata(p).ok()?;
                 Some(FileStamp {
                     ino: m.ino(),

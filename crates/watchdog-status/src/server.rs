@@ -12,7 +12,7 @@
 use std::fs;
 use std::io::{self, Read as _, Write as _};
 use std::os::fd::AsRawFd as _;
-use std::os::unix::fs::{DirBuilderExt as _, FileTypeExt as _, MetadataExt as _, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -97,7 +97,7 @@ pub struct ServerHandle {
 impl StatusServer {
     /// Binds the socket at `path`.
     ///
-    /// Creates the parent directory (0755) when missing. An existing socket there is
+    /// Creates the parent directory (0755, whatever the umask) when missing. An existing socket there is
     /// replaced when nobody answers on it, and refused when a server does; anything else
     /// at `path` (a regular file, a directory, a symlink, which is never followed) is an
     /// error and is left alone. The socket is made 0666: any local user may connect.
@@ -105,10 +105,7 @@ impl StatusServer {
         let shown = path.display();
         let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
         if let Some(parent) = parent {
-            fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o755)
-                .create(parent)
+            watchdog_types::fs::create_dir_all_mode(parent, 0o755)
                 .map_err(|e| format!("cannot create the directory {}: {e}", parent.display()))?;
         }
         remove_stale(path)?;

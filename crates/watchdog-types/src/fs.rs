@@ -8,6 +8,10 @@
 //! following a symlink, never reusing a file someone planted), then renamed over the
 //! destination, so a reader sees the old file or the new one, whole. A symlink or
 //! anything but a regular file at the destination is refused.
+//!
+//! Modes that must hold whatever the umask (the service's directories, a request file
+//! given to another user) are set with `fchmod` on the open descriptor after creating:
+//! the mode given to `mkdir`/`open` is only an upper bound the umask takes bits from.
 
 use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
@@ -91,6 +95,27 @@ pub fn write_atomic_with(
     data: &[u8],
     durability: Durability,
 ) -> Result<(), WriteError> {
+    write_atomic_owned(path, data, durability, None)
+}
+
+/// The user a file is written for when the writer (root) is not that user: the file is
+/// given to `uid:gid` with `fchown` and made `0600` with `fchmod`, whatever the umask.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Owner {
+    /// The user's ID.
+    pub uid: u32,
+    /// The user's primary group.
+    pub gid: u32,
+}
+
+/// [`write_atomic_with`], the file given to `owner` (mode `0600`) before it is renamed
+/// into place; with `None` it is created `0644` less the umask, as the writer's own.
+pub fn write_atomic_owned(
+    path: &Path,
+    data: &[u8],
+    durability: Durability,
+    owner: Option<Owner>,
+) -> Result<(), WriteError> {
     let durable = durability == Durability::Durable;
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_symlink() => {
@@ -129,8 +154,8 @@ pub fn write_atomic_with(
         .mode(0o644)
         .open(&tmp)
         .map_err(write_err)?;
-    let written = f
-        .write_all(data)
+    let written = give(&f, owner)
+        .and_then(|()| f.write_all(data))
         .and_then(|()| if durable { f.sync_all() } else { Ok(()) });
     drop(f);
     if let Err(e) = written {
@@ -148,6 +173,41 @@ pub fn write_atomic_with(
     // Make the rename itself durable; failure here does not undo the write, so it is not an error.
     if durable && let Ok(d) = File::open(dir) {
         let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+/// Gives the open file `f` to `owner`, mode `0600` (nothing when `None`).
+fn give(f: &File, owner: Option<Owner>) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(owner) = owner else { return Ok(()) };
+    std::os::unix::fs::fchown(f, Some(owner.uid), Some(owner.gid))?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))
+}
+
+/// Creates `dir` and its missing parents, each new one with exactly `mode` (set with
+/// `fchmod` after `mkdir`, so the umask cannot take bits away). Existing directories are
+/// left as they are; a symlink among the new ones' parents is followed as `mkdir` does.
+pub fn create_dir_all_mode(dir: &Path, mode: u32) -> io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let missing: Vec<&Path> = dir
+        .ancestors()
+        .filter(|a| !a.as_os_str().is_empty())
+        .take_while(|a| std::fs::symlink_metadata(a).is_err())
+        .collect();
+    for new in missing.into_iter().rev() {
+        match std::fs::DirBuilder::new().mode(mode).create(new) {
+            Ok(()) => {
+                let d = OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                    .open(new)?;
+                d.set_permissions(std::fs::Permissions::from_mode(mode))?;
+            }
+            // Made by someone else meanwhile: theirs, left alone.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
     }
     Ok(())
 }

@@ -17,6 +17,7 @@ use watchdog_engine::verdict::{self, ExitFacts};
 use watchdog_engine::{Action, AlertPlan, Delivery, Ending, Engine, Level};
 use watchdog_sampler::shared::Reads;
 use watchdog_sampler::{ResourceTable, Sampler};
+use watchdog_types::fs::Owner;
 use watchdog_types::units::{format_duration_s, signal_name};
 use watchdog_types::{Event, EventBody};
 
@@ -256,6 +257,32 @@ pub struct Label {
     pub rule: Option<String>,
 }
 
+/// The run's user when root watches another user's run (`--pid` under
+/// `watchdog@.service`) and writes its request file in root's own directory: the file is
+/// given to them whatever root's umask. Never where a user could steer the path (a
+/// directory or parent of theirs, or writable by others): a file given to a user there
+/// could be one root was tricked into making anywhere.
+fn given_to(proc: &Path, pid: u32, request_file: &Path) -> Option<Owner> {
+    use std::os::unix::fs::MetadataExt;
+    if !rustix::process::geteuid().is_root() {
+        return None;
+    }
+    let dir = watchdog_types::fs::parent_dir(request_file);
+    let roots_own = |d: &Path| {
+        std::fs::symlink_metadata(d)
+            .is_ok_and(|m| m.is_dir() && m.uid() == 0 && m.mode() & 0o022 == 0)
+    };
+    if !dir.is_absolute() || !dir.ancestors().all(roots_own) {
+        return None;
+    }
+    // /proc/PID belongs to the process's effective UID and GID.
+    let m = std::fs::metadata(proc.join(pid.to_string())).ok()?;
+    (m.uid() != 0).then(|| Owner {
+        uid: m.uid(),
+        gid: m.gid(),
+    })
+}
+
 impl Watch {
     /// Starts watching `target`: sources, engine, recorder (on `recorders`' thread), the
     /// start event. `record_now` is the flag SIGUSR2 sets.
@@ -267,7 +294,11 @@ impl Watch {
         record_now: Arc<AtomicBool>,
         recorders: &Recorders,
     ) -> Result<Watch, Failure> {
-        let request = RequestPlace::Path(outputs.request_file.clone());
+        let path = outputs.request_file.clone();
+        let request = match given_to(&settings.host.proc, target.pid, &path) {
+            Some(owner) => RequestPlace::Given { path, owner },
+            None => RequestPlace::Path(path),
+        };
         let parts = Parts {
             prepared,
             outputs,
