@@ -404,6 +404,26 @@ fn bad_config_names_file_line_and_expectation() {
         &["--config", &t, "--pid", "1"],
         &[&format!("{t}:2: interval: invalid type: integer `5`")],
     );
+    // Issue 18: a quoted key was reported under the key of the line before, and a
+    // `[[rule]]` without a name under `state_dir`.
+    std::fs::write(&typed, "lead = \"30s\"\n\"interval\" = 5\n").unwrap();
+    assert_usage_error(
+        &["--config", &t, "--pid", "1"],
+        &[&format!(
+            "{t}:2: interval: invalid type: integer `5`, expected a duration such as \"5s\""
+        )],
+    );
+    let daemon = dir.path().join("daemon.toml");
+    std::fs::write(
+        &daemon,
+        "state_dir = \"/tmp\"\n[[rule]]\n[rule.match]\ncommand = \"x\"\n",
+    )
+    .unwrap();
+    let d = daemon.display().to_string();
+    assert_usage_error(
+        &["daemon", "--config", &d],
+        &[&format!("{d}:2: rule[0]: missing field `name`")],
+    );
     let crash = dir.path().join("crash.toml");
     std::fs::write(&crash, "signal = \"SEGV\"\n").unwrap();
     let c = crash.display().to_string();

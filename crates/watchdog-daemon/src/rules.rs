@@ -428,7 +428,7 @@ fn de_duration<'de, D: Deserializer<'de>>(
     (min, max): (Duration, Duration),
     range: &str,
 ) -> Result<Option<Duration>, D::Error> {
-    let s = String::deserialize(d)?;
+    let s = watchdog_config::de_text(d, watchdog_config::EXPECTED_DURATION)?;
     let v = units::parse_duration(&s).map_err(de::Error::custom)?;
     if v < min || v > max {
         return Err(de::Error::custom(format!(
