@@ -784,3 +784,140 @@ fn replay_takes_the_floor_and_the_config_file_of_a_live_watch() {
     assert_eq!(alerts(&["--floor", "10"]), 1);
     assert_eq!(alerts(&["--config", config.to_str().unwrap()]), 1);
 }
+
+/// Issue 18: the daemon exited 1 for a socket path or a `request_dir` it can never use, so
+/// systemd's `RestartPreventExitStatus=2` did not apply and it was restarted every 5 s for
+/// ever. Each is one line and exit status 2, and what was there is left alone.
+#[test]
+fn daemon_exits_2_for_a_socket_path_or_request_dir_it_cannot_use() {
+    use std::os::unix::fs::PermissionsExt as _;
+    if !require(is_root(), "root (a request_dir owned by another user)") {
+        return;
+    }
+    let dir = scratch();
+    let d = dir.path();
+    let at = |name: &str| d.join(name).display().to_string();
+    std::fs::write(d.join("file.sock"), "keep").unwrap();
+    std::fs::create_dir(d.join("dir.sock")).unwrap();
+    std::os::unix::fs::symlink(d.join("nowhere"), d.join("link.sock")).unwrap();
+    let fifo = Command::new("mkfifo").arg(d.join("fifo.sock")).status();
+    assert!(fifo.unwrap().success(), "mkfifo");
+    std::fs::create_dir(d.join("real")).unwrap();
+    std::os::unix::fs::symlink(d.join("real"), d.join("users-link")).unwrap();
+    for (name, mode) in [
+        ("users-nobody", 0o755),
+        ("users-0775", 0o775),
+        ("users-0777", 0o777),
+    ] {
+        let path = d.join(name);
+        std::fs::create_dir(&path).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    std::os::unix::fs::chown(d.join("users-nobody"), Some(65534), None).unwrap();
+    let long = format!("{}/{}.sock", d.display(), "s".repeat(120));
+    let users = at("users");
+    let cases: &[(String, String, &[&str])] = &[
+        (
+            at("file.sock"),
+            users.clone(),
+            &[
+                "file.sock exists and is a regular file",
+                "expected a socket or nothing",
+            ],
+        ),
+        (
+            at("dir.sock"),
+            users.clone(),
+            &["dir.sock exists and is a directory"],
+        ),
+        (
+            at("link.sock"),
+            users.clone(),
+            &["link.sock exists and is a symlink"],
+        ),
+        (
+            at("fifo.sock"),
+            users.clone(),
+            &["fifo.sock exists and is not a socket"],
+        ),
+        (
+            long.clone(),
+            users.clone(),
+            &["socket: invalid socket path", "expected at most 107 bytes"],
+        ),
+        (
+            at("ok.sock"),
+            at("users-link"),
+            &["unsafe request_dir", "it is a symbolic link"],
+        ),
+        (
+            at("ok.sock"),
+            at("users-nobody"),
+            &["unsafe request_dir", "owned by UID 65534"],
+        ),
+        (
+            at("ok.sock"),
+            at("users-0775"),
+            &["unsafe request_dir", "0775"],
+        ),
+        (
+            at("ok.sock"),
+            at("users-0777"),
+            &["unsafe request_dir", "0777"],
+        ),
+        (
+            at("ok.sock"),
+            format!("{}/users", at("file.sock")),
+            &["cannot use request_dir", "Not a directory"],
+        ),
+    ];
+    let conf = d.join("daemon.toml");
+    for (socket, request_dir, fragments) in cases {
+        std::fs::write(
+            &conf,
+            format!(
+                "socket = \"{socket}\"\nrequest_dir = \"{request_dir}\"\nstate_dir = \"{}\"\n\
+                 [[rule]]\nname = \"none\"\n[rule.match]\ncommand = \"^matches nothing$\"\n",
+                at("state")
+            ),
+        )
+        .unwrap();
+        let mut child = bin()
+            .args(["daemon", "--config", &conf.display().to_string()])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // It fails before it watches anything; a daemon still running is the failure.
+        let exited = wait_for(std::time::Duration::from_secs(20), || {
+            matches!(child.try_wait(), Ok(Some(_)))
+        });
+        if !exited {
+            let _ = child.kill();
+        }
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            exited,
+            "{socket} {request_dir}: the daemon started: {stderr}"
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{socket} {request_dir}: {stderr}"
+        );
+        assert_eq!(
+            stderr.lines().count(),
+            1,
+            "{socket} {request_dir}: {stderr:?}"
+        );
+        for f in *fragments {
+            assert!(stderr.contains(f), "{stderr:?} lacks {f:?}");
+        }
+    }
+    assert!(long.len() > 108, "{long}");
+    assert_eq!(
+        std::fs::read_to_string(d.join("file.sock")).unwrap(),
+        "keep"
+    );
+    assert!(d.join("dir.sock").is_dir() && d.join("link.sock").is_symlink());
+}
