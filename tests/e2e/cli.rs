@@ -123,10 +123,51 @@ fn bad_values_are_one_line_errors_with_status_2() {
             ],
         ),
     ];
-    for (args, fragments) in table.iter().chain(REGRESSIONS_ISSUE_9) {
+    for (args, fragments) in table
+        .iter()
+        .chain(REGRESSIONS_ISSUE_9)
+        .chain(REGRESSIONS_ISSUE_18)
+    {
         assert_usage_error(args, fragments);
     }
 }
+
+/// Issue 18: a negative value was "unexpected argument '-1' found", naming no flag.
+const REGRESSIONS_ISSUE_18: &[(&[&str], &[&str])] = &[
+    (
+        &["--interval", "-1s", "--pid", "1"],
+        &["'--interval <DUR>'", "invalid duration '-1s'", "expected"],
+    ),
+    (
+        &["--mem-limit", "-1", "--pid", "1"],
+        &["'--mem-limit <SIZE>'", "invalid size '-1'", "expected"],
+    ),
+    (
+        &["--signal", "-10", "--pid", "1"],
+        &["'--signal <SIG>'", "invalid signal '-10'", "expected"],
+    ),
+    (
+        &["--floor", "-1", "--pid", "1"],
+        &["'--floor <PERCENT>'", "invalid percentage '-1'", "expected"],
+    ),
+    (
+        &["--pid", "-1"],
+        &["'--pid <PID>'", "invalid PID '-1'", "expected"],
+    ),
+    (
+        &["--ready-fd", "-1", "--pid", "1"],
+        &["'--ready-fd <FD>'", "invalid descriptor '-1'"],
+    ),
+    (
+        &["replay", "trace.csv", "--lead", "-.5s"],
+        &["'--lead <DUR>'", "invalid duration '-.5s'"],
+    ),
+    // A flag is still not taken as a missing value.
+    (
+        &["--lead", "--pid", "1"],
+        &["a value is required for '--lead <DUR>'"],
+    ),
+];
 
 /// Inputs of issue 9 that were accepted, or refused without saying why.
 const REGRESSIONS_ISSUE_9: &[(&[&str], &[&str])] = &[
@@ -920,4 +961,111 @@ fn daemon_exits_2_for_a_socket_path_or_request_dir_it_cannot_use() {
         "keep"
     );
     assert!(d.join("dir.sock").is_dir() && d.join("link.sock").is_symlink());
+}
+
+/// Issue 18: a value that is not UTF-8 was "invalid UTF-8 was detected in one or more
+/// arguments", naming no flag.
+#[test]
+fn a_value_that_is_not_utf8_names_its_flag() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt as _;
+    let bad = OsStr::from_bytes(b"5\xffs");
+    let mut joined = std::ffi::OsString::from("--interval=");
+    joined.push(bad);
+    let cases: &[(&[&OsStr], &str)] = &[
+        (&[OsStr::new("--on-alert"), bad], "--on-alert <CMD>"),
+        (&[OsStr::new("--interval"), bad], "--interval <DUR>"),
+        (&[&joined], "--interval <DUR>"),
+        (&[OsStr::new("--mem-limit"), bad], "--mem-limit <SIZE>"),
+        (&[OsStr::new("--metrics"), bad], "--metrics <ADDR>"),
+        (&[OsStr::new("--ready-fd"), bad], "--ready-fd <FD>"),
+    ];
+    for (args, flag) in cases {
+        let out = bin().args(*args).args(["--pid", "1"]).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr:?}");
+        assert!(
+            stderr.contains(&format!(
+                "invalid value '5\u{fffd}s' for '{flag}': expected UTF-8 text"
+            )),
+            "{args:?}: {stderr:?}"
+        );
+    }
+    let out = bin()
+        .arg("--pid")
+        .arg(OsStr::from_bytes(b"\xff"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("for '--pid <PID>'"), "{stderr}");
+}
+
+/// The long flags a `--help` text lists.
+fn flags_in_help(args: &[&str]) -> Vec<String> {
+    let out = run(args);
+    assert_eq!(out.status.code(), Some(0), "{args:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.trim_start().split_once("--"))
+        .filter(|(before, _)| before.is_empty() || before.ends_with(", "))
+        .map(|(_, flag)| format!("--{}", flag.split([' ', '.']).next().unwrap_or_default()))
+        .collect()
+}
+
+/// Issue 18: every subcommand's `--help` listed all the single-run flags, which all but
+/// `run` refuse. Each lists the flags it takes, and a hidden flag is still refused by name.
+#[test]
+fn each_subcommands_help_lists_only_the_flags_it_takes() {
+    let logging = ["--log-format", "--verbose", "--quiet", "--help"];
+    let table: &[(&str, &[&str])] = &[
+        ("status", &["--json", "--socket"]),
+        ("diff", &[]),
+        ("report", &["--output"]),
+        (
+            "replay",
+            &[
+                "--config",
+                "--interval",
+                "--lead",
+                "--signal",
+                "--on-alert",
+                "--dry-run",
+                "--floor",
+            ],
+        ),
+        ("daemon", &["--ready-fd", "--metrics", "--config"]),
+    ];
+    for (sub, own) in table {
+        let mut want: Vec<String> = own.iter().chain(&logging).map(|f| f.to_string()).collect();
+        want.sort();
+        for args in [vec![*sub, "--help"], vec!["help", sub]] {
+            let mut got = flags_in_help(&args);
+            got.sort();
+            assert_eq!(got, want, "{args:?}");
+        }
+    }
+    let run_flags = flags_in_help(&["run", "--help"]);
+    for flag in [
+        "--lead",
+        "--mem-limit",
+        "--disk",
+        "--metrics",
+        "--no-status",
+    ] {
+        assert!(
+            run_flags.iter().any(|f| f == flag),
+            "run lacks {flag}: {run_flags:?}"
+        );
+    }
+    // Hidden, not gone: still refused by name, before or after the subcommand.
+    assert_usage_error(
+        &["status", "--lead", "5s"],
+        &["--lead cannot be used with status"],
+    );
+    assert_usage_error(
+        &["--lead", "5s", "diff", "a", "b"],
+        &["--lead cannot be used with diff"],
+    );
 }
