@@ -882,6 +882,11 @@ fn daemon_exits_2_for_a_socket_path_or_request_dir_it_cannot_use() {
             &["fifo.sock exists and is not a socket"],
         ),
         (
+            format!("{}/d.sock", at("file.sock")),
+            users.clone(),
+            &["cannot create the directory", "file.sock"],
+        ),
+        (
             long.clone(),
             users.clone(),
             &["socket: invalid socket path", "expected at most 107 bytes"],
