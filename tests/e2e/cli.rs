@@ -123,10 +123,51 @@ fn bad_values_are_one_line_errors_with_status_2() {
             ],
         ),
     ];
-    for (args, fragments) in table.iter().chain(REGRESSIONS_ISSUE_9) {
+    for (args, fragments) in table
+        .iter()
+        .chain(REGRESSIONS_ISSUE_9)
+        .chain(REGRESSIONS_ISSUE_18)
+    {
         assert_usage_error(args, fragments);
     }
 }
+
+/// Issue 18: a negative value was "unexpected argument '-1' found", naming no flag.
+const REGRESSIONS_ISSUE_18: &[(&[&str], &[&str])] = &[
+    (
+        &["--interval", "-1s", "--pid", "1"],
+        &["'--interval <DUR>'", "invalid duration '-1s'", "expected"],
+    ),
+    (
+        &["--mem-limit", "-1", "--pid", "1"],
+        &["'--mem-limit <SIZE>'", "invalid size '-1'", "expected"],
+    ),
+    (
+        &["--signal", "-10", "--pid", "1"],
+        &["'--signal <SIG>'", "invalid signal '-10'", "expected"],
+    ),
+    (
+        &["--floor", "-1", "--pid", "1"],
+        &["'--floor <PERCENT>'", "invalid percentage '-1'", "expected"],
+    ),
+    (
+        &["--pid", "-1"],
+        &["'--pid <PID>'", "invalid PID '-1'", "expected"],
+    ),
+    (
+        &["--ready-fd", "-1", "--pid", "1"],
+        &["'--ready-fd <FD>'", "invalid descriptor '-1'"],
+    ),
+    (
+        &["replay", "trace.csv", "--lead", "-.5s"],
+        &["'--lead <DUR>'", "invalid duration '-.5s'"],
+    ),
+    // A flag is still not taken as a missing value.
+    (
+        &["--lead", "--pid", "1"],
+        &["a value is required for '--lead <DUR>'"],
+    ),
+];
 
 /// Inputs of issue 9 that were accepted, or refused without saying why.
 const REGRESSIONS_ISSUE_9: &[(&[&str], &[&str])] = &[
@@ -403,6 +444,26 @@ fn bad_config_names_file_line_and_expectation() {
     assert_usage_error(
         &["--config", &t, "--pid", "1"],
         &[&format!("{t}:2: interval: invalid type: integer `5`")],
+    );
+    // Issue 18: a quoted key was reported under the key of the line before, and a
+    // `[[rule]]` without a name under `state_dir`.
+    std::fs::write(&typed, "lead = \"30s\"\n\"interval\" = 5\n").unwrap();
+    assert_usage_error(
+        &["--config", &t, "--pid", "1"],
+        &[&format!(
+            "{t}:2: interval: invalid type: integer `5`, expected a duration such as \"5s\""
+        )],
+    );
+    let daemon = dir.path().join("daemon.toml");
+    std::fs::write(
+        &daemon,
+        "state_dir = \"/tmp\"\n[[rule]]\n[rule.match]\ncommand = \"x\"\n",
+    )
+    .unwrap();
+    let d = daemon.display().to_string();
+    assert_usage_error(
+        &["daemon", "--config", &d],
+        &[&format!("{d}:2: rule[0]: missing field `name`")],
     );
     let crash = dir.path().join("crash.toml");
     std::fs::write(&crash, "signal = \"SEGV\"\n").unwrap();
@@ -763,4 +824,253 @@ fn replay_takes_the_floor_and_the_config_file_of_a_live_watch() {
     assert_eq!(alerts(&[]), 0, "the default 5% floor is not crossed");
     assert_eq!(alerts(&["--floor", "10"]), 1);
     assert_eq!(alerts(&["--config", config.to_str().unwrap()]), 1);
+}
+
+/// Issue 18: the daemon exited 1 for a socket path or a `request_dir` it can never use, so
+/// systemd's `RestartPreventExitStatus=2` did not apply and it was restarted every 5 s for
+/// ever. Each is one line and exit status 2, and what was there is left alone.
+#[test]
+fn daemon_exits_2_for_a_socket_path_or_request_dir_it_cannot_use() {
+    use std::os::unix::fs::PermissionsExt as _;
+    if !require(is_root(), "root (a request_dir owned by another user)") {
+        return;
+    }
+    let dir = scratch();
+    let d = dir.path();
+    let at = |name: &str| d.join(name).display().to_string();
+    std::fs::write(d.join("file.sock"), "keep").unwrap();
+    std::fs::create_dir(d.join("dir.sock")).unwrap();
+    std::os::unix::fs::symlink(d.join("nowhere"), d.join("link.sock")).unwrap();
+    let fifo = Command::new("mkfifo").arg(d.join("fifo.sock")).status();
+    assert!(fifo.unwrap().success(), "mkfifo");
+    std::fs::create_dir(d.join("real")).unwrap();
+    std::os::unix::fs::symlink(d.join("real"), d.join("users-link")).unwrap();
+    for (name, mode) in [
+        ("users-nobody", 0o755),
+        ("users-0775", 0o775),
+        ("users-0777", 0o777),
+    ] {
+        let path = d.join(name);
+        std::fs::create_dir(&path).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    std::os::unix::fs::chown(d.join("users-nobody"), Some(65534), None).unwrap();
+    let long = format!("{}/{}.sock", d.display(), "s".repeat(120));
+    let users = at("users");
+    let cases: &[(String, String, &[&str])] = &[
+        (
+            at("file.sock"),
+            users.clone(),
+            &[
+                "file.sock exists and is a regular file",
+                "expected a socket or nothing",
+            ],
+        ),
+        (
+            at("dir.sock"),
+            users.clone(),
+            &["dir.sock exists and is a directory"],
+        ),
+        (
+            at("link.sock"),
+            users.clone(),
+            &["link.sock exists and is a symlink"],
+        ),
+        (
+            at("fifo.sock"),
+            users.clone(),
+            &["fifo.sock exists and is not a socket"],
+        ),
+        (
+            format!("{}/d.sock", at("file.sock")),
+            users.clone(),
+            &["cannot create the directory", "file.sock"],
+        ),
+        (
+            long.clone(),
+            users.clone(),
+            &["socket: invalid socket path", "expected at most 107 bytes"],
+        ),
+        (
+            at("ok.sock"),
+            at("users-link"),
+            &["unsafe request_dir", "it is a symbolic link"],
+        ),
+        (
+            at("ok.sock"),
+            at("users-nobody"),
+            &["unsafe request_dir", "owned by UID 65534"],
+        ),
+        (
+            at("ok.sock"),
+            at("users-0775"),
+            &["unsafe request_dir", "0775"],
+        ),
+        (
+            at("ok.sock"),
+            at("users-0777"),
+            &["unsafe request_dir", "0777"],
+        ),
+        (
+            at("ok.sock"),
+            format!("{}/users", at("file.sock")),
+            &["cannot use request_dir", "Not a directory"],
+        ),
+    ];
+    let conf = d.join("daemon.toml");
+    for (socket, request_dir, fragments) in cases {
+        std::fs::write(
+            &conf,
+            format!(
+                "socket = \"{socket}\"\nrequest_dir = \"{request_dir}\"\nstate_dir = \"{}\"\n\
+                 [[rule]]\nname = \"none\"\n[rule.match]\ncommand = \"^matches nothing$\"\n",
+                at("state")
+            ),
+        )
+        .unwrap();
+        let mut child = bin()
+            .args(["daemon", "--config", &conf.display().to_string()])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // It fails before it watches anything; a daemon still running is the failure.
+        let exited = wait_for(std::time::Duration::from_secs(20), || {
+            matches!(child.try_wait(), Ok(Some(_)))
+        });
+        if !exited {
+            let _ = child.kill();
+        }
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            exited,
+            "{socket} {request_dir}: the daemon started: {stderr}"
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{socket} {request_dir}: {stderr}"
+        );
+        assert_eq!(
+            stderr.lines().count(),
+            1,
+            "{socket} {request_dir}: {stderr:?}"
+        );
+        for f in *fragments {
+            assert!(stderr.contains(f), "{stderr:?} lacks {f:?}");
+        }
+    }
+    assert!(long.len() > 108, "{long}");
+    assert_eq!(
+        std::fs::read_to_string(d.join("file.sock")).unwrap(),
+        "keep"
+    );
+    assert!(d.join("dir.sock").is_dir() && d.join("link.sock").is_symlink());
+}
+
+/// Issue 18: a value that is not UTF-8 was "invalid UTF-8 was detected in one or more
+/// arguments", naming no flag.
+#[test]
+fn a_value_that_is_not_utf8_names_its_flag() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt as _;
+    let bad = OsStr::from_bytes(b"5\xffs");
+    let mut joined = std::ffi::OsString::from("--interval=");
+    joined.push(bad);
+    let cases: &[(&[&OsStr], &str)] = &[
+        (&[OsStr::new("--on-alert"), bad], "--on-alert <CMD>"),
+        (&[OsStr::new("--interval"), bad], "--interval <DUR>"),
+        (&[&joined], "--interval <DUR>"),
+        (&[OsStr::new("--mem-limit"), bad], "--mem-limit <SIZE>"),
+        (&[OsStr::new("--metrics"), bad], "--metrics <ADDR>"),
+        (&[OsStr::new("--ready-fd"), bad], "--ready-fd <FD>"),
+    ];
+    for (args, flag) in cases {
+        let out = bin().args(*args).args(["--pid", "1"]).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr:?}");
+        assert!(
+            stderr.contains(&format!(
+                "invalid value '5\u{fffd}s' for '{flag}': expected UTF-8 text"
+            )),
+            "{args:?}: {stderr:?}"
+        );
+    }
+    let out = bin()
+        .arg("--pid")
+        .arg(OsStr::from_bytes(b"\xff"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("for '--pid <PID>'"), "{stderr}");
+}
+
+/// The long flags a `--help` text lists.
+fn flags_in_help(args: &[&str]) -> Vec<String> {
+    let out = run(args);
+    assert_eq!(out.status.code(), Some(0), "{args:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.trim_start().split_once("--"))
+        .filter(|(before, _)| before.is_empty() || before.ends_with(", "))
+        .map(|(_, flag)| format!("--{}", flag.split([' ', '.']).next().unwrap_or_default()))
+        .collect()
+}
+
+/// Issue 18: every subcommand's `--help` listed all the single-run flags, which all but
+/// `run` refuse. Each lists the flags it takes, and a hidden flag is still refused by name.
+#[test]
+fn each_subcommands_help_lists_only_the_flags_it_takes() {
+    let logging = ["--log-format", "--verbose", "--quiet", "--help"];
+    let table: &[(&str, &[&str])] = &[
+        ("status", &["--json", "--socket"]),
+        ("diff", &[]),
+        ("report", &["--output"]),
+        (
+            "replay",
+            &[
+                "--config",
+                "--interval",
+                "--lead",
+                "--signal",
+                "--on-alert",
+                "--dry-run",
+                "--floor",
+            ],
+        ),
+        ("daemon", &["--ready-fd", "--metrics", "--config"]),
+    ];
+    for (sub, own) in table {
+        let mut want: Vec<String> = own.iter().chain(&logging).map(|f| f.to_string()).collect();
+        want.sort();
+        for args in [vec![*sub, "--help"], vec!["help", sub]] {
+            let mut got = flags_in_help(&args);
+            got.sort();
+            assert_eq!(got, want, "{args:?}");
+        }
+    }
+    let run_flags = flags_in_help(&["run", "--help"]);
+    for flag in [
+        "--lead",
+        "--mem-limit",
+        "--disk",
+        "--metrics",
+        "--no-status",
+    ] {
+        assert!(
+            run_flags.iter().any(|f| f == flag),
+            "run lacks {flag}: {run_flags:?}"
+        );
+    }
+    // Hidden, not gone: still refused by name, before or after the subcommand.
+    assert_usage_error(
+        &["status", "--lead", "5s"],
+        &["--lead cannot be used with status"],
+    );
+    assert_usage_error(
+        &["--lead", "5s", "diff", "a", "b"],
+        &["--lead cannot be used with diff"],
+    );
 }

@@ -468,18 +468,6 @@ fn line_of(text: &str, offset: usize) -> usize {
 /// Largest config file read (1 MiB); the documented example is under 8 KiB.
 const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
-/// The key whose value is at byte `offset` of config `text`: the nearest `key =` line at
-/// or before it (a value may span lines, as an array does).
-fn key_before(text: &str, offset: usize) -> Option<&str> {
-    let rest = text.get(offset..)?;
-    let line_end = rest.find('\n').map_or(text.len(), |k| offset + k);
-    text[..line_end].lines().rev().find_map(|l| {
-        let (key, _) = l.split_once('=')?;
-        let key = key.trim();
-        (!key.is_empty() && key.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')).then_some(key)
-    })
-}
-
 /// Reads and parses a config file, with errors naming the file and line.
 pub fn load_file(path: &Path) -> Result<FileConfig, String> {
     let text = read_capped(path)?;
@@ -516,68 +504,161 @@ pub fn parse_file(text: &str, path: &Path) -> Result<FileConfig, String> {
 }
 
 /// Parses strict TOML `text` into `T`, with the errors of [`parse_file`]: `config file
-/// PATH:LINE: KEY: message`, one line, quoted values clipped; an unknown key's error says
-/// the keys are documented in `documented_in`. The daemon's config reuses it.
+/// PATH:LINE: KEY: message`, one line, quoted values clipped, KEY being the full dotted
+/// path of the key at fault (`rule[0].watch.lead`); an unknown key's error says the keys
+/// are documented in `documented_in`. The daemon's config reuses it.
 pub fn parse_toml<T: serde::de::DeserializeOwned>(
     text: &str,
     path: &Path,
     documented_in: &str,
 ) -> Result<T, String> {
-    toml::from_str::<T>(text).map_err(|e| {
-        let start = e.span().map(|span| span.start.min(text.len()));
-        let location = match start {
-            Some(start) => format!("{}:{}", path.display(), line_of(text, start)),
-            None => path.display().to_string(),
-        };
-        // toml and serde quote a bad value whole: keep 80 characters of it.
-        let message = watchdog_types::quote::clip_quoted(&e.message().trim().replace('\n', " "));
-        let message = if message.starts_with("unknown field") {
-            format!("{message}; the keys are documented in {documented_in}")
-        } else if let Some(key) = start.and_then(|start| key_before(text, start)) {
-            // A value's error names the key, not only the line ("invalid type: integer `5`").
-            format!("{key}: {message}")
-        } else {
-            message
-        };
+    let (e, key) = match toml::Deserializer::parse(text) {
+        Ok(de) => match serde_path_to_error::deserialize::<_, T>(de) {
+            Ok(value) => return Ok(value),
+            Err(e) => {
+                let key = key_path(e.path());
+                (e.into_inner(), key)
+            }
+        },
+        // A syntax error: no key to name.
+        Err(e) => (e, String::new()),
+    };
+    let start = e.span().map(|span| span.start.min(text.len()));
+    let location = match start {
+        Some(start) => format!("{}:{}", path.display(), line_of(text, start)),
+        None => path.display().to_string(),
+    };
+    // toml and serde quote a bad value whole: keep 80 characters of it.
+    let message = watchdog_types::quote::clip_quoted(&e.message().trim().replace('\n', " "))
+        // In TOML's words: `interval.x = 1` makes `interval` a table.
+        .replacen("invalid type: map,", "invalid type: table,", 1)
+        .replacen("invalid type: sequence,", "invalid type: array,", 1)
+        .replacen("expected a sequence", "expected an array", 1);
+    let (key, message) = if message.starts_with("unknown field") {
+        // The path ends with the unknown key, which the message quotes: name its table.
+        let table = key.rfind(['.', '[']).map_or("", |i| &key[..i]);
+        (
+            table.to_string(),
+            format!("{message}; the keys are documented in {documented_in}"),
+        )
+    } else {
+        (key, message)
+    };
+    Err(if key.is_empty() {
         format!("config file {location}: {message}")
+    } else {
+        format!("config file {location}: {key}: {message}")
     })
 }
 
-/// A number or a string, for values that may be written either way.
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum NumOrStr {
-    Num(i64),
-    Float(f64),
-    Str(String),
+/// The dotted path of a key as TOML would spell it (`rule[0].watch.lead`), leaving out
+/// the private fields through which `toml::Spanned` is deserialized; empty at the top.
+fn key_path(path: &serde_path_to_error::Path) -> String {
+    use serde_path_to_error::Segment;
+    let mut out = String::new();
+    for segment in path.iter() {
+        match segment {
+            Segment::Seq { index } => out.push_str(&format!("[{index}]")),
+            Segment::Map { key } | Segment::Enum { variant: key } => {
+                if key.starts_with("$__serde_spanned_private") {
+                    continue;
+                }
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(key);
+            }
+            Segment::Unknown => {}
+        }
+    }
+    out
 }
 
-impl NumOrStr {
-    fn text(self) -> String {
-        match self {
-            NumOrStr::Num(n) => n.to_string(),
-            NumOrStr::Float(f) => f.to_string(),
-            NumOrStr::Str(s) => s,
+/// A value's text: a TOML string, or with `numbers` also an integer or a float (`mem_limit
+/// = 8589934592`, `floor = 2.5`); anything else is an error saying `expected`.
+struct Text {
+    expected: &'static str,
+    numbers: bool,
+}
+
+impl<'de> serde::de::Visitor<'de> for Text {
+    type Value = String;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.expected)
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<String, E> {
+        Ok(v.to_string())
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<String, E> {
+        if self.numbers {
+            Ok(v.to_string())
+        } else {
+            Err(E::invalid_type(serde::de::Unexpected::Signed(v), &self))
+        }
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<String, E> {
+        if self.numbers {
+            Ok(v.to_string())
+        } else {
+            Err(E::invalid_type(serde::de::Unexpected::Unsigned(v), &self))
+        }
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<String, E> {
+        if self.numbers {
+            Ok(v.to_string())
+        } else {
+            Err(E::invalid_type(serde::de::Unexpected::Float(v), &self))
         }
     }
 }
 
+/// A string value, or an error of the wrong type saying `expected` (`invalid type: integer
+/// `5`, expected a duration such as "5s"`) instead of serde's "expected a string".
+pub fn de_text<'de, D: Deserializer<'de>>(
+    d: D,
+    expected: &'static str,
+) -> Result<String, D::Error> {
+    d.deserialize_any(Text {
+        expected,
+        numbers: false,
+    })
+}
+
+/// [`de_text`], also taking a number as its text.
+fn de_text_or_number<'de, D: Deserializer<'de>>(
+    d: D,
+    expected: &'static str,
+) -> Result<String, D::Error> {
+    d.deserialize_any(Text {
+        expected,
+        numbers: true,
+    })
+}
+
+/// What a duration is, for a value of the wrong type.
+pub const EXPECTED_DURATION: &str = "a duration such as \"5s\"";
+
 fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-    let s = String::deserialize(d)?;
+    let s = de_text(d, EXPECTED_DURATION)?;
     units::parse_duration(&s)
         .map(Some)
         .map_err(serde::de::Error::custom)
 }
 
 fn de_size<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    let s = NumOrStr::deserialize(d)?.text();
+    let s = de_text_or_number(d, "a size such as \"8GiB\" or a number of bytes")?;
     units::parse_size(&s)
         .map(Some)
         .map_err(serde::de::Error::custom)
 }
 
 fn de_signal<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i32>, D::Error> {
-    let s = NumOrStr::deserialize(d)?.text();
+    let s = de_text_or_number(d, "a signal name such as \"USR1\" or a number")?;
     units::parse_signal(&s)
         .map(Some)
         .map_err(serde::de::Error::custom)
@@ -601,7 +682,7 @@ fn de_deadline<'de, D: Deserializer<'de>>(d: D) -> Result<Option<jiff::Timestamp
 }
 
 fn de_percent<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
-    let v = NumOrStr::deserialize(d)?.text();
+    let v = de_text_or_number(d, "a percentage such as 5 or \"2.5%\"")?;
     crate::options::parse_percent(&v)
         .map(Some)
         .map_err(serde::de::Error::custom)
@@ -669,7 +750,7 @@ mod tests {
         );
         let e = parse_file("disks = [\n  \"/a\",\n  5,\n]\n", Path::new("w.toml")).unwrap_err();
         assert!(
-            e.starts_with("config file w.toml:3: disks: invalid type"),
+            e.starts_with("config file w.toml:3: disks[1]: invalid type"),
             "{e}"
         );
     }
@@ -722,6 +803,92 @@ mod tests {
             let e = parse_file(&text, Path::new("w.toml")).unwrap_err();
             assert!(e.len() < 400, "{} bytes: {}", e.len(), &e[..300]);
         }
+    }
+
+    /// Issue 18: `"interval" = 5` (a quoted key) was reported as `lead: invalid type`, the
+    /// key on the line before; `interval.x = 1` named no key.
+    #[test]
+    fn a_bad_value_is_named_by_its_key_however_the_key_is_written() {
+        let table: &[(&str, &str)] = &[
+            (
+                "lead = \"30s\"\n\"interval\" = 5\n",
+                "config file w.toml:2: interval: invalid type: integer `5`, expected a duration such as \"5s\"",
+            ),
+            (
+                "lead = \"30s\"\ninterval.x = 1\n",
+                "config file w.toml:2: interval: invalid type: table, expected a duration such as \"5s\"",
+            ),
+            (
+                "[interval]\nx = 1\n",
+                "config file w.toml:1: interval: invalid type: table, expected a duration such as \"5s\"",
+            ),
+            (
+                "lead = \"30s\"\nmem_limit = true\n",
+                "config file w.toml:2: mem_limit: invalid type: boolean `true`, expected a size such as \"8GiB\" or a number of bytes",
+            ),
+            (
+                "floor = [5]\n",
+                "config file w.toml:1: floor: invalid type: array, expected a percentage such as 5 or \"2.5%\"",
+            ),
+        ];
+        for (text, want) in table {
+            let e = parse_file(text, Path::new("w.toml")).unwrap_err();
+            assert_eq!(&e, want, "{text:?}");
+        }
+        // Numbers are still taken where a number means something.
+        let c = parse_file(
+            "mem_limit = 1024\nsignal = 12\nfloor = 2.5\n",
+            Path::new("w.toml"),
+        )
+        .unwrap();
+        assert_eq!(
+            (c.mem_limit, c.signal, c.floor),
+            (Some(1024), Some(12), Some(2.5))
+        );
+    }
+
+    /// Issue 18: a `[[rule]]` without a name was reported as `state_dir: missing field
+    /// `name``, the key on the line before. Errors in nested tables name the full path.
+    #[test]
+    fn an_error_in_a_nested_table_names_its_full_path() {
+        #[derive(Debug, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Rule {
+            #[allow(dead_code)]
+            name: toml::Spanned<String>,
+            #[allow(dead_code)]
+            watch: Option<toml::Spanned<FileConfig>>,
+        }
+        #[derive(Debug, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Top {
+            #[allow(dead_code)]
+            state_dir: Option<String>,
+            #[allow(dead_code)]
+            rule: Vec<toml::Spanned<Rule>>,
+        }
+        let parse =
+            |text: &str| parse_toml::<Top>(text, Path::new("d.toml"), "d.toml").unwrap_err();
+        assert_eq!(
+            parse("state_dir = \"/tmp\"\n[[rule]]\nwatch = {}\n"),
+            "config file d.toml:2: rule[0]: missing field `name`"
+        );
+        assert_eq!(
+            parse("[[rule]]\nname = \"a\"\n[[rule]]\nname = \"b\"\n[rule.watch]\nlead = 5\n"),
+            "config file d.toml:6: rule[1].watch.lead: invalid type: integer `5`, expected a duration such as \"5s\""
+        );
+        let e = parse("[[rule]]\nname = \"a\"\n[rule.watch]\nleed = \"5s\"\n");
+        assert!(
+            e.starts_with(
+                "config file d.toml:4: rule[0].watch: unknown field `leed`, expected one of"
+            ),
+            "{e}"
+        );
+        assert!(e.ends_with("; the keys are documented in d.toml"), "{e}");
+        assert_eq!(
+            parse("rule = 5\n"),
+            "config file d.toml:1: rule: invalid type: integer `5`, expected an array"
+        );
     }
 
     #[test]

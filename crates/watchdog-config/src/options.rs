@@ -2,9 +2,11 @@
 //! the daemon's rules through the same keys), and the parsers that turn a flag's text into a
 //! value or a one-line error naming the value and what was expected.
 
+use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::builder::TypedValueParser;
 use clap::{Args, ValueEnum};
 use watchdog_types::quote::quote_value;
 use watchdog_types::units;
@@ -38,27 +40,27 @@ pub struct WatchOptions {
     #[arg(long, value_name = "FILE", global = true)]
     pub config: Option<PathBuf>,
     /// Sampling period [default: 100ms; down to 1ms].
-    #[arg(long, value_name = "DUR", value_parser = parse_duration, global = true)]
+    #[arg(long, value_name = "DUR", value_parser = Utf8(parse_duration), global = true)]
     pub interval: Option<Duration>,
     /// Alert when the predicted time to exhaustion falls below this [default: 30s].
-    #[arg(long, value_name = "DUR", value_parser = parse_duration, global = true)]
+    #[arg(long, value_name = "DUR", value_parser = Utf8(parse_duration), global = true)]
     pub lead: Option<Duration>,
     /// Signal sent to the processes that catch it; not a crash signal such as SEGV or ABRT
     /// [default: SIGUSR1].
-    #[arg(long, value_name = "SIG", value_parser = parse_signal, global = true)]
+    #[arg(long, value_name = "SIG", value_parser = Utf8(parse_signal), global = true)]
     pub signal: Option<i32>,
     /// Memory budget for the watched process tree's total RSS (e.g. 512MiB, 2GiB, 1.5G).
-    #[arg(long, value_name = "SIZE", value_parser = parse_size, global = true)]
+    #[arg(long, value_name = "SIZE", value_parser = Utf8(parse_size), global = true)]
     pub mem_limit: Option<u64>,
     /// Watch free space and inodes of the filesystem holding PATH (repeatable)
     /// [default: the target's working directory, plus /dev/shm when it is a tmpfs].
     #[arg(long = "disk", value_name = "PATH", global = true)]
     pub disks: Vec<PathBuf>,
     /// Runtime limit, measured from the target's own start time.
-    #[arg(long, value_name = "DUR", value_parser = parse_duration, global = true)]
+    #[arg(long, value_name = "DUR", value_parser = Utf8(parse_duration), global = true)]
     pub max_runtime: Option<Duration>,
     /// Wall-clock deadline (RFC 3339, e.g. 2026-11-23T08:00:00Z).
-    #[arg(long, value_name = "RFC3339", value_parser = parse_deadline, global = true)]
+    #[arg(long, value_name = "RFC3339", value_parser = Utf8(parse_deadline), global = true)]
     pub deadline: Option<jiff::Timestamp>,
     /// JSON file written on every alert [default: $XDG_RUNTIME_DIR/watchdog-PID.request.json,
     /// else watchdog-PID.request.json in the target's working directory].
@@ -68,11 +70,11 @@ pub struct WatchOptions {
     #[arg(long, value_name = "PATH", global = true)]
     pub events: Option<PathBuf>,
     /// Run CMD through `sh -c` on every alert, with WATCHDOG_* variables describing it.
-    #[arg(long, value_name = "CMD", global = true)]
+    #[arg(long, value_name = "CMD", value_parser = Utf8(text), global = true)]
     pub on_alert: Option<String>,
     /// How long an --on-alert hook may run before its process group is ended (SIGTERM,
     /// then SIGKILL 2 s later) [default: 60s].
-    #[arg(long, value_name = "DUR", value_parser = parse_duration, global = true)]
+    #[arg(long, value_name = "DUR", value_parser = Utf8(parse_duration), global = true)]
     pub hook_timeout: Option<Duration>,
     /// Where the flight recording is written (on every alert, at exit, on SIGUSR2)
     /// [default: $XDG_STATE_HOME/watchdog/ or ~/.local/state/watchdog/,
@@ -80,7 +82,7 @@ pub struct WatchOptions {
     #[arg(long, value_name = "PATH", global = true)]
     pub record: Option<PathBuf>,
     /// How much history the flight recorder keeps [default: 10m].
-    #[arg(long, value_name = "DUR", value_parser = parse_duration, global = true)]
+    #[arg(long, value_name = "DUR", value_parser = Utf8(parse_duration), global = true)]
     pub record_window: Option<Duration>,
     /// Sample, predict and log what would be done; send and write nothing.
     #[arg(long, global = true)]
@@ -92,7 +94,7 @@ pub struct WatchOptions {
     #[arg(long, value_name = "FORMAT", global = true)]
     pub log_format: Option<LogFormat>,
     /// Alert whatever the trend when headroom falls below this percentage of a limit [default: 5].
-    #[arg(long, value_name = "PERCENT", value_parser = parse_percent, global = true)]
+    #[arg(long, value_name = "PERCENT", value_parser = Utf8(parse_percent), global = true)]
     pub floor: Option<f64>,
     /// Do not send desktop notifications.
     #[arg(long, global = true)]
@@ -106,6 +108,44 @@ pub struct WatchOptions {
     /// Log only warnings and errors.
     #[arg(short, long, global = true)]
     pub quiet: bool,
+}
+
+/// A flag's `&str` parser that names the flag when the value is not UTF-8 (clap's own
+/// error says only "invalid UTF-8 was detected in one or more arguments").
+#[derive(Clone)]
+pub struct Utf8<F>(pub F);
+
+impl<T, F> TypedValueParser for Utf8<F>
+where
+    F: Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static,
+    T: Clone + Send + Sync + 'static,
+{
+    type Value = T;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &OsStr,
+    ) -> Result<T, clap::Error> {
+        if value.to_str().is_some() {
+            return self.0.parse_ref(cmd, arg, value);
+        }
+        let flag = arg.map_or_else(|| "...".to_string(), ToString::to_string);
+        Err(clap::Error::raw(
+            clap::error::ErrorKind::InvalidUtf8,
+            format!(
+                "invalid value {} for '{flag}': expected UTF-8 text\n",
+                quote_value(&value.to_string_lossy())
+            ),
+        )
+        .with_cmd(cmd))
+    }
+}
+
+/// Any UTF-8 text (`--on-alert`).
+fn text(s: &str) -> Result<String, String> {
+    Ok(s.to_string())
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {

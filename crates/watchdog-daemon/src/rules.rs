@@ -151,7 +151,7 @@ struct RawConfig {
     scan_interval: Option<Duration>,
     #[serde(default, deserialize_with = "de_tree_interval")]
     tree_interval: Option<Duration>,
-    #[serde(default, deserialize_with = "de_absolute")]
+    #[serde(default, deserialize_with = "de_socket")]
     socket: Option<PathBuf>,
     #[serde(default, deserialize_with = "de_absolute")]
     request_dir: Option<PathBuf>,
@@ -428,7 +428,7 @@ fn de_duration<'de, D: Deserializer<'de>>(
     (min, max): (Duration, Duration),
     range: &str,
 ) -> Result<Option<Duration>, D::Error> {
-    let s = String::deserialize(d)?;
+    let s = watchdog_config::de_text(d, watchdog_config::EXPECTED_DURATION)?;
     let v = units::parse_duration(&s).map_err(de::Error::custom)?;
     if v < min || v > max {
         return Err(de::Error::custom(format!(
@@ -475,6 +475,23 @@ fn de_absolute<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PathBuf>, D::Er
         )));
     }
     Ok(Some(PathBuf::from(s)))
+}
+
+/// The longest path a Unix socket can be bound at: `sun_path` holds 108 bytes with the
+/// terminating NUL (unix(7)).
+const MAX_SOCKET_PATH: usize = 107;
+
+fn de_socket<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PathBuf>, D::Error> {
+    let path = de_absolute(d)?;
+    let len = path.as_ref().map_or(0, |p| p.as_os_str().len());
+    if len > MAX_SOCKET_PATH {
+        return Err(de::Error::custom(format!(
+            "invalid socket path {}: expected at most {MAX_SOCKET_PATH} bytes (the limit of \
+             a Unix socket's path), not {len}",
+            quote_value(&path.unwrap_or_default().to_string_lossy())
+        )));
+    }
+    Ok(path)
 }
 
 fn de_metrics<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {

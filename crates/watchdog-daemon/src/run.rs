@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant, SystemTime};
 
-use watchdog_alerter::beneath::UserDirs;
+use watchdog_alerter::beneath::{BeneathError, UserDirs};
 use watchdog_config::Host;
 use watchdog_metrics::server::{MetricsHandle, MetricsServer};
 use watchdog_sampler::shared::{Reads, SharedReads};
@@ -64,12 +64,7 @@ pub fn run(config_path: &Path, host: Host, metrics: Option<String>) -> Result<Ex
     let _ = signal_hook::flag::register(libc::SIGUSR2, record_now.clone());
 
     let mut config = DaemonConfig::load(config_path).map_err(Failure::Usage)?;
-    let user_dirs = UserDirs::open(&config.request_dir).map_err(|e| {
-        Failure::Runtime(format!(
-            "cannot use the request directory {}: {e}",
-            config.request_dir.display()
-        ))
-    })?;
+    let user_dirs = UserDirs::open(&config.request_dir).map_err(|e| request_dir_failure(&e))?;
     let recorders = Recorders::start().map_err(Failure::Runtime)?;
     let published = Arc::new(Published::new("daemon", config.interval.as_secs_f64()));
     let (register_tx, register_rx) = mpsc::channel::<Pending>();
@@ -343,6 +338,35 @@ fn register(
     }
 }
 
+/// Why the request directory cannot be used. An unsafe one (a symlink, another owner,
+/// writable by group or others) is the config's to fix: exit 2, so that systemd's
+/// `RestartPreventExitStatus=2` stops there instead of restarting every 5 s for ever.
+fn request_dir_failure(e: &BeneathError) -> Failure {
+    match e {
+        BeneathError::Refused { path, reason } => Failure::Usage(format!(
+            "unsafe request_dir {}: {reason}; request_dir must be a directory (not a \
+             symlink) owned by the daemon's user and not writable by group or others",
+            path.display()
+        )),
+        // Below a file (`/etc/passwd/users`): also the config's to fix.
+        BeneathError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotADirectory => {
+            Failure::Usage(format!("cannot use request_dir: {e}"))
+        }
+        e => Failure::Runtime(format!("cannot use request_dir: {e}")),
+    }
+}
+
+/// Whether something other than a socket is at `path`, or its parent is no directory: a
+/// socket path the config must change (exit 2, as for [`request_dir_failure`]).
+fn not_a_socket_path(path: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt as _;
+    let parent_no_dir = path
+        .parent()
+        .and_then(|p| std::fs::metadata(p).ok())
+        .is_some_and(|m| !m.is_dir());
+    parent_no_dir || std::fs::symlink_metadata(path).is_ok_and(|m| !m.file_type().is_socket())
+}
+
 /// Binds the status socket: status for anyone (their own runs; root sees all), and
 /// registrations passed to the loop.
 fn serve_socket(
@@ -351,7 +375,13 @@ fn serve_socket(
     published: &Arc<Published>,
     register: mpsc::Sender<Pending>,
 ) -> Result<ServerHandle, Failure> {
-    let server = StatusServer::bind(path).map_err(Failure::Runtime)?;
+    let server = StatusServer::bind(path).map_err(|e| {
+        if not_a_socket_path(path) {
+            Failure::Usage(e)
+        } else {
+            Failure::Runtime(e)
+        }
+    })?;
     let published = Arc::clone(published);
     let proc = host.proc.clone();
     let register = std::sync::Mutex::new(register);

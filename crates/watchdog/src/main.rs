@@ -13,7 +13,7 @@ use std::process::ExitCode;
 
 use std::sync::Arc;
 
-use clap::{CommandFactory as _, FromArgMatches as _};
+use clap::FromArgMatches as _;
 use watchdog_metrics::server::{MetricsHandle, MetricsServer};
 use watchdog_watch::Published;
 
@@ -26,7 +26,9 @@ use watchdog_config::Settings;
 const DAEMON_CONFIG: &str = "/etc/watchdog/daemon.toml";
 
 fn main() -> ExitCode {
-    let matches = match Cli::command().try_get_matches() {
+    let command = cli::command();
+    let args = cli::join_negative_values(&command, std::env::args_os());
+    let matches = match command.try_get_matches_from(args) {
         Ok(matches) => matches,
         Err(e) => return clap_error(e),
     };

@@ -124,35 +124,35 @@ fn errors_name_file_line_key_and_expectation() {
         ),
         (
             "[[rule]]\nname = \"a\"\n[rule.match]\ncommand = \"python(\"\n",
-            "config file d.toml:4: command: invalid regex 'python(': unclosed group; expected a regular expression",
+            "config file d.toml:4: rule[0].match.command: invalid regex 'python(': unclosed group; expected a regular expression",
         ),
         (
             "[[rule]]\nname = \"a\"\n[rule.match]\nuser = \"no-such-user-xyz\"\n",
-            "config file d.toml:4: user: unknown user 'no-such-user-xyz': expected a user name of this machine",
+            "config file d.toml:4: rule[0].match.user: unknown user 'no-such-user-xyz': expected a user name of this machine",
         ),
         (
             "[[rule]]\nname = \"a\"\n[rule.match]\nuser = []\n",
-            "config file d.toml:4: user: invalid user []: expected at least one",
+            "config file d.toml:4: rule[0].match.user: invalid user []: expected at least one",
         ),
         (
             "[[rule]]\nname = \"a\"\n[rule.match]\nuser = -1\n",
-            "config file d.toml:4: user: invalid UID -1",
+            "config file d.toml:4: rule[0].match.user: invalid UID -1",
         ),
         (
             "[[rule]]\nname = \"a\"\n[rule.match]\ncgroup = \"user.slice\"\n",
-            "config file d.toml:4: cgroup: invalid cgroup 'user.slice': expected a cgroup path starting with '/'",
+            "config file d.toml:4: rule[0].match.cgroup: invalid cgroup 'user.slice': expected a cgroup path starting with '/'",
         ),
         (
             "[[rule]]\nname = \"a\"\n[rule.match]\nslice = \"a/b\"\n",
-            "config file d.toml:4: slice: invalid slice 'a/b': expected one cgroup path component",
+            "config file d.toml:4: rule[0].match.slice: invalid slice 'a/b': expected one cgroup path component",
         ),
         (
             "[[rule]]\nname = \"a\"\n[rule.match]\nenv = \"=1\"\n",
-            "config file d.toml:4: env: invalid env '=1': expected NAME=VALUE",
+            "config file d.toml:4: rule[0].match.env: invalid env '=1': expected NAME=VALUE",
         ),
         (
             "[[rule]]\nname = \"a\"\n[rule.match]\ncomand = \"x\"\n",
-            "config file d.toml:4: unknown field `comand`, expected one of `command`",
+            "config file d.toml:4: rule[0].match: unknown field `comand`, expected one of `command`",
         ),
         (
             "[[rule]]\nname = \"a\"\n\n[rule.match]\n",
@@ -160,7 +160,7 @@ fn errors_name_file_line_key_and_expectation() {
         ),
         (
             "[[rule]]\nname = \"a\"\n",
-            "config file d.toml:1: missing field `match`",
+            "config file d.toml:1: rule[0]: missing field `match`",
         ),
         (
             "[[rule]]\nname = \"a b\"\n[rule.match]\ngpu = true\n",
@@ -220,12 +220,12 @@ fn watch_values_are_checked_as_watchdog_checks_them() {
     );
     let e = err(&one_rule("gpu = true", "lead = \"5x\""));
     assert!(
-        e.starts_with("config file d.toml:6: lead: invalid duration '5x'"),
+        e.starts_with("config file d.toml:6: rule[0].watch.lead: invalid duration '5x'"),
         "{e}"
     );
     let e = err(&one_rule("gpu = true", "leed = \"5s\""));
     assert!(
-        e.starts_with("config file d.toml:6: unknown field `leed`"),
+        e.starts_with("config file d.toml:6: rule[0].watch: unknown field `leed`"),
         "{e}"
     );
 }
