@@ -181,7 +181,7 @@ fn facts(a: &Recording, b: &Recording) -> (Vec<Fact>, Vec<Fact>, Vec<String>) {
         .collect();
     let mut same: Vec<Fact> = crate::diff::same_facts(a, b)
         .into_iter()
-        .map(|(name, v)| Fact::new(&name, Some(v.clone()), Some(v)))
+        .map(|(name, va, vb)| Fact::new(&name, Some(va), Some(vb)))
         .collect();
     let settings = |rec: &Recording| {
         let m = &rec.meta;
