@@ -5,6 +5,10 @@
 //! Times, PIDs and usage are not facts. A limit's source (a cgroup's path, which differs
 //! from run to run) is shown but not compared; a runtime cap from a deadline or a SLURM
 //! end time is compared by its source only (its length depends on when the run started).
+//! Watched disks are paired by the mount point of their filesystem (`limit disk on /data`,
+//! its size with its type), their paths shown as detail: two runs from two directories on
+//! one filesystem watch one disk. When either record lacks the mount points (an older
+//! recording), disks are paired by path (`limit disk:/data/x`) as before.
 //!
 //! The differences are ranked so the likely culprit comes first: a limit that one run's
 //! peak reached (90% or more) and the other's did not, then a changed framework version
