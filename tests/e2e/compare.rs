@@ -454,6 +454,25 @@ fn two_runs_from_two_directories_on_one_filesystem_differ_in_no_disk() {
         row.contains(small.to_str().unwrap()) && row.contains(big.to_str().unwrap()),
         "{row}"
     );
+    // One panel for the disk, with both runs' curves.
+    let panel = page
+        .split("<g class=\"panel\"")
+        .find(|p| p.contains(&format!("data-resource=\"disk:{}\"", small.display())))
+        .unwrap_or_else(|| panic!("no panel of disk:{}: {page}", small.display()));
+    assert!(
+        panel.contains(&format!("data-resource-b=\"disk:{}\"", big.display())),
+        "{panel}"
+    );
+    for run in ["a", "b"] {
+        assert!(
+            panel.contains(&format!("<g class=\"run\" data-run=\"{run}\"")),
+            "{panel}"
+        );
+    }
+    assert!(
+        !page.contains(&format!("data-resource=\"disk:{}\"", big.display())),
+        "run B's disk drawn apart"
+    );
 }
 
 /// A run from a tmpfs (another filesystem) against one from a directory elsewhere:

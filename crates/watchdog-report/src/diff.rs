@@ -422,6 +422,29 @@ pub fn same_facts(a: &Recording, b: &Recording) -> Vec<(String, String, String)>
         .collect()
 }
 
+/// The disks the two runs watched on one mount point under different paths, as pairs of
+/// run A's and run B's resource names (`disk:` and `inodes:`), when the disks are paired
+/// by mount point; the comparison page draws each pair as one panel. Pure.
+pub fn paired_disks(a: &Recording, b: &Recording) -> Vec<(String, String)> {
+    let (env_a, env_b) = (environment_of(a).0, environment_of(b).0);
+    if !disks_by_mount(&env_a, &env_b) {
+        return Vec::new();
+    }
+    let (names_a, names_b) = (disk_names(&env_a, true), disk_names(&env_b, true));
+    let mut out = Vec::new();
+    for (ra, da) in &names_a {
+        let Some(mount) = da.mount else { continue };
+        if let Some((rb, _)) = names_b.iter().find(|(_, db)| db.mount == Some(mount))
+            && ra != rb
+        {
+            let inodes = |r: &str| r.replacen("disk:", "inodes:", 1);
+            out.push((ra.clone(), rb.clone()));
+            out.push((inodes(ra), inodes(rb)));
+        }
+    }
+    out
+}
+
 /// Compares two recordings. Pure.
 pub fn diff(a: &Recording, b: &Recording) -> Diff {
     let ((env_a, full_a), (env_b, full_b)) = (environment_of(a), environment_of(b));
