@@ -377,7 +377,7 @@ fn compare_page(dir: &Path, a: &Path, b: &Path) -> String {
 }
 
 /// The page's table of differences.
-fn differences_table(page: &str) -> &str {
+pub fn differences_table(page: &str) -> &str {
     page.split("<table class=\"differences\">")
         .nth(1)
         .and_then(|t| t.split("</table>").next())

@@ -100,7 +100,7 @@ mod tests {
     fn the_longest_and_latest_mount_point_holds_a_path() {
         let mounts = parse_mountinfo(TEXT);
         assert_eq!(mounts.len(), 4);
-        let at = |p: &str| mount_of(&mounts, Path::new(p)).map(|m| m.clone());
+        let at = |p: &str| mount_of(&mounts, Path::new(p)).cloned();
         let root = at("/home/x").unwrap();
         assert_eq!(
             (root.mount_point.to_str(), root.fs_type.as_str()),

@@ -346,26 +346,15 @@ fn two_directories_on_one_filesystem_are_one_disk() {
 /// type at the same mount point) still differs in its disk.
 #[test]
 fn a_disk_on_another_filesystem_still_differs() {
-    let a = recording(
-        Some(env_on_disk(
-            1024,
-            "/data/x",
-            252 * GIB,
-            Some(("/data", "ext4")),
-        )),
-        1,
-        "exited",
-    );
-    let elsewhere = recording(
-        Some(env_on_disk(
-            1024,
-            "/mnt/t/x",
-            64 * MIB,
-            Some(("/mnt/t", "tmpfs")),
-        )),
-        1,
-        "exited",
-    );
+    let on = |path, size, mount, fs_type| {
+        recording(
+            Some(env_on_disk(1024, path, size, Some((mount, fs_type)))),
+            1,
+            "exited",
+        )
+    };
+    let a = on("/data/x", 252 * GIB, "/data", "ext4");
+    let elsewhere = on("/mnt/t/x", 64 * MIB, "/mnt/t", "tmpfs");
     let d = diff(&a, &elsewhere);
     assert_eq!(
         fields(&d),
@@ -381,16 +370,7 @@ fn a_disk_on_another_filesystem_still_differs() {
         (d.differences[1].a.as_str(), d.differences[1].b.as_str()),
         ("absent", "64.00 MiB tmpfs (/mnt/t/x)")
     );
-    let same_point = recording(
-        Some(env_on_disk(
-            1024,
-            "/data/y",
-            64 * MIB,
-            Some(("/data", "tmpfs")),
-        )),
-        1,
-        "exited",
-    );
+    let same_point = on("/data/y", 64 * MIB, "/data", "tmpfs");
     let d = diff(&a, &same_point);
     assert_eq!(
         fields(&d),
@@ -405,16 +385,7 @@ fn a_disk_on_another_filesystem_still_differs() {
         "{text}"
     );
     // Of one size and another type only: still a difference.
-    let xfs = recording(
-        Some(env_on_disk(
-            1024,
-            "/data/x",
-            252 * GIB,
-            Some(("/data", "xfs")),
-        )),
-        1,
-        "exited",
-    );
+    let xfs = on("/data/x", 252 * GIB, "/data", "xfs");
     assert_eq!(fields(&diff(&a, &xfs)), ["limit disk on /data"]);
 }
 
