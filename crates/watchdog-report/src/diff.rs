@@ -422,6 +422,30 @@ pub fn same_facts(a: &Recording, b: &Recording) -> Vec<(String, String, String)>
         .collect()
 }
 
+/// The recording's resource that the environment record names `name`: the record writes
+/// a home directory `~` (`disk:~/runs`) where the resource is `disk:/home/NAME/runs` or
+/// `disk:/root/runs`; `None` when no resource, or more than one, fits.
+fn resource_of(rec: &Recording, name: &str) -> Option<String> {
+    if rec.resource_index(name).is_some() {
+        return Some(name.to_string());
+    }
+    let (before, after) = name.split_once('~')?;
+    let fits = |r: &&str| {
+        let Some(rest) = r.strip_prefix(before).and_then(|r| r.strip_suffix(after)) else {
+            return false;
+        };
+        rest == "/root"
+            || rest
+                .strip_prefix("/home/")
+                .is_some_and(|user| !user.is_empty() && !user.contains('/'))
+    };
+    let mut found = rec.resources.iter().map(|r| r.name.as_str()).filter(fits);
+    match (found.next(), found.next()) {
+        (Some(one), None) => Some(one.to_string()),
+        _ => None,
+    }
+}
+
 /// The disks the two runs watched on one mount point under different paths, as pairs of
 /// run A's and run B's resource names (`disk:` and `inodes:`), when the disks are paired
 /// by mount point; the comparison page draws each pair as one panel. Pure.
@@ -434,12 +458,16 @@ pub fn paired_disks(a: &Recording, b: &Recording) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for (ra, da) in &names_a {
         let Some(mount) = da.mount else { continue };
-        if let Some((rb, _)) = names_b.iter().find(|(_, db)| db.mount == Some(mount))
-            && ra != rb
-        {
-            let inodes = |r: &str| r.replacen("disk:", "inodes:", 1);
-            out.push((ra.clone(), rb.clone()));
-            out.push((inodes(ra), inodes(rb)));
+        let Some((rb, _)) = names_b.iter().find(|(_, db)| db.mount == Some(mount)) else {
+            continue;
+        };
+        let inodes = |r: &str| r.replacen("disk:", "inodes:", 1);
+        for (ra, rb) in [(ra.clone(), rb.clone()), (inodes(ra), inodes(rb))] {
+            if let (Some(ra), Some(rb)) = (resource_of(a, &ra), resource_of(b, &rb))
+                && ra != rb
+            {
+                out.push((ra, rb));
+            }
         }
     }
     out
@@ -502,7 +530,13 @@ pub fn diff(a: &Recording, b: &Recording) -> Diff {
                 resource(fb).or_else(|| resource(fa)).unwrap_or_default(),
             );
             let (la, lb) = (limits(&env_a, &name_a), limits(&env_b, &name_b));
-            let (pa, pb) = (peaks_a.get(&name_a).copied(), peaks_b.get(&name_b).copied());
+            // The peaks are the recording's, under the resource's own name (not `~`).
+            let peak_of = |rec, peaks: &BTreeMap<String, u64>, name: &str| {
+                peaks
+                    .get(&resource_of(rec, name).unwrap_or_else(|| name.to_string()))
+                    .copied()
+            };
+            let (pa, pb) = (peak_of(a, &peaks_a, &name_a), peak_of(b, &peaks_b, &name_b));
             let ra = reached(pa, la.as_ref().and_then(|l| l.limit));
             let rb = reached(pb, lb.as_ref().and_then(|l| l.limit));
             let unit = la.as_ref().or(lb.as_ref()).map_or(Unit::Bytes, |l| l.unit);

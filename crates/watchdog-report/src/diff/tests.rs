@@ -465,3 +465,32 @@ fn control_characters_from_a_recording_are_escaped() {
         "{text}"
     );
 }
+
+/// The record writes a home `~` (`disk:~/exp`); the recording's resource and its peaks
+/// keep the home's path (`disk:/home/alice/exp`): the note still finds the peaks.
+#[test]
+fn a_disk_in_a_home_has_its_peaks_in_the_note() {
+    let rec = |size: u64| {
+        let mut env = env_on_disk(1024, "~/exp", size, Some(("/home", "ext4")));
+        env.limits.retain(|l| l.resource != "inodes:~/exp");
+        let text = format!(
+            "# watchdog recording v1\n#{}\n\
+             #{{\"resource\":{{\"name\":\"disk:/home/alice/exp\",\"kind\":\"disk_bytes\",\"unit\":\"bytes\"}}}}\n\
+             time,resource,used,limit\n0,disk:/home/alice/exp,{},{size}\n",
+            serde_json::json!({"meta": {"environment": env}}),
+            5 * MIB
+        );
+        parse(&text).unwrap()
+    };
+    assert_eq!(
+        resource_of(&rec(GIB), "disk:~/exp").as_deref(),
+        Some("disk:/home/alice/exp")
+    );
+    assert_eq!(resource_of(&rec(GIB), "disk:~/other"), None);
+    let d = diff(&rec(GIB), &rec(2 * GIB));
+    assert_eq!(fields(&d), ["limit disk on /home"], "{d:?}");
+    assert_eq!(
+        d.differences[0].note.as_deref(),
+        Some("peaks: A 5.00 MiB, B 5.00 MiB")
+    );
+}

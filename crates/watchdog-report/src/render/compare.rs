@@ -245,11 +245,8 @@ fn run_series(rec: &Recording, resource: &str) -> Option<RunSeries> {
 
 /// Works out what the comparison of `a` and `b` shows.
 pub fn model(a: &Recording, b: &Recording) -> Comparison {
-    // Disks paired by mount point, both runs' resources present: one panel each.
-    let pairs: Vec<(String, String)> = crate::diff::paired_disks(a, b)
-        .into_iter()
-        .filter(|(ra, rb)| a.resource_index(ra).is_some() && b.resource_index(rb).is_some())
-        .collect();
+    // Disks paired by mount point under two names: one panel each.
+    let pairs = crate::diff::paired_disks(a, b);
     let b_name = |name: &str| {
         pairs
             .iter()
@@ -804,9 +801,13 @@ mod tests {
         fs_type: &str,
     ) -> Recording {
         let mut rec = run(limit_mib, peak_mib, Some(&format!("disk:{path}")));
+        // The record writes a home `~`, as the watchdog does; the resource keeps it.
+        let recorded = path
+            .strip_prefix("/home/alice")
+            .map_or_else(|| path.to_string(), |rest| format!("~{rest}"));
         rec.meta.environment = Some(watchdog_types::environment::Environment {
             disks: vec![watchdog_types::environment::DiskFact {
-                path: path.into(),
+                path: recorded,
                 size_bytes: Some(252 << 30),
                 mount_point: Some(mount.into()),
                 fs_type: Some(fs_type.into()),
@@ -848,6 +849,20 @@ mod tests {
         assert_eq!(names, ["disk size on /data", "disk size on /mnt/t"]);
         assert_eq!(m.panels.len(), 4);
         assert!(m.panels.iter().all(|p| p.resource_b.is_none()));
+
+        // Two directories in a home: the record says `~/exp1`, the resource keeps the
+        // home's path; still one panel.
+        let a = run_on_disk(400, 300, "/home/alice/exp1", "/home", "ext4");
+        let b = run_on_disk(400, 300, "/home/alice/exp2", "/home", "ext4");
+        let m = model(&a, &b);
+        assert!(m.differences.is_empty(), "{:?}", m.differences);
+        let p = m
+            .panels
+            .iter()
+            .find(|p| p.resource == "disk:/home/alice/exp1")
+            .unwrap_or_else(|| panic!("{:?}", m.panels));
+        assert_eq!(p.resource_b.as_deref(), Some("disk:/home/alice/exp2"));
+        assert_eq!(m.panels.len(), 3);
     }
 
     #[test]
