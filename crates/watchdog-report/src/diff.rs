@@ -116,7 +116,8 @@ fn disks_by_mount(a: &Environment, b: &Environment) -> bool {
 }
 
 /// How a watched filesystem is named in the facts: by its mount point when the disks are
-/// paired by mount point (`disk on /data`), else by its path as before (`disk:/data/x`).
+/// paired by mount point (`limit disk on /data`), else by its path as before
+/// (`limit disk:/data/x`, `disk size /data/x`).
 struct DiskName<'e> {
     /// The disk as recorded.
     disk: &'e DiskFact,
@@ -125,11 +126,11 @@ struct DiskName<'e> {
 }
 
 impl DiskName<'_> {
-    /// The fact's name for what (`disk`, `inodes`).
+    /// The name of the fact `what` (`limit disk`, `disk size`) about this disk.
     fn name(&self, what: &str) -> String {
         match self.mount {
             Some(m) => format!("{what} on {m}"),
-            None => format!("{what}:{}", self.disk.path),
+            None => format!("{what} {}", self.disk.path),
         }
     }
 
@@ -262,10 +263,7 @@ fn facts(env: &Environment, by_mount: bool) -> BTreeMap<String, Fact> {
             continue;
         }
         if let Some(size) = d.disk.size_bytes {
-            let name = match d.mount {
-                Some(m) => format!("disk size on {m}"),
-                None => format!("disk size {}", d.disk.path),
-            };
+            let name = d.name("disk size");
             let mut f = fact(d.with_type(format_value(Unit::Bytes, size)), Rank::Limit);
             f.source = d.mount.map(|_| d.disk.path.clone());
             out.insert(name, f);
