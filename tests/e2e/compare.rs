@@ -354,3 +354,162 @@ fn a_run_targets_own_dev_shm_is_read_when_the_client_reports() {
     let shm = &meta(&rec)["environment"]["shm"];
     assert_eq!(shm["size_bytes"], 32 << 20, "{shm}");
 }
+
+/// Records `python3 -c SIXTY_MIB` with `--dry-run` and `flags`, run from `cwd` (the
+/// working directory is a watched disk), to `rec`.
+fn record_from(cwd: &Path, rec: &Path, flags: &[&str]) {
+    run_python(cwd, rec, &[&["--dry-run"], flags].concat(), SIXTY_MIB);
+}
+
+/// `watchdog report A B -o DIR/compare.html`: the page's text.
+fn compare_page(dir: &Path, a: &Path, b: &Path) -> String {
+    let page = dir.join("compare.html");
+    let out = bin()
+        .arg("report")
+        .arg(a)
+        .arg(b)
+        .arg("-o")
+        .arg(&page)
+        .output()
+        .unwrap();
+    assert_success(&out, "watchdog report A B");
+    std::fs::read_to_string(&page).unwrap()
+}
+
+/// The page's table of differences.
+pub fn differences_table(page: &str) -> &str {
+    page.split("<table class=\"differences\">")
+        .nth(1)
+        .and_then(|t| t.split("</table>").next())
+        .unwrap_or_else(|| panic!("no difference table: {page}"))
+}
+
+/// The recording's watched disk at `path`: its mount point and filesystem type.
+fn disk_mount(rec: &Path, path: &Path) -> (String, String) {
+    let env = &meta(rec)["environment"];
+    let disk = env["disks"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no disks in {env}"))
+        .iter()
+        .find(|d| d["path"] == path.to_str().unwrap())
+        .unwrap_or_else(|| panic!("no disk {} in {env}", path.display()));
+    let field = |f: &str| {
+        disk[f]
+            .as_str()
+            .unwrap_or_else(|| panic!("no {f} in {disk}"))
+            .to_string()
+    };
+    (field("mount_point"), field("fs_type"))
+}
+
+/// Issue 18: the same script under two memory limits, each run from its own directory
+/// on one filesystem: `diff` and the comparison page name the memory limit and no disk
+/// (the disks are paired by their mount point, the directories shown as detail).
+#[test]
+fn two_runs_from_two_directories_on_one_filesystem_differ_in_no_disk() {
+    let dir = scratch();
+    let (small, big) = (dir.path().join("small"), dir.path().join("big"));
+    for d in [&small, &big] {
+        std::fs::create_dir(d).unwrap();
+    }
+    let (a, b) = (dir.path().join("small.rec"), dir.path().join("big.rec"));
+    record_from(&small, &a, &["--mem-limit", "40MiB"]);
+    record_from(&big, &b, &["--mem-limit", "1GiB"]);
+    let (mount, fs_type) = disk_mount(&a, &small);
+    assert_eq!(disk_mount(&b, &big), (mount.clone(), fs_type.clone()));
+    let canonical = std::fs::canonicalize(&small).unwrap();
+    assert!(
+        canonical.starts_with(&mount),
+        "{mount} does not hold {small:?}"
+    );
+    assert!(!fs_type.is_empty());
+
+    let out = diff(&a, &b);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("1 difference in environment and limits"),
+        "{text}"
+    );
+    assert!(text.contains("  limit tree_memory: A 40.00 MiB"), "{text}");
+    assert!(!text.contains("disk"), "{text}");
+
+    let page = compare_page(dir.path(), &a, &b);
+    let table = differences_table(&page);
+    assert!(
+        table.contains("data-field=\"limit tree_memory\""),
+        "{table}"
+    );
+    assert!(!table.contains("disk"), "{table}");
+    // The disk is among the facts the same in both runs, each with its directory.
+    let same = page
+        .split("<table class=\"same\">")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no same facts: {page}"));
+    let row = same
+        .lines()
+        .find(|l| l.contains(&format!("data-field=\"limit disk on {mount}\"")))
+        .unwrap_or_else(|| panic!("no disk on {mount} in {same}"));
+    assert!(
+        row.contains(small.to_str().unwrap()) && row.contains(big.to_str().unwrap()),
+        "{row}"
+    );
+    // One panel for the disk, with both runs' curves.
+    let panel = page
+        .split("<g class=\"panel\"")
+        .find(|p| p.contains(&format!("data-resource=\"disk:{}\"", small.display())))
+        .unwrap_or_else(|| panic!("no panel of disk:{}: {page}", small.display()));
+    assert!(
+        panel.contains(&format!("data-resource-b=\"disk:{}\"", big.display())),
+        "{panel}"
+    );
+    for run in ["a", "b"] {
+        assert!(
+            panel.contains(&format!("<g class=\"run\" data-run=\"{run}\"")),
+            "{panel}"
+        );
+    }
+    assert!(
+        !page.contains(&format!("data-resource=\"disk:{}\"", big.display())),
+        "run B's disk drawn apart"
+    );
+}
+
+/// A run from a tmpfs (another filesystem) against one from a directory elsewhere:
+/// its disk differs, in `diff` and on the comparison page.
+#[test]
+fn a_run_from_a_tmpfs_differs_in_its_disk() {
+    if !require(is_root(), "root (to mount a tmpfs)") {
+        return;
+    }
+    let Some(fs) = need(Tmpfs::mount("64m"), "a tmpfs mount") else {
+        return;
+    };
+    let dir = scratch();
+    let (a, b) = (dir.path().join("plain.rec"), dir.path().join("tmpfs.rec"));
+    record_from(dir.path(), &a, &["--mem-limit", "1GiB"]);
+    record_from(fs.path(), &b, &["--mem-limit", "1GiB"]);
+    let tmpfs = fs.path().to_str().unwrap();
+    assert_eq!(
+        disk_mount(&b, fs.path()),
+        (tmpfs.to_string(), "tmpfs".to_string())
+    );
+
+    let out = diff(&a, &b);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains(&format!(
+            "  limit disk on {tmpfs}: A absent | B 64.00 MiB tmpfs ({tmpfs})\n"
+        )),
+        "{text}"
+    );
+    assert!(!text.contains("limit tree_memory"), "{text}");
+
+    let page = compare_page(dir.path(), &a, &b);
+    let table = differences_table(&page);
+    assert!(
+        table.contains(&format!("data-field=\"limit disk on {tmpfs}\"")),
+        "{table}"
+    );
+}

@@ -108,11 +108,7 @@ fn report_of_two_recordings_compares_them_in_a_browser() {
     }
     // The difference table names the changed limit, with both values; the same
     // settings are folded away, not listed as differences.
-    let table = dom
-        .split("<table class=\"differences\">")
-        .nth(1)
-        .and_then(|t| t.split("</table>").next())
-        .unwrap_or_else(|| panic!("no difference table: {dom}"));
+    let table = crate::compare::differences_table(&dom);
     assert!(
         table.contains("data-field=\"limit tree_memory\""),
         "{table}"

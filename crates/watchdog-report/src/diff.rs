@@ -5,6 +5,10 @@
 //! Times, PIDs and usage are not facts. A limit's source (a cgroup's path, which differs
 //! from run to run) is shown but not compared; a runtime cap from a deadline or a SLURM
 //! end time is compared by its source only (its length depends on when the run started).
+//! Watched disks are paired by the mount point of their filesystem (`limit disk on /data`,
+//! its size with its type), their paths shown as detail: two runs from two directories on
+//! one filesystem watch one disk. When either record lacks the mount points (an older
+//! recording), disks are paired by path (`limit disk:/data/x`) as before.
 //!
 //! The differences are ranked so the likely culprit comes first: a limit that one run's
 //! peak reached (90% or more) and the other's did not, then a changed framework version
@@ -19,7 +23,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use watchdog_types::Unit;
-use watchdog_types::environment::{Environment, LimitFact, RuntimeSource};
+use watchdog_types::environment::{DiskFact, Environment, LimitFact, RuntimeSource};
+use watchdog_types::units::printable;
 
 use crate::recording::{EventKind, Recording};
 use crate::render::axis::format_value;
@@ -72,12 +77,14 @@ pub struct Diff {
 }
 
 /// One fact: the value compared, the value shown, where it came from (shown when the
-/// two runs' sources differ), its rank.
+/// two runs' sources differ), its rank, and for a limit the resource it is the limit of
+/// (whose peaks the note compares; a disk paired by its mount point has a name in each run).
 struct Fact {
     compared: String,
     shown: String,
     source: Option<String>,
     rank: Rank,
+    resource: Option<String>,
 }
 
 fn fact(value: String, rank: Rank) -> Fact {
@@ -86,7 +93,69 @@ fn fact(value: String, rank: Rank) -> Fact {
         shown: value,
         source: None,
         rank,
+        resource: None,
     }
+}
+
+impl Fact {
+    /// The value as shown, with its source when the two runs' sources differ.
+    fn show(&self, sources_differ: bool) -> String {
+        match &self.source {
+            Some(source) if sources_differ => format!("{} ({source})", self.shown),
+            _ => self.shown.clone(),
+        }
+    }
+}
+
+/// Whether the two runs' disks are paired by their mount points: both records give every
+/// disk's mount point (a recording from before they were recorded is paired by path).
+fn disks_by_mount(a: &Environment, b: &Environment) -> bool {
+    let has_mounts =
+        |e: &Environment| !e.disks.is_empty() && e.disks.iter().all(|d| d.mount_point.is_some());
+    has_mounts(a) && has_mounts(b)
+}
+
+/// How a watched filesystem is named in the facts: by its mount point when the disks are
+/// paired by mount point (`limit disk on /data`), else by its path as before
+/// (`limit disk:/data/x`, `disk size /data/x`).
+struct DiskName<'e> {
+    /// The disk as recorded.
+    disk: &'e DiskFact,
+    /// Its mount point, when the disks are paired by it.
+    mount: Option<&'e str>,
+}
+
+impl DiskName<'_> {
+    /// The name of the fact `what` (`limit disk`, `disk size`) about this disk.
+    fn name(&self, what: &str) -> String {
+        match self.mount {
+            Some(m) => format!("{what} on {m}"),
+            None => format!("{what} {}", self.disk.path),
+        }
+    }
+
+    /// The value shown for a size: with the filesystem type when paired by mount point.
+    fn with_type(&self, value: String) -> String {
+        match (self.mount, &self.disk.fs_type) {
+            (Some(_), Some(t)) => format!("{value} {t}"),
+            _ => value,
+        }
+    }
+}
+
+/// Each disk's name by its `disk:PATH` resource, paired by mount point when `by_mount`
+/// (a second disk on an already named mount point keeps its path).
+fn disk_names(env: &Environment, by_mount: bool) -> BTreeMap<String, DiskName<'_>> {
+    let mut out = BTreeMap::new();
+    let mut mounts = std::collections::BTreeSet::new();
+    for d in &env.disks {
+        let mount = d
+            .mount_point
+            .as_deref()
+            .filter(|m| by_mount && mounts.insert(*m));
+        out.insert(format!("disk:{}", d.path), DiskName { disk: d, mount });
+    }
+    out
 }
 
 const FRAMEWORKS: &[&str] = &[
@@ -106,17 +175,47 @@ fn show_limit(l: &LimitFact) -> String {
     }
 }
 
-/// The named facts of an environment.
-fn facts(env: &Environment) -> BTreeMap<String, Fact> {
+/// The named facts of an environment, its disks paired by mount point when `by_mount`.
+fn facts(env: &Environment, by_mount: bool) -> BTreeMap<String, Fact> {
     let mut out = BTreeMap::new();
+    let disks = disk_names(env, by_mount);
     for l in &env.limits {
+        let compared = l.limit.map_or_else(|| "none".into(), |v| v.to_string());
+        // A disk paired by its mount point: its limit and type compared, its path the source.
+        let (bytes, inodes) = (
+            disks.get(&l.resource),
+            l.resource
+                .strip_prefix("inodes:")
+                .and_then(|p| disks.get(&format!("disk:{p}"))),
+        );
+        let (name, compared, shown, source) = match (bytes, inodes) {
+            (Some(d @ DiskName { mount: Some(_), .. }), _) => (
+                d.name("limit disk"),
+                d.with_type(compared),
+                d.with_type(show_limit(l)),
+                d.disk.path.clone(),
+            ),
+            (_, Some(d @ DiskName { mount: Some(_), .. })) => (
+                d.name("limit inodes"),
+                compared,
+                show_limit(l),
+                d.disk.path.clone(),
+            ),
+            _ => (
+                format!("limit {}", l.resource),
+                compared,
+                show_limit(l),
+                l.source.clone(),
+            ),
+        };
         out.insert(
-            format!("limit {}", l.resource),
+            name,
             Fact {
-                compared: l.limit.map_or_else(|| "none".into(), |v| v.to_string()),
-                shown: show_limit(l),
-                source: Some(l.source.clone()),
+                compared,
+                shown,
+                source: Some(source),
                 rank: Rank::Limit,
+                resource: Some(l.resource.clone()),
             },
         );
     }
@@ -159,16 +258,15 @@ fn facts(env: &Environment) -> BTreeMap<String, Fact> {
         );
     }
     // A disk's size is its limit, already compared, unless it has none.
-    for d in env
-        .disks
-        .iter()
-        .filter(|d| !has_limit(&format!("disk:{}", d.path)))
-    {
-        if let Some(size) = d.size_bytes {
-            out.insert(
-                format!("disk size {}", d.path),
-                fact(format_value(Unit::Bytes, size), Rank::Limit),
-            );
+    for (resource, d) in &disks {
+        if has_limit(resource) {
+            continue;
+        }
+        if let Some(size) = d.disk.size_bytes {
+            let name = d.name("disk size");
+            let mut f = fact(d.with_type(format_value(Unit::Bytes, size)), Rank::Limit);
+            f.source = d.mount.map(|_| d.disk.path.clone());
+            out.insert(name, f);
         }
     }
     if let Some(size) = env.shm.as_ref().and_then(|s| s.size_bytes) {
@@ -193,6 +291,7 @@ fn facts(env: &Environment) -> BTreeMap<String, Fact> {
                 shown: length,
                 source: Some(source),
                 rank: Rank::Limit,
+                resource: None,
             },
         );
     }
@@ -301,14 +400,75 @@ fn reached(peak: Option<u64>, limit: Option<u64>) -> Option<bool> {
     }
 }
 
-/// The facts the two runs share, by name, with their value as shown: what the
-/// comparison page folds away under "the same in both runs". Pure.
-pub fn same_facts(a: &Recording, b: &Recording) -> Vec<(String, String)> {
-    let (fa, fb) = (facts(&environment_of(a).0), facts(&environment_of(b).0));
+/// The named facts of both environments, their disks paired alike.
+fn both_facts(a: &Environment, b: &Environment) -> [BTreeMap<String, Fact>; 2] {
+    let by_mount = disks_by_mount(a, b);
+    [facts(a, by_mount), facts(b, by_mount)]
+}
+
+/// The facts the two runs share, by name, with their values as shown in A and in B
+/// (the same value, each with its source when the sources differ: two directories on
+/// one disk): what the comparison page folds away under "the same in both runs". Pure.
+pub fn same_facts(a: &Recording, b: &Recording) -> Vec<(String, String, String)> {
+    let [fa, fb] = both_facts(&environment_of(a).0, &environment_of(b).0);
     fa.into_iter()
-        .filter(|(k, f)| fb.get(k).is_some_and(|g| g.compared == f.compared))
-        .map(|(k, f)| (k, f.shown))
+        .filter_map(|(k, f)| {
+            let g = fb.get(&k).filter(|g| g.compared == f.compared)?;
+            let differ = f.source != g.source;
+            Some((k, f.show(differ), g.show(differ)))
+        })
         .collect()
+}
+
+/// The recording's resource that the environment record names `name`: the record writes
+/// a home directory `~` (`disk:~/runs`) where the resource is `disk:/home/NAME/runs` or
+/// `disk:/root/runs`; `None` when no resource, or more than one, fits.
+fn resource_of(rec: &Recording, name: &str) -> Option<String> {
+    if rec.resource_index(name).is_some() {
+        return Some(name.to_string());
+    }
+    let (before, after) = name.split_once('~')?;
+    let fits = |r: &&str| {
+        let Some(rest) = r.strip_prefix(before).and_then(|r| r.strip_suffix(after)) else {
+            return false;
+        };
+        rest == "/root"
+            || rest
+                .strip_prefix("/home/")
+                .is_some_and(|user| !user.is_empty() && !user.contains('/'))
+    };
+    let mut found = rec.resources.iter().map(|r| r.name.as_str()).filter(fits);
+    match (found.next(), found.next()) {
+        (Some(one), None) => Some(one.to_string()),
+        _ => None,
+    }
+}
+
+/// The disks the two runs watched on one mount point under different paths, as pairs of
+/// run A's and run B's resource names (`disk:` and `inodes:`), when the disks are paired
+/// by mount point; the comparison page draws each pair as one panel. Pure.
+pub fn paired_disks(a: &Recording, b: &Recording) -> Vec<(String, String)> {
+    let (env_a, env_b) = (environment_of(a).0, environment_of(b).0);
+    if !disks_by_mount(&env_a, &env_b) {
+        return Vec::new();
+    }
+    let (names_a, names_b) = (disk_names(&env_a, true), disk_names(&env_b, true));
+    let mut out = Vec::new();
+    for (ra, da) in &names_a {
+        let Some(mount) = da.mount else { continue };
+        let Some((rb, _)) = names_b.iter().find(|(_, db)| db.mount == Some(mount)) else {
+            continue;
+        };
+        let inodes = |r: &str| r.replacen("disk:", "inodes:", 1);
+        for (ra, rb) in [(ra.clone(), rb.clone()), (inodes(ra), inodes(rb))] {
+            if let (Some(ra), Some(rb)) = (resource_of(a, &ra), resource_of(b, &rb))
+                && ra != rb
+            {
+                out.push((ra, rb));
+            }
+        }
+    }
+    out
 }
 
 /// Compares two recordings. Pure.
@@ -331,7 +491,7 @@ pub fn diff(a: &Recording, b: &Recording) -> Diff {
             "{which} has no report of its Python side (it did not use training_watchdog's install() or attach())"
         ));
     }
-    let (facts_a, facts_b) = (facts(&env_a), facts(&env_b));
+    let [facts_a, facts_b] = both_facts(&env_a, &env_b);
     let both_python = env_a.python.is_some() && env_b.python.is_some();
     let (peaks_a, peaks_b) = (peaks(a), peaks(b));
     let limits =
@@ -352,15 +512,7 @@ pub fn diff(a: &Recording, b: &Recording) -> Diff {
         }
         let rank = fa.or(fb).map_or(Rank::Host, |f| f.rank);
         let sources_differ = fa.map(|f| &f.source) != fb.map(|f| &f.source);
-        let show = |f: Option<&Fact>| match f {
-            None => "absent".to_string(),
-            Some(Fact {
-                shown,
-                source: Some(source),
-                ..
-            }) if sources_differ => format!("{shown} ({source})"),
-            Some(f) => f.shown.clone(),
-        };
+        let show = |f: Option<&Fact>| f.map_or_else(|| "absent".into(), |f| f.show(sources_differ));
         let mut d = Difference {
             field: key.clone(),
             a: show(fa),
@@ -368,12 +520,21 @@ pub fn diff(a: &Recording, b: &Recording) -> Diff {
             note: None,
             rank,
         };
-        if let Some(resource) = key.strip_prefix("limit ") {
-            let (la, lb) = (limits(&env_a, resource), limits(&env_b, resource));
-            let (pa, pb) = (
-                peaks_a.get(resource).copied(),
-                peaks_b.get(resource).copied(),
+        if key.starts_with("limit ") {
+            // Each run's own resource: a disk paired by mount point has a path in each.
+            let resource = |f: Option<&Fact>| f.and_then(|f| f.resource.clone());
+            let (name_a, name_b) = (
+                resource(fa).or_else(|| resource(fb)).unwrap_or_default(),
+                resource(fb).or_else(|| resource(fa)).unwrap_or_default(),
             );
+            let (la, lb) = (limits(&env_a, &name_a), limits(&env_b, &name_b));
+            // The peaks are the recording's, under the resource's own name (not `~`).
+            let peak_of = |rec, peaks: &BTreeMap<String, u64>, name: &str| {
+                peaks
+                    .get(&resource_of(rec, name).unwrap_or_else(|| name.to_string()))
+                    .copied()
+            };
+            let (pa, pb) = (peak_of(a, &peaks_a, &name_a), peak_of(b, &peaks_b, &name_b));
             let ra = reached(pa, la.as_ref().and_then(|l| l.limit));
             let rb = reached(pb, lb.as_ref().and_then(|l| l.limit));
             let unit = la.as_ref().or(lb.as_ref()).map_or(Unit::Bytes, |l| l.unit);
@@ -406,10 +567,18 @@ pub fn diff(a: &Recording, b: &Recording) -> Diff {
 }
 
 /// The comparison as text for the terminal: the differences (likeliest culprit first),
-/// what is unknown, then both verdicts. `names` are the two recordings' paths.
+/// what is unknown, then both verdicts. `names` are the two recordings' paths. Every
+/// string from a recording (or a path) is printed with its control characters escaped
+/// ([`printable`]): a recording's environment is the run's, and a newline or an escape
+/// sequence in it must not forge lines or rewrite the terminal.
 pub fn render_text(d: &Diff, names: [&str; 2]) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "A: {}\nB: {}", names[0], names[1]);
+    let _ = writeln!(
+        out,
+        "A: {}\nB: {}",
+        printable(names[0]),
+        printable(names[1])
+    );
     if d.differences.is_empty() {
         out.push_str("The environments and limits match.\n");
     } else {
@@ -420,23 +589,34 @@ pub fn render_text(d: &Diff, names: [&str; 2]) -> String {
             if d.differences.len() == 1 { "" } else { "s" }
         );
         for x in &d.differences {
-            let _ = writeln!(out, "  {}: A {} | B {}", x.field, x.a, x.b);
+            let _ = writeln!(
+                out,
+                "  {}: A {} | B {}",
+                printable(&x.field),
+                printable(&x.a),
+                printable(&x.b)
+            );
             if let Some(note) = &x.note {
-                let _ = writeln!(out, "      {note}");
+                let _ = writeln!(out, "      {}", printable(note));
             }
         }
     }
     for u in &d.unknown {
-        let _ = writeln!(out, "Unknown: {u}");
+        let _ = writeln!(out, "Unknown: {}", printable(u));
     }
     out.push_str("Verdicts:\n");
     for (name, v) in ["A", "B"].iter().zip(&d.verdicts) {
         match v {
             Some((verdict, Some(summary))) => {
-                let _ = writeln!(out, "  {name}: {verdict}: {summary}");
+                let _ = writeln!(
+                    out,
+                    "  {name}: {}: {}",
+                    printable(verdict),
+                    printable(summary)
+                );
             }
             Some((verdict, None)) => {
-                let _ = writeln!(out, "  {name}: {verdict}");
+                let _ = writeln!(out, "  {name}: {}", printable(verdict));
             }
             None => {
                 let _ = writeln!(out, "  {name}: none recorded (the run had not ended)");

@@ -126,56 +126,19 @@ pub struct CgroupMounts {
     pub v2: Option<CgroupMount>,
 }
 
-/// Undoes mountinfo's octal escapes (`\040` for a space, `\011`, `\012`, `\134`).
-fn unescape_mountinfo(field: &str) -> String {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'\\' && i + 3 < bytes.len() {
-            let oct = &bytes[i + 1..i + 4];
-            if oct.iter().all(|b| (b'0'..=b'7').contains(b)) {
-                let v = u32::from(oct[0] - b'0') * 64
-                    + u32::from(oct[1] - b'0') * 8
-                    + u32::from(oct[2] - b'0');
-                if let Ok(b) = u8::try_from(v) {
-                    out.push(b);
-                    i += 4;
-                    continue;
-                }
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 impl CgroupMounts {
     /// Finds the cgroup mounts in the text of `/proc/PID/mountinfo`; the first of each kind wins.
     pub fn from_mountinfo(text: &str) -> Self {
         let mut out = Self::default();
-        for line in text.lines() {
-            let fields: Vec<&str> = line.split(' ').collect();
-            let Some(dash) = fields.iter().position(|f| *f == "-") else {
-                continue;
-            };
-            if dash < 5 || fields.len() < dash + 3 {
-                continue;
-            }
+        for m in crate::mountinfo::parse_mountinfo(text) {
+            let memory = m.super_options.split(',').any(|o| o == "memory");
             let mount = CgroupMount {
-                mount_point: PathBuf::from(unescape_mountinfo(fields[4])),
-                root: unescape_mountinfo(fields[3]),
+                mount_point: m.mount_point,
+                root: m.root,
             };
-            let (fstype, super_options) = (fields[dash + 1], fields[dash + 3..].join(" "));
-            match fstype {
+            match m.fs_type.as_str() {
                 "cgroup2" if out.v2.is_none() => out.v2 = Some(mount),
-                "cgroup"
-                    if out.v1_memory.is_none()
-                        && super_options.split(',').any(|o| o == "memory") =>
-                {
-                    out.v1_memory = Some(mount)
-                }
+                "cgroup" if out.v1_memory.is_none() && memory => out.v1_memory = Some(mount),
                 _ => {}
             }
         }

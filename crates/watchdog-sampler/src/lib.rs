@@ -17,6 +17,7 @@ pub mod cgroup;
 pub mod disk;
 pub mod fake;
 pub mod meminfo;
+pub mod mountinfo;
 pub mod procfile;
 pub mod ring;
 pub mod runtime;

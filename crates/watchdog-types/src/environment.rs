@@ -141,6 +141,14 @@ pub struct DiskFact {
     /// Its inodes (`f_files` of statvfs).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub inodes: Option<u64>,
+    /// Where the filesystem holding the path is mounted (`/`, `/data`), from
+    /// `/proc/self/mountinfo`: two runs' disks are compared by it, so that two
+    /// directories on one filesystem are one disk. Absent in older recordings.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mount_point: Option<String>,
+    /// The filesystem's type (`ext4`, `tmpfs`), from the same line of mountinfo.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fs_type: Option<String>,
 }
 
 /// The target's own `/dev/shm`.

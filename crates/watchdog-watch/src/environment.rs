@@ -19,6 +19,7 @@ use watchdog_types::{Resource, ResourceKind};
 
 use watchdog_alerter::request::RequestPlace;
 use watchdog_config::Host;
+use watchdog_sampler::mountinfo::{mount_of, parse_mountinfo};
 
 /// Largest Python environment file read (the client writes well under 4 KiB).
 pub const MAX_PYTHON_FILE_BYTES: u64 = 64 * 1024;
@@ -310,17 +311,40 @@ pub fn gather(host: &Host, pid: u32, resources: &[Resource]) -> Environment {
         Err(e) => env.unknown.push(format!("the target's /dev/shm: {e}")),
     }
 
-    for r in resources
+    let disks: Vec<&str> = resources
         .iter()
         .filter(|r| r.kind == ResourceKind::DiskBytes)
-    {
-        let path = r.name.strip_prefix("disk:").unwrap_or(&r.name);
+        .map(|r| r.name.strip_prefix("disk:").unwrap_or(&r.name))
+        .collect();
+    let mountinfo = host.proc.join("self/mountinfo");
+    let mounts = if disks.is_empty() {
+        Vec::new()
+    } else {
+        std::fs::read_to_string(&mountinfo).map_or_else(
+            |e| {
+                env.unknown
+                    .push(format!("the disks' mounts: {}: {e}", mountinfo.display()));
+                Vec::new()
+            },
+            |text| parse_mountinfo(&text),
+        )
+    };
+    for path in disks {
         match vfs_size(Path::new(path)) {
-            Ok((size, inodes)) => env.disks.push(DiskFact {
-                path: hide_homes(path),
-                size_bytes: Some(size),
-                inodes: (inodes > 0).then_some(inodes),
-            }),
+            Ok((size, inodes)) => {
+                let mount = std::fs::canonicalize(path)
+                    .ok()
+                    .and_then(|p| mount_of(&mounts, &p).cloned());
+                env.disks.push(DiskFact {
+                    path: hide_homes(path),
+                    size_bytes: Some(size),
+                    inodes: (inodes > 0).then_some(inodes),
+                    mount_point: mount
+                        .as_ref()
+                        .map(|m| hide_homes(&m.mount_point.to_string_lossy())),
+                    fs_type: mount.map(|m| m.fs_type),
+                })
+            }
             Err(e) => env.unknown.push(format!("disk size: {e}")),
         }
     }
@@ -543,9 +567,39 @@ mod tests {
         let shm = e.shm.unwrap();
         assert!(shm.size_bytes.is_some_and(|s| s > 0));
         assert_eq!(shm.same_as_host, Some(true));
+        assert!(e.disks.is_empty());
         assert_eq!(
             e.definitions["cgroup_memory"],
             "usage - active_file - inactive_file"
         );
+    }
+
+    /// Issue 18: each watched disk's mount point and filesystem type are recorded, so
+    /// that two directories on one filesystem compare as one disk.
+    #[test]
+    fn disks_are_recorded_with_their_mount_point_and_type() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = |i: u16, path: &Path| Resource {
+            id: watchdog_types::ResourceId(i),
+            kind: ResourceKind::DiskBytes,
+            name: format!("disk:{}", path.display()),
+            source: "statvfs".into(),
+        };
+        let shm = Path::new("/dev/shm");
+        let e = gather(
+            &Host::from_env(),
+            std::process::id(),
+            &[disk(0, dir.path()), disk(1, shm)],
+        );
+        assert!(e.unknown.is_empty(), "{:?}", e.unknown);
+        let (d, s) = (&e.disks[0], &e.disks[1]);
+        let canonical = std::fs::canonicalize(dir.path()).unwrap();
+        let mount = d.mount_point.as_deref().unwrap();
+        assert!(canonical.starts_with(mount), "{d:?}");
+        assert!(d.fs_type.as_deref().is_some_and(|t| !t.is_empty()), "{d:?}");
+        if watchdog_sampler::disk::is_tmpfs(shm) {
+            assert_eq!(s.mount_point.as_deref(), Some("/dev/shm"), "{s:?}");
+            assert_eq!(s.fs_type.as_deref(), Some("tmpfs"), "{s:?}");
+        }
     }
 }

@@ -1,6 +1,6 @@
 use super::*;
 use crate::recording::{Meta, parse, write};
-use watchdog_types::environment::{HostFacts, PythonFacts, RuntimeCap};
+use watchdog_types::environment::{DiskFact, HostFacts, PythonFacts, RuntimeCap};
 use watchdog_types::{Resource, ResourceId, ResourceKind};
 
 const MIB: u64 = 1 << 20;
@@ -272,4 +272,225 @@ fn less_ram_is_named_once_as_the_host_memory_limit() {
         &recording(Some(base_env()), 1, "exited"),
     );
     assert_eq!(d.differences[0].field, "host RAM");
+}
+
+const GIB: u64 = 1 << 30;
+
+/// `base_env` with its cgroup limited to `cgroup_mib`, run from the directory `path`
+/// (watched as `disk:PATH` and `inodes:PATH`) on a filesystem of `size` bytes, mounted
+/// at `mount` with type `fs_type` (`None`: a recording from before mount points were
+/// recorded).
+fn env_on_disk(cgroup_mib: u64, path: &str, size: u64, mount: Option<(&str, &str)>) -> Environment {
+    let mut e = base_env();
+    e.limits[0].limit = Some(cgroup_mib * MIB);
+    e.limits.push(limit(
+        &format!("disk:{path}"),
+        ResourceKind::DiskBytes,
+        Some(size),
+        &format!(
+            "statvfs({path}): free blocks including root's reserve, as the target runs as root"
+        ),
+    ));
+    e.limits.push(limit(
+        &format!("inodes:{path}"),
+        ResourceKind::DiskInodes,
+        Some(size / 16384),
+        &format!("statvfs({path})"),
+    ));
+    e.disks.push(DiskFact {
+        path: path.into(),
+        size_bytes: Some(size),
+        inodes: Some(size / 16384),
+        mount_point: mount.map(|(m, _)| m.into()),
+        fs_type: mount.map(|(_, t)| t.into()),
+    });
+    e
+}
+
+fn fields(d: &Diff) -> Vec<&str> {
+    d.differences.iter().map(|x| x.field.as_str()).collect()
+}
+
+/// Issue 18: the same script in a 400 MiB and a 1 GiB cgroup, each run from its own
+/// directory on one ext4 filesystem, differ in the memory limit only; the disks are
+/// paired by their mount point, their paths shown as detail.
+#[test]
+fn two_directories_on_one_filesystem_are_one_disk() {
+    let ext4 = Some(("/data", "ext4"));
+    let a = recording(
+        Some(env_on_disk(400, "/data/x/small", 252 * GIB, ext4)),
+        1,
+        "oom_kill",
+    );
+    let b = recording(
+        Some(env_on_disk(1024, "/data/x/big", 252 * GIB, ext4)),
+        1,
+        "exited",
+    );
+    let d = diff(&a, &b);
+    assert_eq!(fields(&d), ["limit cgroup_memory"], "{d:?}");
+    let same = same_facts(&a, &b);
+    let disk = same
+        .iter()
+        .find(|(name, ..)| name == "limit disk on /data")
+        .unwrap_or_else(|| panic!("{same:?}"));
+    assert_eq!(disk.1, "252.00 GiB ext4 (/data/x/small)");
+    assert_eq!(disk.2, "252.00 GiB ext4 (/data/x/big)");
+    assert!(
+        same.iter()
+            .any(|(name, ..)| name == "limit inodes on /data")
+    );
+}
+
+/// A run on another filesystem (a tmpfs mounted elsewhere, or one of another size and
+/// type at the same mount point) still differs in its disk.
+#[test]
+fn a_disk_on_another_filesystem_still_differs() {
+    let on = |path, size, mount, fs_type| {
+        recording(
+            Some(env_on_disk(1024, path, size, Some((mount, fs_type)))),
+            1,
+            "exited",
+        )
+    };
+    let a = on("/data/x", 252 * GIB, "/data", "ext4");
+    let elsewhere = on("/mnt/t/x", 64 * MIB, "/mnt/t", "tmpfs");
+    let d = diff(&a, &elsewhere);
+    assert_eq!(
+        fields(&d),
+        [
+            "limit disk on /data",
+            "limit disk on /mnt/t",
+            "limit inodes on /data",
+            "limit inodes on /mnt/t"
+        ],
+        "{d:?}"
+    );
+    assert_eq!(
+        (d.differences[1].a.as_str(), d.differences[1].b.as_str()),
+        ("absent", "64.00 MiB tmpfs (/mnt/t/x)")
+    );
+    let same_point = on("/data/y", 64 * MIB, "/data", "tmpfs");
+    let d = diff(&a, &same_point);
+    assert_eq!(
+        fields(&d),
+        ["limit disk on /data", "limit inodes on /data"],
+        "{d:?}"
+    );
+    let text = render_text(&d, ["a", "b"]);
+    assert!(
+        text.contains(
+            "  limit disk on /data: A 252.00 GiB ext4 (/data/x) | B 64.00 MiB tmpfs (/data/y)\n"
+        ),
+        "{text}"
+    );
+    // Of one size and another type only: still a difference.
+    let xfs = on("/data/x", 252 * GIB, "/data", "xfs");
+    assert_eq!(fields(&diff(&a, &xfs)), ["limit disk on /data"]);
+}
+
+/// A recording from before mount points were recorded (its `disks` only have `path`,
+/// `size_bytes` and `inodes`, as written then) pairs disks by path, as before, with a
+/// recording of either kind.
+#[test]
+fn recordings_without_mount_points_pair_disks_by_path() {
+    let old = |path: &str| {
+        let json = format!(
+            r#"{{"limits":[{{"resource":"disk:{path}","kind":"disk_bytes","limit":1000,"unit":"bytes","source":"statvfs({path})"}}],"disks":[{{"path":"{path}","size_bytes":1000}}]}}"#
+        );
+        serde_json::from_str::<Environment>(&json).unwrap()
+    };
+    let a = recording(Some(old("/data/x/small")), 1, "exited");
+    let b = recording(Some(old("/data/x/big")), 1, "exited");
+    let d = diff(&a, &b);
+    assert_eq!(
+        fields(&d),
+        ["limit disk:/data/x/big", "limit disk:/data/x/small"],
+        "{d:?}"
+    );
+    let new = recording(
+        Some(env_on_disk(
+            1024,
+            "/data/x/big",
+            1000,
+            Some(("/data", "ext4")),
+        )),
+        1,
+        "exited",
+    );
+    assert!(
+        fields(&diff(&a, &new)).contains(&"limit disk:/data/x/small"),
+        "{:?}",
+        diff(&a, &new)
+    );
+    let same = diff(&b, &recording(Some(old("/data/x/big")), 1, "exited"));
+    assert!(same.differences.is_empty(), "{same:?}");
+}
+
+/// Strings from a recording (its environment, its verdict's summary) are printed with
+/// their control characters escaped: a newline cannot forge a line of the comparison,
+/// an escape sequence cannot reach the terminal.
+#[test]
+fn control_characters_from_a_recording_are_escaped() {
+    let mut a = base_env();
+    a.host.as_mut().unwrap().kernel = Some("6.1\n  limit tree_memory: A 1 | B 2\u{1b}[2J".into());
+    a.unknown.push("disk size: /x\ry: gone".into());
+    let mut rec = recording(Some(a), 1, "exited");
+    rec.verdict_summary = Some("it\u{7}exited\u{2028}".into());
+    let text = render_text(
+        &diff(&rec, &recording(Some(base_env()), 1, "exited")),
+        ["a\nb", "c"],
+    );
+    assert!(
+        !text.contains('\u{1b}') && !text.contains('\r') && !text.contains('\u{7}'),
+        "{text:?}"
+    );
+    assert!(!text.contains('\u{2028}'), "{text:?}");
+    assert!(
+        text.contains(r"  host kernel: A 6.1\n  limit tree_memory: A 1 | B 2\u{1b}[2J | B 6.1.0"),
+        "{text}"
+    );
+    assert!(text.contains(r"A: a\nb"), "{text}");
+    assert!(
+        text.contains(r"Unknown: A: disk size: /x\ry: gone"),
+        "{text}"
+    );
+    assert!(text.contains(r"A: exited: it\u{7}exited\u{2028}"), "{text}");
+    // One line per difference, whatever the recording held.
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.contains("limit tree_memory"))
+            .count(),
+        1,
+        "{text}"
+    );
+}
+
+/// The record writes a home `~` (`disk:~/exp`); the recording's resource and its peaks
+/// keep the home's path (`disk:/home/alice/exp`): the note still finds the peaks.
+#[test]
+fn a_disk_in_a_home_has_its_peaks_in_the_note() {
+    let rec = |size: u64| {
+        let mut env = env_on_disk(1024, "~/exp", size, Some(("/home", "ext4")));
+        env.limits.retain(|l| l.resource != "inodes:~/exp");
+        let text = format!(
+            "# watchdog recording v1\n#{}\n\
+             #{{\"resource\":{{\"name\":\"disk:/home/alice/exp\",\"kind\":\"disk_bytes\",\"unit\":\"bytes\"}}}}\n\
+             time,resource,used,limit\n0,disk:/home/alice/exp,{},{size}\n",
+            serde_json::json!({"meta": {"environment": env}}),
+            5 * MIB
+        );
+        parse(&text).unwrap()
+    };
+    assert_eq!(
+        resource_of(&rec(GIB), "disk:~/exp").as_deref(),
+        Some("disk:/home/alice/exp")
+    );
+    assert_eq!(resource_of(&rec(GIB), "disk:~/other"), None);
+    let d = diff(&rec(GIB), &rec(2 * GIB));
+    assert_eq!(fields(&d), ["limit disk on /home"], "{d:?}");
+    assert_eq!(
+        d.differences[0].note.as_deref(),
+        Some("peaks: A 5.00 MiB, B 5.00 MiB")
+    );
 }

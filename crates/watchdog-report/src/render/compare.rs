@@ -19,7 +19,9 @@
 //!   that differs, and `<details class="same">` holding the facts that do not;
 //! - `<table class="verdicts">` with `<tr data-run="a|b">`;
 //! - `<svg id="watchdog-compare">`, with per resource `<g class="panel"
-//!   data-resource="NAME">` and in it per run present `<g class="run" data-run="a|b">`
+//!   data-resource="NAME">` (and `data-resource-b="NAME"`, run B's name, for a disk run B
+//!   watched from another directory on the same mount point) and in it per run present
+//!   `<g class="run" data-run="a|b">`
 //!   holding `<path class="usage">`, `<path class="limit">` (absent when unlimited),
 //!   `<line class="alert">` with `<circle class="alert-marker">`, and `<line class="exit">`.
 
@@ -96,6 +98,9 @@ pub struct RunSeries {
 pub struct Panel {
     /// The resource's name.
     pub resource: String,
+    /// Run B's name for it, when it differs: a disk on the same mount point watched from
+    /// another directory ([`crate::diff::paired_disks`]).
+    pub resource_b: Option<String>,
     /// Run A's series of it, `None` when run A did not watch it.
     pub a: Option<RunSeries>,
     /// Run B's series of it, `None` when run B did not watch it.
@@ -181,7 +186,7 @@ fn facts(a: &Recording, b: &Recording) -> (Vec<Fact>, Vec<Fact>, Vec<String>) {
         .collect();
     let mut same: Vec<Fact> = crate::diff::same_facts(a, b)
         .into_iter()
-        .map(|(name, v)| Fact::new(&name, Some(v.clone()), Some(v)))
+        .map(|(name, va, vb)| Fact::new(&name, Some(va), Some(vb)))
         .collect();
     let settings = |rec: &Recording| {
         let m = &rec.meta;
@@ -240,18 +245,30 @@ fn run_series(rec: &Recording, resource: &str) -> Option<RunSeries> {
 
 /// Works out what the comparison of `a` and `b` shows.
 pub fn model(a: &Recording, b: &Recording) -> Comparison {
+    // Disks paired by mount point under two names: one panel each.
+    let pairs = crate::diff::paired_disks(a, b);
+    let b_name = |name: &str| {
+        pairs
+            .iter()
+            .find(|(ra, _)| ra == name)
+            .map(|(_, rb)| rb.clone())
+    };
     let mut names: Vec<&str> = a.resources.iter().map(|r| r.name.as_str()).collect();
     for r in &b.resources {
-        if !names.contains(&r.name.as_str()) {
+        if !names.contains(&r.name.as_str()) && !pairs.iter().any(|(_, rb)| *rb == r.name) {
             names.push(&r.name);
         }
     }
     let mut panels: Vec<Panel> = names
         .into_iter()
-        .map(|name| Panel {
-            resource: name.to_string(),
-            a: run_series(a, name),
-            b: run_series(b, name),
+        .map(|name| {
+            let resource_b = b_name(name);
+            Panel {
+                resource: name.to_string(),
+                a: run_series(a, name),
+                b: run_series(b, resource_b.as_deref().unwrap_or(name)),
+                resource_b,
+            }
         })
         .collect();
     let rank = |p: &Panel| {
@@ -338,8 +355,15 @@ fn draw_panel(
     let mut g = Group::new()
         .set("class", "panel")
         .set("data-resource", panel.resource.as_str())
-        .set("data-unit", unit.as_str())
-        .add(panel_title(top, &panel.resource, unit.as_str()));
+        .set("data-unit", unit.as_str());
+    let info = match &panel.resource_b {
+        Some(b) => {
+            g = g.set("data-resource-b", b.as_str());
+            format!("{}; in run B {b}", unit.as_str())
+        }
+        None => unit.as_str().to_string(),
+    };
+    g = g.add(panel_title(top, &panel.resource, &info));
     // Each run's summary on its own half of the row under the title, in its colour.
     for (k, (run, s)) in panel.runs().into_iter().enumerate() {
         g = g.add(
@@ -765,6 +789,80 @@ mod tests {
             run_summary(Run::B, Some(sb)),
             "run B: peak 200.00 MiB of 200.00 MiB, reached its limit, 1 alert"
         );
+    }
+
+    /// `run` watching the disk `path` (on a filesystem of 252 GiB of `fs_type` mounted at
+    /// `mount`), with an environment record saying so.
+    fn run_on_disk(
+        limit_mib: u64,
+        peak_mib: u64,
+        path: &str,
+        mount: &str,
+        fs_type: &str,
+    ) -> Recording {
+        let mut rec = run(limit_mib, peak_mib, Some(&format!("disk:{path}")));
+        // The record writes a home `~`, as the watchdog does; the resource keeps it.
+        let recorded = path
+            .strip_prefix("/home/alice")
+            .map_or_else(|| path.to_string(), |rest| format!("~{rest}"));
+        rec.meta.environment = Some(watchdog_types::environment::Environment {
+            disks: vec![watchdog_types::environment::DiskFact {
+                path: recorded,
+                size_bytes: Some(252 << 30),
+                mount_point: Some(mount.into()),
+                fs_type: Some(fs_type.into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        rec
+    }
+
+    /// Issue 18: two runs from two directories on one filesystem watch one disk: no
+    /// difference, one panel with both runs, the paths as detail in the same facts.
+    #[test]
+    fn disks_on_one_mount_point_are_one_panel_and_no_difference() {
+        let a = run_on_disk(400, 300, "/data/x/small", "/data", "ext4");
+        let b = run_on_disk(200, 200, "/data/x/big", "/data", "ext4");
+        let m = model(&a, &b);
+        let names: Vec<&str> = m.differences.iter().map(|f| f.name.as_str()).collect();
+        assert!(!names.iter().any(|n| n.contains("disk")), "{names:?}");
+        let disk = m
+            .same
+            .iter()
+            .find(|f| f.name == "disk size on /data")
+            .unwrap_or_else(|| panic!("{:?}", m.same));
+        assert_eq!(disk.a.as_deref(), Some("252.00 GiB ext4 (/data/x/small)"));
+        assert_eq!(disk.b.as_deref(), Some("252.00 GiB ext4 (/data/x/big)"));
+        let panels: Vec<&str> = m.panels.iter().map(|p| p.resource.as_str()).collect();
+        assert_eq!(panels, ["tree_memory", "host_memory", "disk:/data/x/small"]);
+        let p = &m.panels[2];
+        assert_eq!(p.resource_b.as_deref(), Some("disk:/data/x/big"));
+        assert!(p.a.is_some() && p.b.is_some(), "{p:?}");
+        let html = render_compare_html(&a, &b, ["a.rec", "b.rec"]);
+        assert!(html.contains("data-resource-b=\"disk:/data/x/big\""));
+
+        // A disk on another filesystem is another disk, in the facts and the panels.
+        let c = run_on_disk(200, 200, "/mnt/t/x", "/mnt/t", "tmpfs");
+        let m = model(&a, &c);
+        let names: Vec<&str> = m.differences.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names, ["disk size on /data", "disk size on /mnt/t"]);
+        assert_eq!(m.panels.len(), 4);
+        assert!(m.panels.iter().all(|p| p.resource_b.is_none()));
+
+        // Two directories in a home: the record says `~/exp1`, the resource keeps the
+        // home's path; still one panel.
+        let a = run_on_disk(400, 300, "/home/alice/exp1", "/home", "ext4");
+        let b = run_on_disk(400, 300, "/home/alice/exp2", "/home", "ext4");
+        let m = model(&a, &b);
+        assert!(m.differences.is_empty(), "{:?}", m.differences);
+        let p = m
+            .panels
+            .iter()
+            .find(|p| p.resource == "disk:/home/alice/exp1")
+            .unwrap_or_else(|| panic!("{:?}", m.panels));
+        assert_eq!(p.resource_b.as_deref(), Some("disk:/home/alice/exp2"));
+        assert_eq!(m.panels.len(), 3);
     }
 
     #[test]
