@@ -83,12 +83,22 @@ _acked = None
 _cache = {}
 
 
-# Signals whose handlers are crash or abort paths; the binary refuses them as the checkpoint signal.
+# The standard signals the binary knows by name (crates/watchdog-types/src/units.rs, SIGNALS);
+# it also reads IOT as ABRT. Aliases Python knows beyond these (CLD, POLL) are refused, as there.
+_SIGNAL_NAMES = tuple(
+    "HUP INT QUIT ILL TRAP ABRT BUS FPE KILL USR1 SEGV USR2 PIPE ALRM TERM STKFLT CHLD CONT STOP "
+    "TSTP TTIN TTOU URG XCPU XFSZ VTALRM PROF WINCH IO PWR SYS".split()
+)
+
+# Signals whose handlers are crash or abort paths; the binary refuses them as the checkpoint
+# signal (CRASH_SIGNALS there).
 _CRASH_SIGNALS = frozenset(
     "SIG" + n for n in "SEGV BUS FPE ILL ABRT TRAP SYS QUIT XCPU XFSZ".split()
 )
 
 _RT_NAME = re.compile(r"RTM(IN|AX)(?:([+-])([0-9]+))?")
+
+_SIGNAL_EXPECTED = "expected e.g. SIGUSR1, USR2, 10 or SIGRTMIN+2"
 
 
 def _resolve_signal(sig=None):
@@ -97,16 +107,18 @@ def _resolve_signal(sig=None):
     Names with or without ``SIG``, any case: ``SIGUSR1``, ``USR1``, and the real-time
     ``SIGRTMIN``, ``SIGRTMIN+n``, ``SIGRTMAX-n``, ``SIGRTMAX`` (computed from
     ``signal.SIGRTMIN``/``signal.SIGRTMAX``, as the binary does at run time). Raises
-    ValueError for anything else, or a real-time offset outside SIGRTMIN..SIGRTMAX.
+    ValueError for anything else, or a real-time offset outside SIGRTMIN..SIGRTMAX. Whether
+    the number may be the checkpoint signal is :func:`_checkpoint_signal`'s question.
     """
     if sig is None:
         sig = os.environ.get("WATCHDOG_SIGNAL") or "SIGUSR1"
     if isinstance(sig, int) and not isinstance(sig, bool):
         return int(sig)
-    text = str(sig).strip().upper()
+    text = str(sig).strip().upper() if isinstance(sig, str) else ""
     if re.fullmatch(r"[0-9]+", text):
         return int(text)
     name = text[3:] if text.startswith("SIG") else text
+    name = "ABRT" if name == "IOT" else name
     rt = _RT_NAME.fullmatch(name)
     if rt and hasattr(signal, "SIGRTMIN"):
         lo, hi = int(signal.SIGRTMIN), int(signal.SIGRTMAX)
@@ -121,14 +133,56 @@ def _resolve_signal(sig=None):
             num = None
         if num is not None and lo <= num <= hi:
             return num
-    elif name:
+    elif name in _SIGNAL_NAMES:
         member = signal.Signals.__members__.get("SIG" + name)
         if member is not None:
             return int(member)
     raise ValueError(
-        "unknown signal %r: expected a name like SIGUSR1 or USR1, SIGRTMIN+n or SIGRTMAX-n, "
-        "or a number" % (sig,)
+        "unknown signal: expected a name like SIGUSR1 or USR1, SIGRTMIN+n or SIGRTMAX-n, or a number"
     )
+
+
+def _signal_problem(signum, for_attach=False):
+    """Why ``signum`` cannot be the checkpoint signal, or None when it can.
+
+    The binary's rule (``parse_signal``): a standard signal but KILL and STOP, or one in
+    SIGRTMIN..SIGRTMAX (not the numbers the C library keeps for itself below SIGRTMIN), and
+    not a crash signal. :func:`attach` also refuses SIGINT, which Jupyter interrupts with.
+    """
+    name = _signal_name(signum)
+    standard = name[3:] in _SIGNAL_NAMES
+    realtime = hasattr(signal, "SIGRTMIN") and int(signal.SIGRTMIN) <= signum <= int(signal.SIGRTMAX)
+    if name in ("SIGKILL", "SIGSTOP"):
+        return "%s cannot be caught, so no process could be asked to checkpoint with it" % name
+    if not (standard or realtime) or signum not in signal.valid_signals():
+        lo, hi = int(getattr(signal, "SIGRTMIN", 0)), int(getattr(signal, "SIGRTMAX", 0))
+        return "%d is not a signal a process can catch (here: 1-31 but KILL and STOP, and %d-%d)" % (signum, lo, hi)
+    if name in _CRASH_SIGNALS:
+        return "%s is a crash signal (faulthandler and C runtimes end the process on it)" % name
+    if for_attach and name == "SIGINT":
+        return "Jupyter interrupts the running cell with it"
+    return None
+
+
+def _checkpoint_signal(sig=None, for_attach=False):
+    """(number, name) of the checkpoint signal ``sig`` (None: ``$WATCHDOG_SIGNAL``, else SIGUSR1).
+
+    The one check for :func:`install`, :func:`attach` and ``WATCHDOG_SIGNAL``; it accepts
+    what the binary accepts. A ValueError names where the bad value came from
+    (``sig=...`` or ``WATCHDOG_SIGNAL=...``), why it cannot be used, and what is expected.
+    """
+    source = "sig=%r" % (sig,)
+    if sig is None:
+        env = os.environ.get("WATCHDOG_SIGNAL")
+        source = "WATCHDOG_SIGNAL=%r" % env if env else "the default SIGUSR1"
+    try:
+        signum = _resolve_signal(sig)
+    except ValueError as e:
+        raise ValueError("%s: %s" % (source, e)) from None
+    why = _signal_problem(signum, for_attach)
+    if why is not None:
+        raise ValueError("%s cannot be the checkpoint signal: %s; %s" % (source, why, _SIGNAL_EXPECTED))
+    return signum, _signal_name(signum)
 
 
 def _signal_name(signum):
@@ -156,21 +210,23 @@ def install(sig=None, register=True):
     A Python handler installed before is chained (called after the flag is set). Calling
     ``install()`` again is harmless and re-installs the handler if something replaced it.
     Must be called from the main thread (Python runs signal handlers there only).
-    Returns the signal number.
+    Returns the signal number. A signal the binary would refuse (KILL, STOP, a crash signal
+    such as SEGV or ABRT, a number no process can catch) is a ValueError naming ``sig=`` or
+    ``WATCHDOG_SIGNAL``, and nothing is installed.
 
     With ``register`` (the default), when ``WATCHDOG_REQUEST_FILE`` is unset and a
     ``watchdog daemon`` listens on ``$WATCHDOG_SOCKET`` (default
     ``/run/watchdog/daemon.sock``), registers this process with it (once per process) and
     uses the request file it names from then on; the signal it names is caught too. No
-    socket: nothing happens. A refusal or an error is a ``RuntimeWarning``, never an
-    exception: training goes on without the daemon.
+    socket: nothing happens. A refusal or an error (a bad signal in its answer included) is a
+    ``RuntimeWarning``, never an exception: training goes on without the daemon.
     """
     if threading.current_thread() is not threading.main_thread():
         raise RuntimeError(
             "training_watchdog.install() must be called from the main thread: "
             "Python only lets the main thread install signal handlers"
         )
-    signum = _resolve_signal(sig)
+    signum = _checkpoint_signal(sig)[0]
     _catch(signum)
     if register and not os.environ.get("WATCHDOG_REQUEST_FILE") and _registered is None:
         named = _register_with_daemon()
@@ -236,8 +292,6 @@ def _register_with_daemon():
         if not isinstance(named, str) or not named:
             raise ValueError("its answer names no request file: %r" % (answer,))
         _registered = named
-        signame = registered.get("signal")
-        return _resolve_signal(signame) if signame else None
     except (OSError, ValueError) as e:
         warnings.warn(
             "training_watchdog: cannot register with the watchdog daemon at %s: %s" % (path, e),
@@ -245,6 +299,27 @@ def _register_with_daemon():
             stacklevel=3,
         )
         return None
+    named_signal = registered.get("signal", None)
+    if named_signal is None:
+        return None
+    try:
+        if not isinstance(named_signal, (str, int)):
+            raise ValueError("expected a signal name or number")
+        signum = _resolve_signal(named_signal)
+        why = _signal_problem(signum)
+        if why is None:
+            return signum
+    except ValueError as e:
+        why = str(e)
+    # The registration stands (the request file works without a signal); the docs promise a
+    # warning, never an exception, for whatever the daemon answers.
+    warnings.warn(
+        "training_watchdog: the watchdog daemon at %s names the signal %r, which cannot be the "
+        "checkpoint signal: %s; only its request file %s is watched" % (path, named_signal, why, named),
+        RuntimeWarning,
+        stacklevel=3,
+    )
+    return None
 
 
 def _ancestors(pid):
@@ -617,26 +692,6 @@ def _find_watchdog(watchdog):
     )
 
 
-def _checkpoint_signal(sig):
-    """(number, name) of the signal attach() may use; ValueError naming ``sig`` otherwise."""
-    signum = _resolve_signal(sig)
-    name = _signal_name(signum)
-    if name in ("SIGKILL", "SIGSTOP"):
-        why = "it cannot be caught, so no process could be asked to checkpoint with it"
-    elif name in _CRASH_SIGNALS:
-        why = "it is a crash signal (faulthandler and C runtimes end the process on it)"
-    elif name == "SIGINT":
-        why = "Jupyter interrupts the running cell with it"
-    elif signum not in signal.valid_signals():
-        why = "this system does not let a process catch it"
-    else:
-        return signum, name
-    raise ValueError(
-        "sig=%r (%s) cannot be the checkpoint signal: %s; expected e.g. SIGUSR1, SIGUSR2 or "
-        "SIGRTMIN+2" % (sig, name, why)
-    )
-
-
 def _seconds_text(name, value):
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         seconds = float(value)
@@ -729,7 +784,7 @@ class _Plan:
                     "request_file=%r: its directory does not exist; expected a path in an existing "
                     "directory" % request_file
                 )
-        self.signum, self.signame = _checkpoint_signal(sig)
+        self.signum, self.signame = _checkpoint_signal(sig, for_attach=True)
         self.binary = _find_watchdog(watchdog)
         self.request_file = request_file
         self.argv = argv
