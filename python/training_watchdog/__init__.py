@@ -46,11 +46,13 @@ file + rename) with ``{"seq": N, "time_unix": T}``, ``N`` the ``seq`` of the req
 ``time_unix`` at or after the request's ``time_unix``.
 """
 
+import errno
 import json
 import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -479,24 +481,120 @@ def _ack_path(path):
     return path + ".ack"
 
 
-def _read_json_cached(path):
-    """Parsed JSON object of ``path``, re-read only when its inode, mtime or size changed."""
+# The most read of a request or ack file: the daemon's cap on a file a user wrote
+# (MAX_USER_FILE_BYTES in crates/watchdog-alerter/src/beneath.rs).
+_MAX_FILE_BYTES = 64 * 1024
+# As the daemon opens them: never through a symbolic link, never blocking on a FIFO, never
+# adopting a terminal.
+_READ_FLAGS = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+               | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
+# path -> why it was last refused: a bad file is warned about once, not at every step.
+_refused = {}
+
+
+class _Unfit(Exception):
+    """A request or ack file that is not read: why, for the warning."""
+
+
+def _read_capped(path):
+    """The bytes of ``path`` (None when it is missing), read as the daemon reads a user's file:
+    opened with :data:`_READ_FLAGS`, a regular file by ``fstat``, at most 64 KiB. Raises
+    :class:`_Unfit` otherwise."""
     try:
-        st = os.stat(path)
+        fd = os.open(path, _READ_FLAGS)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise _Unfit("it is a symbolic link") from None
+        raise _Unfit(e.strerror or str(e)) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _Unfit("not a regular file")
+        if st.st_size > _MAX_FILE_BYTES:
+            raise _Unfit("%d bytes, more than the %d read" % (st.st_size, _MAX_FILE_BYTES))
+        chunks, size = [], 0
+        while size <= _MAX_FILE_BYTES:
+            chunk = os.read(fd, _MAX_FILE_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > _MAX_FILE_BYTES:  # it grew since the fstat
+            raise _Unfit("more than the %d bytes read" % _MAX_FILE_BYTES)
+        return b"".join(chunks)
+    except OSError as e:
+        raise _Unfit(e.strerror or str(e)) from None
+    finally:
+        os.close(fd)
+
+
+def _parse_object(data):
+    """The JSON object in ``data``; :class:`_Unfit` for anything else."""
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except RecursionError:
+        raise _Unfit("JSON nested too deeply") from None
+    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError both are
+        raise _Unfit("not a JSON object (%s)" % e) from None
+    if not isinstance(value, dict):
+        raise _Unfit("not a JSON object")
+    return value
+
+
+def _caller_stacklevel():
+    """The ``stacklevel`` that makes a warning point at the first caller outside this package."""
+    level, frame = 1, sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] == __name__:
+        level += 1
+        frame = frame.f_back
+    return level
+
+
+def _warn_refused(path, why):
+    """Warn once that ``path`` is not read (never raised, even under ``-W error``)."""
+    if _refused.get(path) == why:
+        return
+    _refused[path] = why
+    try:
+        import warnings
+
+        warnings.warn(
+            "training_watchdog: not reading %s: %s; taken as no request or acknowledgment" % (path, why),
+            RuntimeWarning,
+            stacklevel=_caller_stacklevel(),
+        )
+    except Exception:
+        pass
+
+
+def _read_json_cached(path):
+    """Parsed JSON object of ``path``, re-read only when its inode, mtime or size changed.
+
+    Never raises and never blocks: a file that is not a regular file of at most 64 KiB
+    holding a JSON object is warned about once and taken as None (missing: None, silently).
+    """
+    try:
+        st = os.lstat(path)
     except OSError:
         _cache.pop(path, None)
+        _refused.pop(path, None)
         return None
     stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
     hit = _cache.get(path)
     if hit is not None and hit[0] == stamp:
         return hit[1]
     try:
-        with open(path, "rb") as f:
-            value = json.loads(f.read().decode("utf-8"))
-        if not isinstance(value, dict):
-            value = None
-    except (OSError, ValueError):
-        return None  # not cached: a half-written file is read again next time
+        data = _read_capped(path)
+        if data is None:
+            return None
+        value = _parse_object(data)
+    except _Unfit as e:
+        _warn_refused(path, str(e))
+        _cache[path] = (stamp, None)  # read again only once it changes
+        return None
+    _refused.pop(path, None)
     _cache[path] = (stamp, value)
     return value
 
@@ -532,7 +630,9 @@ def checkpoint_requested():
     """True when the signal arrived or the request file holds a request not yet acknowledged.
 
     Cheap enough for every step: one ``stat`` of the request file (and of the ack when a
-    request exists); files are parsed only when they change. While a watchdog started by
+    request exists); files are parsed only when they change. It never blocks or raises: a
+    request or ack file that is not a regular file of at most 64 KiB holding a JSON object
+    (a FIFO, ``/dev/zero``, a symbolic link) is one ``RuntimeWarning`` and no request. While a watchdog started by
     :func:`attach` runs, a new request is also shown once: an IPython display in a notebook
     (what runs out, how much is used, how long is left), else a
     :class:`CheckpointRequestWarning`. Under ``watchdog run`` the watchdog's own log says it.
@@ -1339,4 +1439,5 @@ def _reset():
     _lookup = None
     _previous.clear()
     _cache.clear()
+    _refused.clear()
     _reported.clear()
