@@ -632,8 +632,8 @@ def checkpoint_requested():
     Cheap enough for every step: one ``stat`` of the request file (and of the ack when a
     request exists); files are parsed only when they change. It never blocks or raises: a
     request or ack file that is not a regular file of at most 64 KiB holding a JSON object
-    (a FIFO, ``/dev/zero``, a symbolic link) is one ``RuntimeWarning`` and no request. While a watchdog started by
-    :func:`attach` runs, a new request is also shown once: an IPython display in a notebook
+    (a FIFO, ``/dev/zero``, a symbolic link) is one ``RuntimeWarning`` and no request.
+    While a watchdog started by :func:`attach` runs, a new request is also shown once: an IPython display in a notebook
     (what runs out, how much is used, how long is left), else a
     :class:`CheckpointRequestWarning`. Under ``watchdog run`` the watchdog's own log says it.
     """
@@ -1092,6 +1092,9 @@ class WatchdogHandle:
         self._key = key
         self._restore = restore
         self._result = None
+        # The process that started it: the only one that stops it or removes its directory
+        # (a forked child has a copy of this handle, and of the atexit hook).
+        self._owner = os.getpid()
 
     @property
     def pid(self):
@@ -1134,7 +1137,9 @@ class WatchdogHandle:
         SIGTERM, then SIGKILL after ``timeout`` seconds. Removes the temporary directory, keeps
         the recording (in the state directory) and restores what :func:`attach` set in this
         process (``WATCHDOG_*`` variables, the signal handler) when this is the attached
-        watchdog. Calling it again returns the same result.
+        watchdog. Calling it again returns the same result. In a process forked from the one
+        that attached, it stops and removes nothing (``returncode`` None): the watchdog and its
+        directory are the parent's.
         """
         global _attached
         if self._result is None:
@@ -1145,6 +1150,8 @@ class WatchdogHandle:
         return self._result
 
     def _shutdown(self, timeout):
+        if os.getpid() != self._owner:
+            return StopResult(None, self.recording, self.log(), self.command[0])
         if self.process.poll() is None:
             self.process.terminate()
             try:
@@ -1271,7 +1278,7 @@ def attach(watchdog="watchdog", args=(), request_file=None, sig=None, **options)
 
     The watchdog runs in its own session (the kernel's interrupt does not reach it) and exits
     by itself when this process exits; at interpreter exit it is stopped and its temporary
-    directory removed. Sets ``WATCHDOG_SIGNAL``, ``WATCHDOG_REQUEST_FILE`` and
+    directory removed, by this process only (a forked child has no attached watchdog). Sets ``WATCHDOG_SIGNAL``, ``WATCHDOG_REQUEST_FILE`` and
     ``WATCHDOG_PID`` in ``os.environ`` and calls :func:`install`; ``stop()`` puts them back.
     While attached, the first :func:`checkpoint_requested` that sees a new request shows it
     (an IPython display in a notebook, else a :class:`CheckpointRequestWarning`).
@@ -1352,12 +1359,21 @@ def _register_atexit():
         import atexit
 
         atexit.register(_stop_at_exit)
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=_forget_in_child)
         _atexit_registered = True
+
+
+def _forget_in_child():
+    """After ``os.fork()``: the child did not attach, so it has no attached watchdog (its
+    ``WATCHDOG_*`` variables and handler stay: the parent's watchdog watches it too)."""
+    global _attached
+    _attached = None
 
 
 def _stop_at_exit():
     handle = _attached
-    if handle is not None:
+    if handle is not None and handle._owner == os.getpid():
         try:
             handle.stop(timeout=2.0)
         except Exception:
