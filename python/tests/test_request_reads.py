@@ -55,14 +55,14 @@ class BadRequestFileTests(unittest.TestCase):
     def tearDown(self):
         self.dir.cleanup()
 
-    def loop(self, request_file=None):
+    def loop(self, request_file=None, script=LOOP, flags=()):
         env = {k: v for k, v in os.environ.items() if not k.startswith("WATCHDOG_")}
         env["WATCHDOG_REQUEST_FILE"] = request_file or self.req
         env["WATCHDOG_DAEMON_DIR"] = os.path.join(self.dir.name, "no-daemon")
         env["WATCHDOG_SOCKET"] = os.path.join(self.dir.name, "no-daemon.sock")
         try:
             proc = subprocess.run(
-                [sys.executable, "-c", LOOP.format(python_dir=PYTHON_DIR)],
+                [sys.executable] + list(flags) + ["-c", script.format(python_dir=PYTHON_DIR)],
                 env=env, capture_output=True, text=True, timeout=30, preexec_fn=limit_memory,
             )
         except subprocess.TimeoutExpired:
@@ -122,6 +122,19 @@ class BadRequestFileTests(unittest.TestCase):
         with open(self.req, "wb") as f:
             f.write(b'\xff{"seq": 1')
         self.assert_refused_once(self.loop(), self.req, "not a JSON object")
+
+    def test_warnings_as_errors_do_not_raise_into_the_loop(self):
+        # Test suites often run with -W error (pytest's filterwarnings = error).
+        os.mkfifo(self.req)
+        script = textwrap.dedent(
+            """
+            import json, sys
+            sys.path.insert(0, {python_dir!r})
+            import training_watchdog as tw
+            print(json.dumps([tw.checkpoint_requested() for _ in range(3)]))
+            """
+        )
+        self.assertEqual(self.loop(script=script, flags=("-W", "error")), [False, False, False])
 
     def test_a_good_file_still_counts(self):
         write_request(self.req, 7)

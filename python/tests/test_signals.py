@@ -84,7 +84,8 @@ class InstallTests(Base):
             with self.subTest(sig=given):
                 signum = tw.install(given)
                 self.assertIs(signal.getsignal(signum), tw._handler)
-                signal.signal(signum, signal.SIG_DFL if signum != signal.SIGINT else signal.default_int_handler)
+                default = signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
+                signal.signal(signum, default)
 
 
 

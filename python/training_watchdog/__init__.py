@@ -158,7 +158,8 @@ def _signal_problem(signum, for_attach=False):
         return "%s cannot be caught, so no process could be asked to checkpoint with it" % name
     if not (standard or realtime) or signum not in signal.valid_signals():
         lo, hi = int(getattr(signal, "SIGRTMIN", 0)), int(getattr(signal, "SIGRTMAX", 0))
-        return "%d is not a signal a process can catch (here: 1-31 but KILL and STOP, and %d-%d)" % (signum, lo, hi)
+        return "%d is not a signal a process can catch (here: 1-31 but KILL and STOP, and %d-%d)" % (
+            signum, lo, hi)
     if name in _CRASH_SIGNALS:
         return "%s is a crash signal (faulthandler and C runtimes end the process on it)" % name
     if for_attach and name == "SIGINT":
@@ -633,9 +634,9 @@ def checkpoint_requested():
     request exists); files are parsed only when they change. It never blocks or raises: a
     request or ack file that is not a regular file of at most 64 KiB holding a JSON object
     (a FIFO, ``/dev/zero``, a symbolic link) is one ``RuntimeWarning`` and no request.
-    While a watchdog started by :func:`attach` runs, a new request is also shown once: an IPython display in a notebook
-    (what runs out, how much is used, how long is left), else a
-    :class:`CheckpointRequestWarning`. Under ``watchdog run`` the watchdog's own log says it.
+    While a watchdog started by :func:`attach` runs, a new request is also shown once: an
+    IPython display in a notebook (what runs out, how much is used, how long is left), else
+    a :class:`CheckpointRequestWarning`. Under ``watchdog run`` the watchdog's own log says it.
     """
     global _handling
     req = request()
