@@ -546,8 +546,12 @@ def _parse_object(data):
 
 def _caller_stacklevel():
     """The ``stacklevel`` that makes a warning point at the first caller outside this package."""
+    def inside(frame):
+        name = frame.f_globals.get("__name__", "")
+        return name == __name__ or name.startswith(__name__ + ".")
+
     level, frame = 1, sys._getframe(1)
-    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] == __name__:
+    while frame is not None and inside(frame):
         level += 1
         frame = frame.f_back
     return level
