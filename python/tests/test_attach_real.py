@@ -26,6 +26,7 @@ NOTEBOOK = textwrap.dedent(
     import training_watchdog as tw
     h = tw.attach(args=["--lead", "1s", "--interval", "20ms", "--gpu", "off",
                         "--mem-limit", "200MiB", "--events", {events!r}])
+    {before_loop}
     kept, saved = [], None
     for step in range(400):
         kept.append(b"\\x01" * (2 << 20))
@@ -51,14 +52,26 @@ NOTEBOOK = textwrap.dedent(
 )
 
 
+# A child forked after attach() that leaves with sys.exit(), running its atexit hooks: it
+# removed the parent's directory, so the parent's alert came as a signal with no request file.
+FORKED_CHILD_EXITS = "pid = os.fork()\nif pid == 0: sys.exit(0)\nos.waitpid(pid, 0)"
+
+
 class AttachWithRealBinary(unittest.TestCase):
     def test_leak_in_an_attached_process_is_checkpointed(self):
+        self.leak_is_checkpointed(before_loop="")
+
+    def test_a_forked_child_exiting_leaves_the_request_file_to_the_parent(self):
+        self.leak_is_checkpointed(before_loop=FORKED_CHILD_EXITS)
+
+    def leak_is_checkpointed(self, before_loop):
         need.watchdog_bin()
         with tempfile.TemporaryDirectory() as d:
             out, events = os.path.join(d, "out.json"), os.path.join(d, "events.jsonl")
             tmp, state = os.path.join(d, "tmp"), os.path.join(d, "state")
             os.mkdir(tmp)
-            script = NOTEBOOK.format(python_dir=PYTHON_DIR, events=events, out=out, tmp=tmp)
+            script = NOTEBOOK.format(python_dir=PYTHON_DIR, events=events, out=out, tmp=tmp,
+                                     before_loop=before_loop)
             env = dict(os.environ, TMPDIR=tmp, XDG_STATE_HOME=state)
             proc = subprocess.run([sys.executable, "-c", script], timeout=60,
                                   capture_output=True, text=True, env=env)
@@ -66,6 +79,7 @@ class AttachWithRealBinary(unittest.TestCase):
             with open(out) as f:
                 result = json.load(f)
             self.assertIsNotNone(result["saved"], "never asked to checkpoint")
+            self.assertIsNotNone(result["saved"]["request"], "asked by a signal with no request file")
             self.assertEqual(result["saved"]["request"]["resource"], "tree_memory")
             self.assertEqual(result["watchdog_pid"], str(result["handle_pid"]))
             self.assertTrue(result["page_is_html"], result["report"])

@@ -207,7 +207,8 @@ class RequestFileTests(Base):
     def test_malformed_request_is_ignored(self):
         with open(self.req, "w") as f:
             f.write('{"seq": 1, "time_')
-        self.assertIsNone(tw.request())
+        with self.assertWarns(RuntimeWarning):
+            self.assertIsNone(tw.request())
         self.assertFalse(tw.checkpoint_requested())
         write_request(self.req, 1)
         self.assertTrue(tw.checkpoint_requested())

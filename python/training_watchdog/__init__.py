@@ -46,11 +46,13 @@ file + rename) with ``{"seq": N, "time_unix": T}``, ``N`` the ``seq`` of the req
 ``time_unix`` at or after the request's ``time_unix``.
 """
 
+import errno
 import json
 import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -83,12 +85,22 @@ _acked = None
 _cache = {}
 
 
-# Signals whose handlers are crash or abort paths; the binary refuses them as the checkpoint signal.
+# The standard signals the binary knows by name (crates/watchdog-types/src/units.rs, SIGNALS);
+# it also reads IOT as ABRT. Aliases Python knows beyond these (CLD, POLL) are refused, as there.
+_SIGNAL_NAMES = tuple(
+    "HUP INT QUIT ILL TRAP ABRT BUS FPE KILL USR1 SEGV USR2 PIPE ALRM TERM STKFLT CHLD CONT STOP "
+    "TSTP TTIN TTOU URG XCPU XFSZ VTALRM PROF WINCH IO PWR SYS".split()
+)
+
+# Signals whose handlers are crash or abort paths; the binary refuses them as the checkpoint
+# signal (CRASH_SIGNALS there).
 _CRASH_SIGNALS = frozenset(
     "SIG" + n for n in "SEGV BUS FPE ILL ABRT TRAP SYS QUIT XCPU XFSZ".split()
 )
 
 _RT_NAME = re.compile(r"RTM(IN|AX)(?:([+-])([0-9]+))?")
+
+_SIGNAL_EXPECTED = "expected e.g. SIGUSR1, USR2, 10 or SIGRTMIN+2"
 
 
 def _resolve_signal(sig=None):
@@ -97,16 +109,18 @@ def _resolve_signal(sig=None):
     Names with or without ``SIG``, any case: ``SIGUSR1``, ``USR1``, and the real-time
     ``SIGRTMIN``, ``SIGRTMIN+n``, ``SIGRTMAX-n``, ``SIGRTMAX`` (computed from
     ``signal.SIGRTMIN``/``signal.SIGRTMAX``, as the binary does at run time). Raises
-    ValueError for anything else, or a real-time offset outside SIGRTMIN..SIGRTMAX.
+    ValueError for anything else, or a real-time offset outside SIGRTMIN..SIGRTMAX. Whether
+    the number may be the checkpoint signal is :func:`_checkpoint_signal`'s question.
     """
     if sig is None:
         sig = os.environ.get("WATCHDOG_SIGNAL") or "SIGUSR1"
     if isinstance(sig, int) and not isinstance(sig, bool):
         return int(sig)
-    text = str(sig).strip().upper()
+    text = str(sig).strip().upper() if isinstance(sig, str) else ""
     if re.fullmatch(r"[0-9]+", text):
         return int(text)
     name = text[3:] if text.startswith("SIG") else text
+    name = "ABRT" if name == "IOT" else name
     rt = _RT_NAME.fullmatch(name)
     if rt and hasattr(signal, "SIGRTMIN"):
         lo, hi = int(signal.SIGRTMIN), int(signal.SIGRTMAX)
@@ -121,14 +135,57 @@ def _resolve_signal(sig=None):
             num = None
         if num is not None and lo <= num <= hi:
             return num
-    elif name:
+    elif name in _SIGNAL_NAMES:
         member = signal.Signals.__members__.get("SIG" + name)
         if member is not None:
             return int(member)
     raise ValueError(
-        "unknown signal %r: expected a name like SIGUSR1 or USR1, SIGRTMIN+n or SIGRTMAX-n, "
-        "or a number" % (sig,)
+        "unknown signal: expected a name like SIGUSR1 or USR1, SIGRTMIN+n or SIGRTMAX-n, or a number"
     )
+
+
+def _signal_problem(signum, for_attach=False):
+    """Why ``signum`` cannot be the checkpoint signal, or None when it can.
+
+    The binary's rule (``parse_signal``): a standard signal but KILL and STOP, or one in
+    SIGRTMIN..SIGRTMAX (not the numbers the C library keeps for itself below SIGRTMIN), and
+    not a crash signal. :func:`attach` also refuses SIGINT, which Jupyter interrupts with.
+    """
+    name = _signal_name(signum)
+    standard = name[3:] in _SIGNAL_NAMES
+    realtime = hasattr(signal, "SIGRTMIN") and int(signal.SIGRTMIN) <= signum <= int(signal.SIGRTMAX)
+    if name in ("SIGKILL", "SIGSTOP"):
+        return "%s cannot be caught, so no process could be asked to checkpoint with it" % name
+    if not (standard or realtime) or signum not in signal.valid_signals():
+        lo, hi = int(getattr(signal, "SIGRTMIN", 0)), int(getattr(signal, "SIGRTMAX", 0))
+        return "%d is not a signal a process can catch (here: 1-31 but KILL and STOP, and %d-%d)" % (
+            signum, lo, hi)
+    if name in _CRASH_SIGNALS:
+        return "%s is a crash signal (faulthandler and C runtimes end the process on it)" % name
+    if for_attach and name == "SIGINT":
+        return "Jupyter interrupts the running cell with it"
+    return None
+
+
+def _checkpoint_signal(sig=None, for_attach=False):
+    """(number, name) of the checkpoint signal ``sig`` (None: ``$WATCHDOG_SIGNAL``, else SIGUSR1).
+
+    The one check for :func:`install`, :func:`attach` and ``WATCHDOG_SIGNAL``; it accepts
+    what the binary accepts. A ValueError names where the bad value came from
+    (``sig=...`` or ``WATCHDOG_SIGNAL=...``), why it cannot be used, and what is expected.
+    """
+    source = "sig=%r" % (sig,)
+    if sig is None:
+        env = os.environ.get("WATCHDOG_SIGNAL")
+        source = "WATCHDOG_SIGNAL=%r" % env if env else "the default SIGUSR1"
+    try:
+        signum = _resolve_signal(sig)
+    except ValueError as e:
+        raise ValueError("%s: %s" % (source, e)) from None
+    why = _signal_problem(signum, for_attach)
+    if why is not None:
+        raise ValueError("%s cannot be the checkpoint signal: %s; %s" % (source, why, _SIGNAL_EXPECTED))
+    return signum, _signal_name(signum)
 
 
 def _signal_name(signum):
@@ -156,21 +213,23 @@ def install(sig=None, register=True):
     A Python handler installed before is chained (called after the flag is set). Calling
     ``install()`` again is harmless and re-installs the handler if something replaced it.
     Must be called from the main thread (Python runs signal handlers there only).
-    Returns the signal number.
+    Returns the signal number. A signal the binary would refuse (KILL, STOP, a crash signal
+    such as SEGV or ABRT, a number no process can catch) is a ValueError naming ``sig=`` or
+    ``WATCHDOG_SIGNAL``, and nothing is installed.
 
     With ``register`` (the default), when ``WATCHDOG_REQUEST_FILE`` is unset and a
     ``watchdog daemon`` listens on ``$WATCHDOG_SOCKET`` (default
     ``/run/watchdog/daemon.sock``), registers this process with it (once per process) and
     uses the request file it names from then on; the signal it names is caught too. No
-    socket: nothing happens. A refusal or an error is a ``RuntimeWarning``, never an
-    exception: training goes on without the daemon.
+    socket: nothing happens. A refusal or an error (a bad signal in its answer included) is a
+    ``RuntimeWarning``, never an exception: training goes on without the daemon.
     """
     if threading.current_thread() is not threading.main_thread():
         raise RuntimeError(
             "training_watchdog.install() must be called from the main thread: "
             "Python only lets the main thread install signal handlers"
         )
-    signum = _resolve_signal(sig)
+    signum = _checkpoint_signal(sig)[0]
     _catch(signum)
     if register and not os.environ.get("WATCHDOG_REQUEST_FILE") and _registered is None:
         named = _register_with_daemon()
@@ -236,8 +295,6 @@ def _register_with_daemon():
         if not isinstance(named, str) or not named:
             raise ValueError("its answer names no request file: %r" % (answer,))
         _registered = named
-        signame = registered.get("signal")
-        return _resolve_signal(signame) if signame else None
     except (OSError, ValueError) as e:
         warnings.warn(
             "training_watchdog: cannot register with the watchdog daemon at %s: %s" % (path, e),
@@ -245,6 +302,27 @@ def _register_with_daemon():
             stacklevel=3,
         )
         return None
+    named_signal = registered.get("signal", None)
+    if named_signal is None:
+        return None
+    try:
+        if not isinstance(named_signal, (str, int)):
+            raise ValueError("expected a signal name or number")
+        signum = _resolve_signal(named_signal)
+        why = _signal_problem(signum)
+        if why is None:
+            return signum
+    except ValueError as e:
+        why = str(e)
+    # The registration stands (the request file works without a signal); the docs promise a
+    # warning, never an exception, for whatever the daemon answers.
+    warnings.warn(
+        "training_watchdog: the watchdog daemon at %s names the signal %r, which cannot be the "
+        "checkpoint signal: %s; only its request file %s is watched" % (path, named_signal, why, named),
+        RuntimeWarning,
+        stacklevel=3,
+    )
+    return None
 
 
 def _ancestors(pid):
@@ -404,24 +482,124 @@ def _ack_path(path):
     return path + ".ack"
 
 
-def _read_json_cached(path):
-    """Parsed JSON object of ``path``, re-read only when its inode, mtime or size changed."""
+# The most read of a request or ack file: the daemon's cap on a file a user wrote
+# (MAX_USER_FILE_BYTES in crates/watchdog-alerter/src/beneath.rs).
+_MAX_FILE_BYTES = 64 * 1024
+# As the daemon opens them: never through a symbolic link, never blocking on a FIFO, never
+# adopting a terminal.
+_READ_FLAGS = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+               | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
+# path -> why it was last refused: a bad file is warned about once, not at every step.
+_refused = {}
+
+
+class _Unfit(Exception):
+    """A request or ack file that is not read: why, for the warning."""
+
+
+def _read_capped(path):
+    """The bytes of ``path`` (None when it is missing), read as the daemon reads a user's file:
+    opened with :data:`_READ_FLAGS`, a regular file by ``fstat``, at most 64 KiB. Raises
+    :class:`_Unfit` otherwise."""
     try:
-        st = os.stat(path)
+        fd = os.open(path, _READ_FLAGS)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise _Unfit("it is a symbolic link") from None
+        raise _Unfit(e.strerror or str(e)) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _Unfit("not a regular file")
+        if st.st_size > _MAX_FILE_BYTES:
+            raise _Unfit("%d bytes, more than the %d read" % (st.st_size, _MAX_FILE_BYTES))
+        chunks, size = [], 0
+        while size <= _MAX_FILE_BYTES:
+            chunk = os.read(fd, _MAX_FILE_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > _MAX_FILE_BYTES:  # it grew since the fstat
+            raise _Unfit("more than the %d bytes read" % _MAX_FILE_BYTES)
+        return b"".join(chunks)
+    except OSError as e:
+        raise _Unfit(e.strerror or str(e)) from None
+    finally:
+        os.close(fd)
+
+
+def _parse_object(data):
+    """The JSON object in ``data``; :class:`_Unfit` for anything else."""
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except RecursionError:
+        raise _Unfit("JSON nested too deeply") from None
+    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError both are
+        raise _Unfit("not a JSON object (%s)" % e) from None
+    if not isinstance(value, dict):
+        raise _Unfit("not a JSON object")
+    return value
+
+
+def _caller_stacklevel():
+    """The ``stacklevel`` that makes a warning point at the first caller outside this package."""
+    def inside(frame):
+        name = frame.f_globals.get("__name__", "")
+        return name == __name__ or name.startswith(__name__ + ".")
+
+    level, frame = 1, sys._getframe(1)
+    while frame is not None and inside(frame):
+        level += 1
+        frame = frame.f_back
+    return level
+
+
+def _warn_refused(path, why):
+    """Warn once that ``path`` is not read (never raised, even under ``-W error``)."""
+    if _refused.get(path) == why:
+        return
+    _refused[path] = why
+    try:
+        import warnings
+
+        warnings.warn(
+            "training_watchdog: not reading %s: %s; taken as no request or acknowledgment" % (path, why),
+            RuntimeWarning,
+            stacklevel=_caller_stacklevel(),
+        )
+    except Exception:
+        pass
+
+
+def _read_json_cached(path):
+    """Parsed JSON object of ``path``, re-read only when its inode, mtime or size changed.
+
+    Never raises and never blocks: a file that is not a regular file of at most 64 KiB
+    holding a JSON object is warned about once and taken as None (missing: None, silently).
+    """
+    try:
+        st = os.lstat(path)
     except OSError:
         _cache.pop(path, None)
+        _refused.pop(path, None)
         return None
     stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
     hit = _cache.get(path)
     if hit is not None and hit[0] == stamp:
         return hit[1]
     try:
-        with open(path, "rb") as f:
-            value = json.loads(f.read().decode("utf-8"))
-        if not isinstance(value, dict):
-            value = None
-    except (OSError, ValueError):
-        return None  # not cached: a half-written file is read again next time
+        data = _read_capped(path)
+        if data is None:
+            return None
+        value = _parse_object(data)
+    except _Unfit as e:
+        _warn_refused(path, str(e))
+        _cache[path] = (stamp, None)  # read again only once it changes
+        return None
+    _refused.pop(path, None)
     _cache[path] = (stamp, value)
     return value
 
@@ -457,10 +635,12 @@ def checkpoint_requested():
     """True when the signal arrived or the request file holds a request not yet acknowledged.
 
     Cheap enough for every step: one ``stat`` of the request file (and of the ack when a
-    request exists); files are parsed only when they change. While a watchdog started by
-    :func:`attach` runs, a new request is also shown once: an IPython display in a notebook
-    (what runs out, how much is used, how long is left), else a
-    :class:`CheckpointRequestWarning`. Under ``watchdog run`` the watchdog's own log says it.
+    request exists); files are parsed only when they change. It never blocks or raises: a
+    request or ack file that is not a regular file of at most 64 KiB holding a JSON object
+    (a FIFO, ``/dev/zero``, a symbolic link) is one ``RuntimeWarning`` and no request.
+    While a watchdog started by :func:`attach` runs, a new request is also shown once: an
+    IPython display in a notebook (what runs out, how much is used, how long is left), else
+    a :class:`CheckpointRequestWarning`. Under ``watchdog run`` the watchdog's own log says it.
     """
     global _handling
     req = request()
@@ -617,26 +797,6 @@ def _find_watchdog(watchdog):
     )
 
 
-def _checkpoint_signal(sig):
-    """(number, name) of the signal attach() may use; ValueError naming ``sig`` otherwise."""
-    signum = _resolve_signal(sig)
-    name = _signal_name(signum)
-    if name in ("SIGKILL", "SIGSTOP"):
-        why = "it cannot be caught, so no process could be asked to checkpoint with it"
-    elif name in _CRASH_SIGNALS:
-        why = "it is a crash signal (faulthandler and C runtimes end the process on it)"
-    elif name == "SIGINT":
-        why = "Jupyter interrupts the running cell with it"
-    elif signum not in signal.valid_signals():
-        why = "this system does not let a process catch it"
-    else:
-        return signum, name
-    raise ValueError(
-        "sig=%r (%s) cannot be the checkpoint signal: %s; expected e.g. SIGUSR1, SIGUSR2 or "
-        "SIGRTMIN+2" % (sig, name, why)
-    )
-
-
 def _seconds_text(name, value):
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         seconds = float(value)
@@ -729,7 +889,7 @@ class _Plan:
                     "request_file=%r: its directory does not exist; expected a path in an existing "
                     "directory" % request_file
                 )
-        self.signum, self.signame = _checkpoint_signal(sig)
+        self.signum, self.signame = _checkpoint_signal(sig, for_attach=True)
         self.binary = _find_watchdog(watchdog)
         self.request_file = request_file
         self.argv = argv
@@ -937,6 +1097,9 @@ class WatchdogHandle:
         self._key = key
         self._restore = restore
         self._result = None
+        # The process that started it: the only one that stops it or removes its directory
+        # (a forked child has a copy of this handle, and of the atexit hook).
+        self._owner = os.getpid()
 
     @property
     def pid(self):
@@ -979,7 +1142,9 @@ class WatchdogHandle:
         SIGTERM, then SIGKILL after ``timeout`` seconds. Removes the temporary directory, keeps
         the recording (in the state directory) and restores what :func:`attach` set in this
         process (``WATCHDOG_*`` variables, the signal handler) when this is the attached
-        watchdog. Calling it again returns the same result.
+        watchdog. Calling it again returns the same result. In a process forked from the one
+        that attached, it stops and removes nothing (``returncode`` None): the watchdog and its
+        directory are the parent's.
         """
         global _attached
         if self._result is None:
@@ -990,6 +1155,8 @@ class WatchdogHandle:
         return self._result
 
     def _shutdown(self, timeout):
+        if os.getpid() != self._owner:
+            return StopResult(None, self.recording, self.log(), self.command[0])
         if self.process.poll() is None:
             self.process.terminate()
             try:
@@ -1116,7 +1283,7 @@ def attach(watchdog="watchdog", args=(), request_file=None, sig=None, **options)
 
     The watchdog runs in its own session (the kernel's interrupt does not reach it) and exits
     by itself when this process exits; at interpreter exit it is stopped and its temporary
-    directory removed. Sets ``WATCHDOG_SIGNAL``, ``WATCHDOG_REQUEST_FILE`` and
+    directory removed, by this process only (a forked child has no attached watchdog). Sets ``WATCHDOG_SIGNAL``, ``WATCHDOG_REQUEST_FILE`` and
     ``WATCHDOG_PID`` in ``os.environ`` and calls :func:`install`; ``stop()`` puts them back.
     While attached, the first :func:`checkpoint_requested` that sees a new request shows it
     (an IPython display in a notebook, else a :class:`CheckpointRequestWarning`).
@@ -1197,12 +1364,21 @@ def _register_atexit():
         import atexit
 
         atexit.register(_stop_at_exit)
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=_forget_in_child)
         _atexit_registered = True
+
+
+def _forget_in_child():
+    """After ``os.fork()``: the child did not attach, so it has no attached watchdog (its
+    ``WATCHDOG_*`` variables and handler stay: the parent's watchdog watches it too)."""
+    global _attached
+    _attached = None
 
 
 def _stop_at_exit():
     handle = _attached
-    if handle is not None:
+    if handle is not None and handle._owner == os.getpid():
         try:
             handle.stop(timeout=2.0)
         except Exception:
@@ -1284,4 +1460,5 @@ def _reset():
     _lookup = None
     _previous.clear()
     _cache.clear()
+    _refused.clear()
     _reported.clear()

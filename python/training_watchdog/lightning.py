@@ -98,7 +98,7 @@ class WatchdogCallback(pl.Callback):
     def setup(self, trainer, pl_module, stage):
         if stage != "fit":
             return
-        signum = _tw._resolve_signal(self.sig)
+        signum = _tw._checkpoint_signal(self.sig)[0]
         self._share_with_lightning = _requeue_signal(trainer) == signum
         if not self._share_with_lightning:
             _tw.install(signum)
@@ -111,7 +111,7 @@ class WatchdogCallback(pl.Callback):
 
     def on_train_start(self, trainer, pl_module):
         if self._share_with_lightning:
-            self._install_dispatcher(_tw._resolve_signal(self.sig))
+            self._install_dispatcher(_tw._checkpoint_signal(self.sig)[0])
 
     @staticmethod
     def _install_dispatcher(signum):
