@@ -295,7 +295,7 @@ mod tests {
         let err = write_report(Path::new("/dev/zero"), &out).unwrap_err();
         assert!(
             err.to_string()
-                .contains("/dev/zero: it is a character device: expected a regular file"),
+                .contains("/dev/zero: it is a character device, not a regular file; expected"),
             "{err}"
         );
         std::fs::write(&bad, "x".repeat(text::MAX_LINE_BYTES + 1)).unwrap();

@@ -233,7 +233,7 @@ pub enum ReadError {
     #[error("{0}")]
     Io(#[from] io::Error),
     /// It is a FIFO, a device, a directory...: reading one could block forever or never end.
-    #[error("it is a {kind}: expected a regular file")]
+    #[error("it is a {kind}, not a regular file")]
     NotAFile {
         /// What it is (see [`file_kind`]).
         kind: &'static str,
@@ -397,10 +397,7 @@ mod tests {
             (dir.as_path(), "directory"),
         ] {
             let e = read_input(path, LIMITS).unwrap_err();
-            assert_eq!(
-                e.to_string(),
-                format!("it is a {kind}: expected a regular file")
-            );
+            assert_eq!(e.to_string(), format!("it is a {kind}, not a regular file"));
         }
         std::fs::remove_dir_all(&dir).unwrap();
     }
