@@ -383,6 +383,8 @@ fn pseudo_filesystem(path: &Path) -> Result<(), String> {
         // Not there to look at: the writability probe says what is wrong.
         return Ok(());
     };
+    // `f_type` is i64 on x86_64 and a narrower type on other targets.
+    #[allow(clippy::unnecessary_cast)]
     let magic = fs.f_type as i64;
     match PSEUDO_FILESYSTEMS.iter().find(|(m, _)| *m == magic) {
         Some((_, name)) => Err(format!(
