@@ -312,10 +312,16 @@ pub fn prune_recordings(dir: &Path, keep: &Path) {
     }
 }
 
+/// `path` in quotes, cut to 80 characters (a long path with a quote in it would defeat
+/// the error line's clipping of quoted runs).
+fn quoted(path: &Path) -> String {
+    watchdog_types::quote::quote_value(&path.display().to_string())
+}
+
 fn refuse(kind: Kind, path: &Path, why: &str) -> Failure {
     Failure::Usage(format!(
-        "refusing to use '{}' as {}: {why}; expected {}",
-        path.display(),
+        "refusing to use {} as {}: {why}; expected {}",
+        quoted(path),
         kind.what(),
         kind.expected()
     ))
@@ -444,10 +450,10 @@ fn check_distinct(all: &[(Kind, &Path)]) -> Result<(), Failure> {
             let same = key(a) == key(b) || inode(a).is_some_and(|x| Some(x) == inode(b));
             if same {
                 return Err(Failure::Usage(format!(
-                    "{} and {} are the same file '{}': expected a different path for each output (--request-file, --events, --record)",
+                    "{} and {} are the same file {}: expected a different path for each output (--request-file, --events, --record)",
                     ka.what(),
                     kb.what(),
-                    b.display()
+                    quoted(b)
                 )));
             }
         }
@@ -473,14 +479,14 @@ fn probe_dir(kind: Kind, path: &Path) -> Result<(), Failure> {
     match watchdog_types::fs::probe_write(path) {
         Ok(()) => Ok(()),
         Err(e) => Err(Failure::Usage(format!(
-            "cannot write {} '{}': {} in '{}'; expected a directory the watchdog may create files in",
+            "cannot write {} {}: {} in {}; expected a directory the watchdog may create files in",
             kind.what(),
-            path.display(),
+            quoted(path),
             match &e {
                 watchdog_types::fs::WriteError::Write { source, .. } => source.to_string(),
                 other => other.to_string(),
             },
-            dir.display()
+            quoted(dir)
         ))),
     }
 }
