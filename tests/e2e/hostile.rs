@@ -1,6 +1,7 @@
 //! The real binary over a few hundred generated hostile command lines: bad and near-valid
 //! values for every flag (signs, huge numbers, unicode, control characters, very long
-//! strings, non-UTF-8 bytes), unknown flags, hostile config files, traces and recordings.
+//! strings, non-UTF-8 bytes), unknown flags, hostile config files, traces and recordings,
+//! and inputs or outputs that are not regular files (a FIFO, devices, procfs files).
 //! Whatever it is given, the watchdog never panics (no `panicked`, never status 101 or a
 //! signal), and when it exits 2 its stderr is exactly one line.
 //!
@@ -53,8 +54,16 @@ const VALUED: &[(&str, &[&str])] = &[
     ("--on-alert", &["echo hi", "true"]),
     ("--disk", &["/tmp", "/proc", "/nonexistent", "/tmp/."]),
     ("--request-file", &["/nonexistent/r.json", "/proc/r.json"]),
-    ("--events", &["/nonexistent/e.jsonl", "/dev/null"]),
-    ("--record", &["/nonexistent/r.csv"]),
+    (
+        "--events",
+        &[
+            "/nonexistent/e.jsonl",
+            "/dev/null",
+            "/proc/self/comm",
+            "/proc/self/status",
+        ],
+    ),
+    ("--record", &["/nonexistent/r.csv", "/proc/self/comm"]),
     (
         "--pid",
         &[
@@ -126,14 +135,24 @@ enum Tail {
     DryRunTrue,
     Replay(String, Vec<Piece>),
     Report(String),
+    /// `replay`, `report`, `diff` or `--config` of a file that is not a regular one.
+    Special(&'static str, &'static str),
     Nothing,
 }
+
+/// Inputs that are not regular files: a FIFO (made in the case's directory), devices.
+const SPECIAL: &[&str] = &["fifo", "/dev/urandom", "/dev/zero", "/dev/null", "."];
 
 fn tail() -> impl Strategy<Value = Tail> {
     prop_oneof![
         3 => Just(Tail::DryRunTrue),
         2 => (near_valid(FILES), proptest::collection::vec(piece(), 0..3)).prop_map(|(f, p)| Tail::Replay(f, p)),
         2 => near_valid(FILES).prop_map(Tail::Report),
+        1 => (
+            proptest::sample::select(&["replay", "report", "diff", "--config"][..]),
+            proptest::sample::select(SPECIAL)
+        )
+            .prop_map(|(command, input)| Tail::Special(command, input)),
         1 => Just(Tail::Nothing),
     ]
 }
@@ -201,6 +220,25 @@ fn command_line(dir: &Path, pieces: &[Piece], tail: &Tail) -> Vec<OsString> {
             args.push(file(text));
             args.push("-o".into());
             args.push(dir.join("out.svg").into_os_string());
+        }
+        Tail::Special(command, input) => {
+            let input = if *input == "fifo" {
+                let fifo = dir.join("fifo");
+                if !fifo.exists() {
+                    let _ = std::process::Command::new("mkfifo").arg(&fifo).status();
+                }
+                fifo.into_os_string()
+            } else {
+                input.into()
+            };
+            args.push((*command).into());
+            args.push(input.clone());
+            match *command {
+                "report" => args.extend(["-o".into(), dir.join("out.svg").into_os_string()]),
+                "diff" => args.push(input),
+                "--config" => args.extend(["--dry-run", "run", "--", "true"].map(OsString::from)),
+                _ => {}
+            }
         }
         Tail::Nothing => {}
     }

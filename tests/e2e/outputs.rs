@@ -295,6 +295,15 @@ fn default_recordings_go_to_the_state_directory_never_collide_and_are_pruned() {
             .set_modified(old + Duration::from_secs(i))
             .unwrap();
     }
+    // A user's file with a name like ours, older than them all: not a recording, kept.
+    let mine = recordings.join("watchdog-mine.recording.csv");
+    std::fs::write(&mine, PRECIOUS).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&mine)
+        .unwrap()
+        .set_modified(old - Duration::from_secs(3600))
+        .unwrap();
     // Two watchdogs in one directory at once, each with its own request file.
     let work = dir.path().join("work");
     std::fs::create_dir(&work).unwrap();
@@ -336,6 +345,171 @@ fn default_recordings_go_to_the_state_directory_never_collide_and_are_pruned() {
     assert_ne!(paths[0], paths[1]);
     assert!(names_in(&work).is_empty(), "{:?}", names_in(&work));
     let left = names_in(&recordings);
-    assert_eq!(left.len(), 50, "{left:?}");
+    assert_eq!(left.len(), 51, "{left:?}");
+    assert_eq!(std::fs::read_to_string(&mine).unwrap(), PRECIOUS);
     assert!(!left.contains(&"watchdog-0-20200101T000000Z.recording.csv".to_string()));
+}
+
+/// `--events /proc/self/comm` was taken and every event lost; `/proc/self/status`
+/// failed at every write.
+#[test]
+fn outputs_on_procfs_or_sysfs_are_refused_at_start() {
+    for (flag, path) in [
+        ("--events", "/proc/self/comm"),
+        ("--events", "/proc/self/status"),
+        ("--record", "/proc/self/comm"),
+        ("--request-file", "/sys/kernel/watchdog-request.json"),
+    ] {
+        assert_refused(
+            &[flag, path],
+            "a kernel interface where written lines are lost or refused",
+        );
+    }
+}
+
+/// An events file removed mid-run lost every later event without a word.
+#[test]
+fn a_removed_events_file_is_created_again_and_the_loss_reported() {
+    let dir = scratch();
+    let events = dir.path().join("ev.jsonl");
+    let watchdog = bin()
+        .args(["--gpu", "off", "--events"])
+        .arg(&events)
+        .args(["run", "--", "sleep", "2"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_for(Duration::from_secs(10), || {
+        events.exists() && !read_events(&events).is_empty()
+    }));
+    std::fs::remove_file(&events).unwrap();
+    let out = watchdog.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("cannot write the events") && stderr.contains("was removed"),
+        "{stderr}"
+    );
+    let ev = read_events(&events);
+    assert_eq!(of_kind(&ev, "exit").len(), 1, "{ev:?}");
+    let errors = of_kind(&ev, "output_error");
+    assert!(errors.iter().any(|e| e["output"] == "events"), "{ev:?}");
+}
+
+/// A 254-byte `--record` name passed the start check, then every write failed: its
+/// temporary name was longer than 255 bytes.
+#[test]
+fn a_recording_with_a_254_byte_name_is_written() {
+    let dir = scratch();
+    let rec = dir.path().join(format!("{}.csv", "r".repeat(250)));
+    let out = bin()
+        .args(["--gpu", "off", "--record"])
+        .arg(&rec)
+        .args(["run", "--", "true"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("cannot write"), "{stderr}");
+    let text = std::fs::read_to_string(&rec).unwrap();
+    assert!(text.starts_with("# watchdog recording v1\n"), "{text}");
+    assert_eq!(names_in(dir.path()).len(), 1, "{:?}", names_in(dir.path()));
+}
+
+const RECORDING: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../watchdog-report/tests/fixtures/cgroup_oom.rec"
+);
+
+/// `report -o OUT` wrote `OUT.tmpPID` with a plain write (through a symlink planted
+/// there), replaced a hand-written page and its own input.
+#[test]
+fn report_outputs_follow_the_rules_of_every_other_output() {
+    use std::io::Write as _;
+    let dir = scratch();
+    let p = |n: &str| dir.path().join(n);
+    std::fs::write(p("victim"), PRECIOUS).unwrap();
+    // The shell's PID becomes the watchdog's at `exec`: plant symlinks at every
+    // temporary name that PID could use, old and new, then let it go.
+    let mut report = Command::new("sh")
+        .arg("-c")
+        .arg("read go && exec \"$0\" report \"$1\" -o \"$2\"")
+        .arg(bin().get_program())
+        .arg(RECORDING)
+        .arg(p("out.html"))
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = report.id();
+    std::os::unix::fs::symlink(p("victim"), p(&format!("out.html.tmp{pid}"))).unwrap();
+    for n in 0..4 {
+        std::os::unix::fs::symlink(p("victim"), p(&format!(".out.html.tmp.{pid}.{n}"))).unwrap();
+    }
+    report.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let out = report.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        std::fs::read_to_string(p("victim")).unwrap(),
+        PRECIOUS,
+        "{stderr}"
+    );
+    if out.status.code() == Some(0) {
+        assert!(
+            std::fs::read_to_string(p("out.html"))
+                .unwrap()
+                .contains("watchdog-report")
+        );
+    } else {
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+    }
+
+    std::fs::write(p("mine.html"), PRECIOUS).unwrap();
+    std::fs::copy(RECORDING, p("rec.html")).unwrap();
+    let run = |args: &[&Path]| {
+        let out = bin().arg("report").args(args).output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let rec_html = p("rec.html");
+    let o = Path::new("-o");
+    for (args, why) in [
+        (
+            vec![Path::new(RECORDING), o, &p("mine.html")],
+            "it exists and is not a watchdog report",
+        ),
+        (
+            vec![&rec_html, o, &rec_html],
+            "it is the recording being read",
+        ),
+        (
+            vec![Path::new(RECORDING), &rec_html, o, &rec_html],
+            "it is the recording being read",
+        ),
+        (
+            vec![Path::new(RECORDING), o, &p("victim.svg")],
+            "it is a symbolic link",
+        ),
+    ] {
+        if why.contains("symbolic") {
+            let _ = std::os::unix::fs::symlink(p("victim"), p("victim.svg"));
+        }
+        let (code, stderr) = run(&args);
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.contains(why), "{args:?}: {stderr}");
+    }
+    assert_eq!(std::fs::read_to_string(p("mine.html")).unwrap(), PRECIOUS);
+    assert_eq!(
+        std::fs::read(&rec_html).unwrap(),
+        std::fs::read(RECORDING).unwrap()
+    );
+    assert_eq!(std::fs::read_to_string(p("victim")).unwrap(), PRECIOUS);
+    // An old report is replaced.
+    for _ in 0..2 {
+        let (code, stderr) = run(&[Path::new(RECORDING), o, &p("again.svg")]);
+        assert_eq!(code, Some(0), "{stderr}");
+    }
 }

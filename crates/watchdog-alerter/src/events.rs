@@ -20,6 +20,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use watchdog_types::fs::file_kind;
 use watchdog_types::{Event, EventBody};
 
 /// What can go wrong with the event log.
@@ -70,6 +71,24 @@ pub enum EventLogError {
         /// The OS error.
         #[source]
         source: io::Error,
+    },
+    /// The log was removed while the watchdog ran and has been created again at its
+    /// path; the event was written there. An `Err` so the caller reports the loss of what
+    /// the removed file held (an error line and an `output_error` event).
+    #[error(
+        "event log {path} was removed while the watchdog ran: created it again (the earlier events went with the removed file)"
+    )]
+    Recreated {
+        /// The log path.
+        path: PathBuf,
+    },
+    /// Another file took the log's path while the watchdog ran; it is not written to.
+    #[error(
+        "cannot append to event log {path}: another file replaced it while the watchdog ran; expected the file opened at the start (events are not written to the replacement)"
+    )]
+    Replaced {
+        /// The log path.
+        path: PathBuf,
     },
     /// Serialization failed.
     #[error("cannot serialize an event: {0}")]
@@ -125,8 +144,12 @@ impl EventLog {
         &self.path
     }
 
-    /// Appends `event` as one JSON line with one `write(2)`.
+    /// Appends `event` as one JSON line with one `write(2)`. A log removed since the last
+    /// append is created again first (and the event written there) with
+    /// [`EventLogError::Recreated`] returned, so the loss is reported; a log replaced by
+    /// another file is not written ([`EventLogError::Replaced`]).
     pub fn append(&mut self, event: &Event) -> Result<(), EventLogError> {
+        let recreated = self.follow_path()?;
         let mut line = serde_json::to_vec(event)?;
         line.push(b'\n');
         let write_err = |source| EventLogError::Write {
@@ -140,7 +163,40 @@ impl EventLog {
                 format!("short write: {n} of {} bytes (disk full?)", line.len()),
             )));
         }
+        if recreated {
+            return Err(EventLogError::Recreated {
+                path: self.path.clone(),
+            });
+        }
         Ok(())
+    }
+
+    /// Checks that the path still names the open file: `Ok(true)` when it was removed and
+    /// a new file was created there (`O_EXCL|O_NOFOLLOW`: never through a symlink).
+    fn follow_path(&mut self) -> Result<bool, EventLogError> {
+        use std::os::unix::fs::MetadataExt;
+        let write_err = |source| EventLogError::Write {
+            path: self.path.clone(),
+            source,
+        };
+        let open = self.file.metadata().map_err(write_err)?;
+        match std::fs::symlink_metadata(&self.path) {
+            Ok(m) if m.dev() == open.dev() && m.ino() == open.ino() => Ok(false),
+            Ok(_) => Err(EventLogError::Replaced {
+                path: self.path.clone(),
+            }),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                self.file = OpenOptions::new()
+                    .append(true)
+                    .create_new(true)
+                    .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+                    .mode(0o644)
+                    .open(&self.path)
+                    .map_err(|source| open_error(&self.path, source))?;
+                Ok(true)
+            }
+            Err(e) => Err(write_err(e)),
+        }
     }
 
     /// Appends an event stamped with the current time.
@@ -180,26 +236,6 @@ fn open_error(path: &Path, source: io::Error) -> EventLogError {
             path: path.to_path_buf(),
             source,
         }
-    }
-}
-
-/// A word for a file type that is not a regular file, for [`EventLogError::NotAFile`].
-fn file_kind(ft: std::fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    if ft.is_dir() {
-        "directory"
-    } else if ft.is_fifo() {
-        "FIFO"
-    } else if ft.is_socket() {
-        "socket"
-    } else if ft.is_char_device() {
-        "character device"
-    } else if ft.is_block_device() {
-        "block device"
-    } else if ft.is_symlink() {
-        "symbolic link"
-    } else {
-        "special file"
     }
 }
 
@@ -355,5 +391,35 @@ mod tests {
         assert!(flags.contains(rustix::fs::OFlags::APPEND));
         drop(log);
         assert_eq!(std::fs::read_to_string(&p).unwrap(), "old\n");
+    }
+
+    /// Every event after the log was removed mid-run went to the removed file, unseen.
+    #[test]
+    fn a_removed_log_is_created_again_and_the_loss_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("events.jsonl");
+        let mut log = EventLog::open(&p).unwrap();
+        let event = |n: u32| Event {
+            time: now_rfc3339(),
+            body: EventBody::Resumed {
+                resource: format!("r{n}"),
+            },
+        };
+        log.append(&event(1)).unwrap();
+        std::fs::remove_file(&p).unwrap();
+        let err = log.append(&event(2)).unwrap_err();
+        assert!(matches!(err, EventLogError::Recreated { .. }), "{err}");
+        log.append(&event(3)).unwrap();
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert!(
+            text.contains("r2") && text.contains("r3") && !text.contains("r1"),
+            "{text}"
+        );
+        // Replaced by someone else's file: not written into.
+        std::fs::remove_file(&p).unwrap();
+        std::fs::write(&p, "mine\n").unwrap();
+        let err = log.append(&event(4)).unwrap_err();
+        assert!(matches!(err, EventLogError::Replaced { .. }), "{err}");
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "mine\n");
     }
 }

@@ -362,20 +362,23 @@ impl Settings {
                 "invalid mem-limit '0': expected a positive size such as 8GiB".into(),
             ));
         }
+        // Paths are quoted through quote_value: a long one is cut to 80 characters here,
+        // where a quote in it ("it's") would defeat the error line's later clipping.
+        let quoted = |p: &Path| watchdog_types::quote::quote_value(&p.display().to_string());
         for disk in &self.disks {
             if let Err(e) = std::fs::metadata(disk) {
                 return Err((
                     "disks",
                     format!(
-                        "cannot watch disk '{}': {e}; expected an existing path on the filesystem to watch",
-                        disk.display()
+                        "cannot watch disk {}: {e}; expected an existing path on the filesystem to watch",
+                        quoted(disk)
                     ),
                 ));
             }
             if let Err(why) = watchdog_sampler::disk::check_sized(disk) {
                 return Err((
                     "disks",
-                    format!("cannot watch disk '{}': {why}", disk.display()),
+                    format!("cannot watch disk {}: {why}", quoted(disk)),
                 ));
             }
         }
@@ -390,8 +393,8 @@ impl Settings {
                     return Err((
                         key,
                         format!(
-                            "invalid {what} '{}': expected a file path in an existing directory",
-                            path.display()
+                            "invalid {what} {}: expected a file path in an existing directory",
+                            quoted(path)
                         ),
                     ));
                 }
@@ -474,28 +477,29 @@ pub fn load_file(path: &Path) -> Result<FileConfig, String> {
     parse_file(&text, path)
 }
 
-/// Reads a config file as UTF-8, refusing one over [`MAX_CONFIG_BYTES`] after reading
-/// that much (`--config /dev/zero` fails at once instead of filling memory).
+/// Reads a config file as UTF-8 through the shared bounded reader: one over
+/// [`MAX_CONFIG_BYTES`] is refused, and a FIFO or a device before it is opened
+/// (`--config FIFO` never blocks, `--config /dev/zero` never fills memory).
 pub fn read_capped(path: &Path) -> Result<String, String> {
-    use std::io::Read;
-    let cannot = |e: &dyn std::fmt::Display| {
-        format!(
-            "cannot read config file '{}': {e}; expected a TOML file",
-            path.display()
-        )
+    use watchdog_types::fs::{InputLimits, ReadError, read_input};
+    let limits = InputLimits {
+        max_bytes: MAX_CONFIG_BYTES,
+        max_line: None,
     };
-    let file = std::fs::File::open(path).map_err(|e| cannot(&e))?;
-    let mut bytes = Vec::new();
-    file.take(MAX_CONFIG_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| cannot(&e))?;
-    if bytes.len() as u64 > MAX_CONFIG_BYTES {
-        return Err(format!(
+    read_input(path, limits).map_err(|e| match e {
+        ReadError::TooLarge { .. } => format!(
             "config file '{}' is larger than 1 MiB: expected a TOML file of settings",
             path.display()
-        ));
-    }
-    String::from_utf8(bytes).map_err(|_| cannot(&"it is not UTF-8 text"))
+        ),
+        ReadError::NotText { .. } => format!(
+            "cannot read config file '{}': it is not UTF-8 text; expected a TOML file",
+            path.display()
+        ),
+        e => format!(
+            "cannot read config file '{}': {e}; expected a TOML file",
+            path.display()
+        ),
+    })
 }
 
 /// Parses config text; `path` is only used in messages.
@@ -779,9 +783,18 @@ mod tests {
         let e = load_file(Path::new("/dev/zero")).unwrap_err();
         assert_eq!(
             e,
-            "config file '/dev/zero' is larger than 1 MiB: expected a TOML file of settings"
+            "cannot read config file '/dev/zero': it is a character device, not a regular file; expected a TOML file"
         );
         let dir = tempfile::tempdir().unwrap();
+        // A FIFO with no writer: refused at once, not waited on.
+        let fifo = dir.path().join("fifo.toml");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let e = load_file(&fifo).unwrap_err();
+        assert!(e.contains("it is a FIFO, not a regular file"), "{e}");
         let path = dir.path().join("big.toml");
         let mut text = "lead = \"5s\"\n".to_string();
         text.push_str(&"#".repeat(MAX_CONFIG_BYTES as usize - text.len()));
@@ -790,6 +803,30 @@ mod tests {
         text.push('\n');
         std::fs::write(&path, &text).unwrap();
         assert!(load_file(&path).unwrap_err().contains("larger than 1 MiB"));
+    }
+
+    /// A quote in the path paired with the message's own quotes, so the clipping of
+    /// quoted runs let 40,000 characters through.
+    #[test]
+    fn a_long_disk_path_with_a_quote_is_cut_to_80_characters() {
+        let long = format!("/nonexistent/it's {}", "a ".repeat(20_000));
+        let flags = WatchOptions {
+            disks: vec![long.clone().into()],
+            ..Default::default()
+        };
+        let e = Settings::resolve(&flags).unwrap_err();
+        assert!(e.len() < 400, "{} bytes: {}", e.len(), &e[..300]);
+        assert!(
+            e.starts_with("cannot watch disk '/nonexistent/it's a a"),
+            "{e}"
+        );
+        assert!(e.contains("(40018 characters)"), "{e}");
+        let flags = WatchOptions {
+            events: Some(format!("{long}/e.jsonl").into()),
+            ..Default::default()
+        };
+        let e = Settings::resolve(&flags).unwrap_err();
+        assert!(e.len() < 400, "{} bytes", e.len());
     }
 
     #[test]

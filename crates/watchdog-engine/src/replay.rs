@@ -426,7 +426,9 @@ fn json_str(out: &mut String, s: &str) {
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => {
+            // Control characters and U+2028/U+2029, which JSON allows raw but line
+            // readers (JavaScript's among them) take as line breaks.
+            c if watchdog_types::quote::needs_escape(c) => {
                 let _ = write!(out, "\\u{:04x}", c as u32);
             }
             c => out.push(c),

@@ -75,29 +75,22 @@ pub enum ReportError {
         /// The output path given.
         path: PathBuf,
     },
-    /// The recording could not be read.
-    #[error("cannot read recording {}: {source}", path.display())]
+    /// The recording could not be read: missing, not a regular file, too large, a line
+    /// too long, not text ([`text::TextError`]).
+    #[error("cannot read recording {}: {source}; expected a watchdog recording or a CSV trace (a regular file of at most {} MiB)", path.display(), text::MAX_INPUT_BYTES >> 20)]
     Read {
         /// The recording's path.
         path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
+        /// What went wrong.
+        source: text::TextError,
     },
-    /// A line of the recording is longer than [`text::MAX_LINE_BYTES`].
-    #[error("invalid recording {}: line {line} is longer than {} KiB: expected a watchdog recording or a CSV trace", path.display(), text::MAX_LINE_BYTES / 1024)]
-    LineTooLong {
-        /// The recording's path.
+    /// The output may not be written: a symlink, a file of another kind, an input.
+    #[error("refusing to write report {}: {why}; expected a new path, an empty file or an old watchdog report (not a recording being read)", path.display())]
+    Refused {
+        /// The output path.
         path: PathBuf,
-        /// 1-based line number.
-        line: usize,
-    },
-    /// The recording is not valid UTF-8.
-    #[error("cannot read recording {}: not UTF-8 text (line {line}): expected a watchdog recording or a CSV trace", path.display())]
-    NotText {
-        /// The recording's path.
-        path: PathBuf,
-        /// 1-based line of the first invalid byte.
-        line: usize,
+        /// Why not.
+        why: String,
     },
     /// The recording is malformed.
     #[error("invalid recording {}: {source}", path.display())]
@@ -119,20 +112,9 @@ pub enum ReportError {
 
 /// Reads and parses the recording at `path`.
 pub fn read_recording(path: &Path) -> Result<Recording, ReportError> {
-    let path_buf = path.to_path_buf();
-    let text = text::read_capped(path).map_err(|e| match e {
-        text::TextError::Io(source) => ReportError::Read {
-            path: path_buf,
-            source,
-        },
-        text::TextError::LineTooLong { line } => ReportError::LineTooLong {
-            path: path_buf,
-            line,
-        },
-        text::TextError::NotText { line } => ReportError::NotText {
-            path: path_buf,
-            line,
-        },
+    let text = text::read_capped(path).map_err(|source| ReportError::Read {
+        path: path.to_path_buf(),
+        source,
     })?;
     recording::parse(&text).map_err(|source| ReportError::Parse {
         path: path.to_path_buf(),
@@ -146,6 +128,7 @@ pub fn read_recording(path: &Path) -> Result<Recording, ReportError> {
 /// and renamed, so a reader never sees half a report.
 pub fn write_report(recording_path: &Path, out: &Path) -> Result<(), ReportError> {
     let format = Format::from_path(out)?;
+    check_output(out, &[recording_path])?;
     let rec = read_recording(recording_path)?;
     let body = match format {
         Format::Svg => render_svg(&rec),
@@ -158,6 +141,7 @@ pub fn write_report(recording_path: &Path, out: &Path) -> Result<(), ReportError
 /// by `out`'s extension, like [`write_report`]; the runs are named by their file names.
 pub fn write_comparison(a: &Path, b: &Path, out: &Path) -> Result<(), ReportError> {
     let format = Format::from_path(out)?;
+    check_output(out, &[a, b])?;
     let (rec_a, rec_b) = (read_recording(a)?, read_recording(b)?);
     let name = |p: &Path| {
         p.file_name()
@@ -174,20 +158,75 @@ pub fn write_comparison(a: &Path, b: &Path, out: &Path) -> Result<(), ReportErro
     write_atomically(out, &body)
 }
 
-/// Writes `body` to a temporary name beside `out` and renames it, so a reader never
-/// sees half a report.
-fn write_atomically(out: &Path, body: &str) -> Result<(), ReportError> {
-    let write_err = |source| ReportError::Write {
-        path: out.to_path_buf(),
-        source,
+/// How much of an existing file is looked at to recognise a report.
+const REPORT_HEAD_BYTES: u64 = 64 * 1024;
+
+/// Whether `path` holds a report this crate wrote: an SVG or HTML page whose first
+/// 64 KiB carry the report's or the comparison's `id`.
+fn is_report_file(path: &Path) -> bool {
+    use std::io::Read as _;
+    let Some(f) = watchdog_types::fs::open_plain(path) else {
+        return false;
     };
-    let mut tmp_name = out.file_name().unwrap_or_default().to_os_string();
-    tmp_name.push(format!(".tmp{}", std::process::id()));
-    let tmp = out.with_file_name(tmp_name);
-    std::fs::write(&tmp, body).map_err(write_err)?;
-    std::fs::rename(&tmp, out).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        write_err(e)
+    let mut head = Vec::new();
+    if f.take(REPORT_HEAD_BYTES).read_to_end(&mut head).is_err() {
+        return false;
+    }
+    let head = String::from_utf8_lossy(&head);
+    (head.starts_with("<!DOCTYPE html>") || head.starts_with("<svg"))
+        && (head.contains("id=\"watchdog-report\"") || head.contains("id=\"watchdog-compare\""))
+}
+
+/// Checks that `out` may be written as a report of `inputs`, the rules of every other
+/// output (`docs/recording.md`): not a symlink, not anything but a regular file, not a
+/// file other than an empty one or an old report, and not one of the inputs.
+fn check_output(out: &Path, inputs: &[&Path]) -> Result<(), ReportError> {
+    use std::os::unix::fs::MetadataExt as _;
+    let refuse = |why: &str| ReportError::Refused {
+        path: out.to_path_buf(),
+        why: why.to_string(),
+    };
+    let meta = match std::fs::symlink_metadata(out) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(refuse(&format!("cannot look at it ({e})"))),
+    };
+    if meta.file_type().is_symlink() {
+        return Err(refuse("it is a symbolic link"));
+    }
+    if !meta.is_file() {
+        return Err(refuse(&format!(
+            "it is a {}, not a regular file",
+            watchdog_types::fs::file_kind(meta.file_type())
+        )));
+    }
+    for input in inputs {
+        if std::fs::metadata(input).is_ok_and(|m| m.dev() == meta.dev() && m.ino() == meta.ino()) {
+            return Err(refuse("it is the recording being read"));
+        }
+    }
+    if meta.len() > 0 && !is_report_file(out) {
+        return Err(refuse("it exists and is not a watchdog report"));
+    }
+    Ok(())
+}
+
+/// Writes `body` through [`watchdog_types::fs::write_atomic`]: a temporary name beside
+/// `out` created `O_EXCL|O_NOFOLLOW`, renamed over it, so a reader never sees half a
+/// report and a symlink planted at the temporary name is never written through.
+fn write_atomically(out: &Path, body: &str) -> Result<(), ReportError> {
+    use watchdog_types::fs::WriteError;
+    watchdog_types::fs::write_atomic(out, body.as_bytes()).map_err(|e| match e {
+        WriteError::Write { source, .. } | WriteError::Rename { source, .. } => {
+            ReportError::Write {
+                path: out.to_path_buf(),
+                source,
+            }
+        }
+        other => ReportError::Refused {
+            path: out.to_path_buf(),
+            why: other.to_string(),
+        },
     })
 }
 
@@ -255,12 +294,133 @@ mod tests {
 
         let err = write_report(Path::new("/dev/zero"), &out).unwrap_err();
         assert!(
-            matches!(err, ReportError::LineTooLong { line: 1, .. }),
+            err.to_string()
+                .contains("/dev/zero: it is a character device, not a regular file; expected"),
             "{err}"
         );
+        std::fs::write(&bad, "x".repeat(text::MAX_LINE_BYTES + 1)).unwrap();
+        let err = write_report(&bad, &out).unwrap_err().to_string();
+        assert!(err.contains("line 1 is longer than 64 KiB"), "{err}");
 
         let err =
             write_report(Path::new(FIXTURE), &dir.path().join("no/such/dir/r.svg")).unwrap_err();
         assert!(matches!(err, ReportError::Write { .. }), "{err}");
+    }
+
+    /// A symlink at the temporary name was written through; a hand-written page and the
+    /// report's own input were replaced.
+    #[test]
+    fn the_output_follows_the_rules_of_every_other_output() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = |n: &str| dir.path().join(n);
+        std::fs::write(p("victim"), "keep").unwrap();
+        // Every temporary name this process could pick for the next few writes.
+        for n in 0..64 {
+            let tmp = format!(".r.html.tmp.{}.{n}", std::process::id());
+            std::os::unix::fs::symlink(p("victim"), p(&tmp)).unwrap();
+            let tmp = format!("r.html.tmp{}", std::process::id());
+            let _ = std::os::unix::fs::symlink(p("victim"), p(&tmp));
+        }
+        // Written or refused, never through the symlink.
+        let _ = write_report(Path::new(FIXTURE), &p("r.html"));
+        assert_eq!(std::fs::read_to_string(p("victim")).unwrap(), "keep");
+
+        std::fs::write(p("mine.html"), "<html>my page</html>").unwrap();
+        std::os::unix::fs::symlink(p("victim"), p("link.svg")).unwrap();
+        std::fs::copy(FIXTURE, p("rec.html")).unwrap();
+        std::fs::hard_link(p("rec.html"), p("also.svg")).unwrap();
+        for (out, why) in [
+            ("mine.html", "it exists and is not a watchdog report"),
+            ("link.svg", "it is a symbolic link"),
+            ("rec.html", "it is the recording being read"),
+            ("also.svg", "it is the recording being read"),
+        ] {
+            let input = p("rec.html");
+            let err = write_report(&input, &p(out)).unwrap_err().to_string();
+            assert!(err.contains(why), "{out}: {err}");
+        }
+        assert_eq!(
+            std::fs::read_to_string(p("mine.html")).unwrap(),
+            "<html>my page</html>"
+        );
+        assert_eq!(
+            std::fs::read_to_string(p("rec.html")).unwrap(),
+            std::fs::read_to_string(FIXTURE).unwrap()
+        );
+        let err = write_comparison(Path::new(FIXTURE), &p("rec.html"), &p("rec.html")).unwrap_err();
+        assert!(
+            err.to_string().contains("it is the recording being read"),
+            "{err}"
+        );
+        // An old report and an empty file are replaced.
+        std::fs::write(p("empty.svg"), "").unwrap();
+        for out in ["new.svg", "new.svg", "empty.svg"] {
+            write_report(Path::new(FIXTURE), &p(out)).unwrap();
+        }
+        write_comparison(Path::new(FIXTURE), Path::new(FIXTURE), &p("c.html")).unwrap();
+        write_comparison(Path::new(FIXTURE), Path::new(FIXTURE), &p("c.html")).unwrap();
+    }
+
+    /// Times of 1e300 gave NaN coordinates; 100,000 resources took 73 s and 306 MB.
+    #[test]
+    fn extreme_times_and_too_many_resources_are_refused_and_the_largest_drawn() {
+        let dir = tempfile::tempdir().unwrap();
+        let (input, out) = (dir.path().join("t.csv"), dir.path().join("r.svg"));
+        for t in ["1e300", "-1e300", "1e13"] {
+            std::fs::write(&input, format!("time,used,limit\n0,1,2\n{t},1,2\n")).unwrap();
+            let err = write_report(&input, &out).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("line 3: invalid time '{t}'")),
+                "{err}"
+            );
+        }
+        std::fs::write(&input, "time,used,limit\n-1e12,1,2\n1e12,1,2\n").unwrap();
+        write_report(&input, &out).unwrap();
+        let svg = std::fs::read_to_string(&out).unwrap();
+        assert!(!svg.contains("NaN") && !svg.contains("=\"inf"), "{svg}");
+        let rec =
+            "# watchdog recording v1\n#{\"event\":\"alert\",\"t\":1e300}\ntime,used,limit\n0,1,2\n";
+        std::fs::write(&input, rec).unwrap();
+        let err = write_report(&input, &out).unwrap_err().to_string();
+        assert!(
+            err.contains("line 2: 'alert' event's t is '1e+300'"),
+            "{err}"
+        );
+
+        let mut many = String::from("time,resource,used,limit\n");
+        for i in 0..=trace::MAX_RESOURCES {
+            many.push_str(&format!("{i},r{i},1,2\n"));
+        }
+        std::fs::write(&input, &many).unwrap();
+        let err = write_report(&input, &out).unwrap_err().to_string();
+        assert!(
+            err.contains("line 258: resource 'r256' is one too many: expected at most 256"),
+            "{err}"
+        );
+        // The most resources allowed are drawn quickly and in a bounded size.
+        let at_cap: String = many
+            .lines()
+            .take(trace::MAX_RESOURCES + 1)
+            .map(|l| format!("{l}\n"))
+            .collect();
+        std::fs::write(&input, at_cap).unwrap();
+        let start = std::time::Instant::now();
+        write_report(&input, &out).unwrap();
+        assert!(start.elapsed().as_secs() < 20, "{:?}", start.elapsed());
+        let size = std::fs::metadata(&out).unwrap().len();
+        assert!(size < 20 << 20, "{size} bytes");
+    }
+
+    #[test]
+    fn a_table_over_the_row_cap_is_refused_before_parsing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (input, out) = (dir.path().join("t.csv"), dir.path().join("r.svg"));
+        let rows = "0,1,2\n".repeat(recording::MAX_ROWS + 1);
+        std::fs::write(&input, format!("time,used,limit\n{rows}")).unwrap();
+        let err = write_report(&input, &out).unwrap_err().to_string();
+        assert!(
+            err.contains("line 1: the table has more than 1048576 rows"),
+            "{err}"
+        );
     }
 }

@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use watchdog_types::{ResourceKind, Unit};
 
 use crate::trace::{self, TraceError};
+use watchdog_types::quote::quote_value;
 use watchdog_types::units::printable;
 
 pub mod write;
@@ -37,6 +38,14 @@ pub const VERSION: u32 = 1;
 
 /// `limit` value meaning "unlimited".
 pub const UNLIMITED: u64 = u64::MAX;
+
+/// Most table rows a recording read for `report` or `diff` may have: 8 times what the
+/// flight recorder keeps (`MAX_ROWS`, 131,072), so every recording the watchdog wrote
+/// fits, and a hostile one cannot make the report hold and sort tens of millions.
+pub const MAX_ROWS: usize = 1 << 20;
+
+/// Most events a recording may hold: 10 times what the flight recorder keeps (1,000).
+pub const MAX_EVENTS: usize = 10_000;
 
 /// Why a recording could not be parsed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -332,14 +341,19 @@ fn parse_json_line(rec: &mut Recording, json: &str, line: usize) -> Result<(), P
             ));
         };
         let t_s = match obj.get("t") {
-            Some(t) => t.as_f64().filter(|t| t.is_finite()).ok_or_else(|| {
-                malformed(
-                    line,
-                    format!(
-                        "{name} event's t is {t}: expected seconds since the start as a number"
-                    ),
-                )
-            })?,
+            Some(t) => t
+                .as_f64()
+                .filter(|t| t.abs() <= trace::MAX_ABS_TIME_S)
+                .ok_or_else(|| {
+                    malformed(
+                        line,
+                        format!(
+                            "{} event's t is {}: expected seconds since the start as a number, at most 1e12 either side of 0",
+                            quote_value(name),
+                            quote_value(&t.to_string())
+                        ),
+                    )
+                })?,
             None => {
                 return Err(malformed(
                     line,
@@ -369,6 +383,12 @@ fn parse_json_line(rec: &mut Recording, json: &str, line: usize) -> Result<(), P
             }
             other => EventKind::Other(other.to_string()),
         };
+        if rec.events.len() >= MAX_EVENTS {
+            return Err(malformed(
+                line,
+                format!("more than {MAX_EVENTS} events: expected a recording the watchdog wrote"),
+            ));
+        }
         rec.events.push(Event {
             t_s,
             line,
@@ -387,18 +407,29 @@ fn parse_json_line(rec: &mut Recording, json: &str, line: usize) -> Result<(), P
                 malformed(
                     line,
                     format!(
-                        "invalid unit '{u}' of {}: expected bytes, count or millis",
-                        r.name
+                        "invalid unit {} of {}: expected bytes, count or millis",
+                        quote_value(u),
+                        quote_value(&r.name)
                     ),
                 )
             })?,
         };
+        if rec.resources.len() >= trace::MAX_RESOURCES {
+            return Err(malformed(
+                line,
+                format!(
+                    "resource {} is one too many: expected at most {} resources in one recording",
+                    quote_value(&r.name),
+                    trace::MAX_RESOURCES
+                ),
+            ));
+        }
         if rec.resource_index(&r.name).is_some() {
             return Err(malformed(
                 line,
                 format!(
-                    "resource '{}' declared twice: expected one resource line per resource",
-                    r.name
+                    "resource {} declared twice: expected one resource line per resource",
+                    quote_value(&r.name)
                 ),
             ));
         }
@@ -448,7 +479,7 @@ pub fn parse(text: &str) -> Result<Recording, ParseError> {
                     line,
                     format!(
                         "invalid version in {}: expected '# watchdog recording v1'",
-                        watchdog_types::quote::quote_value(trimmed)
+                        quote_value(trimmed)
                     ),
                 )
             })?;
@@ -494,6 +525,19 @@ pub fn parse(text: &str) -> Result<Recording, ParseError> {
 
 /// Parses the CSV table (whose first line is the 0-based `first`) into `rec.series`.
 fn parse_table(rec: &mut Recording, text: &str, first: usize) -> Result<(), ParseError> {
+    // Counted before parsing, so a table of tens of millions of rows is never held.
+    let lines = text
+        .lines()
+        .skip(first + 1)
+        .filter(|l| !l.trim().is_empty());
+    if lines.count() > MAX_ROWS {
+        return Err(malformed(
+            first + 1,
+            format!(
+                "the table has more than {MAX_ROWS} rows: expected at most that many (8 times what the flight recorder keeps)"
+            ),
+        ));
+    }
     let header = text.lines().nth(first).unwrap_or("").trim();
     let first_field = header.split(',').next().unwrap_or("").trim();
     let headerless = first_field.parse::<f64>().is_ok();
@@ -507,7 +551,7 @@ fn parse_table(rec: &mut Recording, text: &str, first: usize) -> Result<(), Pars
                     first + 1,
                     format!(
                         "found {n} fields in {} and no header: expected time,used,limit[,resource] or a header line naming them",
-                        watchdog_types::quote::quote_value(header)
+                        quote_value(header)
                     ),
                 ));
             }

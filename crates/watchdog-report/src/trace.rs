@@ -28,6 +28,16 @@ use watchdog_types::units::{parse_size, printable};
 /// Longest line a trace or recording may have, in bytes (64 KiB).
 pub const MAX_LINE_BYTES: usize = 64 * 1024;
 
+/// Most resources one trace may name (a watchdog recording has a few: memory, the
+/// cgroup, a disk or two, the GPUs); more is refused at the first one past it, so a
+/// hostile trace cannot make `replay` keep or `report` draw one panel per line.
+pub const MAX_RESOURCES: usize = 256;
+
+/// Largest time, in seconds either side of 0, a trace may hold: about year 33,700 as a
+/// Unix time, beyond any timestamp (year 9999 is 2.5e11 s). Keeps every difference of
+/// two times finite, so the report's coordinates are numbers.
+pub const MAX_ABS_TIME_S: f64 = 1e12;
+
 /// The message for a line longer than [`MAX_LINE_BYTES`].
 pub fn line_too_long(line: usize) -> TraceError {
     TraceError::Malformed {
@@ -318,22 +328,32 @@ struct Records {
 
 impl Records {
     /// Index of the resource `is` matches (the previous line's first), adding
-    /// `make()` when there is none.
-    fn intern(&mut self, is: impl Fn(&str) -> bool, make: impl FnOnce() -> String) -> usize {
+    /// `make()` when there is none; `None` when that would be more than [`MAX_RESOURCES`].
+    fn intern(
+        &mut self,
+        is: impl Fn(&str) -> bool,
+        make: impl FnOnce() -> String,
+    ) -> Option<usize> {
         if let Some(i) = self.last
             && self.resources.get(i).is_some_and(|r| is(r))
         {
-            return i;
+            return Some(i);
         }
         let i = match self.resources.iter().position(|r| is(r)) {
             Some(i) => i,
-            None => {
-                self.resources.push(make());
-                self.resources.len() - 1
-            }
+            None => self.push(make())?,
         };
         self.last = Some(i);
-        i
+        Some(i)
+    }
+
+    /// Adds a resource, unless there are [`MAX_RESOURCES`] already.
+    fn push(&mut self, name: String) -> Option<usize> {
+        if self.resources.len() >= MAX_RESOURCES {
+            return None;
+        }
+        self.resources.push(name);
+        Some(self.resources.len() - 1)
     }
 
     /// When the field at `i` is the previous data line's resource name (ending
@@ -350,9 +370,9 @@ impl Records {
 
     /// The resource of lines without a resource column: the first `# resource:`
     /// comment so far, else `memory`.
-    fn default_resource(&mut self) -> usize {
+    fn default_resource(&mut self) -> Option<usize> {
         if let Some(i) = self.default {
-            return i;
+            return Some(i);
         }
         let name = self
             .meta
@@ -361,13 +381,10 @@ impl Records {
             .map_or("memory", |(_, v)| v.as_str());
         let i = match self.resources.iter().position(|r| r == name) {
             Some(i) => i,
-            None => {
-                self.resources.push(name.to_string());
-                self.resources.len() - 1
-            }
+            None => self.push(name.to_string())?,
         };
         self.default = Some(i);
-        i
+        Some(i)
     }
 }
 
@@ -415,7 +432,7 @@ fn parse_record(
     let t_s = parse_time(time).ok_or_else(|| TraceError::Malformed {
         line: lineno,
         message: format!(
-            "invalid time {}: expected seconds (e.g. 12.5) or a timestamp like 2024-01-15T10:23:45.123Z or 2024/01/15 10:23:45.123",
+            "invalid time {}: expected seconds (e.g. 12.5, at most 1e12 either side of 0) or a timestamp like 2024-01-15T10:23:45.123Z or 2024/01/15 10:23:45.123",
             quote_value(time)
         ),
     })?;
@@ -461,6 +478,13 @@ fn parse_record(
     } else {
         rec.default_resource()
     };
+    let resource = resource.ok_or_else(|| TraceError::Malformed {
+        line: lineno,
+        message: format!(
+            "resource {} is one too many: expected at most {MAX_RESOURCES} resources in one trace",
+            quote_value(name)
+        ),
+    })?;
     Ok(TraceSample {
         resource,
         t_s,
@@ -584,16 +608,16 @@ fn fast_record(
             rec.intern(
                 |r| r.strip_prefix("gpu") == Some(name),
                 || format!("gpu{name}"),
-            )
+            )?
         }
         Some(Role::Resource) if same => rec.last.unwrap_or(0),
         Some(Role::Resource) => {
             if name.is_empty() {
                 return None;
             }
-            rec.intern(|x| x == name, || name.to_string())
+            rec.intern(|x| x == name, || name.to_string())?
         }
-        _ => rec.default_resource(),
+        _ => rec.default_resource()?,
     };
     Some((
         TraceSample {
@@ -690,6 +714,7 @@ fn time_field(
             frac,
         })
         .value()
+        && v <= MAX_ABS_TIME_S
     {
         return Some((v, end));
     }
@@ -831,8 +856,13 @@ fn parse_limit(s: &str, scale: f64) -> Option<u64> {
     }
 }
 
-/// Seconds from a number or a timestamp (see the module doc).
+/// Seconds from a number or a timestamp (see the module doc), `None` beyond
+/// [`MAX_ABS_TIME_S`].
 pub fn parse_time(s: &str) -> Option<f64> {
+    parse_time_unbounded(s).filter(|t| t.abs() <= MAX_ABS_TIME_S)
+}
+
+fn parse_time_unbounded(s: &str) -> Option<f64> {
     let s = s.trim();
     if s.is_empty() {
         return None;
@@ -1153,9 +1183,13 @@ mod tests {
             "123456.789",
             "7",
             "1705314225.123",
-            "99999999999999.9",
+            "999999999999.9",
         ] {
             assert_eq!(parse_time(text), text.parse::<f64>().ok(), "{text}");
+        }
+        // Beyond 1e12 s either way: refused, so no coordinate of the report is NaN.
+        for text in ["99999999999999.9", "1e300", "-1e300", "1000000000001"] {
+            assert_eq!(parse_time(text), None, "{text}");
         }
         assert_eq!(parse_time("1.2.3"), None);
         assert_eq!(parse_time("."), None);

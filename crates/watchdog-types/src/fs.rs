@@ -13,9 +13,10 @@
 //! given to another user) are set with `fchmod` on the open descriptor after creating:
 //! the mode given to `mkdir`/`open` is only an upper bound the umask takes bits from.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -72,6 +73,49 @@ pub fn parent_dir(path: &Path) -> &Path {
 }
 
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Longest file name Linux filesystems take, in bytes (`NAME_MAX`).
+const NAME_MAX: usize = 255;
+
+/// The temporary name [`write_atomic`] writes before renaming it over `path`:
+/// `.NAME.tmp.PID.N` beside it, with NAME cut so the whole stays within 255 bytes (a
+/// 254-byte destination name still gets a temporary name the filesystem takes).
+pub fn temp_path(path: &Path) -> Result<PathBuf, WriteError> {
+    let name = path.file_name().ok_or_else(|| WriteError::NoFileName {
+        path: path.to_path_buf(),
+    })?;
+    let suffix = format!(
+        ".tmp.{}.{}",
+        std::process::id(),
+        TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+    );
+    let room = NAME_MAX - 1 - suffix.len();
+    let bytes = name.as_encoded_bytes();
+    let mut tmp_name = OsString::from(".");
+    // A Unix file name is bytes: any prefix of one is a name.
+    tmp_name.push(OsStr::from_bytes(&bytes[..bytes.len().min(room)]));
+    tmp_name.push(suffix);
+    Ok(parent_dir(path).join(tmp_name))
+}
+
+/// Creates and removes the temporary name a write of `path` would use (see
+/// [`temp_path`]), so a start check proves the write can happen: the directory takes
+/// new files and the name is not too long.
+pub fn probe_write(path: &Path) -> Result<(), WriteError> {
+    let tmp = temp_path(path)?;
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(|source| WriteError::Write {
+            path: tmp.clone(),
+            source,
+        })?;
+    let _ = std::fs::remove_file(&tmp);
+    Ok(())
+}
 
 /// Whether a write must survive a crash of the machine (fsync) or only be seen whole.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -130,18 +174,8 @@ pub fn write_atomic_owned(
         }
         _ => {}
     }
-    let name = path.file_name().ok_or_else(|| WriteError::NoFileName {
-        path: path.to_path_buf(),
-    })?;
+    let tmp = temp_path(path)?;
     let dir = parent_dir(path);
-    let mut tmp_name = OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(
-        ".tmp.{}.{}",
-        std::process::id(),
-        TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let tmp = dir.join(&tmp_name);
 
     let write_err = |source| WriteError::Write {
         path: tmp.clone(),
@@ -212,6 +246,164 @@ pub fn create_dir_all_mode(dir: &Path, mode: u32) -> io::Result<()> {
     Ok(())
 }
 
+/// A word for a file type that is not a regular file, for messages: `directory`, `FIFO`...
+pub fn file_kind(ft: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if ft.is_dir() {
+        "directory"
+    } else if ft.is_fifo() {
+        "FIFO"
+    } else if ft.is_socket() {
+        "socket"
+    } else if ft.is_char_device() {
+        "character device"
+    } else if ft.is_block_device() {
+        "block device"
+    } else if ft.is_symlink() {
+        "symbolic link"
+    } else {
+        "special file"
+    }
+}
+
+/// Opens `path` for reading when it is a regular file, without following a symlink or
+/// blocking on a FIFO: for looking at what an output would replace.
+pub fn open_plain(path: &Path) -> Option<File> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .ok()
+        .filter(|f| f.metadata().is_ok_and(|m| m.is_file()))
+}
+
+/// How much of an input file [`read_input`] takes before refusing it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InputLimits {
+    /// Most bytes in the file.
+    pub max_bytes: u64,
+    /// Most bytes in one line (its `\n` not counted), when lines are capped.
+    pub max_line: Option<usize>,
+}
+
+/// Why an input file was not read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// Looking at, opening or reading it failed.
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    /// It is a FIFO, a device, a directory...: reading one could block forever or never end.
+    #[error("it is a {kind}, not a regular file")]
+    NotAFile {
+        /// What it is (see [`file_kind`]).
+        kind: &'static str,
+    },
+    /// It holds more than [`InputLimits::max_bytes`].
+    #[error("it is larger than {}", size_words(*max_bytes))]
+    TooLarge {
+        /// The limit.
+        max_bytes: u64,
+    },
+    /// A line is longer than [`InputLimits::max_line`].
+    #[error("line {line} is longer than {}", size_words(*max_line as u64))]
+    LineTooLong {
+        /// 1-based line number.
+        line: usize,
+        /// The limit.
+        max_line: usize,
+    },
+    /// The bytes are not UTF-8.
+    #[error("not UTF-8 text (line {line})")]
+    NotText {
+        /// 1-based line of the first invalid byte.
+        line: usize,
+    },
+}
+
+/// `64 MiB`, `64 KiB`, or bytes.
+fn size_words(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
+        b => format!("{b} bytes"),
+    }
+}
+
+/// Reads the input file at `path` as UTF-8 text within `limits`: what `replay`, `report`,
+/// `diff` and `--config` read. Anything but a regular file (after following symlinks) is
+/// refused before it is opened, and the open is `O_NONBLOCK` and checked again with
+/// `fstat`, so a FIFO or a device never blocks the watchdog or feeds it without end; a
+/// file over the size cap is refused by its size, and one that grows while read stops
+/// one byte past the cap.
+pub fn read_input(path: &Path, limits: InputLimits) -> Result<String, ReadError> {
+    let not_a_file = |m: &std::fs::Metadata| {
+        (!m.is_file()).then(|| ReadError::NotAFile {
+            kind: file_kind(m.file_type()),
+        })
+    };
+    if let Some(e) = not_a_file(&std::fs::metadata(path)?) {
+        return Err(e);
+    }
+    let file = OpenOptions::new()
+        .read(true)
+        // O_NONBLOCK: a FIFO swapped in after the check opens at once (and is refused
+        // below); on a regular file it changes nothing.
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if let Some(e) = not_a_file(&meta) {
+        return Err(e);
+    }
+    if meta.len() > limits.max_bytes {
+        return Err(ReadError::TooLarge {
+            max_bytes: limits.max_bytes,
+        });
+    }
+    read_input_from(file, limits)
+}
+
+/// [`read_input`] from any reader (no file type or size to look at first).
+pub fn read_input_from(reader: impl Read, limits: InputLimits) -> Result<String, ReadError> {
+    use std::io::BufRead;
+    let line_cap = limits.max_line.unwrap_or(usize::MAX);
+    let mut reader = std::io::BufReader::with_capacity(
+        line_cap.clamp(8 * 1024, 64 * 1024),
+        reader.take(limits.max_bytes.saturating_add(1)),
+    );
+    let mut all = Vec::new();
+    let mut line = 0usize;
+    loop {
+        line += 1;
+        let n = (&mut reader)
+            .take(line_cap.saturating_add(1) as u64)
+            .read_until(b'\n', &mut all)?;
+        if n == 0 {
+            break;
+        }
+        if all.len() as u64 > limits.max_bytes {
+            return Err(ReadError::TooLarge {
+                max_bytes: limits.max_bytes,
+            });
+        }
+        let content = if all.last() == Some(&b'\n') { n - 1 } else { n };
+        if content > line_cap {
+            return Err(ReadError::LineTooLong {
+                line,
+                max_line: line_cap,
+            });
+        }
+    }
+    String::from_utf8(all).map_err(|e| {
+        let valid = e.utf8_error().valid_up_to();
+        let line = e
+            .as_bytes()
+            .get(..valid)
+            .map_or(0, |b| b.iter().filter(|&&c| c == b'\n').count())
+            + 1;
+        ReadError::NotText { line }
+    })
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -240,6 +432,76 @@ mod tests {
         let err = write_atomic(&dir.join("link"), b"x").unwrap_err();
         assert!(matches!(err, WriteError::Symlink { .. }), "{err}");
         assert_eq!(std::fs::read(&p).unwrap(), b"two");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    const LIMITS: InputLimits = InputLimits {
+        max_bytes: 1 << 20,
+        max_line: Some(64 * 1024),
+    };
+
+    #[test]
+    fn devices_fifos_and_directories_are_refused_without_blocking() {
+        let dir = std::env::temp_dir().join(format!("watchdog-types-in-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("fifo");
+        let status = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        for (path, kind) in [
+            (Path::new("/dev/zero"), "character device"),
+            (Path::new("/dev/urandom"), "character device"),
+            (fifo.as_path(), "FIFO"),
+            (dir.as_path(), "directory"),
+        ] {
+            let e = read_input(path, LIMITS).unwrap_err();
+            assert_eq!(e.to_string(), format!("it is a {kind}, not a regular file"));
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn size_and_line_caps() {
+        let fits = format!("a\n{}\nb", "x".repeat(64 * 1024));
+        assert_eq!(read_input_from(fits.as_bytes(), LIMITS).unwrap(), fits);
+        let crlf = format!("{}\r\n", "x".repeat(64 * 1024 - 1));
+        assert_eq!(read_input_from(crlf.as_bytes(), LIMITS).unwrap(), crlf);
+        let over = format!("a\nb\n{}\n", "x".repeat(64 * 1024 + 1));
+        let e = read_input_from(over.as_bytes(), LIMITS).unwrap_err();
+        assert_eq!(e.to_string(), "line 3 is longer than 64 KiB");
+        let e = read_input_from(&b"a\nb\n\xff\n"[..], LIMITS).unwrap_err();
+        assert!(matches!(e, ReadError::NotText { line: 3 }), "{e}");
+        // Past the size cap: refused having read one byte more, whatever follows.
+        let endless = std::io::repeat(b'\n');
+        let e = read_input_from(endless, LIMITS).unwrap_err();
+        assert_eq!(e.to_string(), "it is larger than 1 MiB");
+        let big = "1\n".repeat(600 * 1024);
+        let e = read_input_from(big.as_bytes(), LIMITS).unwrap_err();
+        assert!(matches!(e, ReadError::TooLarge { .. }), "{e}");
+        let unlined = InputLimits {
+            max_bytes: 10,
+            max_line: None,
+        };
+        assert_eq!(
+            read_input_from(&b"0123456789"[..], unlined).unwrap(),
+            "0123456789"
+        );
+        assert!(read_input_from(&b"0123456789a"[..], unlined).is_err());
+    }
+
+    #[test]
+    fn a_254_byte_name_gets_a_temporary_name_the_filesystem_takes() {
+        let dir = std::env::temp_dir().join(format!("watchdog-types-long-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("r".repeat(254));
+        let tmp = temp_path(&p).unwrap();
+        assert!(tmp.file_name().unwrap().len() <= 255, "{}", tmp.display());
+        probe_write(&p).unwrap();
+        write_atomic(&p, b"x").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"x");
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

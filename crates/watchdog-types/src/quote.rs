@@ -6,6 +6,11 @@
 /// Most characters of a bad value an error message quotes.
 pub const MAX_QUOTED_CHARS: usize = 80;
 
+/// Most characters [`clip_quoted`] lets through in all: the backstop when the quoting of a
+/// message defeats the per-run cuts (a path with a `'` in it pairs with the message's own
+/// quotes, and words separated by spaces are each a short run).
+pub const MAX_MESSAGE_CHARS: usize = 1024;
+
 /// `value` in single quotes, cut to [`MAX_QUOTED_CHARS`] characters with an ellipsis
 /// and the full length when longer, control characters escaped so the message stays
 /// one line: `'12XB'`, `'aaaa…' (10000000 characters)`.
@@ -46,9 +51,22 @@ fn push_visible(out: &mut String, c: char) {
 
 /// `message` with every quoted run (between `'...'`, `"..."` or `` `...` ``) longer than
 /// [`MAX_QUOTED_CHARS`] cut with an ellipsis, and any single unquoted run of more than
-/// 4 x that many characters cut too, control characters escaped: a last defence for
-/// messages whose text this crate did not build.
+/// 4 x that many characters cut too, control characters escaped, and the whole cut to
+/// [`MAX_MESSAGE_CHARS`]: a last defence for messages whose text this crate did not build.
 pub fn clip_quoted(message: &str) -> String {
+    let out = clip_runs(message);
+    match out.char_indices().nth(MAX_MESSAGE_CHARS) {
+        Some((cut, _)) => format!(
+            "{}… ({} characters in all)",
+            &out[..cut],
+            out.chars().count()
+        ),
+        None => out,
+    }
+}
+
+/// [`clip_quoted`] without the cut of the whole.
+fn clip_runs(message: &str) -> String {
     let chars: Vec<char> = message.chars().collect();
     let mut out = String::with_capacity(message.len().min(4096));
     let mut i = 0usize;
@@ -132,6 +150,14 @@ mod tests {
         let quoted = quote_value(&long);
         assert_eq!(clip_quoted(&quoted), quoted, "not cut twice");
         assert_eq!(clip_quoted("a \"b\" c"), "a \"b\" c");
+        // A quote inside a long value: the runs are short, the whole is cut.
+        let path = format!("/nonexistent/it's {}", "a ".repeat(20_000));
+        let clipped = clip_quoted(&format!("cannot watch disk '{path}': gone"));
+        assert!(
+            clipped.chars().count() < MAX_MESSAGE_CHARS + 40,
+            "{clipped}"
+        );
+        assert!(clipped.ends_with("characters in all)"), "{clipped}");
     }
 
     #[test]

@@ -6,16 +6,20 @@
 //! - every output refuses a symbolic link and any existing file that is not of its own
 //!   kind (an old request, an ack, JSON lines of watchdog events or an empty file, a
 //!   recording by its `# watchdog recording v1` header or an empty file);
+//! - no output goes on procfs, sysfs or another of the kernel's pseudo-filesystems
+//!   ([`PSEUDO_FILESYSTEMS`]), where a written line is lost or refused;
 //! - no two outputs share a path (the canonical directory plus the name, or the same
 //!   inode), the derived `.ack` and the default recording included;
-//! - every output's directory is checked writable (a probe file created and removed);
+//! - every output's directory is checked writable by creating and removing the very
+//!   temporary name its atomic write uses (so a name too long for it fails at start);
 //! - a target whose working directory was deleted gets the private default location
 //!   instead of a directory that merely has the name `/proc/PID/cwd` shows.
 //!
 //! The default recording goes to the state directory (`$XDG_STATE_HOME/watchdog`, else
 //! `~/.local/state/watchdog`, created 0700) as `watchdog-PID-YYYYMMDDTHHMMSSZ.recording.csv`,
 //! reserved with `O_EXCL` so two watchdogs never share one, and the directory is pruned
-//! to the newest [`KEEP_RECORDINGS`] files and [`KEEP_RECORDING_BYTES`] at start and exit.
+//! to the newest [`KEEP_RECORDINGS`] files and [`KEEP_RECORDING_BYTES`] at start and exit
+//! (only files with the recording header: a look-alike name of the user's is kept).
 //! A write that fails later is an error line and an `output_error` event
 //! ([`write_failed`]), never a silent loss.
 
@@ -26,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use watchdog_alerter::request::{ack_path, is_request_file, read_ack};
-use watchdog_types::fs::parent_dir;
+use watchdog_types::fs::{open_plain, parent_dir};
 
 use crate::Failure;
 use watchdog_config::Host;
@@ -265,7 +269,7 @@ fn reserve_recording(dir: &Path, pid: u32) -> Result<PathBuf, Failure> {
 
 /// Removes the oldest default recordings in `dir` beyond [`KEEP_RECORDINGS`] files or
 /// [`KEEP_RECORDING_BYTES`], never `keep` (this run's) and never anything but a regular
-/// file named `watchdog-*.recording.csv`.
+/// file named `watchdog-*.recording.csv` that starts with the recording header.
 pub fn prune_recordings(dir: &Path, keep: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
@@ -279,7 +283,8 @@ pub fn prune_recordings(dir: &Path, keep: &Path) {
         })
         .filter_map(|e| {
             let meta = e.metadata().ok()?; // does not follow a symlink
-            if !meta.is_file() {
+            // Only what the watchdog wrote: a user's file with a look-alike name stays.
+            if !meta.is_file() || !is_recording_file(&e.path()) {
                 return None;
             }
             Some((meta.modified().ok()?, meta.len(), e.path()))
@@ -307,10 +312,16 @@ pub fn prune_recordings(dir: &Path, keep: &Path) {
     }
 }
 
+/// `path` in quotes, cut to 80 characters (a long path with a quote in it would defeat
+/// the error line's clipping of quoted runs).
+fn quoted(path: &Path) -> String {
+    watchdog_types::quote::quote_value(&path.display().to_string())
+}
+
 fn refuse(kind: Kind, path: &Path, why: &str) -> Failure {
     Failure::Usage(format!(
-        "refusing to use '{}' as {}: {why}; expected {}",
-        path.display(),
+        "refusing to use {} as {}: {why}; expected {}",
+        quoted(path),
         kind.what(),
         kind.expected()
     ))
@@ -321,7 +332,9 @@ fn refuse(kind: Kind, path: &Path, why: &str) -> Failure {
 fn check_kind(kind: Kind, path: &Path) -> Result<(), String> {
     let meta = match std::fs::symlink_metadata(path) {
         Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return pseudo_filesystem(parent_dir(path));
+        }
         Err(e) => return Err(format!("cannot look at it ({e})")),
     };
     if meta.file_type().is_symlink() {
@@ -330,6 +343,7 @@ fn check_kind(kind: Kind, path: &Path) -> Result<(), String> {
     if !meta.is_file() {
         return Err("it is not a regular file".into());
     }
+    pseudo_filesystem(path)?;
     let ok = match kind {
         Kind::Request => is_request_file(path),
         Kind::Ack => meta.len() <= MAX_EVENT_LINE && read_ack(path).is_some(),
@@ -351,19 +365,44 @@ fn check_kind(kind: Kind, path: &Path) -> Result<(), String> {
     }
 }
 
+/// The kernel's pseudo-filesystems, by `statfs` magic (linux/magic.h): a file there is
+/// an interface to the kernel, where a write is taken as a command, lost or refused.
+const PSEUDO_FILESYSTEMS: &[(i64, &str)] = &[
+    (0x9fa0, "procfs"),
+    (0x6265_6572, "sysfs"),
+    (0x0027_e0eb, "cgroupfs"),
+    (0x6367_7270, "cgroup2fs"),
+    (0x6462_6720, "debugfs"),
+    (0x7472_6163, "tracefs"),
+    (0x7363_6673, "securityfs"),
+    (0xcafe_4a11, "bpffs"),
+    (0x6165_676c, "pstore"),
+    (0xde5e_81e4, "efivarfs"),
+    (0x6265_6570, "configfs"),
+];
+
+/// `Err` when `path` (a file, or the directory a new file would go in) is on one of the
+/// kernel's [`PSEUDO_FILESYSTEMS`]: `--events /proc/self/comm` is a regular, empty file
+/// that swallows every line.
+fn pseudo_filesystem(path: &Path) -> Result<(), String> {
+    let Ok(fs) = rustix::fs::statfs(path) else {
+        // Not there to look at: the writability probe says what is wrong.
+        return Ok(());
+    };
+    // `f_type` is i64 on x86_64 and a narrower type on other targets.
+    #[allow(clippy::unnecessary_cast)]
+    let magic = fs.f_type as i64;
+    match PSEUDO_FILESYSTEMS.iter().find(|(m, _)| *m == magic) {
+        Some((_, name)) => Err(format!(
+            "it is on {name}, a kernel interface where written lines are lost or refused"
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Whether a recording may be written at `path` now (see [`check_kind`]).
 pub fn check_recording(path: &Path) -> Result<(), String> {
     check_kind(Kind::Recording, path).map_err(|why| format!("refusing to replace it: {why}"))
-}
-
-/// Opens `path` for reading without following a symlink or blocking on a FIFO.
-fn open_plain(path: &Path) -> Option<File> {
-    OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)
-        .ok()
-        .filter(|f| f.metadata().is_ok_and(|m| m.is_file()))
 }
 
 /// Whether `path` starts with the recording header.
@@ -411,10 +450,10 @@ fn check_distinct(all: &[(Kind, &Path)]) -> Result<(), Failure> {
             let same = key(a) == key(b) || inode(a).is_some_and(|x| Some(x) == inode(b));
             if same {
                 return Err(Failure::Usage(format!(
-                    "{} and {} are the same file '{}': expected a different path for each output (--request-file, --events, --record)",
+                    "{} and {} are the same file {}: expected a different path for each output (--request-file, --events, --record)",
                     ka.what(),
                     kb.what(),
-                    b.display()
+                    quoted(b)
                 )));
             }
         }
@@ -432,20 +471,22 @@ fn create_new_private(path: &Path) -> std::io::Result<File> {
         .open(path)
 }
 
-/// Creates and removes a probe file beside `path`: the directory must take new files.
+/// Creates and removes the temporary file a write of `path` goes through (its real
+/// name, so a name too long once `.tmp.PID.N` is added fails here): the directory must
+/// take new files.
 fn probe_dir(kind: Kind, path: &Path) -> Result<(), Failure> {
     let dir = parent_dir(path);
-    let probe = dir.join(format!(".watchdog-probe.{}", std::process::id()));
-    match create_new_private(&probe) {
-        Ok(_) => {
-            let _ = std::fs::remove_file(&probe);
-            Ok(())
-        }
+    match watchdog_types::fs::probe_write(path) {
+        Ok(()) => Ok(()),
         Err(e) => Err(Failure::Usage(format!(
-            "cannot write {} '{}': {e} in '{}'; expected a directory the watchdog may create files in",
+            "cannot write {} {}: {} in {}; expected a directory the watchdog may create files in",
             kind.what(),
-            path.display(),
-            dir.display()
+            quoted(path),
+            match &e {
+                watchdog_types::fs::WriteError::Write { source, .. } => source.to_string(),
+                other => other.to_string(),
+            },
+            quoted(dir)
         ))),
     }
 }
@@ -561,6 +602,21 @@ mod tests {
     }
 
     #[test]
+    fn outputs_on_the_kernels_pseudo_filesystems_are_refused() {
+        for (kind, path) in [
+            (Kind::Events, "/proc/self/comm"),
+            (Kind::Events, "/proc/self/status"),
+            (Kind::Recording, "/proc/new.csv"),
+            (Kind::Request, "/sys/kernel/new.json"),
+        ] {
+            let why = check_kind(kind, Path::new(path)).unwrap_err();
+            assert!(why.contains("kernel interface"), "{path}: {why}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        assert!(check_kind(Kind::Events, &dir.path().join("e.jsonl")).is_ok());
+    }
+
+    #[test]
     fn two_outputs_on_one_file_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let a = dir.path().join("out.json");
@@ -620,6 +676,12 @@ mod tests {
                 .unwrap();
         }
         std::fs::write(dir.path().join("notes.txt"), "mine").unwrap();
+        // A name like ours on a file the watchdog did not write.
+        let mine = dir.path().join("watchdog-mine.recording.csv");
+        std::fs::write(&mine, "time,used,limit\n").unwrap();
+        let f = File::options().write(true).open(&mine).unwrap();
+        f.set_modified(old - std::time::Duration::from_secs(7200))
+            .unwrap();
         let f = File::options().write(true).open(&a).unwrap();
         f.set_modified(old - std::time::Duration::from_secs(60))
             .unwrap();
@@ -628,8 +690,9 @@ mod tests {
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
             .collect();
-        assert_eq!(left.len(), KEEP_RECORDINGS + 1, "{left:?}");
+        assert_eq!(left.len(), KEEP_RECORDINGS + 2, "{left:?}");
         assert!(left.contains(&"notes.txt".to_string()));
+        assert_eq!(std::fs::read_to_string(&mine).unwrap(), "time,used,limit\n");
         assert!(a.exists() && b.exists());
         assert!(
             !dir.path()

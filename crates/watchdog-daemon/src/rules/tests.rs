@@ -374,6 +374,17 @@ fn env_is_only_consulted_after_the_other_keys_match() {
 #[test]
 fn a_config_file_over_1_mib_or_missing_is_refused() {
     let e = DaemonConfig::load(Path::new("/dev/zero")).unwrap_err();
+    assert!(
+        e.contains("it is a character device, not a regular file"),
+        "{e}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("big.toml");
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(2 << 20)
+        .unwrap();
+    let e = DaemonConfig::load(&big).unwrap_err();
     assert!(e.contains("larger than 1 MiB"), "{e}");
     let e = DaemonConfig::load(Path::new("/no/such/daemon.toml")).unwrap_err();
     assert!(
