@@ -221,7 +221,8 @@ fn give(f: &File, owner: Option<Owner>) -> io::Result<()> {
 
 /// Creates `dir` and its missing parents, each new one with exactly `mode` (set with
 /// `fchmod` after `mkdir`, so the umask cannot take bits away). Existing directories are
-/// left as they are; a symlink among the new ones' parents is followed as `mkdir` does.
+/// left as they are; a symlink among the new ones' parents is followed as `mkdir` does;
+/// `dir` being anything but a directory (or a symlink to one) is an error.
 pub fn create_dir_all_mode(dir: &Path, mode: u32) -> io::Result<()> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     let missing: Vec<&Path> = dir
@@ -243,7 +244,14 @@ pub fn create_dir_all_mode(dir: &Path, mode: u32) -> io::Result<()> {
             Err(e) => return Err(e),
         }
     }
-    Ok(())
+    if std::fs::metadata(dir)?.is_dir() {
+        Ok(())
+    } else {
+        Err(io::Error::new(
+            io::ErrorKind::NotADirectory,
+            "it exists and is not a directory",
+        ))
+    }
 }
 
 /// A word for a file type that is not a regular file, for messages: `directory`, `FIFO`...
@@ -408,6 +416,31 @@ pub fn read_input_from(reader: impl Read, limits: InputLimits) -> Result<String,
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn new_directories_get_their_mode_whatever_the_umask_and_a_file_in_the_way_is_an_error() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("watchdog-types-mode-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        // 0777 and 0701 are modes no usual umask (022, 077) leaves as they are: only the
+        // fchmod gives them.
+        for mode in [0o777, 0o701] {
+            let leaf = dir.join(format!("{mode:o}/a/b"));
+            create_dir_all_mode(&leaf, mode).unwrap();
+            for d in [leaf.as_path(), leaf.parent().unwrap()] {
+                let m = std::fs::metadata(d).unwrap().permissions().mode() & 0o7777;
+                assert_eq!(m, mode, "{}", d.display());
+            }
+            // Existing ones are left alone.
+            create_dir_all_mode(&leaf, 0o700).unwrap();
+            let m = std::fs::metadata(&leaf).unwrap().permissions().mode() & 0o7777;
+            assert_eq!(m, mode);
+        }
+        std::fs::write(dir.join("file"), "x").unwrap();
+        assert!(create_dir_all_mode(&dir.join("file"), 0o755).is_err());
+        assert!(create_dir_all_mode(&dir.join("file/sub"), 0o755).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn parent_of_a_bare_name_is_the_current_directory() {
