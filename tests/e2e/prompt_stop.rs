@@ -26,6 +26,7 @@ impl Drop for Kill {
 /// it logged that it is watching.
 fn start(args: &[&str], rec: &Path, log: &Path) -> Kill {
     let child = bin()
+        .current_dir(rec.parent().unwrap())
         .args(["--gpu", "off", "--interval", "60s", "--record"])
         .arg(rec)
         .args(args)
@@ -68,7 +69,14 @@ fn terminate(watchdog: &mut Kill) -> (Option<i32>, Duration) {
 fn sigterm_stops_a_pid_watch_at_once_whatever_the_interval() {
     let dir = scratch();
     let (rec, log) = (dir.path().join("run.rec"), dir.path().join("log"));
-    let target = Kill(Command::new("sleep").arg("300").spawn().unwrap());
+    // In the scratch directory, where the request file then goes.
+    let target = Kill(
+        Command::new("sleep")
+            .arg("300")
+            .current_dir(dir.path())
+            .spawn()
+            .unwrap(),
+    );
     let pid = target.0.id().to_string();
     let mut watchdog = start(&["--pid", &pid], &rec, &log);
     let (code, took) = terminate(&mut watchdog);
