@@ -15,9 +15,10 @@
 //! processes are hooks.
 //!
 //! ## Keepers: what a hook detaches never joins the run
-//! The watchdog in `run` mode is a child subreaper, so it adopts every orphan below it. A
-//! hook is therefore not the watchdog's child directly: each hook's `sh` is started by a
-//! *keeper*, the process `Command::spawn` forks, which makes itself a child subreaper, forks
+//! The watchdog in `run` mode is a child subreaper, so it adopts every orphan below it.
+//! There (and only where the watchdog is a subreaper: elsewhere orphans go to init and a
+//! keeper would be a copy of the watchdog's memory for nothing) a hook is not the
+//! watchdog's child directly: each hook's `sh` is started by a *keeper*, the process `Command::spawn` forks, which makes itself a child subreaper, forks
 //! the hook, and then only reaps until it has no child left (see [`split_off_keeper`]).
 //! Whatever the hook detaches (`setsid cmd &`, a double fork, `nohup`, a process group or
 //! session of its own) is re-parented to the keeper, never to the watchdog, so it is never
@@ -57,6 +58,7 @@ use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal};
 
+use crate::pidfd::PidFd;
 use crate::request::AlertRequest;
 
 /// How long a hook may run by default (`--hook-timeout`).
@@ -400,17 +402,30 @@ impl Hooks {
             cmd: cmd.to_string(),
             source,
         };
-        let (report, report_w) = UnixStream::pair().map_err(err)?;
-        let report_fd = report_w.as_raw_fd();
+        // A keeper only where orphans would come to the watchdog (see the module docs).
+        let (report, report_w) = if adopts_orphans() {
+            let (r, w) = UnixStream::pair().map_err(err)?;
+            (Some(r), Some(w))
+        } else {
+            (None, None)
+        };
         let mut command = Command::new(match &self.inner.user {
             None => "sh",
             Some(_) => "/bin/sh",
         });
-        // SAFETY: the closure runs in the child between fork and exec and makes only
-        // async-signal-safe calls (see `split_off_keeper`); it is registered before the
-        // user's, so only the hook (not its keeper) becomes the user.
-        unsafe {
-            command.pre_exec(move || split_off_keeper(report_fd));
+        match &report_w {
+            Some(w) => {
+                let fd = w.as_raw_fd();
+                // SAFETY: the closure runs in the child between fork and exec and makes
+                // only async-signal-safe calls (see `split_off_keeper`); it is registered
+                // before the user's, so only the hook (not its keeper) becomes the user.
+                unsafe {
+                    command.pre_exec(move || split_off_keeper(fd));
+                }
+            }
+            None => {
+                command.process_group(0);
+            }
         }
         match &self.inner.user {
             None => {
@@ -420,29 +435,31 @@ impl Hooks {
         }
         command.arg("-c").arg(cmd).stdin(Stdio::null());
         let mut groups = lock(&self.inner.groups);
-        let keeper = command.spawn().map_err(err)?;
+        let child = command.spawn().map_err(err)?;
         drop(report_w);
-        // The keeper writes the hook's PID right after its fork, before the hook runs.
-        let pid = match read_report(&report, Some(REPORT_WAIT)) {
-            Report::Value(pid) => pid,
-            Report::TimedOut | Report::Closed => {
-                drop(groups);
-                reap_in_background(keeper, self.clone());
-                return Err(err(io::Error::other(
-                    "the hook's keeper process did not report the hook's PID",
-                )));
-            }
+        let pid = match &report {
+            None => child.id(),
+            // The keeper writes the hook's PID right after its fork, before the hook runs.
+            Some(r) => match read_report(r, Some(REPORT_WAIT)) {
+                Report::Value(pid) => {
+                    lock(&self.inner.keepers).push(child.id());
+                    pid
+                }
+                Report::TimedOut | Report::Closed => {
+                    drop(groups);
+                    lock(&self.inner.keepers).push(child.id());
+                    reap_in_background(child, self.clone());
+                    return Err(err(io::Error::other(
+                        "the hook's keeper process did not report the hook's PID",
+                    )));
+                }
+            },
         };
         groups.push(pid);
-        lock(&self.inner.keepers).push(keeper.id());
         drop(groups);
         let me = self.clone();
         let cmd_owned = cmd.to_string();
-        let started = Started {
-            keeper,
-            report,
-            pid,
-        };
+        let started = Started { child, report, pid };
         let reaper = std::thread::Builder::new()
             .name("watchdog-hook".to_string())
             .spawn(move || me.watch(started, cmd_owned))
@@ -455,36 +472,15 @@ impl Hooks {
         Ok(HookHandle { pid, reaper })
     }
 
-    /// The hook's thread: waits for the `sh` under the timeout (its status comes from its
-    /// keeper), then for the rest of its group, ending whatever is still there when the
-    /// timeout passes; the keeper is reaped on a thread of its own once what the hook
-    /// detached has exited too.
+    /// The hook's thread: waits for the `sh` under the timeout, then for the rest of its
+    /// group, ending whatever is still there when the timeout passes.
     fn watch(&self, started: Started, cmd: String) -> io::Result<ExitStatus> {
-        let Started {
-            mut keeper,
-            report,
-            pid,
-        } = started;
+        let pid = started.pid;
         let start = Instant::now();
         let deadline = start + self.inner.timeout;
-        let mut timed_out = false;
-        let mut got = read_report(&report, Some(self.inner.timeout));
-        if got == Report::TimedOut {
-            timed_out = true;
-            self.end_group(pid, self.inner.grace);
-            got = read_report(&report, None);
-        }
-        let status = match got {
-            Report::Value(raw) => {
-                reap_in_background(keeper, self.clone());
-                Ok(ExitStatus::from_raw(raw as i32))
-            }
-            // The keeper is gone without a word (killed): its own status is all there is.
-            Report::TimedOut | Report::Closed => {
-                let status = keeper.wait();
-                self.forget_keeper(keeper.id());
-                status
-            }
+        let (status, timed_out) = match started.report {
+            Some(report) => self.wait_through_keeper(started.child, &report, pid),
+            None => self.wait_child(started.child, pid),
         };
         let duration_s = start.elapsed().as_secs_f64();
         let ended_at_exit = !timed_out && self.inner.ending.load(Ordering::Relaxed);
@@ -510,6 +506,51 @@ impl Hooks {
         }
         self.finish_group(pid, deadline);
         status
+    }
+
+    /// Waits for the hook `child` (our child) under the timeout, ending its group past it;
+    /// its status, and whether it timed out.
+    fn wait_child(&self, mut child: Child, pid: u32) -> (io::Result<ExitStatus>, bool) {
+        let mut timed_out = false;
+        // The child is not reaped yet, so its PID cannot name another process.
+        if let Ok(fd) = PidFd::open(pid)
+            && !fd.wait_exit(Some(self.inner.timeout)).unwrap_or(true)
+        {
+            timed_out = true;
+            self.end_group(pid, self.inner.grace);
+        }
+        (child.wait(), timed_out)
+    }
+
+    /// Waits for the hook `pid` under the timeout through its keeper's report, ending its
+    /// group past it; the keeper is reaped on a thread of its own once what the hook
+    /// detached has exited too.
+    fn wait_through_keeper(
+        &self,
+        mut keeper: Child,
+        report: &UnixStream,
+        pid: u32,
+    ) -> (io::Result<ExitStatus>, bool) {
+        let mut timed_out = false;
+        let mut got = read_report(report, Some(self.inner.timeout));
+        if got == Report::TimedOut {
+            timed_out = true;
+            self.end_group(pid, self.inner.grace);
+            got = read_report(report, None);
+        }
+        let status = match got {
+            Report::Value(raw) => {
+                reap_in_background(keeper, self.clone());
+                Ok(ExitStatus::from_raw(raw as i32))
+            }
+            // The keeper is gone without a word (killed): its own status is all there is.
+            Report::TimedOut | Report::Closed => {
+                let status = keeper.wait();
+                self.forget_keeper(keeper.id());
+                status
+            }
+        };
+        (status, timed_out)
     }
 
     fn forget_keeper(&self, pid: u32) {
@@ -626,12 +667,18 @@ pub fn run_hook(cmd: &str, env: &[(String, String)]) -> Result<HookHandle, HookE
 /// How long the keeper has to report the hook's PID (it does so right after its fork).
 const REPORT_WAIT: Duration = Duration::from_secs(10);
 
-/// A hook just started: its keeper (the watchdog's child), the keeper's report socket and
-/// the hook's PID.
+/// A hook just started: the watchdog's child (the hook's keeper when there is a report
+/// socket, else the hook itself), the keeper's report socket and the hook's PID.
 struct Started {
-    keeper: Child,
-    report: UnixStream,
+    child: Child,
+    report: Option<UnixStream>,
     pid: u32,
+}
+
+/// Whether orphans below this process come to it (it is a child subreaper, as in `run`
+/// mode), so that hooks need keepers.
+fn adopts_orphans() -> bool {
+    rustix::process::child_subreaper().is_ok_and(|p| p.is_some())
 }
 
 /// What the keeper's report socket gave.
