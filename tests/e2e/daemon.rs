@@ -787,3 +787,155 @@ notify = false
         log_text()
     );
 }
+
+/// A daemon sampling every 60 s was still running 40 s after SIGTERM, past the unit's
+/// `TimeoutStopSec=30s`, and took as long to act on SIGHUP: both now wake its loop at once
+/// (measured: the stop takes about 30 ms here; checked against 5 s for a busy machine).
+/// The run still gets its summary and recording.
+#[test]
+fn sigterm_and_sighup_reach_a_daemon_sampling_every_minute_at_once() {
+    if !require(is_root(), "root (the daemon reads every process)") {
+        return;
+    }
+    let dir = public_scratch("wd-daemon-slow-");
+    let conf = dir.path().join("daemon.toml");
+    let rules = r#"
+[[rule]]
+name = "slow"
+[rule.match]
+command = "^/bin/sleep 7311$"
+[rule.watch]
+notify = false
+"#;
+    let keys = daemon_keys(dir.path()).replace(r#"interval = "100ms""#, r#"interval = "60s""#);
+    std::fs::write(&conf, format!("{keys}{rules}")).unwrap();
+    let log = dir.path().join("daemon.log");
+    let mut daemon = start_daemon(&conf, &log, &[]);
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let run = Run(Command::new("/bin/sleep").arg("7311").spawn().unwrap());
+    wait_for_match(&log, "slow", run.0.id());
+
+    // SIGHUP: a bad config is refused at once (the log says so), not at the next sample.
+    std::fs::write(&conf, format!("{keys}{rules}\nbogus = 1\n")).unwrap();
+    send_signal(daemon.0.id() as i32, libc::SIGHUP);
+    assert!(
+        wait_for(Duration::from_secs(5), || log_text()
+            .contains("reload refused")),
+        "SIGHUP not acted on within 5 s: {}",
+        log_text()
+    );
+
+    let t = std::time::Instant::now();
+    send_signal(daemon.0.id() as i32, libc::SIGTERM);
+    let mut status = None;
+    wait_for(Duration::from_secs(90), || {
+        status = daemon.0.try_wait().unwrap();
+        status.is_some()
+    });
+    let took = t.elapsed();
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{status:?}: {}",
+        log_text()
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "took {took:?} to stop: {}",
+        log_text()
+    );
+    let pid = run.0.id();
+    assert!(
+        log_text().contains(&format!("PID {pid} (sleep) is still running")),
+        "no summary for the run: {}",
+        log_text()
+    );
+    let recordings = std::fs::read_dir(dir.path().join("state"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert!(recordings > 0, "no recording in state_dir: {}", log_text());
+    assert!(alive(pid));
+}
+
+/// 100 idle connections to the status socket made `watchdog status` fail after 5 s and a
+/// registration time out (the run went unwatched); 20 idle TCP connections made every
+/// scrape answer 503. With 300 of each open, and the daemon sampling every minute (a
+/// registration wakes its loop), status, a registration and a scrape are all answered.
+#[test]
+fn hundreds_of_idle_connections_keep_nobody_from_status_registration_or_scrapes() {
+    if !require(is_root(), "root (the daemon reads every process)") {
+        return;
+    }
+    watchdog_testsupport::raise_fd_limit(4096);
+    let dir = public_scratch("wd-daemon-idle-");
+    let keys = daemon_keys(dir.path()).replace(r#"interval = "100ms""#, r#"interval = "60s""#);
+    let metrics = std::net::SocketAddr::from(([127, 0, 0, 1], prometheus::free_port()));
+    let conf = dir.path().join("daemon.toml");
+    std::fs::write(
+        &conf,
+        format!(
+            r#"{keys}metrics = "{metrics}"
+[[rule]]
+name = "registered"
+[rule.match]
+registered = true
+[rule.watch]
+notify = false
+"#
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("daemon.log");
+    let _daemon = start_daemon(&conf, &log, &[]);
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let socket = dir.path().join("run/daemon.sock");
+    assert!(
+        wait_for(Duration::from_secs(10), || std::net::TcpStream::connect(
+            metrics
+        )
+        .is_ok()),
+        "no metrics listener: {}",
+        log_text()
+    );
+    let idle_unix: Vec<std::os::unix::net::UnixStream> = (0..300)
+        .map(|_| std::os::unix::net::UnixStream::connect(&socket).unwrap())
+        .collect();
+    let idle_tcp: Vec<std::net::TcpStream> = (0..300)
+        .map(|_| std::net::TcpStream::connect(metrics).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+
+    let out = bin()
+        .args(["status", "--json", "--socket"])
+        .arg(&socket)
+        .output()
+        .unwrap();
+    assert_success(&out, "watchdog status behind 300 idle connections");
+
+    let run = Run(Command::new("/bin/sleep").arg("7321").spawn().unwrap());
+    let mut stream = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    use std::io::{Read as _, Write as _};
+    writeln!(stream, "{{\"op\":\"register\",\"pid\":{}}}", run.0.id()).unwrap();
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    assert!(
+        answer.contains("\"registered\""),
+        "registration behind 300 idle connections: {answer:?}\n{}",
+        log_text()
+    );
+
+    let scrape = prometheus::get(metrics, "/metrics");
+    assert_eq!(scrape.status, 200, "{}", scrape.body);
+    let pid_label = format!("pid=\"{}\"", run.0.id());
+    assert!(
+        wait_for(Duration::from_secs(5), || prometheus::get(
+            metrics, "/metrics"
+        )
+        .body
+        .contains(&pid_label)),
+        "the registered run is not in the scrape"
+    );
+    drop((idle_unix, idle_tcp));
+}

@@ -120,3 +120,50 @@ fn a_zero_hook_timeout_is_refused() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("hook-timeout"), "{stderr}");
 }
+
+/// A hook that detaches a process (`setsid ... &`) used to leave it to the watchdog, a
+/// child subreaper in `run` mode: the run was taken to go on while it lived (8 s here) and
+/// it was reported as a survivor. Now the hook's keeper adopts it: the watch ends with the
+/// command, and the detached process runs on, untouched.
+#[test]
+fn what_a_hook_detaches_is_never_part_of_the_run() {
+    let scene = Scene::new();
+    let dir = scene.dir.path();
+    let hook = format!(
+        "setsid sh -c 'echo $$ > {d}/detached; exec sleep 8' &",
+        d = dir.display()
+    );
+    // Timed to the watchdog's exit, not to the end of its output, which the detached
+    // process shares (it keeps the hook's stderr open).
+    let log = dir.join("stderr");
+    let t = Instant::now();
+    let status = scene
+        .watchdog()
+        .args(["--max-runtime", "2s", "--lead", "1s", "--on-alert", &hook])
+        .args(["run", "--", "python3"])
+        .arg(hog())
+        .arg(&scene.rep)
+        .args(["wait", "--seconds", "2"])
+        .stderr(std::fs::File::create(&log).unwrap())
+        .status()
+        .unwrap();
+    let took = t.elapsed();
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    let detached = read_pid(&dir.join("detached"));
+    let alive_after = alive(detached);
+    let _ = std::process::Command::new("kill")
+        .arg(detached.to_string())
+        .status();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(
+        !stderr.contains("still running"),
+        "the hook's detached process was taken for the run's: {stderr}"
+    );
+    let events = read_events(&scene.events);
+    assert!(of_kind(&events, "survivors").is_empty(), "{events:?}");
+    assert!(
+        took < Duration::from_secs(7),
+        "the watch waited {took:?} for the hook's detached process: {stderr}"
+    );
+    assert!(alive_after, "the detached process was ended: {stderr}");
+}

@@ -18,5 +18,6 @@ mod launchers;
 mod notify;
 mod outputs;
 mod page_cache;
+mod prompt_stop;
 mod support;
 mod watching;

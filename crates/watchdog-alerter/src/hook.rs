@@ -12,8 +12,19 @@
 //! itself exited (a hook that left `cmd &` behind), is sent SIGTERM, then SIGKILL after a
 //! grace period. [`Hooks::end_all`] does the same to every hook still running when the
 //! watchdog exits, so no hook outlives it. [`Hooks::is_hook`] tells the process tree which
-//! processes are hooks (the watchdog, a child subreaper in `run` mode, adopts what a
-//! finished hook left behind, and those are not the run's).
+//! processes are hooks.
+//!
+//! ## Keepers: what a hook detaches never joins the run
+//! The watchdog in `run` mode is a child subreaper, so it adopts every orphan below it.
+//! There (and only where the watchdog is a subreaper: elsewhere orphans go to init and a
+//! keeper would be a copy of the watchdog's memory for nothing) a hook is not the
+//! watchdog's child directly: each hook's `sh` is started by a *keeper*, the process `Command::spawn` forks, which makes itself a child subreaper, forks
+//! the hook, and then only reaps until it has no child left (see [`split_off_keeper`]).
+//! Whatever the hook detaches (`setsid cmd &`, a double fork, `nohup`, a process group or
+//! session of its own) is re-parented to the keeper, never to the watchdog, so it is never
+//! taken for a process of the run. The keeper reports the hook's PID and exit status over a
+//! socket pair; it is not in the hook's process group and ignores the signals that end
+//! one, so ending a hook never ends its keeper. It holds no descriptor of the watchdog's.
 //!
 //! ## As the target's user
 //! The daemon runs as root and watches other users' runs: a [`Hooks`] built with a
@@ -33,8 +44,10 @@
 //! `WATCHDOG_TARGET_PID` (hooks only; the `run` command is the target itself).
 
 use std::ffi::{CStr, CString};
-use std::io;
+use std::io::{self, Read as _};
+use std::os::fd::{AsRawFd as _, RawFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::net::UnixStream;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -302,6 +315,9 @@ struct Inner {
     grace: Duration,
     /// Process group IDs (= the PID of each hook's `sh`) of the hooks not finished.
     groups: Mutex<Vec<u32>>,
+    /// The PIDs of the hooks' keepers not reaped yet (the watchdog's children; see
+    /// [`split_off_keeper`]). Taken after `groups` when both are held.
+    keepers: Mutex<Vec<u32>>,
     /// Set by [`Hooks::end_all`]: the watchdog is exiting.
     ending: AtomicBool,
     /// Whom the hooks run as; `None`: as the watchdog, with its environment.
@@ -328,6 +344,7 @@ impl Hooks {
                 timeout,
                 grace,
                 groups: Mutex::new(Vec::new()),
+                keepers: Mutex::new(Vec::new()),
                 ending: AtomicBool::new(false),
                 user,
                 outcomes: Mutex::new(None),
@@ -353,17 +370,22 @@ impl Hooks {
     /// `setpgid`.
     pub fn is_hook(&self, pid: u32) -> bool {
         let groups = lock(&self.inner.groups);
+        if lock(&self.inner.keepers).contains(&pid) {
+            return true;
+        }
         match to_pid(pid).and_then(|p| rustix::process::getpgid(Some(p)).ok()) {
             Some(pgid) => groups.contains(&pgid.as_raw_pid().unsigned_abs()),
             None => true,
         }
     }
 
-    /// Runs `f` while no hook can start, with whether `pid` is the `sh` of a hook not
-    /// finished yet (whose status is its reaper thread's to collect).
+    /// Runs `f` while no hook can start, with whether `pid` is a hook's keeper (the
+    /// watchdog's child, whose status is a hook thread's to collect) or the `sh` of a hook
+    /// not finished yet.
     pub fn while_no_hook_starts<R>(&self, pid: u32, f: impl FnOnce(bool) -> R) -> R {
         let groups = lock(&self.inner.groups);
-        f(groups.contains(&pid))
+        let keeper = lock(&self.inner.keepers).contains(&pid);
+        f(keeper || groups.contains(&pid))
     }
 
     /// The user the hooks run as, when one was given.
@@ -380,33 +402,67 @@ impl Hooks {
             cmd: cmd.to_string(),
             source,
         };
-        let mut command = match &self.inner.user {
-            None => {
-                let mut c = Command::new("sh");
-                c.envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-                c
-            }
-            Some(user) => {
-                let mut c = Command::new("/bin/sh");
-                user.prepare(&mut c, env).map_err(err)?;
-                c
-            }
+        // A keeper only where orphans would come to the watchdog (see the module docs).
+        let (report, report_w) = if adopts_orphans() {
+            let (r, w) = UnixStream::pair().map_err(err)?;
+            (Some(r), Some(w))
+        } else {
+            (None, None)
         };
-        command
-            .arg("-c")
-            .arg(cmd)
-            .stdin(Stdio::null())
-            .process_group(0);
+        let mut command = Command::new(match &self.inner.user {
+            None => "sh",
+            Some(_) => "/bin/sh",
+        });
+        match &report_w {
+            Some(w) => {
+                let fd = w.as_raw_fd();
+                // SAFETY: the closure runs in the child between fork and exec and makes
+                // only async-signal-safe calls (see `split_off_keeper`); it is registered
+                // before the user's, so only the hook (not its keeper) becomes the user.
+                unsafe {
+                    command.pre_exec(move || split_off_keeper(fd));
+                }
+            }
+            None => {
+                command.process_group(0);
+            }
+        }
+        match &self.inner.user {
+            None => {
+                command.envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+            }
+            Some(user) => user.prepare(&mut command, env).map_err(err)?,
+        }
+        command.arg("-c").arg(cmd).stdin(Stdio::null());
         let mut groups = lock(&self.inner.groups);
         let child = command.spawn().map_err(err)?;
-        let pid = child.id();
+        drop(report_w);
+        let pid = match &report {
+            None => child.id(),
+            // The keeper writes the hook's PID right after its fork, before the hook runs.
+            Some(r) => match read_report(r, Some(REPORT_WAIT)) {
+                Report::Value(pid) => {
+                    lock(&self.inner.keepers).push(child.id());
+                    pid
+                }
+                Report::TimedOut | Report::Closed => {
+                    drop(groups);
+                    lock(&self.inner.keepers).push(child.id());
+                    reap_in_background(child, self.clone());
+                    return Err(err(io::Error::other(
+                        "the hook's keeper process did not report the hook's PID",
+                    )));
+                }
+            },
+        };
         groups.push(pid);
         drop(groups);
         let me = self.clone();
         let cmd_owned = cmd.to_string();
+        let started = Started { child, report, pid };
         let reaper = std::thread::Builder::new()
             .name("watchdog-hook".to_string())
-            .spawn(move || me.watch(child, cmd_owned))
+            .spawn(move || me.watch(started, cmd_owned))
             .map_err(|e| {
                 // Without its thread nobody would end it: end it now.
                 self.end_group(pid, self.inner.grace);
@@ -418,20 +474,14 @@ impl Hooks {
 
     /// The hook's thread: waits for the `sh` under the timeout, then for the rest of its
     /// group, ending whatever is still there when the timeout passes.
-    fn watch(&self, mut child: Child, cmd: String) -> io::Result<ExitStatus> {
+    fn watch(&self, started: Started, cmd: String) -> io::Result<ExitStatus> {
+        let pid = started.pid;
         let start = Instant::now();
-        let pid = child.id();
         let deadline = start + self.inner.timeout;
-        let mut timed_out = false;
-        // The child is not reaped yet, so its PID cannot name another process.
-        if let Ok(fd) = PidFd::open(pid) {
-            let exited = fd.wait_exit(Some(self.inner.timeout)).unwrap_or(true);
-            if !exited {
-                timed_out = true;
-                self.end_group(pid, self.inner.grace);
-            }
-        }
-        let status = child.wait();
+        let (status, timed_out) = match started.report {
+            Some(report) => self.wait_through_keeper(started.child, &report, pid),
+            None => self.wait_child(started.child, pid),
+        };
         let duration_s = start.elapsed().as_secs_f64();
         let ended_at_exit = !timed_out && self.inner.ending.load(Ordering::Relaxed);
         let outcome = match &status {
@@ -456,6 +506,55 @@ impl Hooks {
         }
         self.finish_group(pid, deadline);
         status
+    }
+
+    /// Waits for the hook `child` (our child) under the timeout, ending its group past it;
+    /// its status, and whether it timed out.
+    fn wait_child(&self, mut child: Child, pid: u32) -> (io::Result<ExitStatus>, bool) {
+        let mut timed_out = false;
+        // The child is not reaped yet, so its PID cannot name another process.
+        if let Ok(fd) = PidFd::open(pid)
+            && !fd.wait_exit(Some(self.inner.timeout)).unwrap_or(true)
+        {
+            timed_out = true;
+            self.end_group(pid, self.inner.grace);
+        }
+        (child.wait(), timed_out)
+    }
+
+    /// Waits for the hook `pid` under the timeout through its keeper's report, ending its
+    /// group past it; the keeper is reaped on a thread of its own once what the hook
+    /// detached has exited too.
+    fn wait_through_keeper(
+        &self,
+        mut keeper: Child,
+        report: &UnixStream,
+        pid: u32,
+    ) -> (io::Result<ExitStatus>, bool) {
+        let mut timed_out = false;
+        let mut got = read_report(report, Some(self.inner.timeout));
+        if got == Report::TimedOut {
+            timed_out = true;
+            self.end_group(pid, self.inner.grace);
+            got = read_report(report, None);
+        }
+        let status = match got {
+            Report::Value(raw) => {
+                reap_in_background(keeper, self.clone());
+                Ok(ExitStatus::from_raw(raw as i32))
+            }
+            // The keeper is gone without a word (killed): its own status is all there is.
+            Report::TimedOut | Report::Closed => {
+                let status = keeper.wait();
+                self.forget_keeper(keeper.id());
+                status
+            }
+        };
+        (status, timed_out)
+    }
+
+    fn forget_keeper(&self, pid: u32) {
+        lock(&self.inner.keepers).retain(|&k| k != pid);
     }
 
     fn log(&self, o: &HookOutcome) {
@@ -563,6 +662,175 @@ impl Hooks {
 /// [`Hooks::run`] on a fresh [`Hooks`].
 pub fn run_hook(cmd: &str, env: &[(String, String)]) -> Result<HookHandle, HookError> {
     Hooks::new(DEFAULT_HOOK_TIMEOUT).run(cmd, env)
+}
+
+/// How long the keeper has to report the hook's PID (it does so right after its fork).
+const REPORT_WAIT: Duration = Duration::from_secs(10);
+
+/// A hook just started: the watchdog's child (the hook's keeper when there is a report
+/// socket, else the hook itself), the keeper's report socket and the hook's PID.
+struct Started {
+    child: Child,
+    report: Option<UnixStream>,
+    pid: u32,
+}
+
+/// Whether orphans below this process come to it (it is a child subreaper, as in `run`
+/// mode), so that hooks need keepers.
+fn adopts_orphans() -> bool {
+    rustix::process::child_subreaper().is_ok_and(|p| p.is_some())
+}
+
+/// What the keeper's report socket gave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Report {
+    Value(u32),
+    TimedOut,
+    Closed,
+}
+
+/// Reads one 4-byte value from the keeper, waiting at most `timeout` (`None`: as long as
+/// it takes).
+fn read_report(report: &UnixStream, timeout: Option<Duration>) -> Report {
+    let timeout = timeout.map(|t| t.max(Duration::from_millis(1)));
+    if report.set_read_timeout(timeout).is_err() {
+        return Report::Closed;
+    }
+    let mut buf = [0u8; 4];
+    match (&*report).read_exact(&mut buf) {
+        Ok(()) => Report::Value(u32::from_le_bytes(buf)),
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) =>
+        {
+            Report::TimedOut
+        }
+        Err(_) => Report::Closed,
+    }
+}
+
+/// Reaps a hook's keeper on a thread of its own: it lives as long as anything the hook
+/// detached, which may be long after the hook.
+fn reap_in_background(mut keeper: Child, hooks: Hooks) {
+    let pid = keeper.id();
+    let spawned = std::thread::Builder::new()
+        .name("watchdog-hook-keeper".to_string())
+        .spawn(move || {
+            let _ = keeper.wait();
+            hooks.forget_keeper(pid);
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(
+            pid,
+            "cannot start a thread to reap the hook keeper {pid}: {e}"
+        );
+    }
+}
+
+/// Runs in the child `Command::spawn` forked for a hook, before `exec`: that child becomes
+/// the hook's keeper, and a child of its own goes on to `exec` the hook.
+///
+/// Why: in `run` mode the watchdog is a child subreaper, so a process whose parent exits is
+/// re-parented to it and counted as the run's. A hook that detaches something (`setsid cmd
+/// &`, a double fork, `nohup`) would leave it to the watchdog when the hook's `sh` exits,
+/// and the run would be watched (and waited for) as long as it lives. The keeper is itself
+/// a child subreaper (set before its fork, so no orphan can slip past it) that outlives
+/// everything the hook started, reaping it: whatever the hook does, its processes are
+/// re-parented to the keeper, never to the watchdog. The keeper ignores the terminal's and
+/// the hook timeout's signals (it is not in the hook's process group, which the hook gets
+/// with `setpgid` as before), reports the hook's PID and then its wait status on `report`,
+/// and exits once it has no child left. Only async-signal-safe calls are made here: the
+/// watchdog has other threads, of which the forked child has no copy.
+fn split_off_keeper(report: RawFd) -> io::Result<()> {
+    // SAFETY: prctl, fork and setpgid are async-signal-safe system calls with no pointer
+    // arguments.
+    unsafe {
+        if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let hook = libc::fork();
+        if hook < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if hook == 0 {
+            // The hook: its own process group, so it and what it starts end together.
+            if libc::setpgid(0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            return Ok(());
+        }
+        keep(hook, report)
+    }
+}
+
+/// The keeper's whole life (see [`split_off_keeper`]); never returns.
+///
+/// # Safety
+/// Only in a child forked from this process, before `exec`, with `report` open.
+unsafe fn keep(hook: libc::pid_t, report: RawFd) -> ! {
+    // SAFETY: signal, close, write, waitpid and _exit are async-signal-safe system calls;
+    // the buffers passed live on this stack for the call.
+    unsafe {
+        for sig in [
+            libc::SIGHUP,
+            libc::SIGINT,
+            libc::SIGQUIT,
+            libc::SIGTERM,
+            libc::SIGPIPE,
+            libc::SIGUSR1,
+            libc::SIGUSR2,
+        ] {
+            libc::signal(sig, libc::SIG_IGN);
+        }
+        // Nothing of the watchdog's stays open here: not spawn's error pipe (the watchdog
+        // would wait for it to close), nor its stdout or sockets.
+        close_all_but(report);
+        send(report, hook as u32);
+        let mut status = 0;
+        while libc::waitpid(hook, &mut status, 0) < 0 && interrupted() {}
+        send(report, status as u32);
+        libc::close(report);
+        while libc::waitpid(-1, std::ptr::null_mut(), 0) >= 0 || interrupted() {}
+        libc::_exit(0)
+    }
+}
+
+/// Whether the last system call failed with EINTR (reads errno; allocates nothing).
+fn interrupted() -> bool {
+    io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+}
+
+/// Writes `value` (4 bytes) to `fd`, best effort.
+///
+/// # Safety
+/// `fd` must be open.
+unsafe fn send(fd: RawFd, value: u32) {
+    let bytes = value.to_le_bytes();
+    // SAFETY: `bytes` lives for the call; 4 bytes into a socket are written at once or not.
+    unsafe { while libc::write(fd, bytes.as_ptr().cast(), bytes.len()) < 0 && interrupted() {} }
+}
+
+/// Closes every descriptor but `keep`.
+///
+/// # Safety
+/// Only in a forked child that owns nothing else.
+unsafe fn close_all_but(keep: RawFd) {
+    let keep = keep as libc::c_uint;
+    // SAFETY: close_range takes no pointers; closing descriptors this process alone uses.
+    unsafe {
+        let below = keep == 0 || libc::syscall(libc::SYS_close_range, 0, keep - 1, 0) == 0;
+        let above = libc::syscall(libc::SYS_close_range, keep + 1, libc::c_uint::MAX, 0) == 0;
+        if !(below && above) {
+            // Before Linux 5.9: one by one, as far as descriptors usually go.
+            for fd in 0..65_536 {
+                if fd != keep as RawFd {
+                    libc::close(fd);
+                }
+            }
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -489,3 +489,54 @@ while time.time() < deadline:
     assert_eq!(std::fs::read_to_string(&saved).unwrap(), "tree_memory");
     assert!(procs.children[0].wait().unwrap().success());
 }
+
+/// In a child subreaper (the watchdog in `run` mode), what a hook detaches goes to the
+/// hook's keeper, never to the watchdog, and the hook's own status still comes back.
+#[test]
+fn a_subreapers_hooks_leave_what_they_detach_to_a_keeper() {
+    let (ok, _, out) = run_self("child_keeper", &[], &[]);
+    assert!(ok, "{out}");
+}
+
+#[test]
+#[ignore = "run by a_subreapers_hooks_leave_what_they_detach_to_a_keeper in a child process"]
+fn child_keeper() {
+    if std::env::var_os("WATCHDOG_ALERTER_CHILD_TEST").is_none() {
+        return;
+    }
+    rustix::process::set_child_subreaper(Some(rustix::process::getpid())).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("detached");
+    let hooks = hook::Hooks::new(Duration::from_secs(20));
+    let cmd = format!(
+        "setsid sh -c 'echo $$ > {}; exec sleep 20' >/dev/null 2>&1 & exit 3",
+        file.display()
+    );
+    let handle = hooks.run(&cmd, &[]).unwrap();
+    assert_eq!(handle.wait().unwrap().code(), Some(3));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let pid = loop {
+        if let Some(pid) = std::fs::read_to_string(&file)
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok())
+        {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "the hook never detached");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let ppid: u32 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("PPid:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let _ = Command::new("kill").arg(pid.to_string()).status();
+    assert_ne!(ppid, std::process::id(), "the detached process came to us");
+    assert!(
+        hooks.is_hook(ppid),
+        "its parent {ppid} is not the hook's keeper"
+    );
+}

@@ -19,6 +19,7 @@ use watchdog_status::protocol::{Registration, Request, Response};
 use watchdog_status::server::{Peer, ServerHandle, StatusServer, may_register, visible_to};
 use watchdog_types::quote::quote_value;
 use watchdog_watch::recorder::Recorders;
+use watchdog_watch::wake::{Wake, Waker};
 use watchdog_watch::{Failure, Published, ServiceRun, Watch};
 
 use crate::discovery::{ProcessFacts, Scanner, topmost};
@@ -62,13 +63,20 @@ pub fn run(config_path: &Path, host: Host, metrics: Option<String>) -> Result<Ex
         .map_err(|e| Failure::Runtime(format!("cannot catch SIGHUP: {e}")))?;
     let record_now = Arc::new(AtomicBool::new(false));
     let _ = signal_hook::flag::register(libc::SIGUSR2, record_now.clone());
+    // After the flags: a stop or a reload wakes the loop at once, whatever the interval.
+    let wake = Wake::new()
+        .and_then(|w| {
+            w.on_signals(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP])
+                .map(|()| w)
+        })
+        .map_err(|e| Failure::Runtime(format!("cannot set up the loop's wake-up: {e}")))?;
 
     let mut config = DaemonConfig::load(config_path).map_err(Failure::Usage)?;
     let user_dirs = UserDirs::open(&config.request_dir).map_err(|e| request_dir_failure(&e))?;
     let recorders = Recorders::start().map_err(Failure::Runtime)?;
     let published = Arc::new(Published::new("daemon", config.interval.as_secs_f64()));
     let (register_tx, register_rx) = mpsc::channel::<Pending>();
-    let socket = serve_socket(&config.socket, &host, &published, register_tx)?;
+    let socket = serve_socket(&config.socket, &host, &published, register_tx, wake.waker())?;
     // The flag's address stays whatever a reload says.
     let metrics_flag = metrics.is_some();
     let metrics = serve_metrics(
@@ -162,6 +170,9 @@ pub fn run(config_path: &Path, host: Host, metrics: Option<String>) -> Result<Ex
         }
         let now = Instant::now();
         shared.next_tick();
+        // The loop also wakes between samples, for a signal, a registration, a scan or a
+        // keep-alive that falls due before the next sample (`interval` may be a minute).
+        let sample_due = now >= deadline;
         let watched = |runs: &[Run]| -> HashSet<u32> {
             runs.iter().flat_map(|r| r.watch.tree_pids()).collect()
         };
@@ -196,7 +207,7 @@ pub fn run(config_path: &Path, host: Host, metrics: Option<String>) -> Result<Ex
             next_scan = now + config.scan_interval;
         }
         let mut i = 0;
-        while i < runs.len() {
+        while sample_due && i < runs.len() {
             let run = &mut runs[i];
             if run.ended.is_none() && run.watch.step(now) {
                 run.ended = Some(now);
@@ -224,12 +235,25 @@ pub fn run(config_path: &Path, host: Host, metrics: Option<String>) -> Result<Ex
         if notifier.keepalive_due(now) {
             let _ = notifier.keepalive(now);
         }
-        deadline += config.interval;
         let after = Instant::now();
-        if deadline < after {
-            deadline = after;
+        if sample_due {
+            deadline += config.interval;
+            if deadline < after {
+                deadline = after;
+            }
         }
-        std::thread::sleep(deadline.saturating_duration_since(after));
+        let wake_at = [
+            Some(next_scan),
+            Some(next_publish),
+            notifier.next_keepalive(after),
+        ]
+        .into_iter()
+        .flatten()
+        .fold(deadline, Instant::min);
+        if let Err(e) = wake.wait(None, wake_at.saturating_duration_since(after)) {
+            tracing::warn!("cannot wait for the next tick: {e}");
+            std::thread::sleep(wake_at.saturating_duration_since(after));
+        }
     }
 }
 
@@ -374,6 +398,7 @@ fn serve_socket(
     host: &Host,
     published: &Arc<Published>,
     register: mpsc::Sender<Pending>,
+    waker: Waker,
 ) -> Result<ServerHandle, Failure> {
     let server = StatusServer::bind(path).map_err(|e| {
         if not_a_socket_path(path) {
@@ -399,6 +424,7 @@ fn serve_socket(
             if !sent {
                 return Response::error("the daemon is stopping");
             }
+            waker.wake();
             rx.recv_timeout(REGISTER_WAIT)
                 .unwrap_or_else(|_| Response::error("the daemon did not answer in time"))
         }

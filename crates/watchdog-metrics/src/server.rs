@@ -3,19 +3,24 @@
 //! A scrape is one GET a few seconds apart; that needs no async runtime and no HTTP crate
 //! (`tiny_http` would do, but brings its own thread pool and a chunked-encoding path for a
 //! job of 150 lines). What it must get right is not being hung or flooded by a client:
-//! the request head is capped at [`MAX_HEAD`] bytes and must arrive within [`HEAD_TIMEOUT`],
-//! writes time out too, at most [`MAX_CONNECTIONS`] requests are served at once (others get
-//! 503), and every response closes the connection.
+//! request heads are read for every connection at once on the serving thread, without
+//! blocking (`watchdog_status::intake`, shared with the status socket), so an idle client
+//! holds no thread; a head is capped at [`MAX_HEAD`] bytes and must arrive within
+//! [`HEAD_TIMEOUT`]; at most [`MAX_WAITING`] connections wait for theirs (a new one beyond
+//! closes the oldest); writes time out too, at most [`MAX_CONNECTIONS`] requests are served
+//! at once (others get 503), and every response closes the connection.
 
-use std::io::{Read as _, Write as _};
+use std::io::Write as _;
 use std::net::{
     IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs as _,
 };
+use std::os::fd::AsFd as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use watchdog_status::intake::{Arrived, Intake};
 use watchdog_types::status::WatchStatus;
 
 use crate::exposition::{self, CONTENT_TYPE};
@@ -26,8 +31,14 @@ pub const MAX_HEAD: usize = 8 * 1024;
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
 /// Time a client has to take the response.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Requests served at once; more get 503 at once.
+/// Requests served at once; more get 503 at once. Connections still sending their head do
+/// not count: see [`MAX_WAITING`].
 pub const MAX_CONNECTIONS: usize = 8;
+/// Connections waiting for their request head at once; a new one beyond it closes the
+/// oldest of them, so idle clients can neither exhaust descriptors nor keep a scrape out.
+pub const MAX_WAITING: usize = 64;
+/// How often the serving thread looks at its stop flag.
+const STOP_POLL: Duration = Duration::from_millis(100);
 
 /// What the server calls on each scrape for the figures to render.
 pub type Snapshot = Arc<dyn Fn() -> WatchStatus + Send + Sync>;
@@ -116,13 +127,8 @@ impl MetricsHandle {
 
     fn shutdown(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
-        let Some(thread) = self.thread.take() else {
-            return;
-        };
-        // Wake the blocking accept with a connection of our own; when that fails the thread
-        // is left to end at the next connection rather than waited for forever.
-        let wake = SocketAddr::new(loopback_for(self.addr.ip()), self.addr.port());
-        if TcpStream::connect_timeout(&wake, Duration::from_secs(2)).is_ok() {
+        // The thread polls its listener and sees the flag within STOP_POLL.
+        if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
     }
@@ -131,15 +137,6 @@ impl MetricsHandle {
 impl Drop for MetricsHandle {
     fn drop(&mut self) {
         self.shutdown();
-    }
-}
-
-/// Where to connect to reach a listener bound on `ip`: the loopback address for a wildcard.
-fn loopback_for(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V4(v4) if v4.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
-        IpAddr::V6(v6) if v6.is_unspecified() => IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
-        ip => ip,
     }
 }
 
@@ -196,38 +193,87 @@ fn warn(message: &str) {
     eprintln!("watchdog: {message}");
 }
 
+/// Accepts until `stop` is set. Request heads are read here, from every connection at once
+/// and without blocking ([`Intake`]), so idle clients hold no thread; each complete head is
+/// answered on a thread of its own, at most [`MAX_CONNECTIONS`] at once (503 beyond).
 fn accept_loop(listener: &TcpListener, stop: &AtomicBool, snapshot: &Snapshot) {
+    if listener.set_nonblocking(true).is_err() {
+        warn("cannot make the metrics listener non-blocking: metrics are not served");
+        return;
+    }
     let busy = Arc::new(AtomicUsize::new(0));
-    for stream in listener.incoming() {
-        if stop.load(Ordering::SeqCst) {
-            return;
-        }
-        let Ok(stream) = stream else {
-            // A client that went away before accept, or out of descriptors: back off a little.
+    let mut intake: Intake<TcpStream> = Intake::new(MAX_WAITING, MAX_HEAD, HEAD_TIMEOUT, find_end);
+    while !stop.load(Ordering::SeqCst) {
+        let Ok((listener_ready, arrived)) = intake.wait(listener.as_fd(), STOP_POLL) else {
             std::thread::sleep(Duration::from_millis(10));
             continue;
         };
-        if busy.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
-            busy.fetch_sub(1, Ordering::SeqCst);
-            let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
-            respond(
-                &stream,
-                &Response::plain(503, "too many requests at once\n"),
-                false,
-            );
-            continue;
+        for a in arrived {
+            match a {
+                Arrived::Complete(stream, head) => dispatch(stream, head, snapshot, &busy),
+                Arrived::TooLong(stream) => {
+                    let _ = stream.set_nonblocking(false);
+                    let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+                    respond(
+                        &stream,
+                        &Response::plain(431, "request head larger than 8 KiB\n"),
+                        false,
+                    );
+                }
+                // Timed out or went away before a whole head: nobody to answer.
+                Arrived::TimedOut(_) | Arrived::Closed(..) => {}
+            }
         }
-        let snapshot = Arc::clone(snapshot);
-        let slot = Arc::clone(&busy);
-        let spawned = std::thread::Builder::new()
-            .name("watchdog-metrics-req".to_string())
-            .spawn(move || {
-                handle(stream, &snapshot);
-                slot.fetch_sub(1, Ordering::SeqCst);
-            });
-        if spawned.is_err() {
-            busy.fetch_sub(1, Ordering::SeqCst);
+        if listener_ready {
+            accept_all(listener, &mut intake);
         }
+    }
+}
+
+/// Takes every connection the listener has queued into `intake` (all count as one owner:
+/// TCP does not say who connects, so the oldest idle one makes room).
+fn accept_all(listener: &TcpListener, intake: &mut Intake<TcpStream>) {
+    loop {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                if stream.set_nonblocking(true).is_ok() {
+                    drop(intake.add(stream, 0));
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            // WouldBlock: all taken; anything else (out of descriptors, most likely):
+            // serve what is open first.
+            Err(_) => return,
+        }
+    }
+}
+
+/// Answers a complete request head on a thread of its own, or 503 when
+/// [`MAX_CONNECTIONS`] are being answered already.
+fn dispatch(stream: TcpStream, head: Vec<u8>, snapshot: &Snapshot, busy: &Arc<AtomicUsize>) {
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
+    if busy.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
+        busy.fetch_sub(1, Ordering::SeqCst);
+        let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+        respond(
+            &stream,
+            &Response::plain(503, "too many requests at once\n"),
+            false,
+        );
+        return;
+    }
+    let snapshot = Arc::clone(snapshot);
+    let slot = Arc::clone(busy);
+    let spawned = std::thread::Builder::new()
+        .name("watchdog-metrics-req".to_string())
+        .spawn(move || {
+            let (response, head_only) = route(&head, &snapshot);
+            respond(&stream, &response, head_only);
+            slot.fetch_sub(1, Ordering::SeqCst);
+        });
+    if spawned.is_err() {
+        busy.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -287,54 +333,6 @@ fn route(head: &[u8], snapshot: &Snapshot) -> (Response, bool) {
         _ => Response::plain(404, "not found: the metrics are at /metrics\n"),
     };
     (response, head_only)
-}
-
-fn handle(stream: TcpStream, snapshot: &Snapshot) {
-    let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
-    let (response, head_only) = match read_head(&stream) {
-        Ok(head) => route(&head, snapshot),
-        Err(HeadError::TooLarge) => (
-            Response::plain(431, "request head larger than 8 KiB\n"),
-            false,
-        ),
-        // Timed out or went away: nobody to answer.
-        Err(HeadError::Gone) => return,
-    };
-    respond(&stream, &response, head_only);
-}
-
-enum HeadError {
-    TooLarge,
-    Gone,
-}
-
-/// Reads up to the blank line ending the request head, within [`MAX_HEAD`] bytes and
-/// [`HEAD_TIMEOUT`] in total (not per read: a client trickling a byte at a time is cut off too).
-fn read_head(mut stream: &TcpStream) -> Result<Vec<u8>, HeadError> {
-    let deadline = Instant::now() + HEAD_TIMEOUT;
-    let mut head = Vec::with_capacity(1024);
-    let mut buf = [0u8; 1024];
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
-            return Err(HeadError::Gone);
-        }
-        let n = match stream.read(&mut buf) {
-            Ok(0) => return Err(HeadError::Gone),
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(_) => return Err(HeadError::Gone),
-        };
-        let scan_from = head.len().saturating_sub(3);
-        head.extend_from_slice(&buf[..n]);
-        if let Some(end) = find_end(&head[scan_from..]) {
-            head.truncate(scan_from + end);
-            return Ok(head);
-        }
-        if head.len() > MAX_HEAD {
-            return Err(HeadError::TooLarge);
-        }
-    }
 }
 
 /// Where the head ends in `bytes` (after `\r\n\r\n`, or `\n\n` from lenient clients).

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use watchdog_metrics::exposition::{self, CONTENT_TYPE};
-use watchdog_metrics::server::{HEAD_TIMEOUT, MetricsHandle, MetricsServer};
+use watchdog_metrics::server::{HEAD_TIMEOUT, MAX_WAITING, MetricsHandle, MetricsServer};
 use watchdog_testsupport::prometheus::{Prometheus, exchange, get, tool};
 use watchdog_testsupport::scratch;
 use watchdog_types::ResourceKind;
@@ -187,6 +187,44 @@ fn a_silent_client_neither_blocks_others_nor_stays_open() {
         "the server kept a silent client open past {HEAD_TIMEOUT:?}: {closed:?}"
     );
     assert!(rest.is_empty(), "answered an incomplete request: {rest:?}");
+}
+
+/// 20 idle connections made every scrape answer 503 (each held one of 8 threads for
+/// 5 s). Now idle connections hold no thread: with 300 of them open, a scrape answers
+/// 200 at once, and the endpoint keeps at most MAX_WAITING of them open.
+#[test]
+fn hundreds_of_idle_clients_do_not_keep_a_scrape_out() {
+    watchdog_testsupport::raise_fd_limit(4096);
+    let handle = serve(rich_status());
+    let addr = handle.local_addr();
+    let idle: Vec<TcpStream> = (0..300)
+        .map(|_| TcpStream::connect(addr).unwrap_or_else(|e| panic!("{e}")))
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let started = Instant::now();
+    for _ in 0..3 {
+        assert_eq!(get(addr, "/metrics").status, 200);
+    }
+    assert!(
+        started.elapsed() < HEAD_TIMEOUT,
+        "three scrapes took {:?} behind idle clients",
+        started.elapsed()
+    );
+    let mut closed = 0;
+    for mut s in idle {
+        s.set_read_timeout(Some(Duration::from_millis(5)))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut buf = [0u8; 1];
+        let open = matches!(
+            s.read(&mut buf),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)
+        );
+        closed += usize::from(!open);
+    }
+    assert!(
+        closed >= 300 - MAX_WAITING - 3,
+        "only {closed} of 300 idle connections were closed to make room"
+    );
 }
 
 #[test]

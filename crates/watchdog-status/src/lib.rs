@@ -16,6 +16,7 @@
 #![deny(missing_docs)]
 
 pub mod client;
+pub mod intake;
 pub mod protocol;
 pub mod render;
 pub mod server;

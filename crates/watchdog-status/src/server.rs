@@ -3,15 +3,20 @@
 //!
 //! Any local user may connect (the socket is 0666); the peer's credentials, read with
 //! `SO_PEERCRED` (the kernel's, not anything the client says), decide what it sees and
-//! what it may register. Each connection reads one request line (at most
-//! [`MAX_REQUEST_BYTES`], within [`REQUEST_TIMEOUT`]), gets one answer and is closed, on
-//! its own thread, so a client that connects and says nothing delays nobody. At most
-//! [`MAX_CONNECTIONS`] are handled at once; more wait in the listen backlog until a slot
-//! frees (so [`MAX_CONNECTIONS`] silent clients delay the next by up to [`REQUEST_TIMEOUT`]).
+//! what it may register. Each connection sends one request line (at most
+//! [`MAX_REQUEST_BYTES`], within [`REQUEST_TIMEOUT`]), gets one answer and is closed.
+//! Request lines are read by the accept loop for every connection at once, without
+//! blocking ([`crate::intake`]), and only a complete one is answered on a thread of its
+//! own (at most [`MAX_CONNECTIONS`] at once): a client that connects and says nothing
+//! holds no thread and delays nobody. At most [`MAX_WAITING`] connections wait for their
+//! line at once; a new one beyond that closes the oldest silent connection of the uid
+//! holding the most, so hundreds of idle connections neither exhaust the daemon's file
+//! descriptors nor keep anyone else out.
 
+use std::collections::VecDeque;
 use std::fs;
 use std::io::{self, Read as _, Write as _};
-use std::os::fd::AsRawFd as _;
+use std::os::fd::{AsFd as _, AsRawFd as _};
 use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -20,17 +25,18 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use watchdog_sampler::procfile::{key_value_lines, parse_u64};
 use watchdog_sampler::tree::parse_status_uids;
 use watchdog_types::status::WatchStatus;
 
+use crate::intake::{Arrived, Intake};
 use crate::protocol::{MAX_REQUEST_BYTES, Request, Response, TOO_LONG};
 
 /// How long a connection may take to send its request line.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Connections handled at once; more wait in the listen backlog.
+/// Requests answered at once (each on its own thread); more complete requests wait for a
+/// free thread. Connections still sending theirs do not count: see [`MAX_WAITING`].
 pub const MAX_CONNECTIONS: usize = 16;
 
 /// How often the accept loop looks at its stop flag.
@@ -211,35 +217,79 @@ fn remove_stale(path: &Path) -> Result<(), String> {
     }
 }
 
-/// Accepts until `stop` is set, polling so the flag is seen within [`STOP_POLL`].
+/// Accepts until `stop` is set, polling so the flag is seen within [`STOP_POLL`]. Requests
+/// are read here, for every connection at once ([`Intake`]); each complete one is answered
+/// on a thread of its own, at most [`MAX_CONNECTIONS`] at a time.
 fn accept_loop(listener: &UnixListener, handler: &Handler, stop: &AtomicBool) {
     if listener.set_nonblocking(true).is_err() {
         return;
     }
     let active = Arc::new(AtomicUsize::new(0));
-    let wait = Timespec {
-        tv_sec: 0,
-        tv_nsec: i64::from(STOP_POLL.subsec_nanos()),
-    };
+    let mut intake: Intake<UnixStream> =
+        Intake::new(MAX_WAITING, MAX_REQUEST_BYTES, REQUEST_TIMEOUT, end_of_line);
+    // Complete requests waiting for a free thread, oldest first.
+    let mut ready: VecDeque<(UnixStream, Received)> = VecDeque::new();
     while !stop.load(Ordering::Relaxed) {
-        let mut fds = [PollFd::new(listener, PollFlags::IN)];
-        if poll(&mut fds, Some(&wait)).is_err() {
-            // EINTR, or out of memory: try again after a pause rather than spin.
-            std::thread::sleep(Duration::from_millis(10));
-            continue;
+        let (listener_ready, arrived) = match intake.wait(listener.as_fd(), STOP_POLL) {
+            Ok(r) => r,
+            Err(_) => {
+                // Out of memory, most likely: try again after a pause rather than spin.
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        };
+        for a in arrived {
+            let (stream, request) = match a {
+                Arrived::Complete(s, bytes) | Arrived::Closed(s, bytes) => (s, Ok(bytes)),
+                Arrived::TooLong(s) => (s, Err(TOO_LONG.to_string())),
+                Arrived::TimedOut(s) => (s, Err(timeout_message())),
+            };
+            if ready.len() >= MAX_WAITING {
+                ready.pop_front();
+            }
+            ready.push_back((stream, request));
         }
-        // All slots taken: leave new connections in the listen backlog until one frees
-        // (within REQUEST_TIMEOUT); they are answered then, within the client's timeout.
-        while active.load(Ordering::Acquire) < MAX_CONNECTIONS {
-            match listener.accept() {
-                Ok((stream, _)) => dispatch(stream, handler, &active),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    // Out of file descriptors, most likely: let connections finish.
-                    std::thread::sleep(Duration::from_millis(50));
-                    break;
+        while active.load(Ordering::Acquire) < MAX_CONNECTIONS
+            && let Some((stream, request)) = ready.pop_front()
+        {
+            dispatch(stream, request, handler, &active);
+        }
+        if listener_ready {
+            accept_all(listener, &mut intake);
+        }
+    }
+}
+
+/// A request's bytes, or the one-line error that answers a connection that sent none.
+type Received = Result<Vec<u8>, String>;
+
+/// Connections waiting for their request line at once; beyond it the oldest silent one of
+/// the uid holding the most is closed ([`Intake`]).
+pub const MAX_WAITING: usize = 128;
+
+/// Where a request ends: after its first newline.
+fn end_of_line(bytes: &[u8]) -> Option<usize> {
+    bytes.iter().position(|&b| b == b'\n').map(|i| i + 1)
+}
+
+/// Takes every connection the listener has queued into `intake`.
+fn accept_all(listener: &UnixListener, intake: &mut Intake<UnixStream>) {
+    loop {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                if stream.set_nonblocking(true).is_err() {
+                    continue;
                 }
+                // A connection whose credentials cannot be read counts as root's: it is
+                // answered with the error, and evicted last among equals.
+                let owner = peer_credentials(&stream).map_or(0, |p| p.uid);
+                drop(intake.add(stream, owner));
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => {
+                // Out of file descriptors, most likely: serve what is open first.
+                return;
             }
         }
     }
@@ -254,8 +304,8 @@ impl Drop for Slot {
     }
 }
 
-/// Handles `stream` on a new thread holding one of the slots.
-fn dispatch(stream: UnixStream, handler: &Handler, active: &Arc<AtomicUsize>) {
+/// Answers `request` on `stream` on a new thread holding one of the slots.
+fn dispatch(stream: UnixStream, request: Received, handler: &Handler, active: &Arc<AtomicUsize>) {
     active.fetch_add(1, Ordering::AcqRel);
     let slot = Slot(Arc::clone(active));
     let handler = Arc::clone(handler);
@@ -264,30 +314,26 @@ fn dispatch(stream: UnixStream, handler: &Handler, active: &Arc<AtomicUsize>) {
         .name("status-conn".into())
         .spawn(move || {
             let _slot = slot;
-            handle(stream, &handler);
+            handle(stream, request, &handler);
         });
 }
 
-/// One connection: read a line, answer it, close.
-fn handle(mut stream: UnixStream, handler: &Handler) {
+/// One connection whose request was read: answer it, close.
+fn handle(mut stream: UnixStream, request: Received, handler: &Handler) {
     if stream.set_nonblocking(false).is_err() {
         return;
     }
-    let response =
-        match peer_credentials(&stream) {
-            Err(e) => Response::error(&format!("cannot read the peer's credentials: {e}")),
-            Ok(peer) => match read_request(&mut stream, Instant::now() + REQUEST_TIMEOUT) {
-                Err(ReadFailure::Gone) => return,
-                Err(ReadFailure::Message(m)) => Response::error(&m),
-                Ok(line) => match Request::parse(&line) {
-                    Err(e) => Response::error(&e),
-                    Ok(req) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        handler(&peer, req)
-                    }))
-                    .unwrap_or_else(|_| Response::error("the watchdog failed to answer (a bug)")),
-                },
-            },
-        };
+    let response = match (peer_credentials(&stream), request) {
+        (Err(e), _) => Response::error(&format!("cannot read the peer's credentials: {e}")),
+        (Ok(_), Err(m)) => Response::error(&m),
+        (Ok(peer), Ok(line)) => match Request::parse(&line) {
+            Err(e) => Response::error(&e),
+            Ok(req) => {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(&peer, req)))
+                    .unwrap_or_else(|_| Response::error("the watchdog failed to answer (a bug)"))
+            }
+        },
+    };
     let _ = stream.set_write_timeout(Some(REQUEST_TIMEOUT));
     let _ = stream.write_all(format!("{}\n", response.encode()).as_bytes());
     let _ = stream.shutdown(std::net::Shutdown::Write);
@@ -317,58 +363,8 @@ fn discard_rest(stream: &mut UnixStream) {
     }
 }
 
-/// Why no request line was read.
-enum ReadFailure {
-    /// The client is gone or the socket failed: nobody to answer.
-    Gone,
-    /// Tell the client this.
-    Message(String),
-}
-
-/// Reads up to the first newline (or the end of the stream), at most
-/// [`MAX_REQUEST_BYTES`], before `deadline`.
-fn read_request(stream: &mut UnixStream, deadline: Instant) -> Result<Vec<u8>, ReadFailure> {
-    let mut line = Vec::with_capacity(256);
-    let mut buf = [0u8; 4096];
-    while line.len() < MAX_REQUEST_BYTES {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(timeout());
-        }
-        stream
-            .set_read_timeout(Some(left))
-            .map_err(|_| ReadFailure::Gone)?;
-        let want = buf.len().min(MAX_REQUEST_BYTES - line.len());
-        let n = match stream.read(&mut buf[..want]) {
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Err(timeout());
-            }
-            Err(_) => return Err(ReadFailure::Gone),
-        };
-        if n == 0 {
-            return Ok(line);
-        }
-        if let Some(end) = buf[..n].iter().position(|&b| b == b'\n') {
-            line.extend_from_slice(&buf[..=end]);
-            return Ok(line);
-        }
-        line.extend_from_slice(&buf[..n]);
-    }
-    Err(ReadFailure::Message(TOO_LONG.to_string()))
-}
-
-fn timeout() -> ReadFailure {
-    ReadFailure::Message(format!(
-        "no request line within {}s",
-        REQUEST_TIMEOUT.as_secs()
-    ))
+fn timeout_message() -> String {
+    format!("no request line within {}s", REQUEST_TIMEOUT.as_secs())
 }
 
 /// The peer's credentials from `SO_PEERCRED`.

@@ -79,6 +79,22 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// Raises this process's soft limit on open files to `at_least` (capped at the hard
+/// limit), for a test that holds hundreds of connections.
+pub fn raise_fd_limit(at_least: u64) {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read and write one `rlimit` that lives on the stack.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < at_least {
+            lim.rlim_cur = at_least.min(lim.rlim_max);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
 /// Whether the running kernel is Linux `major.minor` or later (`/proc/sys/kernel/osrelease`),
 /// for a test that asserts what a kernel feature gives where it exists and the fallback
 /// where it does not.

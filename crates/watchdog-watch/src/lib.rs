@@ -10,6 +10,7 @@ pub mod ready;
 pub mod recorder;
 pub mod target;
 pub mod terminal;
+pub mod wake;
 mod watch;
 
 pub use published::Published;

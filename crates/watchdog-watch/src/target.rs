@@ -245,11 +245,13 @@ pub fn catch_forwarded_signals() -> Result<Forwarded, Failure> {
 /// target. Signals the kernel sends for a terminal (Ctrl-C, hangup) already reach the
 /// target, which shares the terminal's process group, so they are not sent twice. A
 /// signal the exited target can no longer take is left in `unforwarded`, for the
-/// processes the command left running.
+/// processes the command left running, and `waker` wakes the loop to send it to them at
+/// once.
 pub fn forward_signals(
     mut signals: Forwarded,
     pidfd: Arc<PidFd>,
     unforwarded: Arc<std::sync::atomic::AtomicUsize>,
+    waker: crate::wake::Waker,
 ) -> Result<(), Failure> {
     std::thread::Builder::new()
         .name("watchdog-signals".into())
@@ -271,6 +273,7 @@ pub fn forward_signals(
                         if e.is_gone() {
                             unforwarded
                                 .store(info.signal as usize, std::sync::atomic::Ordering::Relaxed);
+                            waker.wake();
                         }
                     }
                 }

@@ -30,6 +30,7 @@ use crate::outputs::{self, Outputs};
 use crate::recorder::{self, FlightRecorder, RecorderLink, Recorders};
 use crate::target::{self, Target, TargetExit};
 use crate::terminal;
+use crate::wake::Wake;
 use crate::{Failure, Published};
 use watchdog_config::Settings;
 
@@ -61,11 +62,16 @@ pub fn attach(
     // Signals first: from here on, SIGUSR2 and a stop request are ours to handle.
     let record_now = catch_record_signal();
     let stop = Arc::new(AtomicUsize::new(0));
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+    let stops = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+    for sig in stops {
         if let Err(e) = signal_hook::flag::register_usize(sig, stop.clone(), sig as usize) {
             tracing::debug!("cannot catch signal {sig}: {e}");
         }
     }
+    // After the flag: a stop wakes the loop at once, not at the next tick.
+    let wake = new_wake()?;
+    wake.on_signals(&stops)
+        .map_err(|e| Failure::Runtime(format!("cannot catch the stop signals: {e}")))?;
     let target = Target::attach(&settings.host.proc, pid)?;
     let outputs = Outputs::plan(
         &settings,
@@ -77,11 +83,18 @@ pub fn attach(
     let mut watch = Watch::new(target, settings, prepared, outputs, record_now, &recorders)?;
     // Stopping the watchdog (Ctrl-C, kill) ends the watch with a summary, not silently.
     watch.stop = Some(stop);
+    watch.wake = Some(wake);
     watch.publish_to(published);
     match watch.run() {
         Ended::Target(_) => Ok(ExitCode::SUCCESS),
         Ended::Stopped(sig) => Ok(ExitCode::from((128 + sig).clamp(0, 255) as u8)),
     }
+}
+
+/// The loop's [`Wake`], or why there is none.
+fn new_wake() -> Result<Wake, Failure> {
+    Wake::new()
+        .map_err(|e| Failure::Runtime(format!("cannot create the loop's wake-up socket: {e}")))
 }
 
 /// Registers SIGUSR2 as "write the recording now".
@@ -121,11 +134,17 @@ pub fn run_command(
     )?;
     let prepared = Prepared::new(&settings, None)?;
     let env = target::child_env(settings.signal, &outputs.request_file);
+    let wake = new_wake()?;
     // Before the spawn, so nothing the command backgrounds can leave the watch.
     lineage::become_subreaper()?;
     let target = Target::spawn(&settings.host.proc, argv, &env)?;
     let unforwarded = Arc::new(AtomicUsize::new(0));
-    target::forward_signals(forwarded, target.pidfd.clone(), unforwarded.clone())?;
+    target::forward_signals(
+        forwarded,
+        target.pidfd.clone(),
+        unforwarded.clone(),
+        wake.waker(),
+    )?;
     let pidfd = target.pidfd.clone();
     let recorders = Recorders::start().map_err(Failure::Runtime);
     let built =
@@ -133,6 +152,7 @@ pub fn run_command(
     let mut watch = match built {
         Ok(mut w) => {
             w.unforwarded = Some(unforwarded);
+            w.wake = Some(wake);
             w.publish_to(published);
             w
         }
@@ -198,6 +218,8 @@ pub struct Watch {
     oom_counter: Option<(OomKillCounter, u64)>,
     kmsg: Option<kmsg::Kmsg>,
     stop: Option<Arc<AtomicUsize>>,
+    /// What the single-run loop sleeps on between ticks, so a signal wakes it at once.
+    wake: Option<Wake>,
     /// The target's status, once it exited (the watch goes on while the run's other
     /// processes remain; see `lineage`).
     target_exit: Option<TargetExit>,
@@ -444,6 +466,7 @@ impl Watch {
             oom_counter,
             kmsg: kmsg::Kmsg::open_at_end(&settings_kmsg),
             stop: None,
+            wake: None,
             target_exit: None,
             survivors_since: None,
             unforwarded: None,

@@ -19,8 +19,9 @@
 //! are signalled through pidfds opened and checked here ([`Watch::roots`]): their parent
 //! is not in the tree, so the alerter's parent check cannot vouch for them.
 
+use std::os::fd::AsFd as _;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, WaitId, WaitIdOptions};
 use watchdog_alerter::hook::Hooks;
@@ -32,6 +33,10 @@ use watchdog_types::units::{format_duration_s, signal_name};
 use super::Watch;
 use crate::Failure;
 use crate::target::{TargetExit, comm};
+use crate::wake::Woken;
+
+/// How often the processes a run left running are looked at between samples.
+const SURVIVORS_EVERY: Duration = Duration::from_millis(100);
 
 /// Makes the watchdog a child subreaper, before `run` starts the command.
 pub fn become_subreaper() -> Result<(), Failure> {
@@ -63,33 +68,79 @@ fn describe(pids: &[(u32, String)]) -> String {
 
 impl Watch {
     /// Waits until the next tick (at most `timeout`); returns true when the watch is over:
-    /// the target exited and no process of the run is left.
+    /// the target exited and no process of the run is left. A stop signal ends the wait
+    /// at once (the loop then stops), and so does a signal `run` could not forward to the
+    /// exited target (it goes to the processes left running, then the wait goes on).
     pub(super) fn wait_for_the_run(&mut self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
         if self.target_exit.is_none() {
-            return match self.target.pidfd.wait_exit(Some(timeout)) {
-                Ok(false) => false,
-                Ok(true) => self.target_exited(),
-                Err(e) => {
-                    tracing::warn!("cannot wait for the target: {e}");
-                    std::thread::sleep(self.settings.interval);
-                    false
-                }
+            return match self.pause(deadline, true) {
+                Woken::Other => self.target_exited(),
+                Woken::Woken | Woken::Timeout => false,
             };
         }
-        std::thread::sleep(timeout);
-        self.forward_to_survivors();
-        self.reap_adopted();
-        self.sampler.tree_mut().refresh();
-        let left = self.survivors_alive();
-        if left.is_empty() {
-            tracing::info!(
-                "the last process PID {} ({}) left running has exited",
-                self.target.pid,
-                self.target.name
-            );
-            return true;
+        // The processes left running have no pidfd to wait on: they are looked at every
+        // SURVIVORS_EVERY, so the watch ends soon after the last one (a forwarded SIGTERM).
+        loop {
+            let next = deadline.min(Instant::now() + SURVIVORS_EVERY);
+            self.pause(next, false);
+            self.forward_to_survivors();
+            self.reap_adopted();
+            self.sampler.tree_mut().refresh();
+            if self.survivors_alive().is_empty() {
+                tracing::info!(
+                    "the last process PID {} ({}) left running has exited",
+                    self.target.pid,
+                    self.target.name
+                );
+                return true;
+            }
+            if Instant::now() >= deadline || self.stop_requested() {
+                return false;
+            }
         }
-        false
+    }
+
+    /// Sleeps until `deadline`, a stop signal, or (`for_exit`) the target's exit
+    /// ([`Woken::Other`]).
+    fn pause(&mut self, deadline: Instant, for_exit: bool) -> Woken {
+        let pidfd = std::sync::Arc::clone(&self.target.pidfd);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let other = for_exit.then(|| pidfd.as_fd());
+            let woken = match &self.wake {
+                Some(wake) => wake.wait(other, left),
+                None if for_exit => pidfd
+                    .wait_exit(Some(left))
+                    .map(|exited| if exited { Woken::Other } else { Woken::Timeout })
+                    .map_err(std::io::Error::other),
+                None => {
+                    std::thread::sleep(left);
+                    Ok(Woken::Timeout)
+                }
+            };
+            match woken {
+                Ok(Woken::Woken) if !self.stop_requested() => {
+                    self.forward_to_survivors();
+                    if Instant::now() >= deadline {
+                        return Woken::Timeout;
+                    }
+                }
+                Ok(w) => return w,
+                Err(e) => {
+                    tracing::warn!("cannot wait for the target: {e}");
+                    std::thread::sleep(self.settings.interval.min(left));
+                    return Woken::Timeout;
+                }
+            }
+        }
+    }
+
+    /// Whether the watchdog was told to stop (`--pid`: SIGINT, SIGTERM, SIGHUP).
+    pub(super) fn stop_requested(&self) -> bool {
+        self.stop
+            .as_ref()
+            .is_some_and(|s| s.load(Ordering::Relaxed) != 0)
     }
 
     /// The target just exited: collects its status and, when processes of the run remain,
