@@ -513,3 +513,39 @@ fn a_run_from_a_tmpfs_differs_in_its_disk() {
         "{table}"
     );
 }
+
+/// Two runs watching one path that is on another filesystem in each (the root filesystem,
+/// then a tmpfs mounted over it): each disk row's note has only its own run's peak. The
+/// note used to take a run's peak (and limit) by the other run's name, so the tmpfs row
+/// said run A peaked at the root filesystem's many GiB on a disk A never watched.
+#[test]
+fn a_disk_one_run_did_not_watch_has_no_peak_of_that_run() {
+    if !require(is_root(), "root (to mount a tmpfs)") {
+        return;
+    }
+    let Some(fs) = need(Tmpfs::mount("64m"), "a tmpfs mount") else {
+        return;
+    };
+    let dir = scratch();
+    let (a, b) = (dir.path().join("plain.rec"), dir.path().join("tmpfs.rec"));
+    record_from(fs.path(), &b, &["--mem-limit", "1GiB"]);
+    let out = Command::new("umount").arg(fs.path()).output().unwrap();
+    assert_success(&out, "umount");
+    record_from(fs.path(), &a, &["--mem-limit", "1GiB"]);
+    let path = fs.path().to_str().unwrap();
+    let (root, _) = disk_mount(&a, fs.path());
+    assert_ne!(root, path);
+
+    let text = stdout(&diff(&a, &b));
+    let note = |row: &str| {
+        let mut lines = text.lines();
+        lines
+            .find(|l| l.starts_with(&format!("  limit disk on {row}: ")))
+            .unwrap_or_else(|| panic!("no row of the disk on {row}: {text}"));
+        lines.next().unwrap_or_default().trim().to_string()
+    };
+    let on_tmpfs = note(path);
+    assert!(on_tmpfs.starts_with("peaks: A unknown, B "), "{text}");
+    let on_root = note(&root);
+    assert!(on_root.ends_with(", B unknown"), "{text}");
+}

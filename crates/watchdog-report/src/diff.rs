@@ -522,14 +522,19 @@ pub fn diff(a: &Recording, b: &Recording) -> Diff {
         };
         if key.starts_with("limit ") {
             // Each run's own resource: a disk paired by mount point has a path in each.
-            let resource = |f: Option<&Fact>| f.and_then(|f| f.resource.clone());
+            // A run without this fact has no peak or limit in it, even when it watched a
+            // disk of the same name on another filesystem (its own row says so).
             let (name_a, name_b) = (
-                resource(fa).or_else(|| resource(fb)).unwrap_or_default(),
-                resource(fb).or_else(|| resource(fa)).unwrap_or_default(),
+                fa.and_then(|f| f.resource.clone()),
+                fb.and_then(|f| f.resource.clone()),
             );
-            let (la, lb) = (limits(&env_a, &name_a), limits(&env_b, &name_b));
+            let limit_of = |env: &Environment, name: &Option<String>| {
+                name.as_deref().and_then(|n| limits(env, n))
+            };
+            let (la, lb) = (limit_of(&env_a, &name_a), limit_of(&env_b, &name_b));
             // The peaks are the recording's, under the resource's own name (not `~`).
-            let peak_of = |rec, peaks: &BTreeMap<String, u64>, name: &str| {
+            let peak_of = |rec, peaks: &BTreeMap<String, u64>, name: &Option<String>| {
+                let name = name.as_deref()?;
                 peaks
                     .get(&resource_of(rec, name).unwrap_or_else(|| name.to_string()))
                     .copied()
