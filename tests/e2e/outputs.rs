@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::support::{
-    Tmpfs, bin, is_root, of_kind, read_events, require, scratch, summary_recording, wait_for,
+    Tmpfs, bin, is_root, need, of_kind, read_events, require, scratch, summary_recording, wait_for,
 };
 
 const PRECIOUS: &str = "print('my training script')\n";
@@ -364,6 +364,52 @@ fn outputs_on_procfs_or_sysfs_are_refused_at_start() {
             &[flag, path],
             "a kernel interface where written lines are lost or refused",
         );
+    }
+}
+
+/// A kernel filesystem of `fstype` mounted on a scratch directory, unmounted on drop.
+struct KernelFs(tempfile::TempDir);
+
+impl KernelFs {
+    fn mount(fstype: &str) -> Option<KernelFs> {
+        let dir = scratch();
+        let ok = Command::new("mount")
+            .args(["-t", fstype, fstype])
+            .arg(dir.path())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(KernelFs(dir))
+    }
+}
+
+impl Drop for KernelFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.0.path()).status();
+    }
+}
+
+/// `--events /dev/mqueue/run.jsonl` (a new file there is a POSIX message queue) and an
+/// events file or recording on hugetlbfs passed the start check, then every write failed
+/// with `Invalid argument`: they are refused at start like procfs and sysfs.
+#[test]
+fn outputs_on_mqueue_or_hugetlbfs_are_refused_at_start() {
+    if !require(is_root(), "root (to mount mqueue and hugetlbfs)") {
+        return;
+    }
+    for fstype in ["mqueue", "hugetlbfs"] {
+        let Some(fs) = need(KernelFs::mount(fstype), "a kernel filesystem mount") else {
+            return;
+        };
+        for (flag, name) in [("--events", "run.jsonl"), ("--record", "run.recording.csv")] {
+            let path = fs.0.path().join(name);
+            // Queues outlive the mount (they belong to the IPC namespace): start clean.
+            let _ = std::fs::remove_file(&path);
+            assert_refused(
+                &[flag, path.to_str().unwrap()],
+                &format!("it is on {fstype}, a kernel interface"),
+            );
+            assert!(!path.exists(), "{flag} left {path:?} on {fstype}");
+        }
     }
 }
 

@@ -379,6 +379,10 @@ const PSEUDO_FILESYSTEMS: &[(i64, &str)] = &[
     (0x6165_676c, "pstore"),
     (0xde5e_81e4, "efivarfs"),
     (0x6265_6570, "configfs"),
+    // A new file on mqueue is a message queue, and hugetlbfs files are only mapped:
+    // both take the open and the start probe, then fail every write with EINVAL.
+    (0x1980_0202, "mqueue"),
+    (0x9584_58f6, "hugetlbfs"),
 ];
 
 /// `Err` when `path` (a file, or the directory a new file would go in) is on one of the
