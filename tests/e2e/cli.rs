@@ -481,6 +481,30 @@ fn bad_config_names_file_line_and_expectation() {
     );
 }
 
+/// A key set twice was `config file F:2: duplicate key`, naming no key.
+#[test]
+fn a_key_set_twice_is_named() {
+    let dir = scratch();
+    let twice = dir.path().join("twice.toml");
+    std::fs::write(&twice, "lead = \"30s\"\n\"lead\" = \"10s\"\n").unwrap();
+    let t = twice.display().to_string();
+    assert_usage_error(
+        &["--config", &t, "--pid", "1"],
+        &[&format!(
+            "{t}:2: duplicate key 'lead': expected each key once in its table"
+        )],
+    );
+    std::fs::write(
+        &twice,
+        "[[rule]]\nname = \"a\"\nname = \"b\"\n[rule.match]\ncommand = \"x\"\n",
+    )
+    .unwrap();
+    assert_usage_error(
+        &["daemon", "--config", &t],
+        &[&format!("{t}:3: duplicate key 'name'")],
+    );
+}
+
 #[test]
 fn documented_example_config_is_accepted() {
     let config = crate::support::repo().join("config/watchdog.toml");

@@ -524,9 +524,13 @@ pub fn parse_toml<T: serde::de::DeserializeOwned>(
                 (e.into_inner(), key)
             }
         },
-        // A syntax error: no key to name.
+        // A syntax error: no key to name, but for a key given twice, which its span is.
         Err(e) => (e, String::new()),
     };
+    let duplicate = (e.message() == "duplicate key")
+        .then(|| e.span().and_then(|span| text.get(span)))
+        .flatten()
+        .map(|k| watchdog_types::quote::quote_value(k.trim().trim_matches(['"', '\''])));
     let start = e.span().map(|span| span.start.min(text.len()));
     let location = match start {
         Some(start) => format!("{}:{}", path.display(), line_of(text, start)),
@@ -538,7 +542,12 @@ pub fn parse_toml<T: serde::de::DeserializeOwned>(
         .replacen("invalid type: map,", "invalid type: table,", 1)
         .replacen("invalid type: sequence,", "invalid type: array,", 1)
         .replacen("expected a sequence", "expected an array", 1);
-    let (key, message) = if message.starts_with("unknown field") {
+    let (key, message) = if let Some(duplicate) = duplicate {
+        (
+            key,
+            format!("duplicate key {duplicate}: expected each key once in its table"),
+        )
+    } else if message.starts_with("unknown field") {
         // The path ends with the unknown key, which the message quotes: name its table.
         let table = key.rfind(['.', '[']).map_or("", |i| &key[..i]);
         (
