@@ -941,48 +941,8 @@ fn daemon_exits_2_for_a_socket_path_or_request_dir_it_cannot_use() {
             &["cannot use request_dir", "Not a directory"],
         ),
     ];
-    let conf = d.join("daemon.toml");
     for (socket, request_dir, fragments) in cases {
-        std::fs::write(
-            &conf,
-            format!(
-                "socket = \"{socket}\"\nrequest_dir = \"{request_dir}\"\nstate_dir = \"{}\"\n\
-                 [[rule]]\nname = \"none\"\n[rule.match]\ncommand = \"^matches nothing$\"\n",
-                at("state")
-            ),
-        )
-        .unwrap();
-        let mut child = bin()
-            .args(["daemon", "--config", &conf.display().to_string()])
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        // It fails before it watches anything; a daemon still running is the failure.
-        let exited = wait_for(std::time::Duration::from_secs(20), || {
-            matches!(child.try_wait(), Ok(Some(_)))
-        });
-        if !exited {
-            let _ = child.kill();
-        }
-        let out = child.wait_with_output().unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            exited,
-            "{socket} {request_dir}: the daemon started: {stderr}"
-        );
-        assert_eq!(
-            out.status.code(),
-            Some(2),
-            "{socket} {request_dir}: {stderr}"
-        );
-        assert_eq!(
-            stderr.lines().count(),
-            1,
-            "{socket} {request_dir}: {stderr:?}"
-        );
-        for f in *fragments {
-            assert!(stderr.contains(f), "{stderr:?} lacks {f:?}");
-        }
+        assert_daemon_refuses(d, socket, request_dir, &at("state"), fragments);
     }
     assert!(long.len() > 108, "{long}");
     assert_eq!(
@@ -990,6 +950,99 @@ fn daemon_exits_2_for_a_socket_path_or_request_dir_it_cannot_use() {
         "keep"
     );
     assert!(d.join("dir.sock").is_dir() && d.join("link.sock").is_symlink());
+}
+
+/// Starts `watchdog daemon` with a config of `socket`, `request_dir` and `state_dir` in
+/// `d` and checks it exits 2 at once, with one line holding every one of `fragments`.
+fn assert_daemon_refuses(
+    d: &std::path::Path,
+    socket: &str,
+    request_dir: &str,
+    state_dir: &str,
+    fragments: &[&str],
+) {
+    let conf = d.join("daemon.toml");
+    std::fs::write(
+        &conf,
+        format!(
+            "socket = \"{socket}\"\nrequest_dir = \"{request_dir}\"\nstate_dir = \"{state_dir}\"\n\
+             [[rule]]\nname = \"none\"\n[rule.match]\ncommand = \"^matches nothing$\"\n"
+        ),
+    )
+    .unwrap();
+    let mut child = bin()
+        .args(["daemon", "--config", &conf.display().to_string()])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // It fails before it watches anything; a daemon still running is the failure.
+    let exited = wait_for(std::time::Duration::from_secs(20), || {
+        matches!(child.try_wait(), Ok(Some(_)))
+    });
+    if !exited {
+        let _ = child.kill();
+    }
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let what = format!("{socket} {request_dir} {state_dir}");
+    assert!(exited, "{what}: the daemon started: {stderr}");
+    assert_eq!(out.status.code(), Some(2), "{what}: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{what}: {stderr:?}");
+    for f in fragments {
+        assert!(stderr.contains(f), "{stderr:?} lacks {f:?}");
+    }
+}
+
+/// A `request_dir`, `state_dir` or socket on procfs or sysfs was taken: the daemon
+/// started, then watched no run (`PID N is not watched: cannot make the request directory
+/// of user U: /sys/kernel/U: Operation not permitted`, or `cannot write the recording in
+/// '/proc/self'`), or exited 1 for the socket. `request_dir = "/proc/1"` also logged that
+/// it had made `/proc/1` 0755 before the change failed.
+#[test]
+fn daemon_exits_2_for_directories_on_a_kernel_filesystem() {
+    if !require(is_root(), "root (the daemon's checks of its directories)") {
+        return;
+    }
+    let dir = scratch();
+    let d = dir.path();
+    let at = |name: &str| d.join(name).display().to_string();
+    let (socket, users, state) = (at("ok.sock"), at("users"), at("state"));
+    let cases: [(&str, &str, &str, &str); 5] = [
+        (
+            &socket,
+            "/sys/kernel",
+            &state,
+            "unsafe request_dir /sys/kernel: it is on sysfs",
+        ),
+        (
+            &socket,
+            "/proc/1",
+            &state,
+            "unsafe request_dir /proc/1: it is on procfs",
+        ),
+        (
+            &socket,
+            &users,
+            "/proc/self",
+            "state_dir /proc/self: it is on procfs",
+        ),
+        (
+            &socket,
+            &users,
+            "/sys/kernel/wd-state",
+            "state_dir /sys/kernel/wd-state: it is on sysfs",
+        ),
+        (
+            "/proc/self/d.sock",
+            &users,
+            &state,
+            "/proc/self/d.sock: it is on procfs",
+        ),
+    ];
+    for (socket, request_dir, state_dir, fragment) in cases {
+        assert_daemon_refuses(d, socket, request_dir, state_dir, &[fragment]);
+    }
+    assert!(!std::path::Path::new("/sys/kernel/wd-state").exists());
 }
 
 /// Issue 18: a value that is not UTF-8 was "invalid UTF-8 was detected in one or more

@@ -170,16 +170,24 @@ impl UserDirs {
                 permissions(&st)
             )));
         }
+        // `/sys/kernel` or `/proc/1` is root's and 0755 or 0555, but no user directory can
+        // be made there: every run would go unwatched.
+        let fs = rustix::fs::fstatfs(&fd).map_err(|e| io_err(base, e))?;
+        if let Some(name) = watchdog_types::fs::kernel_filesystem(fs.f_type) {
+            return Err(refused(format!(
+                "it is on {name}, a kernel interface where no directory or file of users can be made"
+            )));
+        }
         if permissions(&st) != BASE_MODE {
             // Root's own directory with too few bits, e.g. made under `UMask=0077` by an
             // earlier version and kept by `RuntimeDirectoryPreserve=yes`: users could not
-            // reach their files through it.
+            // reach their files through it. Said once it is done, not before.
+            rustix::fs::fchmod(&fd, Mode::from_raw_mode(BASE_MODE)).map_err(|e| io_err(base, e))?;
             tracing::warn!(
                 "{} had mode {:04o}: made it 0755 so each user reaches their own directory in it",
                 base.display(),
                 permissions(&st)
             );
-            rustix::fs::fchmod(&fd, Mode::from_raw_mode(BASE_MODE)).map_err(|e| io_err(base, e))?;
         }
         warn_unreachable_parent(base);
         Ok(UserDirs {

@@ -73,6 +73,14 @@ pub fn run(config_path: &Path, host: Host, metrics: Option<String>) -> Result<Ex
 
     let mut config = DaemonConfig::load(config_path).map_err(Failure::Usage)?;
     let user_dirs = UserDirs::open(&config.request_dir).map_err(|e| request_dir_failure(&e))?;
+    if let Some(name) = kernel_filesystem_at(&config.state_dir) {
+        return Err(Failure::Usage(format!(
+            "state_dir {}: it is on {name}, a kernel interface where no recording can be \
+             written; expected a directory on a filesystem that holds files, such as {}",
+            config.state_dir.display(),
+            crate::rules::DEFAULT_STATE_DIR
+        )));
+    }
     let recorders = Recorders::start().map_err(Failure::Runtime)?;
     let published = Arc::new(Published::new("daemon", config.interval.as_secs_f64()));
     let (register_tx, register_rx) = mpsc::channel::<Pending>();
@@ -363,13 +371,14 @@ fn register(
 }
 
 /// Why the request directory cannot be used. An unsafe one (a symlink, another owner,
-/// writable by group or others) is the config's to fix: exit 2, so that systemd's
+/// writable by group or others, on procfs or sysfs) is the config's to fix: exit 2, so that systemd's
 /// `RestartPreventExitStatus=2` stops there instead of restarting every 5 s for ever.
 fn request_dir_failure(e: &BeneathError) -> Failure {
     match e {
         BeneathError::Refused { path, reason } => Failure::Usage(format!(
             "unsafe request_dir {}: {reason}; request_dir must be a directory (not a \
-             symlink) owned by the daemon's user and not writable by group or others",
+             symlink, not on a kernel filesystem) owned by the daemon's user and not writable \
+             by group or others",
             path.display()
         )),
         // Below a file (`/etc/passwd/users`): also the config's to fix.
@@ -378,6 +387,15 @@ fn request_dir_failure(e: &BeneathError) -> Failure {
         }
         e => Failure::Runtime(format!("cannot use request_dir: {e}")),
     }
+}
+
+/// The kernel pseudo-filesystem `path` is on, or would be made on (that of its nearest
+/// ancestor that exists): `/proc/self` or `/sys/kernel/x` takes no directory or file of
+/// ours, so a `state_dir` or socket there is the config's to fix (exit 2).
+fn kernel_filesystem_at(path: &Path) -> Option<&'static str> {
+    path.ancestors()
+        .find_map(|p| rustix::fs::statfs(p).ok())
+        .and_then(|fs| watchdog_types::fs::kernel_filesystem(fs.f_type))
 }
 
 /// Whether something other than a socket is at `path`, or its parent is no directory: a
@@ -400,6 +418,13 @@ fn serve_socket(
     register: mpsc::Sender<Pending>,
     waker: Waker,
 ) -> Result<ServerHandle, Failure> {
+    if let Some(name) = kernel_filesystem_at(path) {
+        return Err(Failure::Usage(format!(
+            "cannot listen on {}: it is on {name}, a kernel interface where no socket can be \
+             made; expected a path such as /run/watchdog/daemon.sock",
+            path.display()
+        )));
+    }
     let server = StatusServer::bind(path).map_err(|e| {
         if not_a_socket_path(path) {
             Failure::Usage(e)

@@ -64,6 +64,37 @@ pub enum WriteError {
     },
 }
 
+/// The kernel's pseudo-filesystems, by `statfs` magic (linux/magic.h): a file there is
+/// an interface to the kernel, where a write is taken as a command, lost or refused, and
+/// no directory of the watchdog's can be made. A new file on mqueue is a message queue,
+/// and hugetlbfs files are only mapped: both take an open, then fail every write.
+const KERNEL_FILESYSTEMS: &[(i64, &str)] = &[
+    (0x9fa0, "procfs"),
+    (0x6265_6572, "sysfs"),
+    (0x0027_e0eb, "cgroupfs"),
+    (0x6367_7270, "cgroup2fs"),
+    (0x6462_6720, "debugfs"),
+    (0x7472_6163, "tracefs"),
+    (0x7363_6673, "securityfs"),
+    (0xcafe_4a11, "bpffs"),
+    (0x6165_676c, "pstore"),
+    (0xde5e_81e4, "efivarfs"),
+    (0x6265_6570, "configfs"),
+    (0x1980_0202, "mqueue"),
+    (0x9584_58f6, "hugetlbfs"),
+];
+
+/// The name of the kernel pseudo-filesystem whose `statfs` magic is `f_type`, or None
+/// for a filesystem that holds files (ext4, tmpfs, ...). `f_type` is an `i64` on x86_64
+/// and a narrower integer on other targets.
+pub fn kernel_filesystem(f_type: impl Into<i64>) -> Option<&'static str> {
+    let f_type = f_type.into();
+    KERNEL_FILESYSTEMS
+        .iter()
+        .find(|(magic, _)| *magic == f_type)
+        .map(|(_, name)| *name)
+}
+
 /// The directory a file path is in: its parent, or `.` for a bare file name.
 pub fn parent_dir(path: &Path) -> &Path {
     match path.parent() {

@@ -7,7 +7,7 @@
 //!   kind (an old request, an ack, JSON lines of watchdog events or an empty file, a
 //!   recording by its `# watchdog recording v1` header or an empty file);
 //! - no output goes on procfs, sysfs or another of the kernel's pseudo-filesystems
-//!   ([`PSEUDO_FILESYSTEMS`]), where a written line is lost or refused;
+//!   ([`watchdog_types::fs::kernel_filesystem`]), where a written line is lost or refused;
 //! - no two outputs share a path (the canonical directory plus the name, or the same
 //!   inode), the derived `.ack` and the default recording included;
 //! - every output's directory is checked writable by creating and removing the very
@@ -365,39 +365,16 @@ fn check_kind(kind: Kind, path: &Path) -> Result<(), String> {
     }
 }
 
-/// The kernel's pseudo-filesystems, by `statfs` magic (linux/magic.h): a file there is
-/// an interface to the kernel, where a write is taken as a command, lost or refused.
-const PSEUDO_FILESYSTEMS: &[(i64, &str)] = &[
-    (0x9fa0, "procfs"),
-    (0x6265_6572, "sysfs"),
-    (0x0027_e0eb, "cgroupfs"),
-    (0x6367_7270, "cgroup2fs"),
-    (0x6462_6720, "debugfs"),
-    (0x7472_6163, "tracefs"),
-    (0x7363_6673, "securityfs"),
-    (0xcafe_4a11, "bpffs"),
-    (0x6165_676c, "pstore"),
-    (0xde5e_81e4, "efivarfs"),
-    (0x6265_6570, "configfs"),
-    // A new file on mqueue is a message queue, and hugetlbfs files are only mapped:
-    // both take the open and the start probe, then fail every write with EINVAL.
-    (0x1980_0202, "mqueue"),
-    (0x9584_58f6, "hugetlbfs"),
-];
-
 /// `Err` when `path` (a file, or the directory a new file would go in) is on one of the
-/// kernel's [`PSEUDO_FILESYSTEMS`]: `--events /proc/self/comm` is a regular, empty file
+/// kernel's pseudo-filesystems ([`watchdog_types::fs::kernel_filesystem`]): `--events /proc/self/comm` is a regular, empty file
 /// that swallows every line.
 fn pseudo_filesystem(path: &Path) -> Result<(), String> {
     let Ok(fs) = rustix::fs::statfs(path) else {
         // Not there to look at: the writability probe says what is wrong.
         return Ok(());
     };
-    // `f_type` is i64 on x86_64 and a narrower type on other targets.
-    #[allow(clippy::unnecessary_cast)]
-    let magic = fs.f_type as i64;
-    match PSEUDO_FILESYSTEMS.iter().find(|(m, _)| *m == magic) {
-        Some((_, name)) => Err(format!(
+    match watchdog_types::fs::kernel_filesystem(fs.f_type) {
+        Some(name) => Err(format!(
             "it is on {name}, a kernel interface where written lines are lost or refused"
         )),
         None => Ok(()),
