@@ -275,6 +275,31 @@ fn a_bad_value_under_the_line_cap_is_quoted_to_80_characters() {
     );
 }
 
+/// A long header of control characters was quoted with two lengths, `'a\u{0}ba…' (189
+/// characters) (1200 characters)`: the message's backstop cut again the value
+/// `quote_value` had cut, its escapes counted as characters.
+#[test]
+fn a_value_of_control_characters_is_cut_once_with_its_length() {
+    let dir = scratch();
+    let trace = dir.path().join("nul.csv");
+    std::fs::write(&trace, format!("{}\n0,1,2\n", "a\0b".repeat(400))).unwrap();
+    let out = bin()
+        .args(["replay", trace.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.matches(" characters)").count(), 1, "{stderr}");
+    let shown = "a\\u{0}b".repeat(26);
+    assert!(
+        stderr.contains(&format!(
+            "found header '{}a\\u{{0}}…' (1200 characters)",
+            &shown
+        )),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn a_huge_command_line_value_is_quoted_to_80_characters() {
     let bad = "9".repeat(100_000) + "x";

@@ -77,8 +77,10 @@ fn clip_runs(message: &str) -> String {
             && let Some(len) = chars[i + 1..].iter().position(|&d| d == c)
         {
             let inner = &chars[i + 1..i + 1 + len];
-            // One more for the ellipsis of a value `quote_value` already cut.
-            let cut = inner.len() > MAX_QUOTED_CHARS + 1;
+            // One more for the ellipsis of a value `quote_value` already cut; a value it
+            // cut is left whole, its escapes (`\u{0}`) being longer than the characters.
+            let cut = inner.len() > MAX_QUOTED_CHARS + 1
+                && !(inner.last() == Some(&'…') && is_length_note(&chars[i + 2 + len..]));
             out.push(c);
             for &d in inner.iter().take(if cut { MAX_QUOTED_CHARS } else { len }) {
                 push_visible(&mut out, d);
@@ -103,6 +105,16 @@ fn clip_runs(message: &str) -> String {
         i += 1;
     }
     out
+}
+
+/// Whether `rest` starts with the ` (N characters)` [`quote_value`] puts after a value it cut.
+fn is_length_note(rest: &[char]) -> bool {
+    let Some(rest) = rest.strip_prefix(&[' ', '(']) else {
+        return false;
+    };
+    let digits = rest.iter().take_while(|c| c.is_ascii_digit()).count();
+    let note: Vec<char> = " characters)".chars().collect();
+    digits > 0 && rest[digits..].starts_with(&note)
 }
 
 #[cfg(test)]
