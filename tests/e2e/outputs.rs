@@ -508,6 +508,15 @@ fn report_outputs_follow_the_rules_of_every_other_output() {
         );
     } else {
         assert_eq!(out.status.code(), Some(2), "{stderr}");
+        // The name that is taken is said: `cannot write report out.html: File exists`
+        // named only a file that did not exist.
+        assert!(
+            stderr.contains(&format!(
+                "its temporary file {}",
+                p(".out.html.tmp.").display()
+            )),
+            "{stderr}"
+        );
     }
 
     std::fs::write(p("mine.html"), PRECIOUS).unwrap();

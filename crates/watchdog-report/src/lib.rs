@@ -217,6 +217,15 @@ fn check_output(out: &Path, inputs: &[&Path]) -> Result<(), ReportError> {
 fn write_atomically(out: &Path, body: &str) -> Result<(), ReportError> {
     use watchdog_types::fs::WriteError;
     watchdog_types::fs::write_atomic(out, body.as_bytes()).map_err(|e| match e {
+        // The temporary file's own error names it: `File exists` is its name being taken
+        // (a symlink or file planted there), not OUT.
+        WriteError::Write { path, source } if path != out => ReportError::Write {
+            path: out.to_path_buf(),
+            source: std::io::Error::new(
+                source.kind(),
+                format!("its temporary file {}: {source}", path.display()),
+            ),
+        },
         WriteError::Write { source, .. } | WriteError::Rename { source, .. } => {
             ReportError::Write {
                 path: out.to_path_buf(),
