@@ -175,7 +175,8 @@ fn flags_of(sub: &str) -> Option<(&'static [&'static str], &'static str)> {
             &[
                 "config", "interval", "lead", "floor", "signal", "dry_run", "on_alert",
             ],
-            "a trace and the engine's settings (--lead, --interval, --floor, --signal, --config)",
+            "a trace and the engine's settings (--lead, --interval, --floor, --signal, --config, \
+             --dry-run, --on-alert)",
         ),
         _ => return None,
     })
