@@ -485,6 +485,28 @@ fn bad_config_names_file_line_and_expectation() {
     );
 }
 
+/// `watchdog status --socket FILE` (a file, a FIFO, a directory: not a socket) exited 1
+/// as if the daemon had failed; the path given is what is wrong.
+#[test]
+fn status_of_a_path_that_is_not_a_socket_is_a_usage_error() {
+    let dir = scratch();
+    let file = dir.path().join("file");
+    std::fs::write(&file, "").unwrap();
+    for path in [
+        file.as_path(),
+        dir.path(),
+        std::path::Path::new("/dev/null"),
+    ] {
+        let p = path.display().to_string();
+        assert_usage_error(
+            &["status", "--socket", &p],
+            &[&format!(
+                "cannot connect to {p}: not a socket; expected the socket"
+            )],
+        );
+    }
+}
+
 /// A key set twice was `config file F:2: duplicate key`, naming no key.
 #[test]
 fn a_key_set_twice_is_named() {

@@ -95,9 +95,7 @@ fn connect_error(socket: &Path, e: &io::Error) -> String {
         io::ErrorKind::NotFound => {
             format!("cannot connect to {shown}: no such file; is `watchdog daemon` running?")
         }
-        io::ErrorKind::ConnectionRefused if !is_socket(socket) => format!(
-            "cannot connect to {shown}: not a socket; expected the socket of `watchdog daemon` (--socket PATH)"
-        ),
+        io::ErrorKind::ConnectionRefused if !is_socket(socket) => not_a_socket_error(socket),
         io::ErrorKind::ConnectionRefused => format!(
             "cannot connect to {shown}: nobody is listening (a stale socket); is `watchdog daemon` running?"
         ),
@@ -106,6 +104,19 @@ fn connect_error(socket: &Path, e: &io::Error) -> String {
         ),
         _ => format!("cannot connect to {shown}: {e}"),
     }
+}
+
+/// The error for a `--socket PATH` at which something other than a socket is (a file, a
+/// FIFO, a directory), or None: the path given is wrong, not the daemon (exit 2, not 1).
+pub fn not_a_socket(socket: &Path) -> Option<String> {
+    (std::fs::metadata(socket).is_ok() && !is_socket(socket)).then(|| not_a_socket_error(socket))
+}
+
+fn not_a_socket_error(socket: &Path) -> String {
+    format!(
+        "cannot connect to {}: not a socket; expected the socket of `watchdog daemon` (--socket PATH)",
+        socket.display()
+    )
 }
 
 /// Whether `path` is a socket (connecting to any other kind of file is refused too).

@@ -118,6 +118,9 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
 /// `watchdog status`: asks the service's socket and prints the answer.
 fn status(socket: &std::path::Path, json: bool) -> Result<ExitCode, Failure> {
     use watchdog_status::protocol::{Request, Response};
+    if let Some(e) = watchdog_status::client::not_a_socket(socket) {
+        return Err(Failure::Usage(e));
+    }
     match watchdog_status::client::query(socket, &Request::Status).map_err(Failure::Runtime)? {
         Response::Status(status) => {
             let text = if json {
