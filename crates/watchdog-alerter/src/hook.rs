@@ -65,6 +65,11 @@ use crate::request::AlertRequest;
 pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a hook's group has between SIGTERM and SIGKILL.
 pub const HOOK_GRACE: Duration = Duration::from_secs(2);
+/// The same as the watchdog exits: short, so a stopped watchdog is gone within a second
+/// (systemd's stop timeout, a user's Ctrl-C) even when a hook ignores SIGTERM.
+const EXIT_GRACE: Duration = Duration::from_millis(500);
+/// How long the exiting watchdog waits for the hooks' threads to log their ends.
+const EXIT_LOG_WAIT: Duration = Duration::from_millis(200);
 /// How often a hook's lingering process group is checked.
 const GROUP_POLL: Duration = Duration::from_millis(50);
 
@@ -614,7 +619,7 @@ impl Hooks {
     }
 
     /// Ends every hook still running, as the watchdog exits: SIGTERM to each group, then
-    /// SIGKILL to those still there after the grace period. `between` is called while
+    /// SIGKILL to those still there after the grace period (at most [`EXIT_GRACE`]). `between` is called while
     /// waiting (the caller reaps what it adopted there, since a zombie keeps its group).
     /// Returns the process groups that were ended; waits a little for their threads to log
     /// the statuses.
@@ -633,7 +638,7 @@ impl Hooks {
             );
             signal_group(g, Signal::TERM);
         }
-        let until = Instant::now() + self.inner.grace;
+        let until = Instant::now() + self.inner.grace.min(EXIT_GRACE);
         while live.iter().any(|&g| group_exists(g)) && Instant::now() < until {
             between();
             std::thread::sleep(Duration::from_millis(10));
@@ -648,7 +653,7 @@ impl Hooks {
             }
         }
         // Their threads reap the `sh`s and log; a short wait lets the lines out.
-        let until = Instant::now() + Duration::from_secs(1);
+        let until = Instant::now() + EXIT_LOG_WAIT;
         while Instant::now() < until && live.iter().any(|&g| group_exists(g)) {
             between();
             std::thread::sleep(Duration::from_millis(10));
