@@ -1071,6 +1071,44 @@ fn daemon_exits_2_for_directories_on_a_kernel_filesystem() {
     assert!(!std::path::Path::new("/sys/kernel/wd-state").exists());
 }
 
+/// A `state_dir` others may write to (`/tmp`-like, 1777) or of another user was taken:
+/// root then wrote every user's command lines and environments where others read them,
+/// and pruned a directory others plant files in.
+#[test]
+fn daemon_exits_2_for_a_state_dir_others_may_write_to_or_own() {
+    use std::os::unix::fs::PermissionsExt as _;
+    if !require(is_root(), "root (the daemon's checks of its directories)") {
+        return;
+    }
+    let dir = scratch();
+    let d = dir.path();
+    let at = |name: &str| d.join(name).display().to_string();
+    let (socket, users) = (at("ok.sock"), at("users"));
+    for (name, mode) in [("state-1777", 0o1777), ("state-0770", 0o770)] {
+        std::fs::create_dir(d.join(name)).unwrap();
+        std::fs::set_permissions(d.join(name), std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    std::fs::create_dir(d.join("state-nobody")).unwrap();
+    std::os::unix::fs::chown(d.join("state-nobody"), Some(65534), Some(65534)).unwrap();
+    let cases = [
+        (
+            "state-1777",
+            "its mode is 1777: group or others may write to it",
+        ),
+        ("state-0770", "its mode is 0770"),
+        ("state-nobody", "it is owned by UID 65534"),
+    ];
+    for (name, fragment) in cases {
+        assert_daemon_refuses(
+            d,
+            &socket,
+            &users,
+            &at(name),
+            &["unsafe state_dir", fragment],
+        );
+    }
+}
+
 /// Issue 18: a value that is not UTF-8 was "invalid UTF-8 was detected in one or more
 /// arguments", naming no flag.
 #[test]

@@ -81,6 +81,14 @@ pub fn run(config_path: &Path, host: Host, metrics: Option<String>) -> Result<Ex
             crate::rules::DEFAULT_STATE_DIR
         )));
     }
+    unsafe_state_dir(&config.state_dir).map_or(Ok(()), |why| {
+        Err(Failure::Usage(format!(
+            "unsafe state_dir {}: {why}; expected root's own directory, not writable by \
+             group or others (the default {} is made 0700)",
+            config.state_dir.display(),
+            crate::rules::DEFAULT_STATE_DIR
+        )))
+    })?;
     let recorders = Recorders::start().map_err(Failure::Runtime)?;
     let published = Arc::new(Published::new("daemon", config.interval.as_secs_f64()));
     let (register_tx, register_rx) = mpsc::channel::<Pending>();
@@ -387,6 +395,25 @@ fn request_dir_failure(e: &BeneathError) -> Failure {
         }
         e => Failure::Runtime(format!("cannot use request_dir: {e}")),
     }
+}
+
+/// Why an existing `state_dir` is unfit for the recordings of every user's runs (their
+/// command lines and environments): another user's, or one others may write to, where
+/// they could read those or plant files for root to prune. `None` when fit or missing.
+fn unsafe_state_dir(dir: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt as _;
+    // Followed: a symlink to root's own directory elsewhere is fine.
+    let m = std::fs::metadata(dir).ok()?;
+    let me = rustix::process::geteuid().as_raw();
+    if m.uid() != me {
+        return Some(format!("it is owned by UID {}", m.uid()));
+    }
+    (m.mode() & 0o022 != 0).then(|| {
+        format!(
+            "its mode is {:04o}: group or others may write to it",
+            m.mode() & 0o7777
+        )
+    })
 }
 
 /// The kernel pseudo-filesystem `path` is on, or would be made on (that of its nearest
