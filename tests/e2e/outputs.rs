@@ -568,3 +568,31 @@ fn report_outputs_follow_the_rules_of_every_other_output() {
         assert_eq!(code, Some(0), "{stderr}");
     }
 }
+
+/// On a nearly full filesystem the recording is skipped (an error line says so), and the
+/// summary no longer names it as written: it said `Recording: PATH.` before the write
+/// was skipped, naming a file that never came.
+#[test]
+fn a_skipped_recording_is_not_named_in_the_summary() {
+    if !require(is_root(), "root (to mount a small tmpfs)") {
+        return;
+    }
+    let Some(fs) = Tmpfs::mount("4m") else {
+        require(false, "a tmpfs mount");
+        return;
+    };
+    // 3.5 of 4 MiB taken: less free than a quarter of it, so the recorder skips.
+    std::fs::write(fs.path().join("fill"), vec![1u8; 3584 * 1024]).unwrap();
+    let rec = fs.path().join("run.rec");
+    let out = bin()
+        .args(["--gpu", "off", "--record"])
+        .arg(&rec)
+        .args(["run", "--", "sleep", "0.3"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("nearly full"), "{stderr}");
+    assert!(!rec.exists(), "{stderr}");
+    assert!(!stderr.contains("Recording:"), "{stderr}");
+}

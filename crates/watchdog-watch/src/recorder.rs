@@ -184,23 +184,30 @@ impl Snapshot {
     }
 }
 
-/// Writes `snapshot` to `path` atomically, unless the filesystem there is nearly full or
-/// something other than a recording took the path since the start. The error is the
-/// reason alone (the caller names the file).
+/// Writes `snapshot` to `path` atomically, unless [`unwritable`] says why not. The error
+/// is the reason alone (the caller names the file).
 pub fn write(path: &Path, snapshot: &Snapshot) -> Result<(), String> {
-    crate::outputs::check_recording(path)?;
-    let dir = watchdog_types::fs::parent_dir(path);
-    if let Ok(vfs) = rustix::fs::statvfs(dir) {
-        let total = vfs.f_blocks.saturating_mul(vfs.f_frsize);
-        let free = vfs.f_bavail.saturating_mul(vfs.f_frsize);
-        if free < (64 << 20).min(total / 4) || (free as f64) < total as f64 * 0.05 {
-            return Err(format!(
-                "its filesystem is nearly full ({} free); skipped so the recorder never fills the disk it watches",
-                watchdog_types::units::format_bytes(free)
-            ));
-        }
+    if let Some(why) = unwritable(path) {
+        return Err(why);
     }
     watchdog_types::fs::write_atomic(path, snapshot.render().as_bytes()).map_err(|e| e.to_string())
+}
+
+/// Why a recording would not be written at `path` now: its filesystem is nearly full, or
+/// something other than a recording took the path since the start.
+pub fn unwritable(path: &Path) -> Option<String> {
+    if let Err(why) = crate::outputs::check_recording(path) {
+        return Some(why);
+    }
+    let vfs = rustix::fs::statvfs(watchdog_types::fs::parent_dir(path)).ok()?;
+    let total = vfs.f_blocks.saturating_mul(vfs.f_frsize);
+    let free = vfs.f_bavail.saturating_mul(vfs.f_frsize);
+    (free < (64 << 20).min(total / 4) || (free as f64) < total as f64 * 0.05).then(|| {
+        format!(
+            "its filesystem is nearly full ({} free); skipped so the recorder never fills the disk it watches",
+            watchdog_types::units::format_bytes(free)
+        )
+    })
 }
 
 /// A change to one target's recorder, made on the recorder thread.

@@ -738,12 +738,13 @@ impl Watch {
         }
     }
 
-    /// ` Recording: PATH.` for the summary, when one is written.
+    /// ` Recording: PATH.` for the summary, when one is written (the summary comes before
+    /// the last write, so a recording about to be skipped is not named as written).
     fn recording_note(&self) -> String {
-        self.record_path
-            .as_ref()
-            .map(|p| format!(" Recording: {}.", p.display()))
-            .unwrap_or_default()
+        match &self.record_path {
+            Some(p) if recorder::unwritable(p).is_none() => format!(" Recording: {}.", p.display()),
+            _ => String::new(),
+        }
     }
 
     /// One sampling period: sample, predict, act.
