@@ -9,6 +9,7 @@ mod cli;
 mod compare;
 mod compare_page;
 mod daemon;
+mod exec_chains;
 mod gpu;
 mod hooks;
 mod hostile;
