@@ -2,15 +2,11 @@
 //! (issue 18): 200 runs of `python3 train.py`, launched in 20 batches at random offsets
 //! from the ready line through five chains, while the launcher forks other processes
 //! around them. Each run sleeps 30 s, so a run is missed only if discovery never takes it;
-//! the test ends as soon as every run was taken (about 10 s here). The chains:
-//!
-//! - `preexec`: `subprocess.Popen([python3, train.py], preexec_fn=...)` sleeping 0-300 ms
-//!   (python execing python: the name never changes);
-//! - `sh-exec`: `sh -c 'exec python3 train.py'`;
-//! - `plain`: `subprocess.Popen([python3, train.py])`;
-//! - `setpriv`: `python3 -> setpriv --reuid USER ... -> python3 train.py`, the run owned by a
-//!   user made with `useradd` for the test;
-//! - `subshell`: `sh -c 'sleep 0.05; exec python3 train.py'`.
+//! the test ends as soon as every run was taken (about 10 s here). The chains, in
+//! `scripts/bench/fork_exec_launch.py`: python execing python through a `preexec_fn` of
+//! 0-300 ms (the name never changes), `sh -c 'exec python3 train.py'`, a plain `Popen`,
+//! `python3 -> setpriv --reuid USER -> python3 train.py` to a user made with `useradd` for
+//! the test, and a subshell that sleeps 50 ms, then execs.
 //!
 //! Discovery latency is measured by `scripts/bench/daemon.sh` (`MODE=fork-exec`), not here.
 
@@ -24,55 +20,8 @@ use watchdog_testsupport::public_scratch;
 use crate::daemon::{TempUser, start_daemon, write_config};
 use crate::support::{is_root, need, require, wait_for};
 
-/// The launcher: argv is python, train.py, setpriv, uid, gid, seed, output file. Writes
-/// `RUN CHAIN PID` per run launched, then `done`; forks and runs `/bin/true` meanwhile.
-const LAUNCHER: &str = r#"
-import os, random, subprocess, sys, threading, time
-py, train, setpriv, uid, gid, seed, out_path = sys.argv[1:8]
-rng = random.Random(int(seed))
-CHAINS = ["preexec", "sh-exec", "plain", "setpriv", "subshell"]
-RUNS_PER_BATCH, BATCHES, SPREAD_S = 10, 20, 5.0
-
-def churn():
-    end = time.monotonic() + 90
-    while time.monotonic() < end:
-        subprocess.run(["/bin/true"])
-        pid = os.fork()
-        if pid == 0:
-            os._exit(0)
-        os.waitpid(pid, 0)
-        time.sleep(0.005)
-
-threading.Thread(target=churn, daemon=True).start()
-quiet = dict(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, cwd="/")
-out = open(out_path, "w", buffering=1)
-offsets = sorted(rng.uniform(0, SPREAD_S) for _ in range(BATCHES))
-runs, n, t0 = [], 0, time.monotonic()
-for offset in offsets:
-    time.sleep(max(0.0, t0 + offset - time.monotonic()))
-    chains = CHAINS * (RUNS_PER_BATCH // len(CHAINS))
-    rng.shuffle(chains)
-    for chain in chains:
-        cmd = f"{py} {train} --run {n}"
-        if chain == "preexec":
-            delay = rng.uniform(0, 0.3)
-            p = subprocess.Popen(cmd.split(), preexec_fn=lambda d=delay: time.sleep(d), **quiet)
-        elif chain == "sh-exec":
-            p = subprocess.Popen(["/bin/sh", "-c", f"exec {cmd}"], **quiet)
-        elif chain == "plain":
-            p = subprocess.Popen(cmd.split(), **quiet)
-        elif chain == "setpriv":
-            execv = "import os, sys; os.execv(sys.argv[1], sys.argv[1:])"
-            p = subprocess.Popen([py, "-c", execv, setpriv, f"--reuid={uid}", f"--regid={gid}",
-                                  "--clear-groups", *cmd.split()], **quiet)
-        else:
-            p = subprocess.Popen(["/bin/sh", "-c", f"sleep 0.05; exec {cmd}"], **quiet)
-        runs.append(p)
-        out.write(f"{n} {chain} {p.pid}\n")
-        n += 1
-out.write("done\n")
-time.sleep(120)
-"#;
+/// The launcher, shared with `scripts/bench/daemon.sh` (`MODE=fork-exec`).
+const LAUNCHER: &str = include_str!("../../scripts/bench/fork_exec_launch.py");
 
 /// How long each run lives.
 const RUN_LIFE_S: u64 = 30;
@@ -126,7 +75,7 @@ fn read_launched(path: &Path) -> (Vec<Launched>, bool) {
             continue;
         }
         let f: Vec<&str> = line.split(' ').collect();
-        if let [run, chain, pid] = f[..] {
+        if let [run, chain, pid, _launched] = f[..] {
             runs.push(Launched {
                 run: run.parse().unwrap(),
                 chain: chain.to_string(),
