@@ -262,7 +262,8 @@ pub struct Scanner {
     last_pid: Option<u32>,
     /// The scan that first saw the most recently seen process (or image).
     youngest: u64,
-    /// The latest start, in clock ticks after boot, of a process seen.
+    /// The latest start, in clock ticks after boot, of a process the last listing found
+    /// young outside any watched run, or new.
     youngest_start: u64,
     /// When every known process's `stat` was last read.
     last_sweep: Option<Instant>,
@@ -339,7 +340,7 @@ impl Scanner {
         }
         self.generation += 1;
         self.fresh.clear();
-        if let Err(e) = self.list(last_pid, now_ticks, sweep) {
+        if let Err(e) = self.list(last_pid, now_ticks, sweep, &is_watched) {
             tracing::debug!("cannot list {}: {e}", self.proc_root.display());
             self.proc_dir = None; // Reopened next time.
             return Vec::new();
@@ -425,17 +426,7 @@ impl Scanner {
     /// The nearest of `pid` and its ancestors (as of the last scan) that is watched or
     /// excluded.
     fn watched_ancestor(&self, pid: u32, is_watched: impl Fn(u32) -> bool) -> Option<u32> {
-        let mut cur = pid;
-        for _ in 0..MAX_DEPTH {
-            if self.excluded == Some(cur) || is_watched(cur) {
-                return Some(cur);
-            }
-            match self.known.get(&cur) {
-                Some(k) if k.ppid != 0 && k.ppid != cur => cur = k.ppid,
-                _ => return None,
-            }
-        }
-        None
+        watched_ancestor(&self.known, self.excluded, pid, is_watched)
     }
 
     /// `kthreadd` (parent 0, not init) and its children.
@@ -469,8 +460,15 @@ impl Scanner {
 
     /// Lists `/proc`, refreshing `known` and collecting new processes (and those whose
     /// image changed) in `fresh`; `last_pid` was read just before. A sweep reads every
-    /// known process's `stat`.
-    fn list(&mut self, last_pid: Option<u32>, now_ticks: u64, sweep: bool) -> Result<(), Errno> {
+    /// known process's `stat`. A process inside a watched run is not read for its youth:
+    /// it is part of the run whatever it `exec`s.
+    fn list(
+        &mut self,
+        last_pid: Option<u32>,
+        now_ticks: u64,
+        sweep: bool,
+        is_watched: &impl Fn(u32) -> bool,
+    ) -> Result<(), Errno> {
         self.open_proc_dir()?;
         let Some(proc_dir) = &self.proc_dir else {
             return Err(Errno::BADF);
@@ -478,6 +476,8 @@ impl Scanner {
         let window = self.last_pid.zip(last_pid).filter(|_| !sweep);
         let generation = self.generation;
         let young_ticks = YOUNG_FOR.as_secs() * self.ticks_per_second;
+        // The latest start of a process listed that is young outside any watched run.
+        let mut youngest_start = 0;
         rustix::fs::seek(proc_dir, SeekFrom::Start(0))?;
         let mut dir = RawDir::new(proc_dir, &mut self.dirbuf);
         while let Some(entry) = dir.next() {
@@ -487,13 +487,19 @@ impl Scanner {
             else {
                 continue;
             };
-            if let Some(k) = self.known.get_mut(&pid)
-                && generation - k.first_seen >= YOUNG_SCANS
-                && now_ticks.saturating_sub(k.start_ticks) >= young_ticks
-                && window.is_some_and(|w| !allocated_since(pid, w))
-            {
-                k.generation = generation;
-                continue;
+            if let Some(k) = self.known.get(&pid) {
+                let lately = now_ticks.saturating_sub(k.start_ticks) < young_ticks
+                    && watched_ancestor(&self.known, self.excluded, pid, is_watched).is_none();
+                if lately {
+                    youngest_start = youngest_start.max(k.start_ticks);
+                }
+                let young = lately || generation - k.first_seen < YOUNG_SCANS;
+                if !young && window.is_some_and(|w| !allocated_since(pid, w)) {
+                    if let Some(k) = self.known.get_mut(&pid) {
+                        k.generation = generation;
+                    }
+                    continue;
+                }
             }
             self.path.clear();
             let _ = write!(self.path, "{pid}/stat");
@@ -535,11 +541,12 @@ impl Scanner {
                         },
                     );
                     self.youngest = generation;
-                    self.youngest_start = self.youngest_start.max(stat.starttime_ticks);
+                    youngest_start = youngest_start.max(stat.starttime_ticks);
                     self.fresh.push(pid);
                 }
             }
         }
+        self.youngest_start = youngest_start;
         self.last_pid = last_pid;
         Ok(())
     }
@@ -680,6 +687,26 @@ fn parents_first(found: &mut [ProcessFacts]) {
     };
     let depths: HashMap<u32, usize> = found.iter().map(|p| (p.pid, depth(p.pid))).collect();
     found.sort_by_key(|p| (depths.get(&p.pid).copied(), p.start_ticks, p.pid));
+}
+
+/// The nearest of `pid` and its ancestors in `known` that is watched or `excluded`.
+fn watched_ancestor(
+    known: &HashMap<u32, Known>,
+    excluded: Option<u32>,
+    pid: u32,
+    is_watched: impl Fn(u32) -> bool,
+) -> Option<u32> {
+    let mut cur = pid;
+    for _ in 0..MAX_DEPTH {
+        if excluded == Some(cur) || is_watched(cur) {
+            return Some(cur);
+        }
+        match known.get(&cur) {
+            Some(k) if k.ppid != 0 && k.ppid != cur => cur = k.ppid,
+            _ => return None,
+        }
+    }
+    None
 }
 
 /// Whether `pid` may have been allocated after `prev` was the last PID allocated and up to
