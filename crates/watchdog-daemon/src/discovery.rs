@@ -34,10 +34,12 @@
 //! and PIDs are allocated in increasing order, wrapping at `pid_max`. So only the known PIDs
 //! in the window since the last scan's value are read again, and the young ones (to see their
 //! `exec`): those that started less than [`YOUNG_FOR`] ago or were first seen in the last
-//! [`YOUNG_SCANS`] scans. Every [`SWEEP_EVERY`] a scan reads every known process's `stat`, so
-//! an `exec` later in a process's life (a setup script that ends in `exec python train.py`)
-//! is seen within that long. Reading a `stat` costs 2.6 us here (300 processes: 0.8 ms); the
-//! window brings a scan down to the listing (46 us for 300). The window assumes PIDs did
+//! [`YOUNG_SCANS`] scans. Every [`SWEEP_EVERY`] a scan reads the `stat` of every known process
+//! outside the watched runs, so an `exec` later in a process's life (a setup script that ends
+//! in `exec python train.py`) is seen within that long. A process inside a watched run is
+//! read only when its PID was allocated since (it is part of the run whatever it `exec`s).
+//! Reading a `stat` costs 2.6 us here (a sweep of 300 processes: 1.1 ms); the window brings
+//! a scan down to the listing (46 us for 300). The window assumes PIDs did
 //! not wrap around twice between two scans (`pid_max` forks in at most a second); without a
 //! readable `loadavg` (a fixture tree) every `stat` is read on every scan. When no PID was
 //! allocated at all since the last listing, no process is young and no sweep is due, no new
@@ -460,8 +462,8 @@ impl Scanner {
 
     /// Lists `/proc`, refreshing `known` and collecting new processes (and those whose
     /// image changed) in `fresh`; `last_pid` was read just before. A sweep reads every
-    /// known process's `stat`. A process inside a watched run is not read for its youth:
-    /// it is part of the run whatever it `exec`s.
+    /// known process's `stat`. A process inside a watched run is not read for its youth or
+    /// at a sweep: it is part of the run whatever it `exec`s.
     fn list(
         &mut self,
         last_pid: Option<u32>,
@@ -473,7 +475,7 @@ impl Scanner {
         let Some(proc_dir) = &self.proc_dir else {
             return Err(Errno::BADF);
         };
-        let window = self.last_pid.zip(last_pid).filter(|_| !sweep);
+        let window = self.last_pid.zip(last_pid);
         let generation = self.generation;
         let young_ticks = YOUNG_FOR.as_secs() * self.ticks_per_second;
         // The latest start of a process listed that is young outside any watched run.
@@ -488,13 +490,17 @@ impl Scanner {
                 continue;
             };
             if let Some(k) = self.known.get(&pid) {
-                let lately = now_ticks.saturating_sub(k.start_ticks) < young_ticks
+                let lately = now_ticks.saturating_sub(k.start_ticks) < young_ticks;
+                // Read for its `exec`: young or at a sweep, and outside every watched run.
+                let exec_check = (lately || sweep)
                     && watched_ancestor(&self.known, self.excluded, pid, is_watched).is_none();
-                if lately {
+                if lately && exec_check {
                     youngest_start = youngest_start.max(k.start_ticks);
                 }
-                let young = lately || generation - k.first_seen < YOUNG_SCANS;
-                if !young && window.is_some_and(|w| !allocated_since(pid, w)) {
+                let read = exec_check
+                    || generation - k.first_seen < YOUNG_SCANS
+                    || window.is_none_or(|w| allocated_since(pid, w));
+                if !read {
                     if let Some(k) = self.known.get_mut(&pid) {
                         k.generation = generation;
                     }
