@@ -42,9 +42,9 @@
 //! a scan down to the listing (46 us for 300). The window assumes PIDs did
 //! not wrap around twice between two scans (`pid_max` forks in at most a second); without a
 //! readable `loadavg` (a fixture tree) every `stat` is read on every scan. When no PID was
-//! allocated at all since the last listing, no process is young and no sweep is due, no new
-//! process can exist, and the scan lists nothing (a listing of 1,000 processes costs ~1.5
-//! ms). The parents remembered for the ancestor walk below are those of the last `stat` read,
+//! allocated at all since the last listing and no sweep is due, no new process can exist:
+//! the scan lists nothing (a listing of 1,000 processes costs ~1.5 ms) and reads only the
+//! young processes' `stat`, if any. The parents remembered for the ancestor walk below are those of the last `stat` read,
 //! and a process re-parented since (its parent exited) keeps its old parent there: the walk
 //! then stops at the exited PID.
 //!
@@ -259,6 +259,8 @@ pub struct Scanner {
     buf: Vec<u8>,
     path: String,
     fresh: Vec<u32>,
+    /// The PIDs whose `stat` a scan reads.
+    to_read: Vec<u32>,
     /// The last PID allocated, read before the last successful listing; `None`: unknown
     /// (every known process's `stat` is read again).
     last_pid: Option<u32>,
@@ -295,6 +297,7 @@ impl Scanner {
             buf: Vec::with_capacity(STAT_MAX_BYTES),
             path: String::with_capacity(32),
             fresh: Vec::new(),
+            to_read: Vec::new(),
             last_pid: None,
             youngest: 0,
             youngest_start: 0,
@@ -313,7 +316,7 @@ impl Scanner {
         }
     }
 
-    /// How many scans were answered without listing `/proc` (nothing could have changed).
+    /// How many scans were answered without reading anything (nothing could have changed).
     pub fn skipped(&self) -> u64 {
         self.skipped
     }
@@ -325,9 +328,10 @@ impl Scanner {
     /// Processes that exited since are forgotten. A `/proc` that cannot be listed gives
     /// nothing (logged at debug level).
     ///
-    /// When no PID was allocated since the last listing, no process is young (its `exec`
-    /// still awaited) and no sweep is due, no new process can exist and nothing is listed:
-    /// the processes that exited meanwhile are forgotten at the next listing.
+    /// When no PID was allocated since the last listing and no sweep is due, no new process
+    /// can exist and nothing is listed: only the young processes (their `exec` still
+    /// awaited) are read, and the others that exited meanwhile are forgotten at the next
+    /// listing.
     pub fn scan(&mut self, is_watched: impl Fn(u32) -> bool) -> Vec<ProcessFacts> {
         let last_pid = self.last_pid_now();
         let now_ticks = self.boot_ticks_now();
@@ -336,22 +340,28 @@ impl Scanner {
             .is_none_or(|at| at.elapsed() >= self.sweep_every);
         let young = (self.generation + 1).saturating_sub(self.youngest) < YOUNG_SCANS
             || self.started_lately(self.youngest_start, now_ticks);
-        if last_pid.is_some() && last_pid == self.last_pid && !young && !sweep {
+        // No PID allocated: no new process, only the young ones' `exec` to look for.
+        let unchanged = last_pid.is_some() && last_pid == self.last_pid && !sweep;
+        if unchanged && !young {
             self.skipped += 1;
             return Vec::new();
         }
         self.generation += 1;
         self.fresh.clear();
-        if let Err(e) = self.list(last_pid, now_ticks, sweep, &is_watched) {
-            tracing::debug!("cannot list {}: {e}", self.proc_root.display());
-            self.proc_dir = None; // Reopened next time.
-            return Vec::new();
+        if unchanged {
+            self.read_young(now_ticks, &is_watched);
+        } else {
+            if let Err(e) = self.list(last_pid, now_ticks, sweep, &is_watched) {
+                tracing::debug!("cannot list {}: {e}", self.proc_root.display());
+                self.proc_dir = None; // Reopened next time.
+                return Vec::new();
+            }
+            if sweep {
+                self.last_sweep = Some(Instant::now());
+            }
+            let generation = self.generation;
+            self.known.retain(|_, k| k.generation == generation);
         }
-        if sweep {
-            self.last_sweep = Some(Instant::now());
-        }
-        let generation = self.generation;
-        self.known.retain(|_, k| k.generation == generation);
         let fresh = std::mem::take(&mut self.fresh);
         let mut found = Vec::new();
         for &pid in &fresh {
@@ -480,6 +490,7 @@ impl Scanner {
         let young_ticks = YOUNG_FOR.as_secs() * self.ticks_per_second;
         // The latest start of a process listed that is young outside any watched run.
         let mut youngest_start = 0;
+        self.to_read.clear();
         rustix::fs::seek(proc_dir, SeekFrom::Start(0))?;
         let mut dir = RawDir::new(proc_dir, &mut self.dirbuf);
         while let Some(entry) = dir.next() {
@@ -507,54 +518,106 @@ impl Scanner {
                     continue;
                 }
             }
-            self.path.clear();
-            let _ = write!(self.path, "{pid}/stat");
-            match read_capped_at(proc_dir.as_fd(), &self.path, STAT_MAX_BYTES, &mut self.buf) {
-                Ok(_) => {}
-                Err(e) if gone(e) => continue,
-                Err(e) => {
-                    tracing::debug!("PID {pid} skipped: cannot read stat: {e}");
-                    continue;
-                }
-            }
-            let Some(stat) = parse_stat(&self.buf) else {
-                tracing::debug!("PID {pid} skipped: malformed stat");
-                continue;
-            };
-            match self.known.get_mut(&pid) {
-                Some(k) if k.start_ticks == stat.starttime_ticks => {
-                    k.ppid = stat.ppid;
-                    k.generation = generation;
-                    if !k.image.same(&stat, &self.buf) {
-                        // An `exec`: judged again, and young again.
-                        k.image.set(&stat, &self.buf);
-                        k.first_seen = generation;
-                        self.youngest = generation;
-                        self.fresh.push(pid);
-                    }
-                }
-                _ => {
-                    let mut image = Image::default();
-                    image.set(&stat, &self.buf);
-                    self.known.insert(
-                        pid,
-                        Known {
-                            start_ticks: stat.starttime_ticks,
-                            ppid: stat.ppid,
-                            image,
-                            generation,
-                            first_seen: generation,
-                        },
-                    );
-                    self.youngest = generation;
-                    youngest_start = youngest_start.max(stat.starttime_ticks);
-                    self.fresh.push(pid);
-                }
+            self.to_read.push(pid);
+        }
+        let to_read = std::mem::take(&mut self.to_read);
+        for &pid in &to_read {
+            if let Some(start) = self.read_stat(pid) {
+                youngest_start = youngest_start.max(start);
             }
         }
+        self.to_read = to_read;
         self.youngest_start = youngest_start;
         self.last_pid = last_pid;
         Ok(())
+    }
+
+    /// Reads the `stat` of the young processes outside watched runs, without listing
+    /// `/proc` (no PID was allocated, so no other process can be new): those whose image
+    /// changed go to `fresh`, those gone are forgotten.
+    fn read_young(&mut self, now_ticks: u64, is_watched: &impl Fn(u32) -> bool) {
+        let young_ticks = YOUNG_FOR.as_secs() * self.ticks_per_second;
+        let generation = self.generation;
+        let mut youngest_start = 0;
+        self.to_read.clear();
+        for (&pid, k) in &self.known {
+            let lately = now_ticks.saturating_sub(k.start_ticks) < young_ticks;
+            if (lately || generation - k.first_seen < YOUNG_SCANS)
+                && watched_ancestor(&self.known, self.excluded, pid, is_watched).is_none()
+            {
+                if lately {
+                    youngest_start = youngest_start.max(k.start_ticks);
+                }
+                self.to_read.push(pid);
+            }
+        }
+        let to_read = std::mem::take(&mut self.to_read);
+        for &pid in &to_read {
+            if self.read_stat(pid).is_none()
+                && self
+                    .known
+                    .get(&pid)
+                    .is_some_and(|k| k.generation != generation)
+            {
+                self.known.remove(&pid);
+            }
+        }
+        self.to_read = to_read;
+        self.youngest_start = youngest_start;
+    }
+
+    /// Reads the `stat` of `pid` through the kept-open `/proc` and records it in `known` for
+    /// this scan: a new process (or a reused PID) or a changed image goes to `fresh`.
+    /// Returns the start of a process seen for the first time; `None` otherwise, and when
+    /// it is gone or its `stat` cannot be read (then it is left as it was).
+    fn read_stat(&mut self, pid: u32) -> Option<u64> {
+        let proc_dir = self.proc_dir.as_ref()?;
+        let generation = self.generation;
+        self.path.clear();
+        let _ = write!(self.path, "{pid}/stat");
+        match read_capped_at(proc_dir.as_fd(), &self.path, STAT_MAX_BYTES, &mut self.buf) {
+            Ok(_) => {}
+            Err(e) if gone(e) => return None,
+            Err(e) => {
+                tracing::debug!("PID {pid} skipped: cannot read stat: {e}");
+                return None;
+            }
+        }
+        let Some(stat) = parse_stat(&self.buf) else {
+            tracing::debug!("PID {pid} skipped: malformed stat");
+            return None;
+        };
+        match self.known.get_mut(&pid) {
+            Some(k) if k.start_ticks == stat.starttime_ticks => {
+                k.ppid = stat.ppid;
+                k.generation = generation;
+                if !k.image.same(&stat, &self.buf) {
+                    // An `exec`: judged again, and young again.
+                    k.image.set(&stat, &self.buf);
+                    k.first_seen = generation;
+                    self.youngest = generation;
+                    self.fresh.push(pid);
+                }
+                None
+            }
+            _ => {
+                let mut image = Image::default();
+                image.set(&stat, &self.buf);
+                self.known.insert(
+                    pid,
+                    Known {
+                        start_ticks: stat.starttime_ticks,
+                        ppid: stat.ppid,
+                        image,
+                        generation,
+                        first_seen: generation,
+                    },
+                );
+                self.youngest = generation;
+                self.fresh.push(pid);
+                Some(stat.starttime_ticks)
+            }
+        }
     }
 
     /// Reads every fact of `pid`, and its image, through one descriptor of its `/proc/PID`

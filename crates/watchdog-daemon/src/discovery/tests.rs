@@ -754,8 +754,22 @@ fn a_process_started_lately_is_read_until_it_is_old_and_the_others_at_each_sweep
             ..lately
         },
     );
+    // A process that appears without an allocation (only a fixture can): no PID was
+    // allocated, so the scan reads the young processes' `stat` without listing `/proc`.
+    write(
+        r,
+        &Proc {
+            pid: 91,
+            ..Default::default()
+        },
+    );
     let found = scanner.scan(never);
-    assert_eq!(pids(&found), [90], "an exec 2 s after the start");
+    assert_eq!(
+        pids(&found),
+        [90],
+        "an exec 2 s after the start, and no listing"
+    );
+    std::fs::remove_dir_all(r.join("91")).unwrap();
 
     // The shell, old and long known, execs with no PID allocated: unseen until a sweep.
     write(
