@@ -44,9 +44,9 @@
 //! readable `loadavg` (a fixture tree) every `stat` is read on every scan. When no PID was
 //! allocated at all since the last listing and no sweep is due, no new process can exist:
 //! the scan lists nothing (a listing of 1,000 processes costs ~1.5 ms) and reads only the
-//! young processes' `stat`, if any. The parents remembered for the ancestor walk below are those of the last `stat` read,
-//! and a process re-parented since (its parent exited) keeps its old parent there: the walk
-//! then stops at the exited PID.
+//! young processes' `stat`, if any. The parents remembered for the ancestor walk below are
+//! those of the last `stat` read, and a process re-parented since (its parent exited) keeps
+//! its old parent there: the walk then stops at the exited PID.
 //!
 //! Processes left out, and remembered as seen (never
 //! returned later): kernel threads (`kthreadd`, the process with parent 0 other than init,
