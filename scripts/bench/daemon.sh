@@ -22,8 +22,18 @@
 # on a busy machine: a new PID anywhere makes every watched tree be re-read (an idle
 # machine lets the watchdog skip that; see performance.md).
 #
+# MODE=fork-exec measures discovery instead (issue 18): 200 runs of `python3 train.py`
+# (sleeping 60 s) launched by scripts/bench/fork_exec_launch.py in 20 batches at random
+# offsets within 5 s of the daemon's socket appearing, through five fork-then-exec chains
+# (python execing python after a 0-300 ms preexec_fn, sh -c exec, a plain Popen, setpriv to
+# a user made for the bench, a subshell that sleeps 50 ms then execs), the launcher forking
+# around them. For each chain: how many runs the daemon took, and how long after the launch
+# (which includes the preexec_fn's sleep) and after train.py's first line its log said so.
+# SEED=N repeats a launch plan.
+#
 # Usage: scripts/bench/daemon.sh     (as root: the daemon reads every user's /proc)
 # Env:   COUNTS="1 10 100" DURATION=20 WARMUP=3 CHURN=0 MEM_LIMIT= WATCHDOG=target/release/watchdog
+#        MODE=fork-exec SEED= PYTHON=/usr/bin/python3
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -165,7 +175,82 @@ PY
     rm -rf "$WORK/users" "$WORK/state" "$WORK"/req-* "$WORK/daemon.sock"
 }
 
+fork_exec() { # MODE=fork-exec: discovery of runs reached through fork-then-exec chains
+    local python=${PYTHON:-/usr/bin/python3} seed=${SEED:-$RANDOM} user="wdbench$$" uid
+    useradd --no-create-home --user-group --shell /bin/sh --home-dir /nonexistent "$user"
+    # shellcheck disable=SC2064 # $user is fixed now
+    trap "kill_groups \"\${PIDS[@]:-}\"; sleep 1; userdel $user; rm -rf \"\$WORK\"" EXIT
+    uid=$(id -u "$user")
+    chmod 755 "$WORK"
+    mkdir -m 1777 "$WORK/started"
+    cat >"$WORK/train.py" <<'PY'
+import os, time
+with open(os.path.join(os.path.dirname(__file__), "started", str(os.getpid())), "w") as f:
+    f.write(f"{time.time():.6f}")
+time.sleep(60)
+PY
+    cat >"$WORK/daemon.toml" <<TOML
+interval = "100ms"
+scan_interval = "250ms"
+socket = "$WORK/daemon.sock"
+request_dir = "$WORK/users"
+state_dir = "$WORK/state"
+
+[[rule]]
+name = "chains"
+[rule.match]
+command = '^\S*python3\S* \S*/train\.py --run [0-9]+$'
+[rule.watch]
+gpu = "off"
+notify = false
+max_runtime = "1h"
+TOML
+    mkdir -p "$WORK/state"
+    "$WATCHDOG" daemon --config "$WORK/daemon.toml" 2>"$WORK/daemon.log" &
+    PIDS+=("$!")
+    for _ in $(seq 100); do [ -S "$WORK/daemon.sock" ] && break; sleep 0.1; done
+    setsid "$python" scripts/bench/fork_exec_launch.py "$python" "$WORK/train.py" \
+        "$(command -v setpriv)" "$uid" "$uid" "$seed" "$WORK/launched.txt" \
+        </dev/null >/dev/null 2>"$WORK/launch.err" &
+    PIDS+=("$!")
+    for _ in $(seq 600); do grep -qx done "$WORK/launched.txt" 2>/dev/null && break; sleep 0.1; done
+    sleep 5
+    echo "# MODE=fork-exec SEED=$seed: 200 runs in 20 batches within 5 s; load now: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+    python3 - "$WORK/launched.txt" "$WORK/daemon.log" "$WORK/started" <<'PY'
+import datetime, os, re, statistics, sys
+launched = {}
+for line in open(sys.argv[1]):
+    f = line.split()
+    if len(f) == 4:
+        launched[int(f[2])] = (f[1], float(f[3]))
+found = {}
+for line in open(sys.argv[2], errors="replace"):
+    m = re.match(r"(\S+Z)\s+INFO rule \"chains\" matched PID (\d+) ", line)
+    if m and int(m.group(2)) in launched:
+        t = datetime.datetime.strptime(m.group(1)[:26], "%Y-%m-%dT%H:%M:%S.%f")
+        found[int(m.group(2))] = t.replace(tzinfo=datetime.timezone.utc).timestamp()
+started = {int(n): float(open(os.path.join(sys.argv[3], n)).read() or "nan")
+           for n in os.listdir(sys.argv[3])}
+def q(xs, p):
+    return f"{statistics.quantiles(xs, n=100)[p - 1] * 1e3:.0f}" if len(xs) > 1 else "-"
+print(f"{'chain':>9} {'found':>7} {'after launch p50/p90/max ms':>28} {'after train.py started p50/max ms':>34}")
+for chain in ["preexec", "sh-exec", "plain", "setpriv", "subshell", "all"]:
+    pids = [p for p, (c, _) in launched.items() if chain in (c, "all")]
+    lat = sorted(found[p] - launched[p][1] for p in pids if p in found)
+    run = sorted(found[p] - started[p] for p in pids if p in found and p in started)
+    a = f"{q(lat, 50)} / {q(lat, 90)} / {lat[-1] * 1e3:.0f}" if lat else "-"
+    b = f"{q(run, 50)} / {run[-1] * 1e3:.0f}" if run else "-"
+    print(f"{chain:>9} {len(lat):>3}/{len(pids):<3} {a:>28} {b:>34}")
+print("(found: runs the daemon took; after launch: from just before the launcher's Popen to the")
+print(" log line; after train.py started: from its first line, negative when found before it)")
+PY
+}
+
 echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r)" >&2
+if [ "${MODE:-cost}" = fork-exec ]; then
+    fork_exec
+    exit 0
+fi
 echo "# DURATION=${DURATION}s WARMUP=${WARMUP}s CHURN=$CHURN; load at start: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 for n in $COUNTS; do
     measure daemon "$n"

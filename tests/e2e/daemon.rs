@@ -83,7 +83,7 @@ state_dir = "{dir}/state"
 
 /// Writes `dir/daemon.toml`: the daemon's keys for a test in `dir` ([`daemon_keys`]), then
 /// `rest` (more keys, then the rules); returns its path.
-fn write_config(dir: &Path, rest: &str) -> PathBuf {
+pub(crate) fn write_config(dir: &Path, rest: &str) -> PathBuf {
     let conf = dir.join("daemon.toml");
     std::fs::write(&conf, format!("{}{rest}", daemon_keys(dir))).unwrap();
     conf
@@ -463,7 +463,7 @@ impl NotifySocket {
 /// Starts `watchdog daemon --config conf` with `env` (and no systemd variables of the
 /// test's own), its log in `log`; returns once it has bound the socket `conf` names as
 /// `<dir of conf>/run/daemon.sock`. Killed when dropped, so a failing test leaves no daemon.
-fn start_daemon(conf: &Path, log: &Path, env: &[(&str, &std::ffi::OsStr)]) -> Run {
+pub(crate) fn start_daemon(conf: &Path, log: &Path, env: &[(&str, &std::ffi::OsStr)]) -> Run {
     let daemon = Run(bin()
         .arg("daemon")
         .arg("--config")

@@ -10,6 +10,7 @@ mod compare;
 mod compare_page;
 mod daemon;
 mod deployed;
+mod exec_chains;
 mod gpu;
 mod hooks;
 mod hostile;

@@ -22,7 +22,7 @@ use watchdog_watch::recorder::Recorders;
 use watchdog_watch::wake::{Wake, Waker};
 use watchdog_watch::{Failure, Published, ServiceRun, Watch};
 
-use crate::discovery::{ProcessFacts, Scanner, topmost};
+use crate::discovery::{ProcessFacts, Scanner, Verdict, judge};
 use crate::gpu::GpuSet;
 use crate::rules::{DaemonConfig, Rule};
 use crate::service::ServiceNotifier;
@@ -273,9 +273,9 @@ pub fn run(config_path: &Path, host: Host, metrics: Option<String>) -> Result<Ex
     }
 }
 
-/// Starts a run for each topmost process of `found` a rule takes. A process that
-/// registered is started at once (`register`), so none of these has: they are matched as
-/// unregistered.
+/// Starts a run for each topmost process of `found` a rule takes, and names each of the
+/// others in a debug line with the reason. A process that registered is started at once
+/// (`register`), so none of these has: they are matched as unregistered.
 fn start_matching(
     found: &[ProcessFacts],
     gpu_pids: &HashSet<u32>,
@@ -283,11 +283,27 @@ fn start_matching(
     config: &DaemonConfig,
     runs: &mut Vec<Run>,
 ) {
-    for (facts, rule) in topmost(found, |p| config.rule_for(p, gpu_pids, false)) {
-        match starter.start(facts, rule, config) {
-            Ok(run) => runs.push(run),
-            Err(e) => tracing::warn!("PID {} is not watched: {}", facts.pid, e),
-        }
+    for (facts, verdict) in judge(found, |p| config.rule_for(p, gpu_pids, false)) {
+        let why = match verdict {
+            Verdict::Taken(rule) => match starter.start(facts, rule, config) {
+                Ok(run) => {
+                    runs.push(run);
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!("PID {} is not watched: {}", facts.pid, e);
+                    continue;
+                }
+            },
+            Verdict::Inside(top) => format!("part of the run of PID {top}, found with it"),
+            Verdict::NoMatch => "no rule matches".to_string(),
+        };
+        tracing::debug!(
+            "PID {} of user {} ({}) skipped: {why}",
+            facts.pid,
+            facts.uid,
+            quote_value(&facts.command)
+        );
     }
 }
 

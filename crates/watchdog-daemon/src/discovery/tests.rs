@@ -23,6 +23,9 @@ struct Proc<'a> {
     uid: u32,
     cgroup: &'a str,
     environ: &'a [&'a str],
+    /// Where its stack starts (field 28 of `stat`; the arguments and environment follow):
+    /// what an `exec` moves.
+    stack: u64,
 }
 
 impl Default for Proc<'_> {
@@ -37,27 +40,34 @@ impl Default for Proc<'_> {
             uid: 1000,
             cgroup: CGROUP_V2,
             environ: &["HOME=/home/alice"],
+            stack: 140721751821056,
         }
     }
 }
 
-fn stat_line(pid: u32, comm: &str, state: char, ppid: u32, start: u64) -> String {
+fn stat_line(p: &Proc) -> String {
+    let Proc {
+        pid,
+        comm,
+        state,
+        ppid,
+        start,
+        stack,
+        ..
+    } = *p;
+    let (args, env, env_end) = (stack + 4064, stack + 4084, stack + 5355);
     format!(
         "{pid} ({comm}) {state} {ppid} {ppid} 31949 0 -1 4194304 99 0 0 0 0 0 0 0 20 0 1 0 {start} \
-         3133440 384 18446744073709551615 94630498893824 94630498913705 140721751821056 0 0 0 0 0 \
-         0 0 0 0 17 1 0 0 0 0 0 94630498929712 94630498931328 94630565371904 140721751825120 \
-         140721751825140 140721751825140 140721751826411 0\n"
+         3133440 384 18446744073709551615 94630498893824 94630498913705 {stack} 0 0 0 0 0 \
+         0 0 0 0 17 1 0 0 0 0 0 94630498929712 94630498931328 94630565371904 {args} \
+         {env} {env} {env_end} 0\n"
     )
 }
 
 fn write(root: &Path, p: &Proc) {
     let dir = root.join(p.pid.to_string());
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("stat"),
-        stat_line(p.pid, p.comm, p.state, p.ppid, p.start),
-    )
-    .unwrap();
+    std::fs::write(dir.join("stat"), stat_line(p)).unwrap();
     let mut cmdline = Vec::new();
     for arg in p.cmdline {
         cmdline.extend_from_slice(arg.as_bytes());
@@ -646,4 +656,135 @@ fn a_scan_lists_nothing_while_no_pid_was_allocated_and_nothing_is_young() {
         scanner.scan(never);
     }
     assert_eq!(scanner.skipped(), 2);
+}
+
+/// The layout fields of a `stat` line captured here, and of hostile or short ones.
+#[test]
+fn the_memory_layout_is_read_from_stat_fields_26_to_28_and_48_to_51() {
+    let line = stat_line(&Proc {
+        comm: "a) b 7 8 9",
+        ..Default::default()
+    });
+    let s = 140721751821056;
+    assert_eq!(
+        stat_layout(line.as_bytes()),
+        [
+            94630498893824,
+            94630498913705,
+            s,
+            s + 4064,
+            s + 4084,
+            s + 4084,
+            s + 5355
+        ]
+    );
+    // Before Linux 3.5 the line ends at field 44; a reader without the right to ptrace-read
+    // the process sees zeros.
+    let short: String = line.split(' ').take(44).collect::<Vec<_>>().join(" ");
+    assert_eq!(
+        stat_layout(short.as_bytes()),
+        [94630498893824, 94630498913705, s, 0, 0, 0, 0]
+    );
+    assert_eq!(stat_layout(b"1 (x"), [0; 7]);
+}
+
+/// Regression (issue 18): `python` execing `python` kept the name, and the process judged
+/// before its `exec` (its parent's command line) was never judged again.
+#[test]
+fn an_exec_that_keeps_the_name_is_returned_again_with_its_new_command_line() {
+    let root = machine();
+    let r = root.path();
+    let mut scanner = Scanner::with_excluded(r, None);
+    scanner.scan(never);
+    let launcher = Proc {
+        pid: 80,
+        ppid: 50,
+        cmdline: &["python3", "launch.py"],
+        ..Default::default()
+    };
+    write(r, &launcher);
+    assert_eq!(pids(&scanner.scan(never)), [80]);
+    write(
+        r,
+        &Proc {
+            cmdline: &["python3", "train.py"],
+            stack: launcher.stack + 0x7000,
+            ..launcher
+        },
+    );
+    let found = scanner.scan(never);
+    assert_eq!(pids(&found), [80], "the exec is seen");
+    assert_eq!(found[0].command, "python3 train.py");
+    assert!(scanner.scan(never).is_empty(), "and judged once");
+}
+
+/// The clock tick of now on the boot-time clock, as `starttime` counts.
+fn boot_ticks_now() -> u64 {
+    Scanner::with_excluded(Path::new("/proc"), None).boot_ticks_now()
+}
+
+/// A process younger than [`YOUNG_FOR`] is read on every scan even after its first
+/// [`YOUNG_SCANS`] scans and with no PID allocated; an older one only at a sweep.
+#[test]
+fn a_process_started_lately_is_read_until_it_is_old_and_the_others_at_each_sweep() {
+    let root = machine();
+    let r = root.path();
+    set_last_pid(r, 100);
+    let hz = clock_ticks_per_second();
+    let lately = Proc {
+        pid: 90,
+        ppid: 50,
+        comm: "sh",
+        cmdline: &["sh", "setup.sh"],
+        start: boot_ticks_now() - 2 * hz,
+        ..Default::default()
+    };
+    write(r, &lately);
+    let mut scanner = Scanner::with_excluded(r, None);
+    scanner.scan(never);
+    for _ in 0..YOUNG_SCANS {
+        assert!(scanner.scan(never).is_empty());
+    }
+    write(
+        r,
+        &Proc {
+            comm: "python3",
+            cmdline: &["python3", "train.py"],
+            stack: lately.stack + 0x1000,
+            ..lately
+        },
+    );
+    // A process that appears without an allocation (only a fixture can): no PID was
+    // allocated, so the scan reads the young processes' `stat` without listing `/proc`.
+    write(
+        r,
+        &Proc {
+            pid: 91,
+            ..Default::default()
+        },
+    );
+    let found = scanner.scan(never);
+    assert_eq!(
+        pids(&found),
+        [90],
+        "an exec 2 s after the start, and no listing"
+    );
+    std::fs::remove_dir_all(r.join("91")).unwrap();
+
+    // The shell, old and long known, execs with no PID allocated: unseen until a sweep.
+    write(
+        r,
+        &Proc {
+            pid: 50,
+            comm: "python3",
+            start: 500,
+            cmdline: &["python3", "late.py"],
+            ..Default::default()
+        },
+    );
+    assert!(scanner.scan(never).is_empty(), "no sweep due");
+    let mut scanner = scanner.with_sweep_every(Duration::ZERO);
+    let found = scanner.scan(never);
+    assert_eq!(pids(&found), [50], "a sweep reads every stat");
+    assert_eq!(found[0].command, "python3 late.py");
 }
