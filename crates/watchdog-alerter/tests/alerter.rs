@@ -349,9 +349,9 @@ fn event_log_lines_parse_with_concurrent_writers() {
     }
 }
 
-/// Runs the notification part in a child copy of this test binary, so its environment
-/// (DBUS_SESSION_BUS_ADDRESS) is set without touching this process's environment.
-#[cfg(feature = "notify")]
+/// Runs one test in a child copy of this test binary, so its environment
+/// (DBUS_SESSION_BUS_ADDRESS) or its process state (a child subreaper) is set without
+/// touching this process's.
 fn run_self(test: &str, env: &[(&str, &str)], remove: &[&str]) -> (bool, Duration, String) {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args([test, "--exact", "--nocapture", "--include-ignored"])
