@@ -775,8 +775,8 @@ fn split_off_keeper(report: RawFd) -> io::Result<()> {
 /// # Safety
 /// Only in a child forked from this process, before `exec`, with `report` open.
 unsafe fn keep(hook: libc::pid_t, report: RawFd) -> ! {
-    // SAFETY: signal, close, write, waitpid and _exit are async-signal-safe system calls;
-    // the buffers passed live on this stack for the call.
+    // SAFETY: signal, prctl, close, write, waitpid and _exit are async-signal-safe system
+    // calls; the buffers passed live on this stack for the call, the name is static.
     unsafe {
         for sig in [
             libc::SIGHUP,
@@ -789,6 +789,9 @@ unsafe fn keep(hook: libc::pid_t, report: RawFd) -> ! {
         ] {
             libc::signal(sig, libc::SIG_IGN);
         }
+        // Named for what it is in `ps` and `top` (a copy of the watchdog, which outlives it
+        // while a detached process of the hook lives).
+        libc::prctl(libc::PR_SET_NAME, c"wd-hook-keeper".as_ptr(), 0, 0, 0);
         // Nothing of the watchdog's stays open here: not spawn's error pipe (the watchdog
         // would wait for it to close), nor its stdout or sockets.
         close_all_but(report);

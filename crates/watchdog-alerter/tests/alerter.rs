@@ -533,10 +533,14 @@ fn child_keeper() {
         .trim()
         .parse()
         .unwrap();
+    let keeper_comm = std::fs::read_to_string(format!("/proc/{ppid}/comm")).unwrap_or_default();
     let _ = Command::new("kill").arg(pid.to_string()).status();
     assert_ne!(ppid, std::process::id(), "the detached process came to us");
     assert!(
         hooks.is_hook(ppid),
         "its parent {ppid} is not the hook's keeper"
     );
+    // Named for what it is in `ps`, not a second `watchdog` (read before the kill above
+    // let it exit).
+    assert_eq!(keeper_comm.trim(), "wd-hook-keeper");
 }
