@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import unittest
 import warnings
 
@@ -87,6 +88,26 @@ class InstallTests(Base):
                 default = signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
                 signal.signal(signum, default)
 
+
+    def test_sigint_is_installed_with_a_warning_that_a_request_still_interrupts(self):
+        # The binary's caution used to advise install() for SIGINT, yet install() keeps
+        # Python's handler (Ctrl-C must still stop the run): each request raised
+        # KeyboardInterrupt into the loop without a word.
+        try:
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                tw.install("SIGINT")
+            texts = [str(w.message) for w in seen if issubclass(w.category, RuntimeWarning)]
+            self.assertEqual(len(texts), 1, texts)
+            self.assertIn("KeyboardInterrupt", texts[0])
+            self.assertIn("SIGUSR1", texts[0])
+            with self.assertRaises(KeyboardInterrupt):
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(1)  # the handler runs here, in the main thread
+            self.assertTrue(tw.checkpoint_requested())
+        finally:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            tw.acknowledge()
 
 
 class SameAsTheBinaryTests(unittest.TestCase):

@@ -230,6 +230,16 @@ def install(sig=None, register=True):
             "Python only lets the main thread install signal handlers"
         )
     signum = _checkpoint_signal(sig)[0]
+    if signum == signal.SIGINT:
+        import warnings
+
+        warnings.warn(
+            "training_watchdog.install(): SIGINT as the checkpoint signal still raises "
+            "KeyboardInterrupt (the handler keeps the previous one, so Ctrl-C stops the run), "
+            "so each request from the watchdog ends the loop; use SIGUSR1",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     _catch(signum)
     if register and not os.environ.get("WATCHDOG_REQUEST_FILE") and _registered is None:
         named = _register_with_daemon()

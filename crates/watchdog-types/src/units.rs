@@ -254,11 +254,12 @@ fn crash_signal_expected(num: i32) -> String {
 }
 
 /// A caution about `sig` as the checkpoint signal, for a warning at start: SIGINT is
-/// accepted, but Python's default handler for it raises `KeyboardInterrupt`.
+/// accepted, but Python raises `KeyboardInterrupt` on it, also under the client's
+/// `install()`, which keeps the previous handler so that Ctrl-C still stops the run.
 pub fn signal_caution(sig: i32) -> Option<String> {
     (sig == libc::SIGINT).then(|| {
-        "SIGINT is the checkpoint signal: Python's default SIGINT handler raises KeyboardInterrupt, \
-         which ends most training loops; install a handler for it (training_watchdog.install()) or use SIGUSR1"
+        "SIGINT is the checkpoint signal: Python raises KeyboardInterrupt on it, which ends most \
+         training loops, also after training_watchdog.install() (it keeps Ctrl-C working); use SIGUSR1"
             .to_string()
     })
 }
