@@ -91,15 +91,20 @@ churn() { # a short process every 100 ms until killed
 rows="$WORK/rows.tsv"
 : >"$rows"
 
-measure() { # $1 = daemon|single, $2 = N; appends "mode N cpu_pct rss_mib" to rows
-    local mode=$1 n=$2 life=$((WARMUP + DURATION + 60)) watchers=() started=() i
-    if [ "$mode" = daemon ]; then
-        cat >"$WORK/daemon.toml" <<EOF
+daemon_keys() { # the daemon's own keys, everything it writes under $WORK
+    cat <<EOF
 interval = "100ms"
 scan_interval = "250ms"
 socket = "$WORK/daemon.sock"
 request_dir = "$WORK/users"
 state_dir = "$WORK/state"
+EOF
+}
+
+measure() { # $1 = daemon|single, $2 = N; appends "mode N cpu_pct rss_mib" to rows
+    local mode=$1 n=$2 life=$((WARMUP + DURATION + 60)) watchers=() started=() i
+    if [ "$mode" = daemon ]; then
+        { daemon_keys; cat <<EOF
 
 [[rule]]
 name = "bench"
@@ -111,6 +116,7 @@ notify = false
 disks = ["/", "/dev/shm"]
 ${MEM_LIMIT:+mem_limit = \"$MEM_LIMIT\"}
 EOF
+        } >"$WORK/daemon.toml"
         mkdir -p "$WORK/state"
         "$WATCHDOG" daemon --config "$WORK/daemon.toml" 2>"$WORK/daemon.log" &
         watchers+=("$!")
@@ -189,12 +195,7 @@ with open(os.path.join(os.path.dirname(__file__), "started", str(os.getpid())), 
     f.write(f"{time.time():.6f}")
 time.sleep(60)
 PY
-    cat >"$WORK/daemon.toml" <<TOML
-interval = "100ms"
-scan_interval = "250ms"
-socket = "$WORK/daemon.sock"
-request_dir = "$WORK/users"
-state_dir = "$WORK/state"
+    { daemon_keys; cat <<TOML
 
 [[rule]]
 name = "chains"
@@ -205,6 +206,7 @@ gpu = "off"
 notify = false
 max_runtime = "1h"
 TOML
+    } >"$WORK/daemon.toml"
     mkdir -p "$WORK/state"
     "$WATCHDOG" daemon --config "$WORK/daemon.toml" 2>"$WORK/daemon.log" &
     PIDS+=("$!")

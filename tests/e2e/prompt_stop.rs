@@ -22,6 +22,17 @@ impl Drop for Kill {
     }
 }
 
+/// A `--pid` target: `sleep 300` in `dir`, where the watchdog's request file then goes.
+fn sleeper(dir: &Path) -> Kill {
+    Kill(
+        Command::new("sleep")
+            .arg("300")
+            .current_dir(dir)
+            .spawn()
+            .unwrap(),
+    )
+}
+
 /// Starts the watchdog with `args` sampling every 60 s, its stderr in `log`; returns once
 /// it logged that it is watching.
 fn start(args: &[&str], rec: &Path, log: &Path) -> Kill {
@@ -69,14 +80,7 @@ fn terminate(watchdog: &mut Kill) -> (Option<i32>, Duration) {
 fn sigterm_stops_a_pid_watch_at_once_whatever_the_interval() {
     let dir = scratch();
     let (rec, log) = (dir.path().join("run.rec"), dir.path().join("log"));
-    // In the scratch directory, where the request file then goes.
-    let target = Kill(
-        Command::new("sleep")
-            .arg("300")
-            .current_dir(dir.path())
-            .spawn()
-            .unwrap(),
-    );
+    let target = sleeper(dir.path());
     let pid = target.0.id().to_string();
     let mut watchdog = start(&["--pid", &pid], &rec, &log);
     let (code, took) = terminate(&mut watchdog);
@@ -127,13 +131,7 @@ fn sigterm_stops_the_watchdog_within_a_second_while_a_hook_ignores_sigterm() {
     let dir = scratch();
     let (rec, log) = (dir.path().join("run.rec"), dir.path().join("log"));
     let started = dir.path().join("hook-started");
-    let target = Kill(
-        Command::new("sleep")
-            .arg("300")
-            .current_dir(dir.path())
-            .spawn()
-            .unwrap(),
-    );
+    let target = sleeper(dir.path());
     let pid = target.0.id().to_string();
     // A 1 KiB limit: the first sample alerts and starts the hook.
     let hook = format!("trap '' TERM; touch {}; sleep 30", started.display());
