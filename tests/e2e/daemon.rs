@@ -939,3 +939,38 @@ notify = false
     );
     drop((idle_unix, idle_tcp));
 }
+
+/// A reload is held to the start's checks of `state_dir`: a new one writable by others
+/// was taken by SIGHUP although the same config was refused at start.
+#[test]
+fn a_reload_with_an_unsafe_state_dir_is_refused() {
+    use std::os::unix::fs::PermissionsExt as _;
+    if !require(is_root(), "root (a root daemon and its directories)") {
+        return;
+    }
+    let dir = public_scratch("wd-reload-state-");
+    let rule = "[[rule]]\nname = \"none\"\n[rule.match]\ncommand = \"^matches nothing$\"\n";
+    let conf = write_config(dir.path(), rule);
+    let log = dir.path().join("daemon.log");
+    let daemon = start_daemon(&conf, &log, &[]);
+    let open = dir.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let text = std::fs::read_to_string(&conf).unwrap();
+    let state = format!("state_dir = \"{}/state\"", dir.path().display());
+    assert!(text.contains(&state), "{text}");
+    std::fs::write(
+        &conf,
+        text.replace(&state, &format!("state_dir = \"{}\"", open.display())),
+    )
+    .unwrap();
+    send_signal(daemon.0.id() as i32, libc::SIGHUP);
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        wait_for(Duration::from_secs(10), || log_text().contains(
+            "reload refused, the previous config stays: unsafe state_dir"
+        )),
+        "{}",
+        log_text()
+    );
+}

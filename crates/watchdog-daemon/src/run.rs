@@ -73,22 +73,7 @@ pub fn run(config_path: &Path, host: Host, metrics: Option<String>) -> Result<Ex
 
     let mut config = DaemonConfig::load(config_path).map_err(Failure::Usage)?;
     let user_dirs = UserDirs::open(&config.request_dir).map_err(|e| request_dir_failure(&e))?;
-    if let Some(name) = kernel_filesystem_at(&config.state_dir) {
-        return Err(Failure::Usage(format!(
-            "state_dir {}: it is on {name}, a kernel interface where no recording can be \
-             written; expected a directory on a filesystem that holds files, such as {}",
-            config.state_dir.display(),
-            crate::rules::DEFAULT_STATE_DIR
-        )));
-    }
-    unsafe_state_dir(&config.state_dir).map_or(Ok(()), |why| {
-        Err(Failure::Usage(format!(
-            "unsafe state_dir {}: {why}; expected root's own directory, not writable by \
-             group or others (the default {} is made 0700)",
-            config.state_dir.display(),
-            crate::rules::DEFAULT_STATE_DIR
-        )))
-    })?;
+    check_state_dir(&config.state_dir).map_err(Failure::Usage)?;
     let recorders = Recorders::start().map_err(Failure::Runtime)?;
     let published = Arc::new(Published::new("daemon", config.interval.as_secs_f64()));
     let (register_tx, register_rx) = mpsc::channel::<Pending>();
@@ -155,7 +140,9 @@ pub fn run(config_path: &Path, host: Host, metrics: Option<String>) -> Result<Ex
         }
         if reload.swap(false, Ordering::Relaxed) {
             let _ = notifier.reloading();
-            match DaemonConfig::load(config_path) {
+            let loaded = DaemonConfig::load(config_path)
+                .and_then(|new| check_state_dir(&new.state_dir).map(|()| new));
+            match loaded {
                 Ok(new) => {
                     if new.socket != config.socket
                         || new.request_dir != config.request_dir
@@ -410,6 +397,28 @@ fn request_dir_failure(e: &BeneathError) -> Failure {
             Failure::Usage(format!("cannot use request_dir: {e}"))
         }
         e => Failure::Runtime(format!("cannot use request_dir: {e}")),
+    }
+}
+
+/// Refuses a `state_dir` on a kernel filesystem or [`unsafe_state_dir`], at start and at
+/// a reload alike.
+fn check_state_dir(dir: &Path) -> Result<(), String> {
+    if let Some(name) = kernel_filesystem_at(dir) {
+        return Err(format!(
+            "state_dir {}: it is on {name}, a kernel interface where no recording can be \
+             written; expected a directory on a filesystem that holds files, such as {}",
+            dir.display(),
+            crate::rules::DEFAULT_STATE_DIR
+        ));
+    }
+    match unsafe_state_dir(dir) {
+        Some(why) => Err(format!(
+            "unsafe state_dir {}: {why}; expected root's own directory, not writable by \
+             group or others (the default {} is made 0700)",
+            dir.display(),
+            crate::rules::DEFAULT_STATE_DIR
+        )),
+        None => Ok(()),
     }
 }
 
