@@ -187,9 +187,14 @@ impl Snapshot {
 /// Writes `snapshot` to `path` atomically, unless [`unwritable`] says why not. The error
 /// is the reason alone (the caller names the file).
 pub fn write(path: &Path, snapshot: &Snapshot) -> Result<(), String> {
-    if let Some(why) = unwritable(path) {
-        return Err(why);
+    match unwritable(path) {
+        Some(why) => Err(why),
+        None => write_checked(path, snapshot),
     }
+}
+
+/// Writes `snapshot` to `path` atomically, [`unwritable`] having been asked already.
+pub fn write_checked(path: &Path, snapshot: &Snapshot) -> Result<(), String> {
     watchdog_types::fs::write_atomic(path, snapshot.render().as_bytes()).map_err(|e| e.to_string())
 }
 

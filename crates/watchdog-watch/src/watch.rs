@@ -698,28 +698,41 @@ impl Watch {
         terminal::clear_status();
         self.end_hooks();
         let alerts = self.engine.alerts_sent();
+        let last = self.last_recording();
         terminal::summary(&format!(
             "watchdog: stopped by {} after {}; PID {} ({}) is still running. {alerts} alert(s) sent.{}",
             signal_name(sig),
             format_duration_s(self.start.elapsed().as_secs_f64()),
             self.target.pid,
             self.target.name,
-            self.recording_note(),
+            recording_note(&last),
         ));
         self.emit(EventBody::Stop { signal: sig });
-        self.close();
+        self.close(last);
         Ended::Stopped(sig)
     }
 
+    /// Where the final recording goes, or why it is skipped, decided once before the
+    /// summary names it (`None`: no recording).
+    fn last_recording(&self) -> Option<(PathBuf, Option<String>)> {
+        let path = self.record_path.clone()?;
+        let skipped = recorder::unwritable(&path);
+        Some((path, skipped))
+    }
+
     /// The last of a watch: let queued hooks and notifications finish, then write the
-    /// final recording.
-    fn close(&mut self) {
+    /// final recording unless `last` says it is skipped.
+    fn close(&mut self, last: Option<(PathBuf, Option<String>)>) {
         self.actions.finish(Duration::from_secs(3));
-        let last = self.recorder.take_back();
-        if let (Some(path), Some(last)) = (&self.record_path, last) {
-            match recorder::write(path, &last.snapshot()) {
+        let recorder = self.recorder.take_back();
+        if let (Some((path, skipped)), Some(recorder)) = (last, recorder) {
+            let written = match skipped {
+                Some(why) => Err(why),
+                None => recorder::write_checked(&path, &recorder.snapshot()),
+            };
+            match written {
                 Ok(()) => tracing::info!("recording written to {}", path.display()),
-                Err(e) => outputs::write_failed("recording", path, &e),
+                Err(e) => outputs::write_failed("recording", &path, &e),
             }
         }
         // Failures of the last writes still reach the events file.
@@ -735,15 +748,6 @@ impl Watch {
                 path: f.path,
                 error: f.error,
             });
-        }
-    }
-
-    /// ` Recording: PATH.` for the summary, when one is written (the summary comes before
-    /// the last write, so a recording about to be skipped is not named as written).
-    fn recording_note(&self) -> String {
-        match &self.record_path {
-            Some(p) if recorder::unwritable(p).is_none() => format!(" Recording: {}.", p.display()),
-            _ => String::new(),
         }
     }
 
@@ -1015,13 +1019,14 @@ impl Watch {
     fn finish(&mut self, exit: TargetExit) {
         self.end_hooks();
         let verdict = self.diagnose(exit);
+        let last = self.last_recording();
         let late = format!(
             " Sampled {} times every {} ({} late, {} samples dropped).{}",
             self.ticks,
             format_duration_s(self.settings.interval.as_secs_f64()),
             self.late_ticks,
             self.sampler.dropped(),
-            self.recording_note(),
+            recording_note(&last),
         );
         let survivors = self.survivors_note();
         let (text, event) = self.engine.closing(&Ending {
@@ -1035,7 +1040,15 @@ impl Watch {
         });
         terminal::summary(&text);
         self.emit(event);
-        self.close();
+        self.close(last);
+    }
+}
+
+/// ` Recording: PATH.` for the summary, when the final recording will be written.
+fn recording_note(last: &Option<(PathBuf, Option<String>)>) -> String {
+    match last {
+        Some((path, None)) => format!(" Recording: {}.", path.display()),
+        _ => String::new(),
     }
 }
 
