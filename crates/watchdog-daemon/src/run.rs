@@ -403,7 +403,7 @@ fn request_dir_failure(e: &BeneathError) -> Failure {
 /// Refuses a `state_dir` on a kernel filesystem or [`unsafe_state_dir`], at start and at
 /// a reload alike.
 fn check_state_dir(dir: &Path) -> Result<(), String> {
-    if let Some(name) = kernel_filesystem_at(dir) {
+    if let Some(name) = watchdog_sampler::disk::kernel_filesystem_at(dir) {
         return Err(format!(
             "state_dir {}: it is on {name}, a kernel interface where no recording can be \
              written; expected a directory on a filesystem that holds files, such as {}",
@@ -441,15 +441,6 @@ fn unsafe_state_dir(dir: &Path) -> Option<String> {
     })
 }
 
-/// The kernel pseudo-filesystem `path` is on, or would be made on (that of its nearest
-/// ancestor that exists): `/proc/self` or `/sys/kernel/x` takes no directory or file of
-/// ours, so a `state_dir` or socket there is the config's to fix (exit 2).
-fn kernel_filesystem_at(path: &Path) -> Option<&'static str> {
-    path.ancestors()
-        .find_map(|p| rustix::fs::statfs(p).ok())
-        .and_then(|fs| watchdog_types::fs::kernel_filesystem(fs.f_type))
-}
-
 /// Whether something other than a socket is at `path`, or its parent is no directory: a
 /// socket path the config must change (exit 2, as for [`request_dir_failure`]).
 fn not_a_socket_path(path: &Path) -> bool {
@@ -470,7 +461,7 @@ fn serve_socket(
     register: mpsc::Sender<Pending>,
     waker: Waker,
 ) -> Result<ServerHandle, Failure> {
-    if let Some(name) = kernel_filesystem_at(path) {
+    if let Some(name) = watchdog_sampler::disk::kernel_filesystem_at(path) {
         return Err(Failure::Usage(format!(
             "cannot listen on {}: it is on {name}, a kernel interface where no socket can be \
              made; expected a path such as /run/watchdog/daemon.sock",

@@ -247,6 +247,23 @@ pub fn is_tmpfs(path: &Path) -> bool {
     rustix::fs::statfs(path).is_ok_and(|s| i64::from(s.f_type) == TMPFS_MAGIC)
 }
 
+/// The kernel pseudo-filesystem (procfs, sysfs, ...: `watchdog_types::fs::kernel_filesystem`)
+/// `path` is on, or would be made on (that of its nearest ancestor that exists): no file
+/// or directory of ours belongs there.
+pub fn kernel_filesystem_at(path: &Path) -> Option<&'static str> {
+    // A relative path's last ancestor is "": the working directory.
+    path.ancestors()
+        .map(|p| {
+            if p.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                p
+            }
+        })
+        .find_map(|p| rustix::fs::statfs(p).ok())
+        .and_then(|fs| watchdog_types::fs::kernel_filesystem(fs.f_type))
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

@@ -333,7 +333,7 @@ fn check_kind(kind: Kind, path: &Path) -> Result<(), String> {
     let meta = match std::fs::symlink_metadata(path) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return pseudo_filesystem(parent_dir(path));
+            return pseudo_filesystem(path);
         }
         Err(e) => return Err(format!("cannot look at it ({e})")),
     };
@@ -369,11 +369,7 @@ fn check_kind(kind: Kind, path: &Path) -> Result<(), String> {
 /// kernel's pseudo-filesystems ([`watchdog_types::fs::kernel_filesystem`]): `--events /proc/self/comm` is a regular, empty file
 /// that swallows every line.
 fn pseudo_filesystem(path: &Path) -> Result<(), String> {
-    let Ok(fs) = rustix::fs::statfs(path) else {
-        // Not there to look at: the writability probe says what is wrong.
-        return Ok(());
-    };
-    match watchdog_types::fs::kernel_filesystem(fs.f_type) {
+    match watchdog_sampler::disk::kernel_filesystem_at(path) {
         Some(name) => Err(format!(
             "it is on {name}, a kernel interface where written lines are lost or refused"
         )),
