@@ -86,8 +86,9 @@ impl Watch {
             self.pause(next, false);
             self.forward_to_survivors();
             self.reap_adopted();
-            self.sampler.tree_mut().refresh();
-            if self.survivors_alive().is_empty() {
+            // Walked again only when a process was created or reaped since the last walk.
+            self.sampler.tree_mut().refresh_if_changed();
+            if self.survivor_pids().next().is_none() {
                 tracing::info!(
                     "the last process PID {} ({}) left running has exited",
                     self.target.pid,
@@ -186,13 +187,17 @@ impl Watch {
     /// The processes of the tree other than the target that have not exited, with names.
     fn survivors_alive(&self) -> Vec<(u32, String)> {
         let proc = self.settings.host.proc.as_path();
+        self.survivor_pids().map(|p| (p, comm(proc, p))).collect()
+    }
+
+    /// The PIDs of [`survivors_alive`](Self::survivors_alive), without reading their names.
+    fn survivor_pids(&self) -> impl Iterator<Item = u32> + '_ {
+        let proc = self.settings.host.proc.as_path();
         self.sampler
             .tree_pids()
             .iter()
             .copied()
-            .filter(|&p| p != self.target.pid && is_alive(proc, p))
-            .map(|p| (p, comm(proc, p)))
-            .collect()
+            .filter(move |&p| p != self.target.pid && is_alive(proc, p))
     }
 
     /// Reaps the adopted processes that exited (`run` mode), each by its PID: never the
