@@ -364,7 +364,7 @@ impl Settings {
         }
         // Paths are quoted through quote_value: a long one is cut to 80 characters here,
         // where a quote in it ("it's") would defeat the error line's later clipping.
-        let quoted = |p: &Path| watchdog_types::quote::quote_value(&p.display().to_string());
+        let quoted = watchdog_types::quote::quote_path;
         for disk in &self.disks {
             if let Err(e) = std::fs::metadata(disk) {
                 return Err((

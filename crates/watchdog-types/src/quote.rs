@@ -11,6 +11,11 @@ pub const MAX_QUOTED_CHARS: usize = 80;
 /// quotes, and words separated by spaces are each a short run).
 pub const MAX_MESSAGE_CHARS: usize = 1024;
 
+/// A path as [`quote_value`] quotes a value (its lossy display form).
+pub fn quote_path(path: &std::path::Path) -> String {
+    quote_value(&path.display().to_string())
+}
+
 /// `value` in single quotes, cut to [`MAX_QUOTED_CHARS`] characters with an ellipsis
 /// and the full length when longer, control characters escaped so the message stays
 /// one line: `'12XB'`, `'aaaa…' (10000000 characters)`.

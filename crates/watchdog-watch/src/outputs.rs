@@ -31,6 +31,7 @@ use std::sync::Mutex;
 
 use watchdog_alerter::request::{ack_path, is_request_file, read_ack};
 use watchdog_types::fs::{open_plain, parent_dir};
+use watchdog_types::quote::quote_path;
 
 use crate::Failure;
 use watchdog_config::Host;
@@ -312,16 +313,10 @@ pub fn prune_recordings(dir: &Path, keep: &Path) {
     }
 }
 
-/// `path` in quotes, cut to 80 characters (a long path with a quote in it would defeat
-/// the error line's clipping of quoted runs).
-fn quoted(path: &Path) -> String {
-    watchdog_types::quote::quote_value(&path.display().to_string())
-}
-
 fn refuse(kind: Kind, path: &Path, why: &str) -> Failure {
     Failure::Usage(format!(
         "refusing to use {} as {}: {why}; expected {}",
-        quoted(path),
+        quote_path(path),
         kind.what(),
         kind.expected()
     ))
@@ -430,7 +425,7 @@ fn check_distinct(all: &[(Kind, &Path)]) -> Result<(), Failure> {
                     "{} and {} are the same file {}: expected a different path for each output (--request-file, --events, --record)",
                     ka.what(),
                     kb.what(),
-                    quoted(b)
+                    quote_path(b)
                 )));
             }
         }
@@ -458,12 +453,12 @@ fn probe_dir(kind: Kind, path: &Path) -> Result<(), Failure> {
         Err(e) => Err(Failure::Usage(format!(
             "cannot write {} {}: {} in {}; expected a directory the watchdog may create files in",
             kind.what(),
-            quoted(path),
+            quote_path(path),
             match &e {
                 watchdog_types::fs::WriteError::Write { source, .. } => source.to_string(),
                 other => other.to_string(),
             },
-            quoted(dir)
+            quote_path(dir)
         ))),
     }
 }
