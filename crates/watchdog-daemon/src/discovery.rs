@@ -225,17 +225,17 @@ struct Image {
 }
 
 impl Image {
-    /// Sets this image from `stat`'s parsed fields and text, without allocating when the
-    /// name's length is unchanged.
-    fn set(&mut self, stat: &ProcStat<'_>, text: &[u8]) {
+    /// Sets this image from `stat` (parsed from `text`), its layout parsed once, without
+    /// allocating when the name's length is unchanged; returns whether it changed.
+    fn update(&mut self, stat: &ProcStat<'_>, text: &[u8]) -> bool {
+        let layout = stat_layout(text);
+        if self.comm == stat.comm && self.layout == layout {
+            return false;
+        }
         self.comm.clear();
         self.comm.extend_from_slice(stat.comm);
-        self.layout = stat_layout(text);
-    }
-
-    /// Whether `stat` (parsed from `text`) shows this image.
-    fn same(&self, stat: &ProcStat<'_>, text: &[u8]) -> bool {
-        self.comm == stat.comm && self.layout == stat_layout(text)
+        self.layout = layout;
+        true
     }
 }
 
@@ -591,9 +591,8 @@ impl Scanner {
             Some(k) if k.start_ticks == stat.starttime_ticks => {
                 k.ppid = stat.ppid;
                 k.generation = generation;
-                if !k.image.same(&stat, &self.buf) {
+                if k.image.update(&stat, &self.buf) {
                     // An `exec`: judged again, and young again.
-                    k.image.set(&stat, &self.buf);
                     k.first_seen = generation;
                     self.youngest = generation;
                     self.fresh.push(pid);
@@ -602,7 +601,7 @@ impl Scanner {
             }
             _ => {
                 let mut image = Image::default();
-                image.set(&stat, &self.buf);
+                image.update(&stat, &self.buf);
                 self.known.insert(
                     pid,
                     Known {
@@ -651,7 +650,7 @@ impl Scanner {
         let (ppid, start_ticks) = (stat.ppid, stat.starttime_ticks);
         let comm = String::from_utf8_lossy(stat.comm).into_owned();
         let mut image = Image::default();
-        image.set(&stat, buf);
+        image.update(&stat, buf);
 
         read("cmdline", COMMAND_MAX_BYTES, buf)?;
         // Zombies and kernel threads have an empty command line, and so has a process in the
