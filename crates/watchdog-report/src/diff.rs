@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use watchdog_types::Unit;
-use watchdog_types::environment::{DiskFact, Environment, LimitFact, RuntimeSource};
+use watchdog_types::environment::{DiskFact, Environment, LimitFact, RuntimeSource, hide_homes};
 use watchdog_types::units::printable;
 
 use crate::recording::{EventKind, Recording};
@@ -421,23 +421,17 @@ pub fn same_facts(a: &Recording, b: &Recording) -> Vec<(String, String, String)>
 }
 
 /// The recording's resource that the environment record names `name`: the record writes
-/// a home directory `~` (`disk:~/runs`) where the resource is `disk:/home/NAME/runs` or
-/// `disk:/root/runs`; `None` when no resource, or more than one, fits.
+/// each home directory `~` ([`hide_homes`]: `disk:~/runs` for `disk:/home/NAME/runs`);
+/// `None` when no resource, or more than one, is written so.
 fn resource_of(rec: &Recording, name: &str) -> Option<String> {
     if rec.resource_index(name).is_some() {
         return Some(name.to_string());
     }
-    let (before, after) = name.split_once('~')?;
-    let fits = |r: &&str| {
-        let Some(rest) = r.strip_prefix(before).and_then(|r| r.strip_suffix(after)) else {
-            return false;
-        };
-        rest == "/root"
-            || rest
-                .strip_prefix("/home/")
-                .is_some_and(|user| !user.is_empty() && !user.contains('/'))
-    };
-    let mut found = rec.resources.iter().map(|r| r.name.as_str()).filter(fits);
+    let mut found = rec
+        .resources
+        .iter()
+        .map(|r| r.name.as_str())
+        .filter(|r| hide_homes(r) == name);
     match (found.next(), found.next()) {
         (Some(one), None) => Some(one.to_string()),
         _ => None,

@@ -253,10 +253,73 @@ pub fn definitions() -> BTreeMap<String, String> {
         .collect()
 }
 
+/// `text` with every home directory (`/home/NAME`, `/root`) in it written `~`: the
+/// record says which filesystem, never whose home (`/home/alice/runs` -> `~/runs`).
+pub fn hide_homes(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find('/') {
+        // Only at the start of a path: at the start of the text, or after a space, a quote,
+        // a bracket, `:`, `=` or `,` (the character before the `/`, in `out` or in `rest`).
+        let before = rest[..i]
+            .chars()
+            .next_back()
+            .or_else(|| out.chars().next_back());
+        let at_path_start = before.is_none_or(|c| c.is_whitespace() || "('\"[:=,".contains(c));
+        let tail = &rest[i..];
+        let home_len = if !at_path_start {
+            None
+        } else if let Some(after) = tail.strip_prefix("/home/") {
+            let name = after
+                .find(['/', ' ', ')', '\'', '"', ','])
+                .unwrap_or(after.len());
+            (name > 0).then_some("/home/".len() + name)
+        } else if tail == "/root" || tail.starts_with("/root/") || tail.starts_with("/root)") {
+            Some("/root".len())
+        } else {
+            None
+        };
+        match home_len {
+            Some(n) => {
+                out.push_str(&rest[..i]);
+                out.push('~');
+                rest = &tail[n..];
+            }
+            None => {
+                out.push_str(&rest[..=i]);
+                rest = &rest[i + 1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    /// Issue 13: "no home paths" in the record; the watched directory is often a home.
+    #[test]
+    fn home_directories_are_written_as_a_tilde() {
+        assert_eq!(hide_homes("disk:/home/alice/runs"), "disk:~/runs");
+        assert_eq!(hide_homes("/root"), "~");
+        assert_eq!(
+            hide_homes("statvfs(/root/x): free blocks"),
+            "statvfs(~/x): free blocks"
+        );
+        assert_eq!(hide_homes("/home/bob"), "~");
+        assert_eq!(hide_homes("/data/home/alice"), "/data/home/alice");
+        // Only the home at the start of the path: a `home` directory inside it stays.
+        assert_eq!(hide_homes("disk:/home/a/home/b"), "disk:~/home/b");
+        assert_eq!(hide_homes("/rootfs/x"), "/rootfs/x");
+        assert_eq!(hide_homes("--mem-limit"), "--mem-limit");
+        assert_eq!(
+            hide_homes("/sys/fs/cgroup/memory/x"),
+            "/sys/fs/cgroup/memory/x"
+        );
+    }
 
     /// An empty record is written as `{}`, and `{}` (or unknown fields) reads back.
     #[test]
