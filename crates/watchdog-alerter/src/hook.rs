@@ -930,6 +930,9 @@ mod tests {
             pid: 4242,
             signal: "SIGUSR1".into(),
             watchdog_pid: 4141,
+            phase: None,
+            step: None,
+            predicted_peak: None,
         };
         let env = hook_env(&req, None);
         assert_eq!(

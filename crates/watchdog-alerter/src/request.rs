@@ -72,15 +72,35 @@ pub struct AlertRequest {
     pub signal: String,
     /// The watchdog's own PID.
     pub watchdog_pid: u32,
+    /// The training phase whose step peak alerted (`train`, `eval`, `other`); absent for
+    /// the other reasons.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// The last step the run reported when the step peak alerted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<u64>,
+    /// The predicted allocator peak of the step or evaluation that would not fit, in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted_peak: Option<u64>,
 }
 
-/// The client's acknowledgment, read from `<request file>.ack`.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+/// The client's acknowledgment, read from `<request file>.ack` (fields in `docs/recording.md`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Ack {
-    /// The `seq` of the request that was handled.
+    /// The `seq` of the request that was handled; 0 for a save no request asked for (a
+    /// last-chance save after a CUDA out-of-memory error).
     pub seq: u64,
     /// When the checkpoint was done, seconds since the Unix epoch.
     pub time_unix: f64,
+    /// The checkpoint written (a file or a directory), when the client knows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// The training step the checkpoint holds (the global step of the framework).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<u64>,
+    /// Why the client saved without a request: `cuda_oom` for the last-chance save.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<String>,
 }
 
 /// What can go wrong writing the request file.
@@ -388,6 +408,9 @@ mod tests {
             pid: 42,
             signal: "SIGUSR1".into(),
             watchdog_pid: 41,
+            phase: None,
+            step: None,
+            predicted_peak: None,
         }
     }
 
@@ -480,6 +503,7 @@ mod tests {
             &Ack {
                 seq: 7,
                 time_unix: 1.0,
+                ..Ack::default()
             },
         )
         .unwrap();
@@ -492,6 +516,7 @@ mod tests {
             &Ack {
                 seq: 1,
                 time_unix: 2.0,
+                ..Ack::default()
             },
         )
         .unwrap();
@@ -499,7 +524,8 @@ mod tests {
             w.check(),
             Some(Ack {
                 seq: 1,
-                time_unix: 2.0
+                time_unix: 2.0,
+                ..Ack::default()
             })
         );
         assert_eq!(w.check(), None);
@@ -509,6 +535,7 @@ mod tests {
             &Ack {
                 seq: 1,
                 time_unix: 3.0,
+                ..Ack::default()
             },
         )
         .unwrap();
@@ -518,6 +545,7 @@ mod tests {
             &Ack {
                 seq: 2,
                 time_unix: 4.0,
+                ..Ack::default()
             },
         )
         .unwrap();
@@ -584,6 +612,7 @@ mod tests {
             &Ack {
                 seq: 1,
                 time_unix: 1.0,
+                ..Ack::default()
             },
         )
         .unwrap();
@@ -630,6 +659,7 @@ mod tests {
             &Ack {
                 seq: 1,
                 time_unix: 2.0,
+                ..Ack::default()
             },
         )
         .unwrap();

@@ -224,6 +224,9 @@ fn request(seq: u64) -> AlertRequest {
         pid: 1234,
         signal: "SIGUSR1".into(),
         watchdog_pid: std::process::id(),
+        phase: None,
+        step: None,
+        predicted_peak: None,
     }
 }
 

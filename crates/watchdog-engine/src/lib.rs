@@ -170,6 +170,19 @@ pub struct Request {
     pub limit: u64,
     /// Predicted seconds left, when there is a forecast.
     pub predicted_s: Option<f64>,
+    /// What a step-peak alert adds (`step_peak`, `eval_peak`, `fragmentation`); `None` otherwise.
+    pub step_peak: Option<StepPeakFields>,
+}
+
+/// The request fields of an alert from the run's step reports.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepPeakFields {
+    /// The phase whose peak will not fit.
+    pub phase: watchdog_types::Phase,
+    /// The last step reported.
+    pub step: u64,
+    /// The predicted peak, in bytes.
+    pub predicted_peak: u64,
 }
 
 /// This tick's alerts, the most urgent first, and the request to make for it.
@@ -349,6 +362,7 @@ impl Engine {
             used: first.sample.used,
             limit: first.sample.limit,
             predicted_s: first.forecast.seconds_left,
+            step_peak: None,
         };
         Some(AlertPlan { request, alerts })
     }

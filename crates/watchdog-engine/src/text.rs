@@ -16,6 +16,9 @@ pub fn alert_sentence(
         AlertReason::Trend => "will run out",
         AlertReason::HeadroomFloor => "is nearly exhausted",
         AlertReason::NextStep => "cannot take the next step",
+        AlertReason::StepPeak => "will not fit the next step's peak",
+        AlertReason::EvalPeak => "will not fit the next evaluation's peak",
+        AlertReason::Fragmentation => "is fragmented",
     };
     let when = match forecast.seconds_left {
         Some(s) => format!(" in about {}", format_duration_s(s)),

@@ -23,6 +23,7 @@
 
 mod envelope;
 mod steps;
+pub mod step_peak;
 
 use envelope::{BUCKETS_PER_LEAD, Envelope};
 use steps::StepLearner;

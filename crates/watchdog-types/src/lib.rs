@@ -165,6 +165,26 @@ pub enum AlertReason {
     HeadroomFloor,
     /// The next step (checkpoint file, epoch allocation) of the learned size will not fit.
     NextStep,
+    /// The next training step's allocator peak, predicted from the run's step reports, will
+    /// not fit on its GPU.
+    StepPeak,
+    /// The next evaluation's allocator peak, grown from one evaluation to the next, will not fit.
+    EvalPeak,
+    /// The allocator retries or needs memory that is reserved but unallocated: the cache is
+    /// fragmented (`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` helps).
+    Fragmentation,
+}
+
+/// The phase of a training step, as the Python client reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// A training step (forward, backward, optimizer).
+    Train,
+    /// A step of an evaluation (validation, test) pass.
+    Eval,
+    /// Anything else the caller reports.
+    Other,
 }
 
 /// One line of the `--events` JSON log: `{"event": "<kind>", "time": "<RFC 3339>", ...}`.

@@ -10,7 +10,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::quote::quote_value;
-use crate::{AlertReason, ResourceKind, Unit, VerdictKind};
+use crate::{AlertReason, Phase, ResourceKind, Unit, VerdictKind};
 
 /// A name that is none of an enum's names.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -86,6 +86,15 @@ names!(AlertReason, "alert reason", {
     Trend => "trend",
     HeadroomFloor => "headroom_floor",
     NextStep => "next_step",
+    StepPeak => "step_peak",
+    EvalPeak => "eval_peak",
+    Fragmentation => "fragmentation",
+});
+
+names!(Phase, "phase", {
+    Train => "train",
+    Eval => "eval",
+    Other => "other",
 });
 
 names!(VerdictKind, "verdict", {

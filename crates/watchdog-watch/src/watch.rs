@@ -895,6 +895,9 @@ impl Watch {
             pid: self.target.pid,
             signal: signal_name(self.settings.signal),
             watchdog_pid: std::process::id(),
+            phase: r.step_peak.map(|p| p.phase.to_string()),
+            step: r.step_peak.map(|p| p.step),
+            predicted_peak: r.step_peak.map(|p| p.predicted_peak),
         }
     }
 
