@@ -70,6 +70,7 @@ __all__ = [
     "StopResult",
     "CheckpointRequestWarning",
     "request_file",
+    "report_step",
 ]
 
 __version__ = "0.1.0"
@@ -666,8 +667,11 @@ def checkpoint_requested():
     return False
 
 
-def _write_atomic(path, data):
-    """Write bytes to ``path`` via a temp file (O_EXCL|O_NOFOLLOW) in the same directory, fsync, rename."""
+def _write_atomic(path, data, sync=True):
+    """Write bytes to ``path`` via a temp file (O_EXCL|O_NOFOLLOW) in the same directory, fsync, rename.
+
+    ``sync=False`` skips the fsync, for a file the watchdog reads within an interval and that
+    is worth nothing after a crash (the step reports)."""
     if os.path.islink(path):
         raise OSError("refusing to write %s: it is a symbolic link" % path)
     directory = os.path.dirname(path) or "."
@@ -686,7 +690,8 @@ def _write_atomic(path, data):
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -731,7 +736,7 @@ def acknowledge():
 # How long attach() waits for the watchdog to say it is watching (a busy machine can be slow).
 _READY_TIMEOUT_S = 60.0
 # The variables attach() sets for this process, as `watchdog run` sets them for its child.
-_ENV_KEYS = ("WATCHDOG_SIGNAL", "WATCHDOG_REQUEST_FILE", "WATCHDOG_PID")
+_ENV_KEYS = ("WATCHDOG_SIGNAL", "WATCHDOG_REQUEST_FILE", "WATCHDOG_PID", "WATCHDOG_INTERVAL")
 # The flags attach() gives the binary itself; ``args`` may not repeat them.
 _OWN_FLAGS = {
     "--pid": "it is always this process",
@@ -1351,6 +1356,7 @@ def attach(watchdog="watchdog", args=(), request_file=None, sig=None, **options)
     os.environ["WATCHDOG_SIGNAL"] = plan.signame
     os.environ["WATCHDOG_REQUEST_FILE"] = request_path
     os.environ["WATCHDOG_PID"] = str(process.pid)  # the watchdog's PID, as `watchdog run` sets it
+    _set_interval(plan.argv)
     _report_environment(request_path)
     handle = WatchdogHandle(process, workdir, request_path, command, ready, plan.key, restore)
     if current is not None:
@@ -1472,3 +1478,44 @@ def _reset():
     _cache.clear()
     _refused.clear()
     _reported.clear()
+
+
+def _set_interval(argv):
+    """``WATCHDOG_INTERVAL`` (seconds) from the ``--interval`` in ``argv``, for the step reports;
+    unset when it is not given or not a plain duration (the reports then use 0.1 s)."""
+    seconds = None
+    for flag, value in zip(argv, argv[1:]):
+        if flag == "--interval":
+            seconds = _duration_seconds(value)
+    for a in argv:
+        if a.startswith("--interval="):
+            seconds = _duration_seconds(a.split("=", 1)[1])
+    if seconds is None:
+        os.environ.pop("WATCHDOG_INTERVAL", None)
+    else:
+        os.environ["WATCHDOG_INTERVAL"] = ("%.6f" % seconds).rstrip("0").rstrip(".") or "0"
+
+
+# The binary's duration units (parse_duration in crates/watchdog-types/src/units.rs).
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]*)?)(ns|us|µs|ms|secs|sec|s|mins|min|m|hrs|hr|h|d)")
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0, "secs": 1.0,
+                   "m": 60.0, "min": 60.0, "mins": 60.0, "h": 3600.0, "hr": 3600.0, "hrs": 3600.0,
+                   "d": 86400.0}
+
+
+def _duration_seconds(text):
+    """Seconds of a duration such as ``"20ms"``, ``"1.5s"`` or ``"1m30s"``; None otherwise."""
+    text = str(text).strip()
+    if text == "0":
+        return 0.0
+    if not text or _DURATION_PART.sub("", text):
+        return None
+    return sum(float(n) * _DURATION_UNITS[u] for n, u in _DURATION_PART.findall(text))
+
+
+def report_step(step, phase="train", batch_size=None, tokens=None, reset_peak=True):
+    """The allocator's figures at the end of one step, for the watchdog: see
+    :func:`training_watchdog.allocator.report_step` (one call per step in a plain loop)."""
+    from training_watchdog import allocator
+
+    return allocator.report_step(step, phase, batch_size, tokens, reset_peak)

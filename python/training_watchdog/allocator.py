@@ -1,0 +1,421 @@
+"""The allocator's figures per step, written beside the request file for the watchdog.
+
+A CUDA out-of-memory error is decided by the peak inside one step, which the device total
+that NVML reports cannot show. PyTorch's caching allocator knows it: this module reads
+``torch.cuda.memory_stats()`` for the process's current device at the end of each step and
+writes what it read to ``<request file>.steps`` (format: docs/recording.md, "The step
+reports")::
+
+    import training_watchdog as tw
+    for step, batch in enumerate(loader):
+        train_step(batch)
+        tw.report_step(step)               # phase="train"; batch_size=, tokens= when known
+
+The framework callbacks call :func:`report_step` themselves. By default the peak is reset
+after each read (``torch.cuda.reset_peak_memory_stats``), so each entry's ``peak`` is the
+peak during that step; the reset is process-wide and changes what
+``torch.cuda.max_memory_allocated()`` returns to anyone else: ``reset_peak=False`` keeps it
+(docs/frameworks.md, "Step reports").
+
+Standard library only, and torch is never imported here: the torch the process already
+imported is used, and nothing is reported while it is absent or CUDA is not initialized.
+Nothing here raises into the training loop: a failure is one ``RuntimeWarning``, and the
+reports stop or go on as they can.
+"""
+
+import json
+import os
+import re
+import sys
+import threading
+import time
+
+import training_watchdog as _tw
+
+__all__ = ["report_step", "report_exception", "flush"]
+
+#: The most entries one file carries; older ones are folded (docs/recording.md).
+MAX_ENTRIES = 256
+#: The watchdog's cap on the file.
+MAX_FILE_BYTES = 128 * 1024
+#: The most characters of an exception's message written.
+MAX_MESSAGE = 1000
+#: How often the file is written without ``WATCHDOG_INTERVAL``, in seconds.
+DEFAULT_INTERVAL_S = 0.1
+
+PHASES = ("train", "eval", "other")
+
+# The figures of an entry, and the memory_stats() keys they come from.
+_STATS = (
+    ("allocated", "allocated_bytes.all.current"),
+    ("reserved", "reserved_bytes.all.current"),
+    ("peak", "allocated_bytes.all.peak"),
+    ("retries", "num_alloc_retries"),
+    ("ooms", "num_ooms"),
+)
+# Folded as their maximum.
+_FOLD_MAX = ("allocated", "reserved", "peak", "retries", "ooms", "duration_s", "batch_size", "tokens")
+_UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+
+
+class _State:
+    """What this process reported and has not seen read yet."""
+
+    def __init__(self):
+        self.pid = os.getpid()
+        self.n = 0
+        # phase -> pass number; the phase of the last report; phase -> monotonic time of its last report
+        self.passes = {}
+        self.last_phase = None
+        self.last_time = {}
+        # Entries written to the file the watchdog has not read yet, and entries not written yet.
+        self.unread = []
+        self.pending = []
+        self.exception = None  # the exception object, until a write of it is read
+        self.exception_written = False
+        self.last_write = None  # monotonic time of the last write
+        self.path = None  # the file last written
+        self.device = None  # (index, {"index": i, "uuid": ...})
+        self.interval = (None, DEFAULT_INTERVAL_S)  # (WATCHDOG_INTERVAL's text, seconds)
+
+
+_state = _State()
+_lock = threading.RLock()
+_warned = set()
+_atexit = False
+
+
+def _warn(what, error):
+    """One RuntimeWarning per kind of failure, never raised (even under ``-W error``)."""
+    if what in _warned:
+        return
+    _warned.add(what)
+    try:
+        import warnings
+
+        warnings.warn("training_watchdog: %s: %s; step reports go on without it" % (what, error),
+                      RuntimeWarning, stacklevel=_tw._caller_stacklevel())
+    except Exception:
+        pass
+
+
+def _cuda():
+    """``torch.cuda`` when torch is imported and CUDA is initialized in this process, else None."""
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    if cuda is None:
+        return None
+    try:
+        return cuda if cuda.is_initialized() else None
+    except Exception:
+        return None
+
+
+def _uuid_text(uuid):
+    """A device UUID as NVML spells it (``GPU-xxxxxxxx-...``), or None."""
+    if uuid is None:
+        return None
+    text = str(uuid).strip()
+    if text.startswith(("GPU-", "MIG-")):
+        return text[:64]
+    if _UUID.match(text):
+        return "GPU-" + text.lower()
+    raw = getattr(uuid, "bytes", None)
+    if isinstance(raw, (bytes, bytearray)) and len(raw) == 16:
+        h = bytes(raw).hex()
+        return "GPU-%s-%s-%s-%s-%s" % (h[:8], h[8:12], h[12:16], h[16:20], h[20:])
+    return None
+
+
+def _device(cuda):
+    """``{"index": i, "uuid": ...}`` of the current device (the UUID looked up once per index)."""
+    index = int(cuda.current_device())
+    if _state.device is None or _state.device[0] != index:
+        device = {"index": index}
+        try:
+            uuid = _uuid_text(getattr(cuda.get_device_properties(index), "uuid", None))
+        except Exception:
+            uuid = None
+        if uuid:
+            device["uuid"] = uuid
+        _state.device = (index, device)
+    return index, _state.device[1]
+
+
+def _figures(cuda, index):
+    """The allocator's figures for device ``index``: ``{"allocated": ..., ...}``."""
+    stats = cuda.memory_stats(index)
+    out = {}
+    for name, key in _STATS:
+        value = stats.get(key, 0)
+        out[name] = int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+    return out
+
+
+def _count(name, value):
+    """A whole number of at least 0 (None stays None); anything else is a TypeError naming it."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        try:
+            as_int = int(value)
+        except (TypeError, ValueError):
+            as_int = None
+        if as_int is None or as_int != value:
+            raise TypeError("%s=%r: expected a whole number" % (name, value))
+        value = as_int
+    if value < 0:
+        raise ValueError("%s=%r: expected 0 or more" % (name, value))
+    return value
+
+
+def _interval():
+    """Seconds between two writes: ``WATCHDOG_INTERVAL`` (seconds), else 0.1."""
+    text = os.environ.get("WATCHDOG_INTERVAL")
+    if text != _state.interval[0]:
+        seconds = DEFAULT_INTERVAL_S
+        if text:
+            try:
+                value = float(text)
+            except ValueError:
+                value = _tw._duration_seconds(text)  # "100ms", as the binary's flag takes it
+            if value is not None and 0 <= value < float("inf"):
+                seconds = value
+            else:
+                _warn("WATCHDOG_INTERVAL=%r is not a number of seconds" % text, "using %g s" % seconds)
+        _state.interval = (text, seconds)
+    return _state.interval[1]
+
+
+def _fold(entries, cap=MAX_ENTRIES):
+    """``entries`` (oldest first) in at most ``cap``: the oldest folded into one per phase (the
+    maximum of each figure, the last ``n``, ``step``, ``pass`` and time; ``folded`` adds up)."""
+    if len(entries) <= cap:
+        return entries
+    cut = len(entries) - cap + 1
+    while True:
+        merged = {}
+        for e in entries[:cut]:
+            m = merged.get(e["phase"])
+            if m is None:
+                merged[e["phase"]] = dict(e)
+                continue
+            for key in _FOLD_MAX:
+                if key in e:
+                    m[key] = max(m[key], e[key]) if key in m else e[key]
+            for key in ("n", "step", "pass", "time_unix"):
+                m[key] = e[key]
+            m["folded"] = m.get("folded", 1) + e.get("folded", 1)
+        if len(merged) + len(entries) - cut <= cap or cut >= len(entries):
+            return sorted(merged.values(), key=lambda m: m["n"]) + entries[cut:]
+        cut += 1
+
+
+def _body(entries):
+    report = {"pid": os.getpid()}
+    if _state.device is not None:
+        report["device"] = _state.device[1]
+    report["steps"] = entries
+    if _state.exception is not None:
+        report["exception"] = _state.exception
+    return (json.dumps(report, separators=(",", ":")) + "\n").encode("utf-8")
+
+
+def _write(now):
+    """Write every entry the watchdog has not read (and an exception) to ``<request file>.steps``."""
+    _state.last_write = now
+    path = _tw.request_file()
+    if not path:
+        return False  # no watchdog yet: the entries wait (folded) for one
+    path += ".steps"
+    if path != _state.path or not os.path.lexists(path):
+        # Read (and removed) by the watchdog, or a new file: the old entries are its already.
+        _state.unread = []
+        if _state.exception_written and path == _state.path:
+            _state.exception = None
+            _state.exception_written = False
+    entries = _fold(_state.unread + _state.pending)
+    data = _body(entries)
+    cap = MAX_ENTRIES
+    while len(data) > MAX_FILE_BYTES and cap > 8:
+        cap //= 2
+        entries = _fold(entries, cap)
+        data = _body(entries)
+    _tw._write_atomic(path, data, sync=False)
+    _state.path = path
+    _state.unread = entries
+    _state.pending = []
+    _state.exception_written = _state.exception is not None
+    return True
+
+
+def _forked():
+    """After a fork: the child starts its own count (the parent's entries are the parent's)."""
+    global _state
+    if _state.pid != os.getpid():
+        _state = _State()
+
+
+def report_step(step, phase="train", batch_size=None, tokens=None, reset_peak=True):
+    """Record the allocator's figures at the end of one step; write them at most once per interval.
+
+    ``step``: the global step in training, the batch index in an evaluation. ``phase``:
+    ``"train"``, ``"eval"`` or ``"other"``; each switch into a phase starts a new pass of it.
+    ``batch_size``, ``tokens``: when known (the watchdog relates peaks to them).
+    ``reset_peak``: reset the allocator's peak after reading it, so that the next entry's
+    peak is that step's own (process-wide: ``torch.cuda.max_memory_allocated()`` then
+    returns the peak since the last step to everyone; pass False when your code or a
+    library reads it). Returns True when an entry was recorded: False without torch, or
+    before CUDA is initialized. Never raises into the loop: a bad argument or a failure is
+    one ``RuntimeWarning``.
+    """
+    try:
+        step = _count("step", step)
+        if step is None:
+            raise TypeError("step=None: expected a whole number")
+        if phase not in PHASES:
+            raise ValueError("phase=%r: expected one of %s" % (phase, ", ".join(PHASES)))
+        batch_size = _count("batch_size", batch_size)
+        tokens = _count("tokens", tokens)
+    except (TypeError, ValueError) as e:
+        _warn("report_step() was given a bad argument", e)
+        return False
+    cuda = _cuda()
+    if cuda is None:
+        return False
+    try:
+        with _lock:
+            _forked()
+            index, _ = _device(cuda)
+            figures = _figures(cuda, index)
+            if reset_peak:
+                cuda.reset_peak_memory_stats(index)
+            now = time.monotonic()
+            _record(step, phase, batch_size, tokens, figures, now)
+            if _state.last_write is None or now - _state.last_write >= _interval():
+                _write(now)
+        return True
+    except Exception as e:
+        _warn("cannot report the allocator's figures", "%s: %s" % (type(e).__name__, e))
+        return False
+
+
+def _record(step, phase, batch_size, tokens, figures, now):
+    s = _state
+    s.n += 1
+    new_pass = s.last_phase != phase
+    if new_pass:
+        s.passes[phase] = s.passes.get(phase, 0) + 1
+    entry = {"n": s.n, "step": step, "phase": phase, "pass": s.passes[phase],
+             "time_unix": round(time.time(), 6)}
+    last = s.last_time.get(phase)
+    if last is not None and not new_pass:
+        entry["duration_s"] = round(now - last, 6)
+    entry.update(figures)
+    if batch_size is not None:
+        entry["batch_size"] = batch_size
+    if tokens is not None:
+        entry["tokens"] = tokens
+    entry["folded"] = 1
+    s.last_phase = phase
+    s.last_time[phase] = now
+    s.pending.append(entry)
+    if len(s.pending) > MAX_ENTRIES:
+        s.pending = _fold(s.pending)
+    _register_flush()
+
+
+def _is_cuda_oom(exc):
+    torch = sys.modules.get("torch")
+    for owner in (torch, getattr(torch, "cuda", None)):
+        kind = getattr(owner, "OutOfMemoryError", None)
+        if isinstance(kind, type) and isinstance(exc, kind):
+            return True
+    return "out of memory" in str(exc).lower()
+
+
+def report_exception(exc, step=None, phase=None):
+    """Write at once that a CUDA out-of-memory error ended a step: its message and the figures then.
+
+    ``exc``: the exception (anything but a CUDA out-of-memory error is not written).
+    ``step``, ``phase``: the step it was raised in, when known. The file also carries the
+    entries not yet read. Returns True when written; never raises.
+    """
+    try:
+        if not _is_cuda_oom(exc):
+            return False
+        with _lock:
+            _forked()
+            record = {"kind": "cuda_oom"}
+            step = _count("step", step) if step is not None else None
+            if step is not None:
+                record["step"] = step
+            if phase in PHASES:
+                record["phase"] = phase
+            record["time_unix"] = round(time.time(), 6)
+            record["message"] = str(exc)[:MAX_MESSAGE]
+            cuda = _cuda()
+            if cuda is not None:
+                try:
+                    index, _ = _device(cuda)
+                    figures = _figures(cuda, index)
+                    record.update((k, figures[k]) for k in ("allocated", "reserved", "peak"))
+                except Exception as e:
+                    _warn("cannot read the allocator's figures for the exception", e)
+            _state.exception = record
+            _state.exception_written = False
+            return _write(time.monotonic())
+    except Exception as e:
+        _warn("cannot report the CUDA out-of-memory error", "%s: %s" % (type(e).__name__, e))
+        return False
+
+
+def flush():
+    """Write the entries not written yet now, whatever the interval (at exit, at the end of training)."""
+    try:
+        with _lock:
+            _forked()
+            if _state.pending:
+                _write(time.monotonic())
+    except Exception as e:
+        _warn("cannot write the step reports", "%s: %s" % (type(e).__name__, e))
+
+
+def _register_flush():
+    global _atexit
+    if not _atexit:
+        import atexit
+
+        atexit.register(flush)
+        _atexit = True
+
+
+def _reset():
+    """Forget every report (for tests)."""
+    global _state
+    with _lock:
+        _state = _State()
+        _warned.clear()
+
+
+def batch_shape(batch):
+    """``(batch_size, tokens)`` of a batch, as far as it shows them (None where it does not).
+
+    A tensor: its first dimension. A mapping with ``input_ids``: its first dimension and its
+    number of elements (padding included: it takes memory too). A list or tuple: its first
+    tensor's. Reads shapes only.
+    """
+    try:
+        if isinstance(batch, dict):
+            ids = batch.get("input_ids")
+            if ids is not None and hasattr(ids, "shape") and len(ids.shape) >= 1:
+                return int(ids.shape[0]), int(ids.numel())
+            batch = next((v for v in batch.values() if hasattr(v, "shape")), None)
+        elif isinstance(batch, (list, tuple)):
+            batch = next((v for v in batch if hasattr(v, "shape")), None)
+        shape = getattr(batch, "shape", None)
+        if shape is not None and len(shape) >= 1:
+            return int(shape[0]), None
+    except Exception:
+        pass
+    return None, None
