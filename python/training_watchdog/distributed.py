@@ -118,6 +118,18 @@ class Agreement:
             return local
         if step % self.every != 0:
             return False
+        return self._agree(local)
+
+    def requested_now(self):
+        """Whether every rank should save now, at a point every rank reaches together (the
+        start of an evaluation); the same answer on every rank. With several ranks always
+        one collective, whatever the step."""
+        local = _tw.checkpoint_requested()
+        if self.world_size <= 1:
+            return local
+        return self._agree(local)
+
+    def _agree(self, local):
         if self._reduce_any is not None:
             return bool(self._reduce_any(local))
         return torch_any(local, group=self._group)

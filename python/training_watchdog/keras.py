@@ -29,6 +29,7 @@ Imports keras; the rest of the package does not.
 import keras
 
 import training_watchdog as _tw
+from training_watchdog import allocator as _allocator
 from training_watchdog.distributed import Agreement
 
 __all__ = ["WatchdogCallback"]
@@ -39,10 +40,14 @@ class WatchdogCallback(keras.callbacks.Callback):
 
     ``sig``: the signal to catch (default ``WATCHDOG_SIGNAL``, else SIGUSR1).
     ``agreement``: see the module documentation. After a save, ``saves`` counts the
-    checkpoints written and ``last_saved`` is ``(epoch, batch)`` of the last one.
+    checkpoints written and ``last_saved`` is ``(epoch, batch)`` of the last one (batch
+    None for a save at the start of an evaluation, when a request is pending then). It
+    reports the allocator's figures at each training and test batch end
+    (:mod:`training_watchdog.allocator`); ``reset_peak=False`` leaves the allocator's peak
+    alone (nothing in Keras reads it, so it is reset between batches by default).
     """
 
-    def __init__(self, backup=None, filepath=None, sig=None, agreement=None):
+    def __init__(self, backup=None, filepath=None, sig=None, agreement=None, reset_peak=True):
         super().__init__()
         if (backup is None) == (filepath is None):
             raise ValueError(
@@ -60,12 +65,19 @@ class WatchdogCallback(keras.callbacks.Callback):
         self.sig = sig
         self.agreement = agreement if agreement is not None else Agreement()
         self.saves = 0
+        self.reset_peak = reset_peak
         self.last_saved = None
         self._epoch = 0
         self._step = 0
+        self._fitting = False
 
     def on_train_begin(self, logs=None):
         _tw.install(self.sig)
+        self._fitting = True
+
+    def on_train_end(self, logs=None):
+        self._fitting = False
+        _allocator.flush()
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
@@ -73,8 +85,21 @@ class WatchdogCallback(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         step = self._step
         self._step += 1
+        _allocator.report_step(step, "train", reset_peak=self.reset_peak)
         if not self.agreement.requested(step):
             return
+        self._save(batch)
+
+    def on_test_begin(self, logs=None):
+        # An evaluation's peak can be the one that fails: a pending request is saved before
+        # it (within fit(): a standalone evaluate() has no training to save).
+        if self._fitting and self.agreement.requested_now():
+            self._save(None)
+
+    def on_test_batch_end(self, batch, logs=None):
+        _allocator.report_step(batch, "eval", reset_peak=self.reset_peak)
+
+    def _save(self, batch):
         if self.backup is not None:
             # BackupAndRestore records the epoch being trained (its own counter, which it
             # moves on at epoch end) with the weights: a resumed fit() starts that epoch again.

@@ -44,8 +44,10 @@ import re
 import signal
 
 import lightning.pytorch as pl
+from lightning.pytorch.callbacks import DeviceStatsMonitor
 
 import training_watchdog as _tw
+from training_watchdog import allocator as _allocator
 from training_watchdog.distributed import DEFAULT_EVERY, Agreement
 
 __all__ = ["WatchdogCallback", "latest_checkpoint"]
@@ -81,10 +83,14 @@ class WatchdogCallback(pl.Callback):
     ``<default_root_dir>/checkpoints``). ``every``: steps between two agreements of the
     ranks when there are several. ``sig``: the signal to catch (default ``WATCHDOG_SIGNAL``,
     else SIGUSR1). After a save, ``last_path`` is the file and ``saved_steps`` the global
-    steps saved at.
+    steps saved at. It also saves at the start of a validation when a request is pending,
+    and reports the allocator's figures at each training and validation batch end
+    (:mod:`training_watchdog.allocator`); ``reset_peak``: reset the allocator's peak
+    between batches (default: unless a ``DeviceStatsMonitor`` is among the trainer's
+    callbacks, which reads it).
     """
 
-    def __init__(self, dirpath=None, every=DEFAULT_EVERY, sig=None):
+    def __init__(self, dirpath=None, every=DEFAULT_EVERY, sig=None, reset_peak=None):
         super().__init__()
         self.dirpath = None if dirpath is None else str(dirpath)
         self.every = every
@@ -93,6 +99,7 @@ class WatchdogCallback(pl.Callback):
         self.saved_steps = []
         self.agreement = None
         self._share_with_lightning = False
+        self.reset_peak = reset_peak
         Agreement(every)  # validates ``every`` now rather than at fit()
 
     def setup(self, trainer, pl_module, stage):
@@ -136,8 +143,28 @@ class WatchdogCallback(pl.Callback):
         return os.path.join(str(trainer.default_root_dir), "checkpoints")
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self._report(trainer, trainer.global_step, "train", batch)
         if self.agreement is None or not self.agreement.requested(trainer.global_step):
             return
+        self._save(trainer)
+
+    def on_validation_start(self, trainer, pl_module):
+        # An evaluation's peak can be the one that fails: a pending request is saved before it.
+        if self.agreement is None or trainer.sanity_checking or not self.agreement.requested_now():
+            return
+        self._save(trainer)
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+        self._report(trainer, batch_idx, "eval", batch)
+
+    def _report(self, trainer, step, phase, batch):
+        reset = self.reset_peak
+        if reset is None:
+            reset = not any(isinstance(cb, DeviceStatsMonitor) for cb in trainer.callbacks)
+        batch_size, tokens = _allocator.batch_shape(batch)
+        _allocator.report_step(step, phase, batch_size, tokens, reset_peak=reset)
+
+    def _save(self, trainer):
         path = os.path.join(self._dir(trainer), "watchdog-step=%d.ckpt" % trainer.global_step)
         trainer.save_checkpoint(path)
         previous, self.last_path = self.last_path, path

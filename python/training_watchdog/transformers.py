@@ -27,9 +27,12 @@ any rank is asked all save at the same step (the Trainer's save is a collective)
 Imports transformers; the rest of the package does not.
 """
 
-from transformers import TrainerCallback
+import sys
+
+from transformers import Trainer, TrainerCallback
 
 import training_watchdog as _tw
+from training_watchdog import allocator as _allocator
 from training_watchdog.distributed import DEFAULT_EVERY, Agreement
 
 __all__ = ["WatchdogCallback"]
@@ -41,22 +44,76 @@ class WatchdogCallback(TrainerCallback):
     ``every``: steps between two agreements of the ranks when there are several. ``sig``:
     the signal to catch (default ``WATCHDOG_SIGNAL``, else SIGUSR1). ``saved_steps``: the
     global steps saved at because of a request.
+
+    It reports the allocator's figures at each step end and evaluation step
+    (:mod:`training_watchdog.allocator`); ``reset_peak``: reset the allocator's peak
+    between steps (default: unless ``TrainingArguments.skip_memory_metrics`` is False,
+    as the Trainer's memory metrics read it). When an evaluation is due at a step and a
+    request is pending, the callback saves before the evaluation (see
+    :meth:`_save_before_evaluation`).
     """
 
-    def __init__(self, every=DEFAULT_EVERY, sig=None):
+    def __init__(self, every=DEFAULT_EVERY, sig=None, reset_peak=None):
         self.agreement = Agreement(every)
         self.sig = sig
         self.saved_steps = []
         self._asked = False
+        self.reset_peak = reset_peak
+        self._trainer = None
+        self._eval_batch = 0
 
     def on_train_begin(self, args, state, control, **kwargs):
         _tw.install(self.sig)
+        self._trainer = _calling_trainer()
 
     def on_step_end(self, args, state, control, **kwargs):
+        self._eval_batch = 0
+        _allocator.report_step(state.global_step, "train", reset_peak=self._reset_peak(args))
+        if control.should_evaluate and self._save_before_evaluation(args, state, control):
+            return control
         if self.agreement.requested(state.global_step):
             control.should_save = True
             self._asked = True
         return control
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        if control.should_evaluate:
+            self._save_before_evaluation(args, state, control)
+        return control
+
+    def on_prediction_step(self, args, state, control, **kwargs):
+        _allocator.report_step(self._eval_batch, "eval", reset_peak=self._reset_peak(args))
+        self._eval_batch += 1
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        self._eval_batch = 0
+
+    def on_train_end(self, args, state, control, **kwargs):
+        _allocator.flush()
+
+    def _reset_peak(self, args):
+        if self.reset_peak is not None:
+            return self.reset_peak
+        return getattr(args, "skip_memory_metrics", True) is not False
+
+    def _save_before_evaluation(self, args, state, control):
+        """Save now, before the evaluation due at this step, when a request is pending (on
+        every rank: all reach a step with an evaluation together). The Trainer evaluates
+        before it saves (``_maybe_log_save_evaluate``), and the evaluation's peak may be
+        the one that fails, so ``control.should_save`` would save too late: the callback
+        calls the Trainer's own ``_save_checkpoint`` (the checkpoint ``should_save`` writes:
+        ``checkpoint-N``, resumable with ``train(resume_from_checkpoint=...)``), then the
+        callbacks' ``on_save``. Without the Trainer (not found) it returns False and the
+        request is saved after the evaluation, as any other."""
+        trainer = self._trainer
+        if trainer is None or not callable(getattr(trainer, "_save_checkpoint", None)):
+            return False
+        if not self.agreement.requested_now():
+            return False
+        trainer._save_checkpoint(trainer.model_wrapped, None)
+        self._asked = True
+        trainer.callback_handler.on_save(args, state, control)
+        return True
 
     def on_save(self, args, state, control, **kwargs):
         if self._asked:
@@ -64,3 +121,15 @@ class WatchdogCallback(TrainerCallback):
             self.saved_steps.append(state.global_step)
             self.agreement.acknowledge()
         return control
+
+
+def _calling_trainer():
+    """The Trainer whose ``train()`` is calling this callback (its ``self`` in a frame up the
+    stack), or None: callbacks are not given their Trainer."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        candidate = frame.f_locals.get("self")
+        if isinstance(candidate, Trainer):
+            return candidate
+        frame = frame.f_back
+    return None

@@ -1,0 +1,320 @@
+"""The step reports (training_watchdog.allocator) through the fake allocator (fake_allocator.py).
+
+The file against docs/recording.md ("The step reports"), folding, ``n`` and the rewrite
+while the watchdog has not read, passes, the rate limit, the exception, that the package
+never imports torch, and each framework callback in its real framework on the CPU
+reporting its phases and saving at the start of an evaluation when a request is pending.
+
+Needs torch (and Lightning, Transformers, Keras for their tests): fails when CI is set and
+skips otherwise (need.py).
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import warnings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PYTHON_DIR = os.path.dirname(HERE)
+sys.path.insert(0, PYTHON_DIR)
+
+import need  # noqa: E402
+import training_watchdog as tw  # noqa: E402
+from training_watchdog import allocator  # noqa: E402
+from training_watchdog.distributed import Agreement  # noqa: E402
+
+MiB = 1 << 20
+ENV_KEYS = ("WATCHDOG_REQUEST_FILE", "WATCHDOG_INTERVAL", "WATCHDOG_SIGNAL", "WATCHDOG_PID")
+
+
+def documented_fields():
+    """The field names of the step-report table in docs/recording.md."""
+    with open(os.path.join(PYTHON_DIR, "..", "docs", "recording.md")) as f:
+        doc = f.read()
+    section = doc.split("### The step reports", 1)[1].split("\n### ", 1)[0]
+    fields = set()
+    for line in section.splitlines():
+        m = re.match(r"\|\s*(`[^|]+)\|", line)
+        if m:
+            fields.update(re.findall(r"`([a-z_]+)`", m.group(1)))
+    return fields
+
+
+class Steps(unittest.TestCase):
+    """Each test: a request file in a temp dir, fresh client state, the fake allocator installed."""
+
+    shape = "steady"
+
+    def setUp(self):
+        need.require_modules("torch")
+        import torch  # noqa: F401  (the process's torch, as in a training script)
+        from fake_allocator import FakeAllocator
+
+        self.saved_env = {k: os.environ.get(k) for k in ENV_KEYS}
+        for k in ENV_KEYS:
+            os.environ.pop(k, None)
+        self.dir = tempfile.TemporaryDirectory(prefix="tw-steps-")
+        self.request = os.path.join(self.dir.name, "request.json")
+        self.steps_file = self.request + ".steps"
+        os.environ["WATCHDOG_REQUEST_FILE"] = self.request
+        os.environ["WATCHDOG_INTERVAL"] = "0"
+        tw._reset()
+        allocator._reset()
+        self.fake = FakeAllocator(self.shape).install()
+
+    def tearDown(self):
+        self.fake.restore()
+        tw._reset()
+        allocator._reset()
+        for k, v in self.saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        self.dir.cleanup()
+
+    def read(self):
+        with open(self.steps_file) as f:
+            return json.load(f)
+
+    def run_steps(self, phases, **kw):
+        """One report per phase in ``phases`` (its fake step first); steps count per phase."""
+        count = {}
+        for phase in phases:
+            self.fake.step(phase)
+            step = count.get(phase, 0)
+            count[phase] = step + 1
+            self.assertTrue(tw.report_step(step, phase, **kw))
+
+    def ask(self, seq=1):
+        """Write a pending request, as the watchdog does."""
+        with open(self.request, "w") as f:
+            json.dump({"seq": seq, "time_unix": time.time(), "resource": "gpu0", "reason": "step_peak"}, f)
+
+
+class FileFormat(Steps):
+    def test_the_file_holds_what_docs_recording_md_says(self):
+        self.run_steps(["train"] * 3, batch_size=8, tokens=4096)
+        self.run_steps(["eval"] * 2)
+        allocator.report_exception(_oom("CUDA out of memory. Tried to allocate 2.00 GiB " + "x" * 5000),
+                                   step=3, phase="train")
+        report = self.read()
+        documented = documented_fields()
+        self.assertEqual(set(report), {"pid", "device", "steps", "exception"})
+        self.assertEqual(report["pid"], os.getpid())
+        self.assertEqual(report["device"], {"index": 0, "uuid": "GPU-5a1b2c3d-0000-4000-8000-00000000abcd"})
+        required = {"n", "step", "phase", "pass", "time_unix", "allocated", "reserved", "peak", "retries",
+                    "ooms", "folded"}
+        for e in report["steps"]:
+            self.assertLessEqual(required, set(e), e)
+            self.assertLessEqual(set(e), documented, "a field docs/recording.md does not list")
+            for key in required - {"phase", "time_unix"}:
+                self.assertIsInstance(e[key], int, key)
+                self.assertNotIsInstance(e[key], bool, key)
+        first, second = report["steps"][:2]
+        self.assertNotIn("duration_s", first, "no duration for the first report of a pass")
+        self.assertGreaterEqual(second["duration_s"], 0)
+        self.assertEqual((first["batch_size"], first["tokens"]), (8, 4096))
+        self.assertNotIn("batch_size", report["steps"][3], "absent when the caller gives none")
+        self.assertEqual(first["allocated"], 1024 * MiB)
+        self.assertEqual(first["peak"], 1536 * MiB, "the step's activations")
+        self.assertEqual(first["reserved"], 1536 * MiB)
+        self.assertEqual(report["steps"][3]["peak"], 1280 * MiB, "an evaluation step's own peak")
+        exc = report["exception"]
+        self.assertLessEqual(set(exc), {"kind", "step", "phase", "time_unix", "message", "allocated",
+                                        "reserved", "peak"})
+        self.assertEqual((exc["kind"], exc["step"], exc["phase"]), ("cuda_oom", 3, "train"))
+        self.assertEqual(len(exc["message"]), 1000)
+        self.assertEqual(exc["allocated"], 1024 * MiB)
+        self.assertLessEqual(os.path.getsize(self.steps_file), allocator.MAX_FILE_BYTES)
+
+    def test_a_uuid_already_spelled_as_nvml_does_is_kept_and_no_uuid_is_absent(self):
+        self.assertEqual(allocator._uuid_text("GPU-abc"), "GPU-abc")
+        self.assertIsNone(allocator._uuid_text(None))
+        self.fake.uuid = None
+        self.run_steps(["train"])
+        self.assertEqual(self.read()["device"], {"index": 0})
+
+    def test_bad_arguments_are_one_warning_never_an_exception(self):
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            self.assertFalse(tw.report_step(1, phase="validation"))
+            self.assertFalse(tw.report_step(1, phase="validation"))
+            self.assertFalse(tw.report_step(None))
+            self.assertFalse(tw.report_step(1.5))
+        self.assertEqual(len(seen), 1, [str(w.message) for w in seen])
+        self.assertIn("phase='validation'", str(seen[0].message))
+        self.assertFalse(os.path.exists(self.steps_file))
+
+    def test_a_failing_allocator_is_one_warning_even_under_w_error(self):
+        def broken(device=None):
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+        import torch
+
+        torch.cuda.memory_stats = broken
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            for step in range(3):
+                self.assertFalse(tw.report_step(step))
+
+    def test_a_symlink_in_place_of_the_file_is_not_followed(self):
+        target = os.path.join(self.dir.name, "elsewhere")
+        os.symlink(target, self.steps_file)
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            self.assertFalse(tw.report_step(1))
+        self.assertFalse(os.path.exists(target))
+
+
+class Delivery(Steps):
+    def test_every_entry_since_the_watchdogs_last_read_is_in_the_file(self):
+        self.run_steps(["train"] * 3)
+        self.assertEqual([e["n"] for e in self.read()["steps"]], [1, 2, 3],
+                         "while the file is unread it is rewritten with the old entries and the new")
+        os.unlink(self.steps_file)  # what the watchdog does once it has read it
+        self.run_steps(["train"] * 2)
+        self.assertEqual([e["n"] for e in self.read()["steps"]], [4, 5], "n goes on; read entries are gone")
+
+    def test_at_most_256_entries_the_oldest_folded_per_phase_into_their_maximum(self):
+        os.environ["WATCHDOG_INTERVAL"] = "3600"  # one write (the first), then none till flush
+        phases = ["train"] * 20 + ["eval"] * 20 + ["train"] * 280
+        self.fake.shape = "leak"
+        self.run_steps(phases)
+        allocator.flush()
+        steps = self.read()["steps"]
+        self.assertEqual(len(steps), allocator.MAX_ENTRIES)
+        self.assertEqual(sum(e["folded"] for e in steps), len(phases))
+        ns = [e["n"] for e in steps]
+        self.assertEqual(ns, sorted(ns))
+        self.assertEqual(ns[-1], len(phases))
+        folded = [e for e in steps if e["folded"] > 1]
+        self.assertEqual(sorted(e["phase"] for e in folded), ["eval", "train"], "one folded entry per phase")
+        train = next(e for e in folded if e["phase"] == "train")
+        # the leak: the folded training steps' largest figures are the last folded one's
+        last_folded_train = max(e["n"] for e in folded if e["phase"] == "train")
+        self.assertEqual(train["n"], last_folded_train)
+        self.assertEqual(train["peak"], max(e["peak"] for e in folded if e["phase"] == "train"))
+        self.assertGreater(train["peak"], steps[-1]["peak"] - 300 * 64 * MiB)
+        self.assertLess(train["peak"], steps[-1]["peak"], "the leak grows: the newest peak is the largest")
+        self.assertEqual(train["pass"], 2, "the last folded entry's pass")
+        evals = next(e for e in folded if e["phase"] == "eval")
+        self.assertEqual((evals["folded"], evals["step"]), (20, 19))
+
+    def test_written_at_most_once_per_interval_then_flushed(self):
+        os.environ["WATCHDOG_INTERVAL"] = "3600"
+        self.run_steps(["train"] * 10)
+        self.assertEqual([e["n"] for e in self.read()["steps"]], [1], "only the first report wrote")
+        allocator.flush()
+        self.assertEqual([e["n"] for e in self.read()["steps"]], list(range(1, 11)))
+        os.environ["WATCHDOG_INTERVAL"] = "100ms"  # the binary's form is taken too
+        self.assertEqual(allocator._interval(), 0.1)
+
+    def test_an_exception_is_written_at_once_and_kept_until_read(self):
+        os.environ["WATCHDOG_INTERVAL"] = "3600"
+        self.run_steps(["train"] * 2)
+        self.assertTrue(allocator.report_exception(_oom("CUDA out of memory."), step=2, phase="train"))
+        report = self.read()
+        self.assertEqual([e["n"] for e in report["steps"]], [1, 2])
+        self.assertEqual(report["exception"]["step"], 2)
+        self.assertFalse(allocator.report_exception(ValueError("not an OOM")))
+        allocator.flush()  # nothing new: the file stays as it is
+        os.environ["WATCHDOG_INTERVAL"] = "0"
+        self.run_steps(["train"])
+        self.assertIn("exception", self.read(), "kept while unread")
+        os.unlink(self.steps_file)
+        self.run_steps(["train"])
+        self.assertNotIn("exception", self.read(), "read once: not sent again")
+
+    def test_passes_count_each_switch_into_a_phase(self):
+        self.run_steps(["train", "train", "eval", "eval", "train", "eval", "other", "train"])
+        got = [(e["phase"], e["pass"]) for e in self.read()["steps"]]
+        self.assertEqual(got, [("train", 1), ("train", 1), ("eval", 1), ("eval", 1), ("train", 2),
+                               ("eval", 2), ("other", 1), ("train", 3)])
+
+    def test_the_peak_is_reset_between_steps_unless_asked_not_to(self):
+        self.fake.shape = "leak"
+        self.run_steps(["train"] * 3)
+        self.assertEqual(self.fake.resets, 3)
+        peaks = [e["peak"] for e in self.read()["steps"]]
+        self.assertEqual([b - a for a, b in zip(peaks, peaks[1:])], [64 * MiB] * 2)
+        self.run_steps(["eval"] * 2, reset_peak=False)
+        self.assertEqual(self.fake.resets, 3)
+
+    def test_nothing_without_a_request_file_until_there_is_one(self):
+        os.environ.pop("WATCHDOG_REQUEST_FILE")
+        self.run_steps(["train"] * 2)
+        os.environ["WATCHDOG_REQUEST_FILE"] = self.request
+        self.run_steps(["train"])
+        self.assertEqual([e["n"] for e in self.read()["steps"]], [1, 2, 3])
+
+    def test_nothing_before_cuda_is_initialized(self):
+        self.fake.restore()
+        self.assertFalse(tw.report_step(1))
+        self.assertFalse(os.path.exists(self.steps_file))
+
+
+class Agreements(unittest.TestCase):
+    def test_requested_now_agrees_whatever_the_step(self):
+        calls = []
+        agreement = Agreement(10, reduce_any=lambda flag: calls.append(flag) or True, world_size=2)
+        self.assertFalse(agreement.requested(3), "no collective between the every-th steps")
+        self.assertTrue(agreement.requested_now())
+        self.assertEqual(len(calls), 1)
+
+
+class NoTorch(unittest.TestCase):
+    def test_the_package_never_imports_torch(self):
+        with tempfile.TemporaryDirectory() as d:
+            code = (
+                "import sys; sys.path.insert(0, %r)\n"
+                "import training_watchdog as tw\n"
+                "from training_watchdog import allocator\n"
+                "assert tw.report_step(1) is False\n"
+                "assert allocator.report_exception(MemoryError('CUDA out of memory')) in (True, False)\n"
+                "allocator.flush()\n"
+                "assert 'torch' not in sys.modules, 'torch was imported'\n" % PYTHON_DIR
+            )
+            env = dict(os.environ, WATCHDOG_REQUEST_FILE=os.path.join(d, "r.json"))
+            proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                  timeout=60)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            with open(os.path.join(d, "r.json.steps")) as f:
+                report = json.load(f)
+            self.assertEqual(report["steps"], [])
+            self.assertNotIn("device", report, "no torch: no device")
+            self.assertEqual(report["exception"]["kind"], "cuda_oom")
+
+
+class AttachSetsTheInterval(unittest.TestCase):
+    def test_attach_sets_watchdog_interval_and_stop_puts_it_back(self):
+        binary = need.watchdog_bin()
+        saved = os.environ.pop("WATCHDOG_INTERVAL", None)
+        tw._reset()
+        try:
+            h = tw.attach(watchdog=binary, interval="20ms", dry_run=True, gpu="off")
+            self.assertEqual(os.environ.get("WATCHDOG_INTERVAL"), "0.02")
+            h.stop()
+            self.assertNotIn("WATCHDOG_INTERVAL", os.environ)
+            h = tw.attach(watchdog=binary, dry_run=True, gpu="off")
+            self.assertNotIn("WATCHDOG_INTERVAL", os.environ, "no interval given: the client's default")
+            h.stop()
+        finally:
+            tw._reset()
+            if saved is not None:
+                os.environ["WATCHDOG_INTERVAL"] = saved
+
+
+def _oom(message):
+    import torch
+
+    return torch.OutOfMemoryError(message)
+
+
+if __name__ == "__main__":
+    unittest.main()
