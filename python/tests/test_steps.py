@@ -12,6 +12,7 @@ skips otherwise (need.py).
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -257,6 +258,261 @@ class Delivery(Steps):
         self.fake.restore()
         self.assertFalse(tw.report_step(1))
         self.assertFalse(os.path.exists(self.steps_file))
+
+
+def phases_and_passes(steps):
+    """``[(phase, pass), ...]`` once per pass, in order."""
+    out = []
+    for e in steps:
+        key = (e["phase"], e["pass"])
+        if not out or out[-1] != key:
+            out.append(key)
+    return out
+
+
+class Callbacks(Steps):
+    """Each callback in its real framework on the CPU, its model's steps going through the fake."""
+
+    def setUp(self):
+        super().setUp()
+        self.saved_handler = signal.getsignal(signal.SIGUSR1)
+
+    def tearDown(self):
+        signal.signal(signal.SIGUSR1, self.saved_handler)
+        super().tearDown()
+
+    def assert_acknowledged(self):
+        with open(self.request + ".ack") as f:
+            self.assertEqual(json.load(f)["seq"], 1)
+
+    def lightning_fit(self, probe=None, extra_callbacks=(), logger=False, ckpt_path=None, **kw):
+        import torch
+        import lightning.pytorch as pl
+        from training_watchdog.lightning import WatchdogCallback
+
+        fake = self.fake
+
+        class Model(pl.LightningModule):
+            def __init__(self):
+                super().__init__()
+                self.net = torch.nn.Linear(4, 1)
+
+            def training_step(self, batch, i):
+                fake.step("train")
+                return torch.nn.functional.mse_loss(self.net(batch[0]), batch[1])
+
+            def validation_step(self, batch, i):
+                fake.step("eval")
+                return torch.nn.functional.mse_loss(self.net(batch[0]), batch[1])
+
+            def configure_optimizers(self):
+                return torch.optim.SGD(self.parameters(), lr=0.01)
+
+        torch.manual_seed(0)
+        data = torch.utils.data.TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+        train = torch.utils.data.DataLoader(data, batch_size=8)
+        val = torch.utils.data.DataLoader(torch.utils.data.Subset(data, range(16)), batch_size=8)
+        watchdog = WatchdogCallback(dirpath=os.path.join(self.dir.name, "ckpt"), **kw)
+        callbacks = [watchdog] + ([probe(watchdog)] if probe else []) + list(extra_callbacks)
+        trainer = pl.Trainer(max_epochs=2, accelerator="cpu", callbacks=callbacks, logger=logger,
+                             enable_checkpointing=False, enable_progress_bar=False,
+                             enable_model_summary=False, default_root_dir=self.dir.name)
+        trainer.fit(Model(), train, val, ckpt_path=ckpt_path)
+        self.resumed_at = trainer.global_step
+        return watchdog
+
+    def test_lightning_reports_training_and_validation_and_saves_before_a_validation(self):
+        need.require_modules("torch", "lightning")
+        import lightning.pytorch as pl
+
+        test = self
+
+        class Probe(pl.Callback):
+            """After the watchdog's callback: asks at the last training batch of the first
+            epoch, after the watchdog looked, so the next point to save is the validation."""
+
+            def __init__(self, watchdog):
+                self.watchdog, self.saved_at_first_eval_batch = watchdog, None
+
+            def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+                if trainer.current_epoch == 0 and batch_idx == 3:
+                    test.ask()
+
+            def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+                if not trainer.sanity_checking and self.saved_at_first_eval_batch is None:
+                    self.saved_at_first_eval_batch = list(self.watchdog.saved_steps)
+
+        probes = []
+        watchdog = self.lightning_fit(lambda w: probes.append(Probe(w)) or probes[-1])
+        self.assertEqual(probes[0].saved_at_first_eval_batch, [4], "not saved before the validation")
+        self.assertEqual(watchdog.saved_steps, [4])
+        self.assert_acknowledged()
+        import torch
+
+        saved = torch.load(watchdog.last_path, weights_only=False)
+        self.assertEqual((saved["global_step"], saved["epoch"]), (4, 0))
+        # fit() resumes from it: the rest of the run (epoch 1's four steps) and nothing more
+        class Start(pl.Callback):
+            def on_train_start(self, trainer, pl_module):
+                self.step = trainer.global_step
+
+        start = Start()
+        self.fake.restore()
+        self.lightning_fit(extra_callbacks=[start], ckpt_path=watchdog.last_path)
+        self.assertEqual((start.step, self.resumed_at), (4, 8))
+        steps = self.read()["steps"]
+        # sanity check (2 batches), epoch 0 (4 batches), its validation, epoch 1, its validation
+        self.assertEqual(phases_and_passes(steps), [("eval", 1), ("train", 1), ("eval", 2), ("train", 2),
+                                                    ("eval", 3)])
+        self.assertEqual([e["step"] for e in steps if e["phase"] == "train"], list(range(1, 9)))
+        self.assertEqual([e["step"] for e in steps if e["phase"] == "eval" and e["pass"] == 2], [0, 1])
+        self.assertEqual({e.get("batch_size") for e in steps}, {8})
+        self.assertEqual({e["peak"] for e in steps if e["phase"] == "train"}, {1536 * MiB})
+        self.assertEqual({e["peak"] for e in steps if e["phase"] == "eval"}, {1280 * MiB})
+        self.assertEqual(self.fake.resets, len(steps))
+
+    def test_lightning_leaves_the_peak_to_device_stats_monitor(self):
+        need.require_modules("torch", "lightning", "psutil")
+        from lightning.pytorch.callbacks import DeviceStatsMonitor
+        from lightning.pytorch.loggers import CSVLogger
+
+        self.lightning_fit(extra_callbacks=[DeviceStatsMonitor()], logger=CSVLogger(self.dir.name))
+        self.assertGreater(len(self.read()["steps"]), 0)
+        self.assertEqual(self.fake.resets, 0)
+
+    def transformers_train(self, probe=None, **args):
+        import torch
+        from transformers import Trainer, TrainingArguments
+        from training_watchdog.transformers import WatchdogCallback
+
+        fake = self.fake
+
+        class Model(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.net = torch.nn.Linear(4, 1)
+
+            def forward(self, x, labels=None):
+                fake.step("train" if self.training else "eval")
+                pred = self.net(x)
+                return {"loss": torch.nn.functional.mse_loss(pred, labels), "logits": pred}
+
+        class Data(torch.utils.data.Dataset):
+            def __init__(self, n):
+                g = torch.Generator().manual_seed(0)
+                self.x, self.y = torch.randn(n, 4, generator=g), torch.randn(n, 1, generator=g)
+
+            def __len__(self):
+                return len(self.x)
+
+            def __getitem__(self, i):
+                return {"x": self.x[i], "labels": self.y[i]}
+
+        settings = dict(output_dir=os.path.join(self.dir.name, "out"), max_steps=8,
+                        per_device_train_batch_size=8, per_device_eval_batch_size=8, eval_strategy="steps",
+                        eval_steps=4, save_strategy="no", logging_strategy="no", report_to=[], use_cpu=True,
+                        dataloader_num_workers=0, disable_tqdm=True)
+        settings.update(args)
+        watchdog = WatchdogCallback()
+        # The probe comes first: it asks at a step end before the watchdog's callback looks.
+        callbacks = ([probe(watchdog)] if probe else []) + [watchdog]
+        trainer = Trainer(model=Model(), args=TrainingArguments(**settings), train_dataset=Data(64),
+                          eval_dataset=Data(16), callbacks=callbacks)
+        trainer.train()
+        return watchdog
+
+    def test_transformers_reports_steps_and_evaluation_and_saves_before_an_evaluation(self):
+        need.require_modules("torch", "transformers", "accelerate")
+        from transformers import TrainerCallback
+
+        test = self
+
+        class Probe(TrainerCallback):
+            def __init__(self, watchdog):
+                self.watchdog, self.saved_at_first_eval_step = watchdog, None
+
+            def on_step_end(self, args, state, control, **kwargs):
+                if state.global_step == 4:
+                    test.ask()  # an evaluation is due at this step (eval_steps=4)
+
+            def on_prediction_step(self, args, state, control, **kwargs):
+                if self.saved_at_first_eval_step is None:
+                    self.saved_at_first_eval_step = list(self.watchdog.saved_steps)
+
+        probes = []
+        watchdog = self.transformers_train(lambda w: probes.append(Probe(w)) or probes[-1])
+        self.assertEqual(probes[0].saved_at_first_eval_step, [4], "not saved before the evaluation")
+        self.assertEqual(watchdog.saved_steps, [4])
+        checkpoint = os.path.join(self.dir.name, "out", "checkpoint-4")
+        self.assertTrue(os.path.exists(os.path.join(checkpoint, "trainer_state.json")), os.listdir(self.dir.name))
+        with open(os.path.join(checkpoint, "trainer_state.json")) as f:
+            self.assertEqual(json.load(f)["global_step"], 4)
+        self.assert_acknowledged()
+        steps = self.read()["steps"]
+        self.assertEqual(phases_and_passes(steps), [("train", 1), ("eval", 1), ("train", 2), ("eval", 2)])
+        self.assertEqual([e["step"] for e in steps if e["phase"] == "train"], list(range(1, 9)))
+        self.assertEqual([e["step"] for e in steps if e["phase"] == "eval"], [0, 1, 0, 1])
+        self.assertEqual({e["peak"] for e in steps if e["phase"] == "eval"}, {1280 * MiB})
+        self.assertGreater(self.fake.resets, 0)
+
+    def test_transformers_leaves_the_peak_to_its_memory_metrics(self):
+        need.require_modules("torch", "transformers", "accelerate", "psutil")
+        self.transformers_train(skip_memory_metrics=False)
+        self.assertGreater(len(self.read()["steps"]), 0)
+        self.assertEqual(self.fake.resets, 0)
+
+    def test_keras_reports_batches_and_validation_and_saves_before_a_validation(self):
+        need.require_modules("torch", "keras")
+        os.environ.setdefault("KERAS_BACKEND", "torch")
+        import keras
+        import numpy as np
+        from training_watchdog.keras import WatchdogCallback
+
+        self.assertEqual(keras.backend.backend(), "torch")
+        fake, test = self.fake, self
+
+        class Through(keras.layers.Layer):
+            def call(self, x, training=None):
+                if not isinstance(x, keras.KerasTensor):  # a real batch, not the symbolic build
+                    fake.step("train" if training else "eval")
+                return x
+
+        class Probe(keras.callbacks.Callback):
+            """After the watchdog's callback: asks at the last batch of the first epoch."""
+
+            def __init__(self, watchdog):
+                super().__init__()
+                self.watchdog, self.saves_at_first_eval_batch, self.epoch = watchdog, None, 0
+
+            def on_epoch_begin(self, epoch, logs=None):
+                self.epoch = epoch
+
+            def on_train_batch_end(self, batch, logs=None):
+                if self.epoch == 0 and batch == 7:
+                    test.ask()
+
+            def on_test_batch_begin(self, batch, logs=None):
+                if self.saves_at_first_eval_batch is None:
+                    self.saves_at_first_eval_batch = self.watchdog.saves
+
+        keras.utils.set_random_seed(0)
+        rng = np.random.default_rng(0)
+        x, y = rng.standard_normal((64, 4)).astype("float32"), rng.standard_normal((64, 1)).astype("float32")
+        model = keras.Sequential([keras.Input((4,)), Through(), keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse")
+        backup = keras.callbacks.BackupAndRestore(os.path.join(self.dir.name, "backup"))
+        watchdog = WatchdogCallback(backup=backup)
+        probe = Probe(watchdog)
+        model.fit(x, y, batch_size=8, epochs=2, verbose=0, validation_data=(x[:16], y[:16]),
+                  callbacks=[backup, watchdog, probe])
+        self.assertEqual(probe.saves_at_first_eval_batch, 1, "not saved before the validation")
+        self.assertEqual(watchdog.last_saved, (0, None))
+        self.assert_acknowledged()
+        steps = self.read()["steps"]
+        self.assertEqual(phases_and_passes(steps), [("train", 1), ("eval", 1), ("train", 2), ("eval", 2)])
+        self.assertEqual([e["step"] for e in steps if e["phase"] == "train"], list(range(16)))
+        self.assertEqual([e["step"] for e in steps if e["phase"] == "eval"], [0, 1, 0, 1])
+        self.assertEqual({e["peak"] for e in steps if e["phase"] == "train"}, {1536 * MiB})
 
 
 class Agreements(unittest.TestCase):
