@@ -189,7 +189,8 @@ class Delivery(Steps):
         self.run_steps(phases)
         allocator.flush()
         steps = self.read()["steps"]
-        self.assertEqual(len(steps), allocator.MAX_ENTRIES)
+        self.assertLessEqual(len(steps), allocator.MAX_ENTRIES)
+        self.assertEqual(len(allocator._fold(steps + steps[:100])), allocator.MAX_ENTRIES)
         self.assertEqual(sum(e["folded"] for e in steps), len(phases))
         ns = [e["n"] for e in steps]
         self.assertEqual(ns, sorted(ns))

@@ -58,6 +58,25 @@ _FOLD_MAX = ("allocated", "reserved", "peak", "retries", "ooms", "duration_s", "
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 
 
+class _Entry(dict):
+    """One step's entry; ``text`` caches its JSON, so that a file rewritten while unread
+    serializes only its new entries."""
+
+    __slots__ = ("text",)
+
+
+_COMPACT = (",", ":")
+
+
+def _text(entry):
+    text = getattr(entry, "text", None)
+    if text is None:
+        text = json.dumps(entry, separators=_COMPACT)
+        if isinstance(entry, _Entry):
+            entry.text = text
+    return text
+
+
 class _State:
     """What this process reported and has not seen read yet."""
 
@@ -198,7 +217,7 @@ def _fold(entries, cap=MAX_ENTRIES):
         for e in entries[:cut]:
             m = merged.get(e["phase"])
             if m is None:
-                merged[e["phase"]] = dict(e)
+                merged[e["phase"]] = _Entry(e)
                 continue
             for key in _FOLD_MAX:
                 if key in e:
@@ -212,13 +231,15 @@ def _fold(entries, cap=MAX_ENTRIES):
 
 
 def _body(entries):
-    report = {"pid": os.getpid()}
+    """The file's bytes: ``{"pid", "device", "steps", "exception"}`` (each entry's JSON cached)."""
+    parts = ['{"pid":%d' % os.getpid()]
     if _state.device is not None:
-        report["device"] = _state.device[1]
-    report["steps"] = entries
+        parts.append(',"device":' + json.dumps(_state.device[1], separators=_COMPACT))
+    parts.append(',"steps":[' + ",".join([_text(e) for e in entries]) + "]")
     if _state.exception is not None:
-        report["exception"] = _state.exception
-    return (json.dumps(report, separators=(",", ":")) + "\n").encode("utf-8")
+        parts.append(',"exception":' + json.dumps(_state.exception, separators=_COMPACT))
+    parts.append("}\n")
+    return "".join(parts).encode("utf-8")
 
 
 def _write(now):
@@ -306,8 +327,8 @@ def _record(step, phase, batch_size, tokens, figures, now):
     new_pass = s.last_phase != phase
     if new_pass:
         s.passes[phase] = s.passes.get(phase, 0) + 1
-    entry = {"n": s.n, "step": step, "phase": phase, "pass": s.passes[phase],
-             "time_unix": round(time.time(), 6)}
+    entry = _Entry((("n", s.n), ("step", step), ("phase", phase), ("pass", s.passes[phase]),
+                    ("time_unix", round(time.time(), 6))))
     last = s.last_time.get(phase)
     if last is not None and not new_pass:
         entry["duration_s"] = round(now - last, 6)
@@ -321,7 +342,8 @@ def _record(step, phase, batch_size, tokens, figures, now):
     s.last_time[phase] = now
     s.pending.append(entry)
     if len(s.pending) > MAX_ENTRIES:
-        s.pending = _fold(s.pending)
+        # to three quarters, so that a run with nobody to read folds once per 64 steps
+        s.pending = _fold(s.pending, MAX_ENTRIES * 3 // 4)
     _register_flush()
 
 
