@@ -217,6 +217,20 @@ class Delivery(Steps):
         os.environ["WATCHDOG_INTERVAL"] = "100ms"  # the binary's form is taken too
         self.assertEqual(allocator._interval(), 0.1)
 
+    def test_a_file_left_unread_is_written_less_and_less_often(self):
+        os.environ["WATCHDOG_INTERVAL"] = "0.1"
+        self.run_steps(["train"])  # the first write
+        waits = []
+        for _ in range(8):
+            allocator._state.last_write = None  # due now, whatever the clock says
+            self.run_steps(["train"])
+            waits.append(allocator._wait())
+        self.assertEqual(waits, [0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0, 5.0])
+        os.unlink(self.steps_file)  # read at last
+        allocator._state.last_write = None
+        self.run_steps(["train"])
+        self.assertEqual(allocator._wait(), 0.1)
+
     def test_an_exception_is_written_at_once_and_kept_until_read(self):
         os.environ["WATCHDOG_INTERVAL"] = "3600"
         self.run_steps(["train"] * 2)
