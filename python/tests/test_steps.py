@@ -530,6 +530,45 @@ class Callbacks(Steps):
         self.assertEqual({e["peak"] for e in steps if e["phase"] == "train"}, {1536 * MiB})
 
 
+class TwoRanks(unittest.TestCase):
+    def test_lightning_ddp_saves_before_a_validation_on_both_ranks_when_one_is_asked(self):
+        need.require_modules("torch", "lightning")
+        script = os.path.join(HERE, "frameworks", "steps_lightning_ranks.py")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+        for k in list(env):
+            if k.startswith(("SLURM_", "WATCHDOG_")):
+                del env[k]
+        with tempfile.TemporaryDirectory(prefix="tw-steps-ranks-") as d:
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
+                   script, d]
+            proc = subprocess.Popen(cmd, cwd=d, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    text=True, start_new_session=True)
+            try:
+                out, _ = proc.communicate(timeout=300)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                out, _ = proc.communicate()
+                self.fail("torchrun hung (a rank waited for the other at the validation's start?)\n" + out[-4000:])
+            self.assertEqual(proc.returncode, 0, out[-4000:])
+            ranks = []
+            for rank in (0, 1):
+                with open(os.path.join(d, "rank%d.json" % rank)) as f:
+                    ranks.append(json.load(f))
+                with open(os.path.join(d, "request-rank%d.json.steps" % rank)) as f:
+                    steps = json.load(f)["steps"]
+                self.assertEqual(phases_and_passes(steps), [("train", 1), ("eval", 1), ("train", 2), ("eval", 2)])
+                evals = [e["peak"] for e in steps if e["phase"] == "eval"]
+                self.assertLess(evals[0], evals[-1], "the fake's evaluation peak grows")
+            for r in ranks:
+                self.assertEqual(r["world_size"], 2)
+                self.assertEqual(r["saved_steps"], [4], ranks)
+                self.assertEqual(r["saved_at_first_eval_batch"], [4], "not saved before the validation")
+                self.assertEqual(r["final_step"], 8)
+            self.assertTrue(os.path.exists(ranks[0]["checkpoint"]), ranks)
+            self.assertTrue(os.path.exists(os.path.join(d, "request-rank1.json.ack")))
+            self.assertFalse(os.path.exists(os.path.join(d, "request-rank0.json.ack")))
+
+
 class Agreements(unittest.TestCase):
     def test_requested_now_agrees_whatever_the_step(self):
         calls = []
