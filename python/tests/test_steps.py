@@ -470,6 +470,32 @@ class Callbacks(Steps):
         self.assertEqual({e["peak"] for e in steps if e["phase"] == "eval"}, {1280 * MiB})
         self.assertGreater(self.fake.resets, 0)
 
+    def test_transformers_saves_before_an_epoch_end_evaluation(self):
+        need.require_modules("torch", "transformers", "accelerate")
+        from transformers import TrainerCallback
+
+        test = self
+
+        class Probe(TrainerCallback):
+            def __init__(self, watchdog):
+                self.watchdog, self.saved_at_first_eval_step = watchdog, None
+
+            def on_epoch_end(self, args, state, control, **kwargs):
+                if state.global_step == 8:
+                    test.ask()  # after the step end looked, before the epoch's evaluation
+
+            def on_prediction_step(self, args, state, control, **kwargs):
+                if self.saved_at_first_eval_step is None:
+                    self.saved_at_first_eval_step = list(self.watchdog.saved_steps)
+
+        probes = []
+        watchdog = self.transformers_train(lambda w: probes.append(Probe(w)) or probes[-1],
+                                           eval_strategy="epoch", max_steps=16)
+        self.assertEqual(probes[0].saved_at_first_eval_step, [8], "not saved before the evaluation")
+        self.assertEqual(watchdog.saved_steps, [8])
+        self.assertTrue(os.path.isdir(os.path.join(self.dir.name, "out", "checkpoint-8")))
+        self.assert_acknowledged()
+
     def test_transformers_leaves_the_peak_to_its_memory_metrics(self):
         need.require_modules("torch", "transformers", "accelerate", "psutil")
         self.transformers_train(skip_memory_metrics=False)
