@@ -395,7 +395,7 @@ class Callbacks(Steps):
         self.assertGreater(len(self.read()["steps"]), 0)
         self.assertEqual(self.fake.resets, 0)
 
-    def transformers_train(self, probe=None, **args):
+    def transformers_train(self, probe=None, resume=None, **args):
         import torch
         from transformers import Trainer, TrainingArguments
         from training_watchdog.transformers import WatchdogCallback
@@ -433,7 +433,7 @@ class Callbacks(Steps):
         callbacks = ([probe(watchdog)] if probe else []) + [watchdog]
         trainer = Trainer(model=Model(), args=TrainingArguments(**settings), train_dataset=Data(64),
                           eval_dataset=Data(16), callbacks=callbacks)
-        trainer.train()
+        trainer.train(resume_from_checkpoint=resume)
         return watchdog
 
     def test_transformers_reports_steps_and_evaluation_and_saves_before_an_evaluation(self):
@@ -469,6 +469,15 @@ class Callbacks(Steps):
         self.assertEqual([e["step"] for e in steps if e["phase"] == "eval"], [0, 1, 0, 1])
         self.assertEqual({e["peak"] for e in steps if e["phase"] == "eval"}, {1280 * MiB})
         self.assertGreater(self.fake.resets, 0)
+
+        class Start(TrainerCallback):
+            def on_train_begin(self, args, state, control, **kwargs):
+                self.step = state.global_step
+
+        start = Start()
+        self.fake.restore()
+        self.transformers_train(lambda w: start, resume=checkpoint)
+        self.assertEqual(start.step, 4, "train(resume_from_checkpoint=...) did not resume at step 4")
 
     def test_transformers_saves_before_an_epoch_end_evaluation(self):
         need.require_modules("torch", "transformers", "accelerate")
