@@ -141,6 +141,16 @@ class FileFormat(Steps):
         self.run_steps(["train"])
         self.assertEqual(self.read()["device"], {"index": 0})
 
+    def test_batch_size_and_tokens_from_a_batch(self):
+        import torch
+
+        ids = torch.zeros(2, 128, dtype=torch.long)
+        self.assertEqual(allocator.batch_shape({"input_ids": ids, "labels": ids}), (2, 256))
+        self.assertEqual(allocator.batch_shape([torch.zeros(8, 4), torch.zeros(8, 1)]), (8, None))
+        self.assertEqual(allocator.batch_shape({"x": torch.zeros(3, 4)}), (3, None))
+        self.assertEqual(allocator.batch_shape("not a batch"), (None, None))
+        self.assertEqual(allocator.batch_shape(torch.tensor(1.0)), (None, None))
+
     def test_bad_arguments_are_one_warning_never_an_exception(self):
         with warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("always")
