@@ -49,7 +49,7 @@ class AcknowledgeFields(Base):
         self.assertTrue(tw.checkpoint_requested())
         self.assertEqual(tw.acknowledge(path=os.path.join("ckpt", "step=120.ckpt"), step=120), 4)
         ack = self.ack()
-        self.assertEqual((ack["seq"], ack["path"], ack["step"]), (4, "ckpt/step=120.ckpt", 120))
+        self.assertEqual((ack["seq"], ack["path"], ack["step"]), (4, os.path.abspath("ckpt/step=120.ckpt"), 120))
         self.assertNotIn("cause", ack)
         self.assertFalse(tw.checkpoint_requested())
 
@@ -63,7 +63,7 @@ class AcknowledgeFields(Base):
         self.assertFalse(os.path.exists(self.request + ".ack"))
         self.assertEqual(tw.acknowledge(path="x", step=7, cause="cuda_oom"), 0)
         ack = self.ack()
-        self.assertEqual((ack["seq"], ack["path"], ack["step"], ack["cause"]), (0, "x", 7, "cuda_oom"))
+        self.assertEqual((ack["seq"], ack["path"], ack["step"], ack["cause"]), (0, os.path.abspath("x"), 7, "cuda_oom"))
 
     def test_a_cause_answers_the_pending_request(self):
         self.ask(3)
@@ -147,7 +147,7 @@ class PlainLoopLastChance(Base):
             with tw.last_chance(lambda: "p"):
                 raise RuntimeError(OOM)
         ack = self.ack()
-        self.assertEqual(ack["path"], "p")
+        self.assertEqual(ack["path"], os.path.abspath("p"))
         self.assertNotIn("step", ack)
 
     def test_other_errors_are_not_saved(self):

@@ -706,10 +706,10 @@ def acknowledge(path=None, step=None, cause=None):
     """Tell the watchdog the checkpoint is saved: write ``<request file>.ack`` and clear the flag.
 
     Acknowledges the request seen by the last ``checkpoint_requested()`` that returned True
-    (or the current one). ``path`` (the checkpoint written, a file or a directory), ``step``
-    (the framework's global step it holds) and ``cause`` (why the client saved without a
-    request: ``"cuda_oom"`` for the last-chance save) go into the ack when given; the
-    fields are in docs/recording.md. An acknowledgment with a ``cause`` is written even when
+    (or the current one). ``path`` (the checkpoint written, a file or a directory; written
+    absolute), ``step`` (the framework's global step it holds) and ``cause`` (why the client
+    saved without a request: ``"cuda_oom"`` for the last-chance save) go into the ack when
+    given; the fields are in docs/recording.md. An acknowledgment with a ``cause`` is written even when
     no request is pending, with ``seq`` 0 (the pending request's ``seq`` when there is one).
     Returns the acknowledged ``seq``, or None when nothing was written (no request file, or no
     request and no cause; the flag is cleared anyway). A failure to write the ack is reported
@@ -747,7 +747,8 @@ def _ack_fields(path, step, cause):
     fields = {}
     if path is not None:
         try:
-            fields["path"] = os.fsdecode(os.fspath(path))
+            # Absolute: the watchdog, and a restarted run, may not share this process's directory.
+            fields["path"] = os.path.abspath(os.fsdecode(os.fspath(path)))
         except TypeError:
             raise ValueError("acknowledge(path=%r): expected a path (str or os.PathLike)" % (path,)) from None
     if step is not None:

@@ -27,6 +27,7 @@ imports torch: it uses the torch the process already imported.
 
 import gc
 import inspect
+import os
 import sys
 import traceback
 
@@ -118,6 +119,8 @@ def rescue(exc, save, step=None, phase="train"):
     free_memory(exc)
     try:
         path, saved_step = save()
+        if path is not None:
+            path = os.path.abspath(os.fsdecode(os.fspath(path)))
     except Exception as e:
         text = "the last-chance save after a CUDA out-of-memory error failed: %s: %s" % (type(e).__name__, e)
         _log(text + "; the original error follows")
