@@ -11,6 +11,7 @@ the framework's own call and writes where it started to ``resumed.json``.
 import contextlib
 import os
 import sys
+import time
 
 import torch
 
@@ -25,6 +26,15 @@ def fail(workdir, step, digest):
     write_json(os.path.join(workdir, "failed.json"), {"step": step, "digest": digest, "pid": os.getpid()})
     activations = torch.ones(1 << 20)  # held by this frame only: the last-chance save frees it  # noqa: F841
     raise torch.OutOfMemoryError(MESSAGE)
+
+
+def wait_for_request(timeout=60.0):
+    """With OOM_WAIT_REQUEST=1: wait (at most TIMEOUT s) until the watchdog has written a request."""
+    import training_watchdog as tw
+
+    deadline = time.monotonic() + timeout
+    while os.environ.get("OOM_WAIT_REQUEST") == "1" and tw.request() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def resumed(workdir, step, digest):

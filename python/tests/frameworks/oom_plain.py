@@ -2,6 +2,7 @@
 
 ``oom``: the model's forward raises a real ``torch.OutOfMemoryError`` at step ``FAIL_AT``
 inside ``training_watchdog.last_chance(save)``; ``save(step)`` writes ``ckpt-STEP.pt``.
+With ``OOM_WAIT_REQUEST=1`` the failing step waits for a request from the watchdog first.
 ``resume``: loads the newest ``ckpt-*.pt`` and records the step and weights it starts with.
 """
 
@@ -26,6 +27,7 @@ class Model(torch.nn.Module):
 
     def forward(self, x):
         if mode == "oom" and self.step == oc.FAIL_AT:
+            oc.wait_for_request()
             oc.fail(workdir, self.step, oc.torch_digest(self))
         return self.net(x)
 
