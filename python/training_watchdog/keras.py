@@ -23,6 +23,10 @@ only when it ends in ``.weights.h5``). Give one of the two.
 must save at the same batch (see docs/frameworks.md); by default each batch end checks
 this process's request only, unless ``torch.distributed`` is initialized.
 
+A CUDA out-of-memory error ends ``fit()`` with no callback told, so the last-chance save
+is a context manager around it: ``with last_chance(watchdog): model.fit(..., callbacks=[...,
+watchdog])`` saves through that callback before the error goes on (see :class:`last_chance`).
+
 Imports keras; the rest of the package does not.
 """
 

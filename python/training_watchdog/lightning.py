@@ -35,6 +35,11 @@ give the watchdog another signal (``watchdog --signal SIGUSR2 run -- ...``) and 
 never meet. Elsewhere (no SLURM, or no auto-requeue) the callback installs its flag-only
 handler in ``setup``, before Lightning registers its own handlers.
 
+A CUDA out-of-memory error during ``fit`` is saved by ``on_exception`` before it ends the
+run (the last-chance save, :mod:`training_watchdog.oom`): ``watchdog-step=N.ckpt`` by the
+failing rank alone, with no collective (refused for sharded strategies), acknowledged with
+``cause="cuda_oom"``; Lightning then raises the error again.
+
 Imports lightning; the rest of the package does not.
 """
 

@@ -24,6 +24,10 @@ Several processes (``torchrun``, ``accelerate launch``): the ranks agree every `
 steps (:data:`training_watchdog.distributed.DEFAULT_EVERY`) through one all-reduce, so when
 any rank is asked all save at the same step (the Trainer's save is a collective).
 
+A CUDA out-of-memory error ends ``train()`` with no callback told, so the last-chance save
+is a context manager around it: ``with last_chance(trainer): trainer.train(...)`` saves
+``checkpoint-N`` by the failing rank alone before the error goes on (see :class:`last_chance`).
+
 Imports transformers; the rest of the package does not.
 """
 
