@@ -75,7 +75,7 @@ def _report_exception(exc, step, phase):
     """The allocator's record of the error (helper module; absent in older clients)."""
     try:
         from training_watchdog import allocator
-    except ImportError:
+    except Exception:  # not there (an older client), or broken: the save matters more
         return
     report = getattr(allocator, "report_exception", None)
     if callable(report):
