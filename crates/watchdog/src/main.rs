@@ -104,6 +104,11 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         None => match cli.pid {
             Some(pid) => {
                 let settings = Settings::resolve(&cli.options).map_err(Failure::Usage)?;
+                if settings.restart > 0 {
+                    return Err(Failure::Usage(
+                        "--restart cannot be used with --pid: the watchdog did not start PID and cannot start it again; expected watchdog run --restart N -- CMD (see docs/restart.md)".into(),
+                    ));
+                }
                 logging::init(&settings);
                 let (published, _metrics) = serve_metrics(cli.metrics.as_deref(), &settings)?;
                 watchdog_watch::attach(pid, settings, published)
