@@ -506,7 +506,11 @@ pub(super) fn run(
             n,
             verdict,
             exit,
-            step: watch.max_step.max(ack_step),
+            // An attempt reached at least the step it resumed from.
+            step: watch
+                .max_step
+                .max(ack_step)
+                .max(resume.as_ref().and_then(|c| c.step)),
             resumed_from: resume.as_ref().and_then(|c| c.step),
             resumed: resume.is_some(),
             saved_before_lead,
@@ -582,7 +586,7 @@ impl Watch {
             return;
         };
         let cwd = self.target.start_cwd.clone().unwrap_or_default();
-        if let Some(c) = attempting.acks.check(&self.request, &cwd) {
+        if let Some(c) = attempting.acks.check(&self.request.ack(), &cwd) {
             tracing::info!(
                 "checkpoint {} acknowledged{} ({})",
                 c.path.display(),
