@@ -44,13 +44,10 @@ impl Loop {
             return wd.output().unwrap();
         };
         let mut sh = Command::new("sh");
-        sh.args([
-            "-c",
-            "echo $$ > \"$0\" && exec \"$@\"",
-        ])
-        .arg(cg.procs())
-        .arg(wd.get_program())
-        .args(wd.get_args());
+        sh.args(["-c", "echo $$ > \"$0\" && exec \"$@\""])
+            .arg(cg.procs())
+            .arg(wd.get_program())
+            .args(wd.get_args());
         for (k, v) in wd.get_envs() {
             match v {
                 Some(v) => sh.env(k, v),
@@ -98,9 +95,10 @@ fn a_leak_only_the_first_attempt_has_is_restarted_from_its_last_checkpoint() {
         return;
     };
     let l = Loop::new();
+    let rec = l.scene.dir.path().join("train.recording.csv");
     let out = l.run(
         Some(&cg),
-        &["--restart", "2"],
+        &["--restart", "2", "--record", rec.to_str().unwrap()],
         &["--steps", "40", "--leak-mib", "8", "--leak-in", "first"],
     );
     let err = stderr(&out);
@@ -133,6 +131,44 @@ fn a_leak_only_the_first_attempt_has_is_restarted_from_its_last_checkpoint() {
     let attempts: Vec<&Value> = exits.iter().map(|e| &e["attempt"]).collect();
     assert_eq!(attempts, [1, 2], "{exits:?}");
     assert!(err.contains("2 attempt(s) of this run"), "{err}");
+    // One recording per attempt, linked by the run id: one report draws both, the restart
+    // marked; diff compares them.
+    let rec2 = l.scene.dir.path().join("train.attempt2.recording.csv");
+    let meta = |p: &Path| -> Value {
+        let text = std::fs::read_to_string(p).unwrap();
+        let line = text.lines().find(|l| l.contains("\"meta\"")).unwrap();
+        serde_json::from_str::<Value>(line.trim_start_matches('#')).unwrap()["meta"].clone()
+    };
+    let (m1, m2) = (meta(&rec), meta(&rec2));
+    assert_eq!(
+        (m1["attempt"].clone(), m2["attempt"].clone()),
+        (1.into(), 2.into())
+    );
+    assert!(
+        m1["run_id"].is_string() && m1["run_id"] == m2["run_id"],
+        "{m1} {m2}"
+    );
+    let svg = l.scene.dir.path().join("run.svg");
+    let report = run(&[
+        "report",
+        rec.to_str().unwrap(),
+        rec2.to_str().unwrap(),
+        "-o",
+        svg.to_str().unwrap(),
+    ]);
+    assert_success(&report, "watchdog report A1 A2");
+    let drawn = std::fs::read_to_string(&svg).unwrap();
+    assert!(drawn.contains("class=\"restart\""), "no restart marker");
+    assert!(
+        drawn.matches("class=\"exit\"").count() >= 2,
+        "not both exits"
+    );
+    let diff = run(&["diff", rec.to_str().unwrap(), rec2.to_str().unwrap()]);
+    assert!(
+        matches!(diff.status.code(), Some(0 | 1)),
+        "{}",
+        stderr(&diff)
+    );
 }
 
 /// A failure tied to a global step (a batch that always needs more than the limit) ends
@@ -191,7 +227,14 @@ fn a_run_killed_in_the_middle_of_a_save_resumes_from_the_previous_complete_one()
     let out = l.run(
         None,
         &["--restart", "1", "--restart-on", "signal"],
-        &["--steps", "14", "--step-s", "0.02", "--die-mid-save-at", "12"],
+        &[
+            "--steps",
+            "14",
+            "--step-s",
+            "0.02",
+            "--die-mid-save-at",
+            "12",
+        ],
     );
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(0), "{err}");
@@ -210,12 +253,22 @@ fn a_signal_is_not_restarted_unless_listed() {
     let out = l.run(
         None,
         &["--restart", "1"],
-        &["--steps", "14", "--step-s", "0.02", "--die-mid-save-at", "12"],
+        &[
+            "--steps",
+            "14",
+            "--step-s",
+            "0.02",
+            "--die-mid-save-at",
+            "12",
+        ],
     );
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(137), "{err}");
     assert_eq!(l.logged("start").len(), 1);
-    assert!(err.contains("not in restart-on (oom_kill,gpu_oom,disk_full)"), "{err}");
+    assert!(
+        err.contains("not in restart-on (oom_kill,gpu_oom,disk_full)"),
+        "{err}"
+    );
 }
 
 /// Disk full on a small tmpfs: with a hook that frees the space (once the run has exited,
@@ -252,7 +305,10 @@ fn a_full_disk_is_restarted_only_when_the_space_is_free_again() {
         } else {
             assert_eq!(out.status.code(), Some(1), "{err}");
             assert_eq!(starts.len(), 1, "{err}");
-            assert!(err.contains("not restarted:") && err.contains("free, less than"), "{err}");
+            assert!(
+                err.contains("not restarted:") && err.contains("free, less than"),
+                "{err}"
+            );
         }
     }
 }
@@ -286,7 +342,13 @@ fn restarts_that_cannot_work_are_refused() {
             "invalid restart-on 'runtime_limit'",
         ),
         (
-            &["--restart-on", "oom_kill,watchdog_signal", "run", "--", "true"],
+            &[
+                "--restart-on",
+                "oom_kill,watchdog_signal",
+                "run",
+                "--",
+                "true",
+            ],
             "invalid restart-on 'watchdog_signal'",
         ),
         (

@@ -74,8 +74,12 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Some(Command::Status { json, socket }) => status(&socket, json),
         Some(Command::Report { recordings, output }) => {
             match recordings.as_slice() {
+                [_, _, ..] if watchdog_report::are_attempts(&recordings) => {
+                    watchdog_report::write_attempts(&recordings, &output)
+                }
                 [a, b] => watchdog_report::write_comparison(a, b, &output),
-                [one, ..] => watchdog_report::write_report(one, &output),
+                [_, _, ..] => watchdog_report::write_attempts(&recordings, &output),
+                [one] => watchdog_report::write_report(one, &output),
                 [] => Ok(()),
             }
             .map_err(|e| Failure::Usage(e.to_string()))?;
