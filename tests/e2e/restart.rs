@@ -246,6 +246,67 @@ fn a_run_killed_in_the_middle_of_a_save_resumes_from_the_previous_complete_one()
     assert!(l.ckpt.join("ckpt-12/weights").exists());
 }
 
+/// What a failed attempt left running (a child re-parented to the watchdog) is ended
+/// before the next attempt starts, so its memory is free.
+#[test]
+fn what_a_failed_attempt_left_running_is_ended_before_the_next() {
+    let l = Loop::new();
+    let out = l.run(
+        None,
+        &["--restart", "1", "--restart-on", "signal"],
+        &[
+            "--steps",
+            "8",
+            "--step-s",
+            "0.02",
+            "--die-mid-save-at",
+            "6",
+            "--leave-child",
+        ],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let starts = l.logged("start");
+    assert_eq!(starts.len(), 2, "{err}");
+    let child = starts[0]["child"].as_u64().unwrap();
+    assert!(
+        !Path::new(&format!("/proc/{child}")).exists(),
+        "PID {child} left by the first attempt still runs"
+    );
+    assert!(err.contains("sent SIGTERM to PID"), "{err}");
+}
+
+/// A SIGTERM the watchdog forwarded ends the run: it is not restarted, even with
+/// `--restart-on signal`.
+#[test]
+fn a_forwarded_sigterm_is_never_restarted() {
+    let l = Loop::new();
+    let mut wd = l.scene.watchdog();
+    let child = wd
+        .args(["--no-notify", "--restart", "3", "--restart-on", "signal"])
+        .args(["run", "--", "python3"])
+        .arg(repo().join("tests/e2e/scripts/restartable.py"))
+        .arg(&l.log)
+        .arg(&l.ckpt)
+        .args(["--steps", "1000"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_for(std::time::Duration::from_secs(20), || {
+        std::fs::read_to_string(&l.log).is_ok_and(|t| t.contains("\"start\""))
+    }));
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(143), "{err}");
+    assert_eq!(l.logged("start").len(), 1, "{err}");
+    assert!(
+        err.contains("the watchdog was told to stop (SIGTERM)"),
+        "{err}"
+    );
+}
+
 /// Without `--restart-on signal`, the same SIGKILL is not restarted: exit 137.
 #[test]
 fn a_signal_is_not_restarted_unless_listed() {

@@ -1054,4 +1054,30 @@ mod tests {
         assert_eq!(s.interval, Duration::from_millis(50));
         assert_eq!(s.signal, 12, "SIGUSR2");
     }
+
+    #[test]
+    fn restart_keys_from_a_list_a_comma_string_or_the_defaults() {
+        let file = |text: &str| parse_file(text, Path::new("w.toml"));
+        let host = Host::from_env();
+        let s = Settings::from_file(host.clone(), &FileConfig::default());
+        assert_eq!((s.restart, s.restart_per_hour), (0, 6));
+        assert_eq!(s.restart_on, options::DEFAULT_RESTART_ON);
+        for text in [
+            "restart = 3\nrestart_on = [\"oom_kill\", \"crash\"]\n",
+            "restart = 3\nrestart_on = \"oom_kill, crash\"\n",
+        ] {
+            let s = Settings::from_file(host.clone(), &file(text).unwrap());
+            assert_eq!(s.restart, 3);
+            assert_eq!(s.restart_on, [VerdictKind::OomKill, VerdictKind::Crash]);
+        }
+        let e = file("restart_on = [\"runtime_limit\"]\n").unwrap_err();
+        assert!(
+            e.contains("w.toml:1") && e.contains("invalid restart-on 'runtime_limit'"),
+            "{e}"
+        );
+        let e = file("restart_on = [\"oom\"]\n").unwrap_err();
+        assert!(e.contains("expected a comma list of oom_kill"), "{e}");
+        let e = file("restart = -1\n").unwrap_err();
+        assert!(e.contains("w.toml:1"), "{e}");
+    }
 }

@@ -12,6 +12,7 @@ Failures, each chosen by a flag:
                                      then SIGKILL itself halfway through the save
   --fill DIR                         first attempt: after the first save, write DIR/ballast
                                      until the disk is full, then exit 1
+  --leave-child                      first attempt: start `sleep 600`, which outlives it
 """
 
 import argparse
@@ -34,6 +35,7 @@ p.add_argument("--spike-at", type=int, default=-1)
 p.add_argument("--spike-mib", type=int, default=0)
 p.add_argument("--die-mid-save-at", type=int, default=-1)
 p.add_argument("--fill", default=None)
+p.add_argument("--leave-child", action="store_true", help="first attempt: start a child that outlives it")
 a = p.parse_args()
 
 # The kernel's OOM killer picks this process, not the watchdog sharing its cgroup.
@@ -68,8 +70,15 @@ def log(**fields):
         f.flush()
 
 
+child = None
+if a.leave_child and first:
+    import subprocess
+
+    child = subprocess.Popen(["sleep", "600"]).pid
+
 log(
     event="start",
+    child=child,
     restart=restart,
     last_verdict=os.environ.get("WATCHDOG_LAST_VERDICT"),
     resume_from=resume,

@@ -728,7 +728,10 @@ mod tests {
             "{same}"
         );
         let crash = attempt(1, Crash, Some(3));
-        assert!(said(decide(&policy(3), &[crash.clone()], 0, None)).contains("not in restart-on"));
+        assert!(
+            said(decide(&policy(3), std::slice::from_ref(&crash), 0, None))
+                .contains("not in restart-on")
+        );
         let mut with_crash = policy(3);
         with_crash.restart_on.push(Crash);
         assert_eq!(decide(&with_crash, &[crash], 0, None), Next::Restart);
