@@ -69,3 +69,48 @@ pub fn restarts(rec: &Recording) -> impl Iterator<Item = (f64, u64, &str, Option
         _ => None,
     })
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn attempt(n: u32, start: f64, run_id: &str, events: &str) -> Recording {
+        let text = format!(
+            "# watchdog recording v1\n#{{\"meta\":{{\"pid\":1,\"start_unix\":{start},\"run_id\":\"{run_id}\",\"attempt\":{n}}}}}\n#{{\"resource\":{{\"name\":\"cgroup_memory\",\"kind\":\"cgroup_memory\",\"unit\":\"bytes\"}}}}\n{events}time,resource,used,limit\n0.000,cgroup_memory,10,100\n1.000,cgroup_memory,99,100\n"
+        );
+        crate::recording::parse(&text).unwrap()
+    }
+
+    #[test]
+    fn attempts_are_drawn_on_the_first_attempts_clock_with_their_restarts() {
+        let a1 = attempt(
+            1,
+            1000.0,
+            "r",
+            "#{\"t\":1.0,\"event\":\"exit\",\"verdict\":\"oom_kill\"}\n",
+        );
+        let a2 = attempt(
+            2,
+            1010.0,
+            "r",
+            "#{\"t\":0.0,\"event\":\"restart\",\"attempt\":2,\"verdict\":\"oom_kill\",\"resume_from\":\"/c/ckpt-15\",\"step\":15}\n#{\"t\":1.0,\"event\":\"exit\",\"verdict\":\"exited\"}\n",
+        );
+        // Any order.
+        let all = merge(vec![a2, a1]).unwrap();
+        let times: Vec<f64> = all.series[0].iter().map(|p| p.t_s).collect();
+        assert_eq!(times, [0.0, 1.0, 10.0, 11.0]);
+        assert_eq!(all.verdict.as_deref(), Some("exited"));
+        assert_eq!(
+            restarts(&all).collect::<Vec<_>>(),
+            [(10.0, 2, "oom_kill", Some(15))]
+        );
+        let svg = crate::render_svg(&all);
+        assert!(svg.contains("class=\"restart\""), "no restart marker");
+        assert!(svg.contains("restart 2: resumed from step 15"));
+
+        let other = attempt(2, 1010.0, "s", "");
+        let e = merge(vec![attempt(1, 1000.0, "r", ""), other]).unwrap_err();
+        assert!(e.contains("not attempts of one run"), "{e}");
+    }
+}

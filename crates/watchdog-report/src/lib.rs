@@ -26,6 +26,10 @@
 //! `watchdog report A B -o compare.html|compare.svg` is [`write_comparison`]: two runs
 //! side by side, what differs between them first ([`render::compare`], whose docs
 //! list its elements).
+//!
+//! `watchdog report A1 A2 ... -o run.html` with recordings of one `run --restart` (the
+//! same `run_id`) is [`write_attempts`]: the attempts merged onto one time axis
+//! ([`attempts::merge`]), each restart a `<line class="restart">`.
 #![deny(missing_docs)]
 
 pub mod attempts;
