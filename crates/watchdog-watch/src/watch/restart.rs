@@ -102,8 +102,9 @@ pub(super) struct AckReader {
 }
 
 impl AckReader {
-    /// Looks at the acknowledgment once; a relative path is the run's, from `cwd`.
-    pub(super) fn check(&mut self, place: &RequestPlace, cwd: &Path) -> Option<&Checkpoint> {
+    /// Looks at the acknowledgment once: a new one is returned, with whether its
+    /// checkpoint was recorded (it has a path, relative ones from `cwd`, that is there).
+    pub(super) fn check(&mut self, place: &RequestPlace, cwd: &Path) -> Option<(Ack, bool)> {
         let bytes = place.read_capped(MAX_ACK_BYTES).ok()??;
         if self.last.as_deref() == Some(bytes.as_slice()) {
             return None;
@@ -111,8 +112,12 @@ impl AckReader {
         let ack: Ack = serde_json::from_slice(&bytes).ok()?;
         // Remembered once it parsed: a half-written file is read again.
         self.last = Some(bytes);
-        let path = cwd.join(ack.path?);
-        let (size, mtime_ns) = measure(&path)?;
+        let Some(path) = ack.path.as_deref().map(|p| cwd.join(p)) else {
+            return Some((ack, false));
+        };
+        let Some((size, mtime_ns)) = measure(&path) else {
+            return Some((ack, false));
+        };
         self.found.push(Checkpoint {
             path,
             step: ack.step,
@@ -120,7 +125,7 @@ impl AckReader {
             size,
             mtime_ns,
         });
-        self.found.last()
+        Some((ack, true))
     }
 }
 
@@ -327,11 +332,28 @@ fn deterministic(prev: &Attempt, this: &Attempt) -> String {
 /// of "full" (1 MiB, or 0.5% of the filesystem).
 fn space_back(this: &Attempt, needed: Option<u64>) -> Result<String, String> {
     let mut said = Vec::new();
-    for end in this
-        .ends
-        .iter()
-        .filter(|r| r.kind == ResourceKind::DiskBytes)
-    {
+    for end in &this.ends {
+        if end.kind == ResourceKind::DiskInodes
+            && let Some(path) = end.name.strip_prefix("inodes:")
+            && end.limit != u64::MAX
+            && end.limit.saturating_sub(end.recent_peak) < (end.limit / 200).max(1)
+        {
+            let figures = rustix::fs::statvfs(path)
+                .map(|s| watchdog_sampler::disk::VfsFigures::from(&s))
+                .map_err(|e| format!("cannot read the free inodes of {path}: {e}"))?;
+            let root = rustix::process::geteuid().is_root();
+            if let Some((used, limit)) = figures.inodes(root)
+                && limit.saturating_sub(used) < (limit / 200).max(1)
+            {
+                return Err(format!(
+                    "not restarted: {path} still has only {} inodes free",
+                    limit.saturating_sub(used)
+                ));
+            }
+        }
+        if end.kind != ResourceKind::DiskBytes {
+            continue;
+        }
         let Some(path) = end.name.strip_prefix("disk:") else {
             continue;
         };
@@ -443,6 +465,13 @@ pub(super) fn run(
     let mut resume: Option<Checkpoint> = None;
     loop {
         let n = attempts.len() as u32 + 1;
+        if let Some(last) = attempts.last()
+            && session.received_stop() != 0
+        {
+            // Told to stop between two attempts: the signal found no command to reach.
+            terminal::summary("watchdog: not restarted: the watchdog was told to stop.");
+            return Ok(ExitCode::from(last.exit.shell_status()));
+        }
         let mut attempt_settings = settings.clone();
         if n > 1
             && let Some(rec) = &settings.record
@@ -495,7 +524,6 @@ pub(super) fn run(
             .map(|a| a.acks.found)
             .unwrap_or_default();
         let saved_before_lead = found.iter().any(|c| c.time_unix < ended_unix - lead_s);
-        let ack_step = found.iter().filter_map(|c| c.step).max();
         ledger.extend(found);
         let (verdict, ends) = watch
             .last_verdict
@@ -507,10 +535,7 @@ pub(super) fn run(
             verdict,
             exit,
             // An attempt reached at least the step it resumed from.
-            step: watch
-                .max_step
-                .max(ack_step)
-                .max(resume.as_ref().and_then(|c| c.step)),
+            step: watch.max_step.max(resume.as_ref().and_then(|c| c.step)),
             resumed_from: resume.as_ref().and_then(|c| c.step),
             resumed: resume.is_some(),
             saved_before_lead,
@@ -586,16 +611,23 @@ impl Watch {
             return;
         };
         let cwd = self.target.start_cwd.clone().unwrap_or_default();
-        if let Some(c) = attempting.acks.check(&self.request.ack(), &cwd) {
-            tracing::info!(
+        let Some((ack, recorded)) = attempting.acks.check(&self.request.ack(), &cwd) else {
+            return;
+        };
+        match (&ack.path, attempting.acks.found.last()) {
+            (Some(_), Some(c)) if recorded => tracing::info!(
                 "checkpoint {} acknowledged{} ({})",
                 c.path.display(),
                 c.step.map_or(String::new(), |s| format!(" at step {s}")),
                 format_bytes(c.size)
-            );
-            if let Some(step) = c.step {
-                self.saw_step(step);
-            }
+            ),
+            (Some(path), _) => tracing::warn!(
+                "the acknowledged checkpoint {path} is not there: a restart will not resume from it"
+            ),
+            (None, _) => {}
+        }
+        if let Some(step) = ack.step {
+            self.saw_step(step);
         }
     }
 
