@@ -22,8 +22,8 @@
 #![deny(missing_docs)]
 
 mod envelope;
-pub mod step_peak;
 mod steps;
+pub mod step_peak;
 
 use envelope::{BUCKETS_PER_LEAD, Envelope};
 use steps::StepLearner;
