@@ -229,5 +229,44 @@ class TransformersResumeCheckpoint(Env):
         self.assertIn("a fresh start", err)
 
 
+class KerasBackupAndRestore(Env):
+    """What docs/frameworks.md says of Keras: BackupAndRestore restores by itself, at the start
+    of the interrupted epoch; with double_checkpoint a weights file cut short falls back to
+    the previous backup, without it fit() fails."""
+
+    def setUp(self):
+        super().setUp()
+        need.require_modules("torch", "keras")
+        os.environ.setdefault("KERAS_BACKEND", "torch")
+        import keras
+        import numpy as np
+
+        self.keras = keras
+        rng = np.random.default_rng(0)
+        self.x, self.y = rng.random((64, 4)), rng.random((64, 3))
+
+    def fit(self, backup_dir, epochs, double):
+        model = self.keras.Sequential([self.keras.Input((4,)), self.keras.layers.Dense(3)])
+        model.compile(optimizer="adam", loss="mse")
+        epochs_seen = []
+        seen = self.keras.callbacks.LambdaCallback(on_epoch_begin=lambda epoch, logs: epochs_seen.append(epoch))
+        backup = self.keras.callbacks.BackupAndRestore(backup_dir, double_checkpoint=double, delete_checkpoint=False)
+        model.fit(self.x, self.y, epochs=epochs, batch_size=16, verbose=0, callbacks=[backup, seen])
+        return epochs_seen
+
+    def test_a_weights_file_cut_short_falls_back_to_the_previous_backup_only_with_double_checkpoint(self):
+        for double in (True, False):
+            backup_dir = os.path.join(self.dir, "backup-%s" % double)
+            self.assertEqual(self.fit(backup_dir, 3, double), [0, 1, 2])
+            weights = os.path.join(backup_dir, "latest.weights.h5")
+            cut(weights, weights, os.path.getsize(weights) // 2)
+            if double:
+                # the previous backup was taken at the end of epoch 1: epoch 2 is trained again
+                self.assertEqual(self.fit(backup_dir, 5, double), [2, 3, 4])
+            else:
+                with self.assertRaises(OSError):
+                    self.fit(backup_dir, 5, double)
+
+
 if __name__ == "__main__":
     unittest.main()
