@@ -42,8 +42,13 @@ after that a call costs one ``stat`` more than with ``WATCHDOG_REQUEST_FILE``.
 
 Acknowledgment protocol: :func:`acknowledge` writes ``<request file>.ack`` atomically (temp
 file + rename) with ``{"seq": N, "time_unix": T}``, ``N`` the ``seq`` of the request handled and
-``T`` the time the checkpoint was done. A request is pending while no ack has its ``seq`` and a
-``time_unix`` at or after the request's ``time_unix``.
+``T`` the time the checkpoint was done, plus ``path``, ``step`` and ``cause`` when given
+(docs/recording.md). A request is pending while no ack has its ``seq`` and a ``time_unix`` at
+or after the request's ``time_unix``.
+
+When a CUDA out-of-memory error ends a step anyway, :func:`last_chance` (a context manager
+around a plain loop; the framework modules have their own) saves the run before the error
+ends it, acknowledges with ``cause="cuda_oom"`` and re-raises the error.
 """
 
 import errno
@@ -64,6 +69,7 @@ __all__ = [
     "checkpoint_requested",
     "request",
     "acknowledge",
+    "last_chance",
     "attach",
     "attached",
     "WatchdogHandle",
@@ -696,33 +702,87 @@ def _write_atomic(path, data):
         raise
 
 
-def acknowledge():
+def acknowledge(path=None, step=None, cause=None):
     """Tell the watchdog the checkpoint is saved: write ``<request file>.ack`` and clear the flag.
 
     Acknowledges the request seen by the last ``checkpoint_requested()`` that returned True
-    (or the current one). Returns the acknowledged ``seq``, or None when there was no request
-    file (the flag is cleared anyway). A failure to write the ack is reported with a warning,
-    never raised into the training loop.
+    (or the current one). ``path`` (the checkpoint written, a file or a directory; written
+    absolute), ``step`` (the framework's global step it holds) and ``cause`` (why the client
+    saved without a request: ``"cuda_oom"`` for the last-chance save) go into the ack when
+    given; the fields are in docs/recording.md. An acknowledgment with a ``cause`` is written even when
+    no request is pending, with ``seq`` 0 (the pending request's ``seq`` when there is one).
+    Returns the acknowledged ``seq``, or None when nothing was written (no request file, or no
+    request and no cause; the flag is cleared anyway). A failure to write the ack is reported
+    with a warning, never raised into the training loop; a bad argument is a ValueError.
     """
     global _flag, _handling, _acked
+    extra = _ack_fields(path, step, cause)
     _flag = False
     req = _handling if _handling is not None else request()
     _handling = None
-    path = request_file()
-    if req is None or path is None:
+    if cause is not None and req is not None and not _pending(req):
+        req = None  # a save nobody asked for: not an answer to a request handled before
+    file = request_file()
+    seq = _number(req, "seq") if req is not None else None
+    if file is None or (seq is None and cause is None):
         return None
-    seq = _number(req, "seq")
     if seq is None:
-        return None
-    _acked = (seq, _number(req, "time_unix") or 0.0)
-    body = json.dumps({"seq": seq, "time_unix": time.time()}).encode("utf-8") + b"\n"
+        seq = 0
+    else:
+        _acked = (seq, _number(req, "time_unix") or 0.0)
+    body = json.dumps(dict({"seq": seq, "time_unix": time.time()}, **extra)).encode("utf-8") + b"\n"
     try:
-        _write_atomic(_ack_path(path), body)
+        _write_atomic(_ack_path(file), body)
     except OSError as e:
         import warnings
 
-        warnings.warn("training_watchdog: cannot write the acknowledgment: %s" % e, RuntimeWarning, stacklevel=2)
+        warnings.warn("training_watchdog: cannot write the acknowledgment: %s" % e, RuntimeWarning,
+                      stacklevel=_caller_stacklevel())
     return seq
+
+
+def _ack_fields(path, step, cause):
+    """The optional fields of an ack, checked: ``path`` a path, ``step`` a whole number >= 0,
+    ``cause`` a short name. A ValueError names the argument and what was expected."""
+    fields = {}
+    if path is not None:
+        try:
+            # Absolute: the watchdog, and a restarted run, may not share this process's directory.
+            fields["path"] = os.path.abspath(os.fsdecode(os.fspath(path)))
+        except TypeError:
+            raise ValueError("acknowledge(path=%r): expected a path (str or os.PathLike)" % (path,)) from None
+    if step is not None:
+        if isinstance(step, bool) or not hasattr(step, "__index__") or step.__index__() < 0:
+            raise ValueError("acknowledge(step=%r): expected a whole number of steps, 0 or more" % (step,))
+        fields["step"] = step.__index__()
+    if cause is not None:
+        if not isinstance(cause, str) or not re.fullmatch(r"[a-z0-9_]{1,64}", cause):
+            raise ValueError("acknowledge(cause=%r): expected a name such as 'cuda_oom'" % (cause,))
+        fields["cause"] = cause
+    return fields
+
+
+def last_chance(save, step=None, phase="train"):
+    """Context manager around a plain training loop: on a CUDA out-of-memory error inside
+    it, free the step's memory, call ``save`` (it saves and returns the path), acknowledge
+    with ``cause="cuda_oom"``, and let the error go on::
+
+        def save(step):                  # or save(): the step is given when it takes one
+            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, p)
+            return p
+
+        with training_watchdog.last_chance(save) as run:
+            for step in range(start, steps):
+                run.step = step          # where the loop is: the checkpoint resumes there
+                train_step()
+
+    See :mod:`training_watchdog.oom`; Lightning, Transformers and Keras have their own.
+    """
+    from training_watchdog.oom import LastChance
+
+    if not callable(save):
+        raise TypeError("last_chance(save=%r): expected a function that saves and returns the path" % (save,))
+    return LastChance(save, step=step, phase=phase)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -122,6 +122,7 @@ class Agreement:
             return bool(self._reduce_any(local))
         return torch_any(local, group=self._group)
 
-    def acknowledge(self):
-        """After the agreed save, on every rank: acknowledges this rank's request, if it had one."""
-        return _tw.acknowledge()
+    def acknowledge(self, path=None, step=None):
+        """After the agreed save, on every rank: acknowledges this rank's request, if it had one
+        (``path`` and ``step``: the checkpoint and its global step, for the ack)."""
+        return _tw.acknowledge(path=path, step=step)

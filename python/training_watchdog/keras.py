@@ -23,15 +23,20 @@ only when it ends in ``.weights.h5``). Give one of the two.
 must save at the same batch (see docs/frameworks.md); by default each batch end checks
 this process's request only, unless ``torch.distributed`` is initialized.
 
+A CUDA out-of-memory error ends ``fit()`` with no callback told, so the last-chance save
+is a context manager around it: ``with last_chance(watchdog): model.fit(..., callbacks=[...,
+watchdog])`` saves through that callback before the error goes on (see :class:`last_chance`).
+
 Imports keras; the rest of the package does not.
 """
 
 import keras
 
 import training_watchdog as _tw
+from training_watchdog import oom as _oom
 from training_watchdog.distributed import Agreement
 
-__all__ = ["WatchdogCallback"]
+__all__ = ["WatchdogCallback", "last_chance"]
 
 
 class WatchdogCallback(keras.callbacks.Callback):
@@ -75,14 +80,64 @@ class WatchdogCallback(keras.callbacks.Callback):
         self._step += 1
         if not self.agreement.requested(step):
             return
+        path, global_step = self._save()
+        self.last_saved = (self._epoch, batch)
+        self.agreement.acknowledge(path=path, step=global_step)
+
+    def _save(self):
+        """Saves through the backup or to ``filepath``; returns ``(path, step)``: the backup
+        directory or the file, and the optimizer's ``iterations``."""
+        if self.model is None:
+            raise RuntimeError("this WatchdogCallback was not given to fit(): it has no model to save")
         if self.backup is not None:
             # BackupAndRestore records the epoch being trained (its own counter, which it
             # moves on at epoch end) with the weights: a resumed fit() starts that epoch again.
             self.backup._save_model()
+            path = str(self.backup.backup_dir)
         elif self.filepath.endswith(".weights.h5"):
             self.model.save_weights(self.filepath, overwrite=True)
+            path = self.filepath
         else:
             self.model.save(self.filepath, overwrite=True)
+            path = self.filepath
         self.saves += 1
-        self.last_saved = (self._epoch, batch)
-        self.agreement.acknowledge()
+        return path, self._global_step()
+
+    def _global_step(self):
+        """The optimizer's ``iterations`` (batches trained over every fit, saved with the
+        weights); the batches of this fit when there is no optimizer."""
+        optimizer = getattr(self.model, "optimizer", None)
+        iterations = getattr(optimizer, "iterations", None)
+        if iterations is None:
+            return self._step
+        return int(keras.ops.convert_to_numpy(iterations))
+
+
+class last_chance(_oom.LastChance):  # noqa: N801  (used as a function: ``with last_chance(cb):``)
+    """Around ``model.fit()``: on a CUDA out-of-memory error, save through ``callback`` (the
+    :class:`WatchdogCallback` given to that ``fit``: its BackupAndRestore, or its
+    ``filepath``), acknowledge with ``cause="cuda_oom"``, and let the error go on::
+
+        watchdog = WatchdogCallback(backup=backup)
+        with training_watchdog.keras.last_chance(watchdog):
+            model.fit(x, y, epochs=10, callbacks=[backup, watchdog])
+
+    Through a BackupAndRestore the next ``fit()`` starts again at the beginning of the
+    epoch that was interrupted. The ack's ``step`` is the optimizer's ``iterations``.
+    """
+
+    def __init__(self, callback):
+        super().__init__()
+        if not isinstance(callback, WatchdogCallback):
+            raise TypeError("last_chance(callback=%r): expected the training_watchdog.keras.WatchdogCallback "
+                            "given to fit()" % (callback,))
+        self.callback = callback
+
+    def _current_step(self):
+        try:
+            return self.callback._global_step()
+        except Exception:
+            return None
+
+    def _save(self):
+        return self.callback._save()

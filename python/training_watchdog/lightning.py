@@ -35,6 +35,11 @@ give the watchdog another signal (``watchdog --signal SIGUSR2 run -- ...``) and 
 never meet. Elsewhere (no SLURM, or no auto-requeue) the callback installs its flag-only
 handler in ``setup``, before Lightning registers its own handlers.
 
+A CUDA out-of-memory error during ``fit`` is saved by ``on_exception`` before it ends the
+run (the last-chance save, :mod:`training_watchdog.oom`): ``watchdog-step=N.ckpt`` by the
+failing rank alone, with no collective (refused for sharded strategies), acknowledged with
+``cause="cuda_oom"``; Lightning then raises the error again.
+
 Imports lightning; the rest of the package does not.
 """
 
@@ -46,6 +51,7 @@ import signal
 import lightning.pytorch as pl
 
 import training_watchdog as _tw
+from training_watchdog import oom as _oom
 from training_watchdog import resume as _resume
 from training_watchdog.distributed import DEFAULT_EVERY, Agreement
 
@@ -178,4 +184,54 @@ class WatchdogCallback(pl.Callback):
         self.saved_steps.append(trainer.global_step)
         if previous is not None and previous != path:
             trainer.strategy.remove_checkpoint(previous)
-        self.agreement.acknowledge()
+        self.agreement.acknowledge(path=path, step=trainer.global_step)
+
+    def on_exception(self, trainer, pl_module, exception):
+        """The last-chance save: a CUDA out-of-memory error in ``fit`` is saved to
+        ``watchdog-step=N.ckpt`` (N the global step: ``fit(ckpt_path=...)`` resumes there)
+        by this rank alone, then acknowledged with ``cause="cuda_oom"``; Lightning then
+        raises the error again. See :mod:`training_watchdog.oom`."""
+        if getattr(trainer.state, "fn", None) != "fit":
+            return
+        _oom.rescue(exception, lambda: self._save_alone(trainer), step=trainer.global_step,
+                    phase=_phase(trainer))
+
+    def _save_alone(self, trainer):
+        """Saves without a collective; returns ``(path, step)``. With several ranks only a
+        replicated state (DDP) can be: a sharded one is refused (a RuntimeError saying why)."""
+        step = trainer.global_step
+        path = os.path.join(self._dir(trainer), "watchdog-step=%d.ckpt" % step)
+        if trainer.world_size <= 1:
+            trainer.save_checkpoint(path)  # its barrier is a no-op with one process
+        else:
+            _refuse_sharded(trainer)
+            # What Trainer.save_checkpoint does, without its barrier and without leaving the
+            # write to rank 0: the failing rank holds the whole replicated state.
+            checkpoint = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
+            trainer.strategy.checkpoint_io.save_checkpoint(checkpoint, path)
+        # The previous checkpoint is kept: the last-chance save is made in a failing process.
+        self.last_path = path
+        self.saved_steps.append(step)
+        return path, step
+
+
+def _phase(trainer):
+    """``train``, ``eval`` or ``other``: what the trainer was running (its ``state.stage``)."""
+    stage = str(getattr(trainer.state.stage, "value", trainer.state.stage))
+    return {"train": "train", "validate": "eval", "sanity_check": "eval"}.get(stage, "other")
+
+
+def _refuse_sharded(trainer):
+    """Raises unless one rank holds the whole state: DDP (not DeepSpeed, which derives from
+    it), and no optimizer whose state is sharded across ranks (ZeroRedundancyOptimizer)."""
+    from lightning.pytorch.strategies import DDPStrategy
+
+    strategy = trainer.strategy
+    sharded = not isinstance(strategy, DDPStrategy) or "deepspeed" in type(strategy).__name__.lower()
+    optimizer = next((o for o in trainer.optimizers if hasattr(o, "consolidate_state_dict")), None)
+    if sharded or optimizer is not None:
+        what = type(optimizer).__name__ if optimizer is not None and not sharded else type(strategy).__name__
+        raise RuntimeError(
+            "%s shards the training state across the %d ranks: one failing rank cannot save it "
+            "alone (the others would have to join); nothing was saved, the last checkpoint the "
+            "watchdog asked for is the one to resume from" % (what, trainer.world_size))

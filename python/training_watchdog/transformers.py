@@ -24,6 +24,10 @@ Several processes (``torchrun``, ``accelerate launch``): the ranks agree every `
 steps (:data:`training_watchdog.distributed.DEFAULT_EVERY`) through one all-reduce, so when
 any rank is asked all save at the same step (the Trainer's save is a collective).
 
+A CUDA out-of-memory error ends ``train()`` with no callback told, so the last-chance save
+is a context manager around it: ``with last_chance(trainer): trainer.train(...)`` saves
+``checkpoint-N`` by the failing rank alone before the error goes on (see :class:`last_chance`).
+
 Imports transformers; the rest of the package does not.
 """
 
@@ -34,10 +38,11 @@ import re
 from transformers import TrainerCallback
 
 import training_watchdog as _tw
+from training_watchdog import oom as _oom
 from training_watchdog import resume as _resume
 from training_watchdog.distributed import DEFAULT_EVERY, Agreement
 
-__all__ = ["WatchdogCallback", "resume_checkpoint"]
+__all__ = ["WatchdogCallback", "last_chance", "resume_checkpoint"]
 
 # The Trainer's checkpoint directories, and the file its _save_checkpoint writes last.
 _CHECKPOINT = re.compile(r"^checkpoint-([0-9]+)$")
@@ -112,5 +117,88 @@ class WatchdogCallback(TrainerCallback):
         if self._asked:
             self._asked = False
             self.saved_steps.append(state.global_step)
-            self.agreement.acknowledge()
+            self.agreement.acknowledge(path=_checkpoint_dir(args.output_dir, state.global_step),
+                                       step=state.global_step)
         return control
+
+
+def _checkpoint_dir(run_dir, step):
+    """``run_dir/checkpoint-N``: where the Trainer saves step N."""
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+    return os.path.join(str(run_dir), "%s-%d" % (PREFIX_CHECKPOINT_DIR, step))
+
+
+class last_chance(_oom.LastChance):  # noqa: N801  (used as a function: ``with last_chance(trainer):``)
+    """Around ``trainer.train()``: on a CUDA out-of-memory error, save ``checkpoint-N``
+    (N the global step: ``train(resume_from_checkpoint=...)`` resumes there) by this rank
+    alone, acknowledge with ``cause="cuda_oom"``, and let the error go on::
+
+        with training_watchdog.transformers.last_chance(trainer):
+            trainer.train(resume_from_checkpoint=last)
+
+    One process: the Trainer's own ``_save_checkpoint`` (a private method; tested with
+    the version pinned in scripts/frameworks-requirements.txt). Several (DDP): the same
+    files written by the failing rank alone, without the Trainer's collectives. FSDP,
+    DeepSpeed and tensor parallelism shard the state: refused, nothing saved (logged).
+    After a save, ``path`` and ``saved_step`` say what was written.
+    """
+
+    def __init__(self, trainer):
+        super().__init__()
+        if not callable(getattr(trainer, "train", None)) or not hasattr(trainer, "state"):
+            raise TypeError("last_chance(trainer=%r): expected a transformers.Trainer" % (trainer,))
+        self.trainer = trainer
+
+    def _current_step(self):
+        return self.trainer.state.global_step
+
+    def _save(self):
+        return _save_alone(self.trainer)
+
+
+def _save_alone(trainer):
+    """Saves ``checkpoint-N`` without a collective; returns ``(path, N)``."""
+    step = trainer.state.global_step
+    path = _checkpoint_dir(trainer._get_output_dir(trial=None), step)
+    if trainer.args.world_size <= 1:
+        save = getattr(trainer, "_save_checkpoint", None)
+        if not callable(save):
+            raise RuntimeError("this transformers has no Trainer._save_checkpoint (tested with the version "
+                               "pinned in scripts/frameworks-requirements.txt)")
+        save(trainer.model, trial=None)
+    else:
+        _save_replicated(trainer, path)
+    return path, step
+
+
+def _save_replicated(trainer, path):
+    """What ``_save_checkpoint`` writes, by one rank of several, for a replicated (DDP) state:
+    the model, optimizer, scheduler, scaler, this rank's RNG and the trainer state. The
+    Trainer's own save writes only on rank 0 and gathers the FLOPs of every rank first."""
+    import safetensors.torch
+    import torch
+    from transformers import trainer as hf
+
+    if trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled or getattr(trainer.model, "_tp_size", None):
+        raise RuntimeError(
+            "FSDP, DeepSpeed or tensor parallelism shards the training state across the %d ranks: one "
+            "failing rank cannot save it alone (the others would have to join); nothing was saved, the "
+            "last checkpoint the watchdog asked for is the one to resume from" % trainer.args.world_size)
+    os.makedirs(path, exist_ok=True)
+    model = trainer.accelerator.unwrap_model(trainer.model, keep_torch_compile=False)
+    if callable(getattr(model, "save_pretrained", None)):
+        model.save_pretrained(path, is_main_process=True)
+    else:
+        safetensors.torch.save_file(model.state_dict(), os.path.join(path, hf.SAFE_WEIGHTS_NAME),
+                                    metadata={"format": "pt"})
+    torch.save(trainer.args, os.path.join(path, hf.TRAINING_ARGS_NAME))
+    if not trainer.args.save_only_model:
+        torch.save(trainer.optimizer.state_dict(), os.path.join(path, hf.OPTIMIZER_NAME))
+        if trainer.lr_scheduler is not None:
+            torch.save(trainer.lr_scheduler.state_dict(), os.path.join(path, hf.SCHEDULER_NAME))
+        scaler = getattr(trainer.accelerator, "scaler", None)
+        if scaler is not None:
+            torch.save(scaler.state_dict(), os.path.join(path, hf.SCALER_NAME))
+        trainer._save_rng_state(path)  # rng_state_<rank>.pth: the other ranks' are not there
+    trainer.state.save_to_json(os.path.join(path, hf.TRAINER_STATE_NAME))
