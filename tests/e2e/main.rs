@@ -20,5 +20,6 @@ mod notify;
 mod outputs;
 mod page_cache;
 mod prompt_stop;
+mod restart;
 mod support;
 mod watching;

@@ -9,6 +9,7 @@ use std::time::Duration;
 use watchdog_engine::EngineSettings;
 
 use serde::{Deserialize, Deserializer};
+use watchdog_types::VerdictKind;
 use watchdog_types::units;
 
 pub mod options;
@@ -38,6 +39,9 @@ pub const KEYS: &[&str] = &[
     "notify",
     "status",
     "log_format",
+    "restart",
+    "restart_on",
+    "restart_per_hour",
 ];
 
 /// The config file as written; every field optional, unknown keys rejected. The daemon's
@@ -74,6 +78,10 @@ pub struct FileConfig {
     notify: Option<bool>,
     status: Option<bool>,
     log_format: Option<LogFormat>,
+    restart: Option<u32>,
+    #[serde(deserialize_with = "de_restart_on")]
+    restart_on: Option<Vec<VerdictKind>>,
+    restart_per_hour: Option<u32>,
 }
 
 impl FileConfig {
@@ -100,6 +108,9 @@ impl FileConfig {
             "notify" => self.notify.is_some(),
             "status" => self.status.is_some(),
             "log_format" => self.log_format.is_some(),
+            "restart" => self.restart.is_some(),
+            "restart_on" => self.restart_on.is_some(),
+            "restart_per_hour" => self.restart_per_hour.is_some(),
             _ => false,
         }
     }
@@ -220,6 +231,12 @@ pub struct Settings {
     /// How often the tree's RSS is summed when there is no `mem_limit` (it is then recorded
     /// and shown, never alerted on); `None`: every tick. Only the service sets it.
     pub tree_interval: Option<Duration>,
+    /// How many times `run` starts the command again after a failure (0: never).
+    pub restart: u32,
+    /// The verdicts that restart the command.
+    pub restart_on: Vec<VerdictKind>,
+    /// At most this many restarts in any hour.
+    pub restart_per_hour: u32,
 }
 
 /// Shortest supported sampling interval.
@@ -263,6 +280,7 @@ impl Settings {
                 "max_runtime" => flags.max_runtime.is_some(),
                 "deadline" => flags.deadline.is_some(),
                 "hook_timeout" => flags.hook_timeout.is_some(),
+                "restart_per_hour" => flags.restart_per_hour.is_some(),
                 _ => true,
             };
             match (&flags.config, from_flag) {
@@ -331,6 +349,17 @@ impl Settings {
                 .log_format
                 .or(file.log_format)
                 .unwrap_or(LogFormat::Text),
+            restart: flags.restart.or(file.restart).unwrap_or(0),
+            restart_on: flags
+                .restart_on
+                .clone()
+                .map(|r| r.0)
+                .or(file.restart_on)
+                .unwrap_or_else(|| options::DEFAULT_RESTART_ON.to_vec()),
+            restart_per_hour: flags
+                .restart_per_hour
+                .or(file.restart_per_hour)
+                .unwrap_or(options::DEFAULT_RESTART_PER_HOUR),
             verbosity: if flags.quiet {
                 -1
             } else {
@@ -410,6 +439,12 @@ impl Settings {
             return Err((
                 "max_runtime",
                 "invalid max-runtime '0': expected a positive duration such as 12h".into(),
+            ));
+        }
+        if self.restart_per_hour == 0 {
+            return Err((
+                "restart_per_hour",
+                "invalid restart-per-hour '0': expected at least 1".into(),
             ));
         }
         if let Some(deadline) = self.deadline
@@ -691,6 +726,26 @@ fn de_deadline<'de, D: Deserializer<'de>>(d: D) -> Result<Option<jiff::Timestamp
     };
     crate::options::parse_deadline(&s)
         .map(Some)
+        .map_err(serde::de::Error::custom)
+}
+
+fn de_restart_on<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<VerdictKind>>, D::Error> {
+    // A TOML list of names, or the flag's comma list as one string.
+    let names = match toml::Value::deserialize(d)? {
+        toml::Value::String(s) => s,
+        toml::Value::Array(items) => items
+            .iter()
+            .map(|v| v.as_str().unwrap_or("?").to_string())
+            .collect::<Vec<_>>()
+            .join(","),
+        _ => {
+            return Err(serde::de::Error::custom(
+                "expected a list of verdict names such as [\"oom_kill\", \"gpu_oom\"]",
+            ));
+        }
+    };
+    crate::options::parse_restart_on(&names)
+        .map(|r| Some(r.0))
         .map_err(serde::de::Error::custom)
 }
 
@@ -998,5 +1053,31 @@ mod tests {
         assert_eq!(s.lead, Duration::from_secs(9));
         assert_eq!(s.interval, Duration::from_millis(50));
         assert_eq!(s.signal, 12, "SIGUSR2");
+    }
+
+    #[test]
+    fn restart_keys_from_a_list_a_comma_string_or_the_defaults() {
+        let file = |text: &str| parse_file(text, Path::new("w.toml"));
+        let host = Host::from_env();
+        let s = Settings::from_file(host.clone(), &FileConfig::default());
+        assert_eq!((s.restart, s.restart_per_hour), (0, 6));
+        assert_eq!(s.restart_on, options::DEFAULT_RESTART_ON);
+        for text in [
+            "restart = 3\nrestart_on = [\"oom_kill\", \"crash\"]\n",
+            "restart = 3\nrestart_on = \"oom_kill, crash\"\n",
+        ] {
+            let s = Settings::from_file(host.clone(), &file(text).unwrap());
+            assert_eq!(s.restart, 3);
+            assert_eq!(s.restart_on, [VerdictKind::OomKill, VerdictKind::Crash]);
+        }
+        let e = file("restart_on = [\"runtime_limit\"]\n").unwrap_err();
+        assert!(
+            e.contains("w.toml:1") && e.contains("invalid restart-on 'runtime_limit'"),
+            "{e}"
+        );
+        let e = file("restart_on = [\"oom\"]\n").unwrap_err();
+        assert!(e.contains("expected a comma list of oom_kill"), "{e}");
+        let e = file("restart = -1\n").unwrap_err();
+        assert!(e.contains("w.toml:1"), "{e}");
     }
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use clap::builder::TypedValueParser;
 use clap::{Args, ValueEnum};
+use watchdog_types::VerdictKind;
 use watchdog_types::quote::quote_value;
 use watchdog_types::units;
 
@@ -108,6 +109,86 @@ pub struct WatchOptions {
     /// Log only warnings and errors.
     #[arg(short, long, global = true)]
     pub quiet: bool,
+    /// `run` only: start the command again up to N times when it fails with a verdict of
+    /// --restart-on, resuming from its last acknowledged checkpoint (see docs/restart.md)
+    /// [default: 0].
+    #[arg(long, value_name = "N", value_parser = Utf8(parse_count), global = true)]
+    pub restart: Option<u32>,
+    /// The verdicts that restart: a comma list of oom_kill, gpu_oom, disk_full, crash,
+    /// signal, exited [default: oom_kill,gpu_oom,disk_full].
+    #[arg(long, value_name = "LIST", value_parser = Utf8(parse_restart_on), global = true)]
+    pub restart_on: Option<RestartOn>,
+    /// At most N restarts in any hour: a run that fails faster is left stopped [default: 6].
+    #[arg(long, value_name = "N", value_parser = Utf8(parse_count), global = true)]
+    pub restart_per_hour: Option<u32>,
+}
+
+/// The verdicts of a `--restart-on` list (a newtype: clap would take a `Vec` for a
+/// repeated flag).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestartOn(pub Vec<VerdictKind>);
+
+/// The verdicts that restart a run unless `--restart-on` says otherwise.
+pub const DEFAULT_RESTART_ON: &[VerdictKind] = &[
+    VerdictKind::OomKill,
+    VerdictKind::GpuOom,
+    VerdictKind::DiskFull,
+];
+
+/// How many restarts an hour may hold unless `--restart-per-hour` says otherwise.
+pub const DEFAULT_RESTART_PER_HOUR: u32 = 6;
+
+/// The verdicts `--restart-on` may list.
+const RESTARTABLE: &[VerdictKind] = &[
+    VerdictKind::OomKill,
+    VerdictKind::GpuOom,
+    VerdictKind::DiskFull,
+    VerdictKind::Crash,
+    VerdictKind::Signal,
+    VerdictKind::Exited,
+];
+
+/// A `--restart-on` list: verdict names separated by commas, each one a run can be
+/// restarted after (never `runtime_limit`: the time is spent; never `watchdog_signal`:
+/// the run's handler is broken, and a restart would end the same way).
+pub fn parse_restart_on(s: &str) -> Result<RestartOn, String> {
+    let expected = "expected a comma list of oom_kill, gpu_oom, disk_full, crash, signal, exited";
+    let mut kinds = Vec::new();
+    for name in s.split(',').map(str::trim) {
+        let kind = match name.parse::<VerdictKind>() {
+            Ok(kind) if RESTARTABLE.contains(&kind) => kind,
+            Ok(VerdictKind::RuntimeLimit) => {
+                return Err(format!(
+                    "invalid restart-on 'runtime_limit': a run stopped at its runtime limit has no time left to restart; {expected}"
+                ));
+            }
+            Ok(VerdictKind::WatchdogSignal) => {
+                return Err(format!(
+                    "invalid restart-on 'watchdog_signal': a run its own checkpoint signal ended would end the same way; {expected}"
+                ));
+            }
+            _ => {
+                return Err(format!(
+                    "invalid restart-on {}: {expected}",
+                    quote_value(name)
+                ));
+            }
+        };
+        if !kinds.contains(&kind) {
+            kinds.push(kind);
+        }
+    }
+    Ok(RestartOn(kinds))
+}
+
+/// A count such as `--restart 3`: a whole number from 0.
+pub fn parse_count(s: &str) -> Result<u32, String> {
+    s.trim().parse::<u32>().map_err(|_| {
+        format!(
+            "invalid count {}: expected a whole number such as 3",
+            quote_value(s)
+        )
+    })
 }
 
 /// A flag's `&str` parser that names the flag when the value is not UTF-8 (clap's own

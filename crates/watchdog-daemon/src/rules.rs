@@ -84,6 +84,18 @@ pub const REFUSED_WATCH_KEYS: &[(&str, &str)] = &[
         "the daemon has no terminal; its status is served on its socket",
     ),
     ("log_format", "the daemon's log format is its own"),
+    (
+        "restart",
+        "the daemon did not start the run and cannot start it again; restart it with `watchdog run --restart N` (see docs/restart.md)",
+    ),
+    (
+        "restart_on",
+        "the daemon does not restart runs (see docs/restart.md)",
+    ),
+    (
+        "restart_per_hour",
+        "the daemon does not restart runs (see docs/restart.md)",
+    ),
 ];
 
 /// The daemon's config: its own settings and its rules, in file order.

@@ -634,6 +634,7 @@ impl Engine {
             verdict: Some(verdict.kind.to_string()),
             summary: Some(verdict.summary.clone()),
             evidence: verdict.evidence.clone(),
+            attempt: None,
         };
         (text, event)
     }

@@ -26,8 +26,13 @@
 //! `watchdog report A B -o compare.html|compare.svg` is [`write_comparison`]: two runs
 //! side by side, what differs between them first ([`render::compare`], whose docs
 //! list its elements).
+//!
+//! `watchdog report A1 A2 ... -o run.html` with recordings of one `run --restart` (the
+//! same `run_id`) is [`write_attempts`]: the attempts merged onto one time axis
+//! ([`attempts::merge`]), each restart a `<line class="restart">`.
 #![deny(missing_docs)]
 
+pub mod attempts;
 pub mod diff;
 pub mod recording;
 pub mod render;
@@ -100,6 +105,12 @@ pub enum ReportError {
         /// What is wrong, with the line number.
         source: ParseError,
     },
+    /// Several recordings were given that are not the attempts of one run.
+    #[error("{why}")]
+    NotOneRun {
+        /// Why not.
+        why: String,
+    },
     /// The report could not be written.
     #[error("cannot write report {}: {source}", path.display())]
     Write {
@@ -135,6 +146,31 @@ pub fn write_report(recording_path: &Path, out: &Path) -> Result<(), ReportError
         Format::Html => render_html(&rec),
     };
     write_atomically(out, &body)
+}
+
+/// Renders the attempts of one `run --restart` (recordings sharing a run id) as one
+/// report on one time axis, each restart marked, like [`write_report`].
+pub fn write_attempts(paths: &[PathBuf], out: &Path) -> Result<(), ReportError> {
+    let format = Format::from_path(out)?;
+    let inputs: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
+    check_output(out, &inputs)?;
+    let recs = paths
+        .iter()
+        .map(|p| read_recording(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    let rec = attempts::merge(recs).map_err(|why| ReportError::NotOneRun { why })?;
+    let body = match format {
+        Format::Svg => render_svg(&rec),
+        Format::Html => render_html(&rec),
+    };
+    write_atomically(out, &body)
+}
+
+/// Whether the recordings at `paths` are attempts of one run (see [`attempts::one_run`]);
+/// `false` when one cannot be read.
+pub fn are_attempts(paths: &[PathBuf]) -> bool {
+    let recs: Result<Vec<_>, _> = paths.iter().map(|p| read_recording(p)).collect();
+    recs.is_ok_and(|r| attempts::one_run(&r))
 }
 
 /// Renders the comparison of the recordings at `a` and `b` to `out`, as SVG or HTML

@@ -106,6 +106,12 @@ pub struct Meta {
     /// The run's environment and limits (absent from older recordings).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub environment: Option<watchdog_types::environment::Environment>,
+    /// The run a `run --restart` attempt belongs to: the same for every attempt.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    /// Which attempt of that run this recording is (1 for the first).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
     /// Any other fields, as written.
     #[serde(flatten)]
     pub extra: serde_json::Map<String, serde_json::Value>,

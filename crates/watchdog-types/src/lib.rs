@@ -351,6 +351,22 @@ pub enum EventBody {
         /// The figures and times behind the verdict.
         #[serde(default)]
         evidence: Vec<String>,
+        /// Which attempt of a `run --restart` this was (1 for the first); absent without
+        /// `--restart`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        attempt: Option<u32>,
+    },
+    /// `run --restart` starts the command again after a failed attempt.
+    Restart {
+        /// The attempt starting now (2 for the first restart).
+        attempt: u32,
+        /// The verdict of the attempt that failed.
+        verdict: String,
+        /// The complete checkpoint the new attempt is told to resume from
+        /// (`WATCHDOG_RESUME_FROM`), when there is one.
+        resume_from: Option<String>,
+        /// The step of that checkpoint, when known.
+        step: Option<u64>,
     },
 }
 

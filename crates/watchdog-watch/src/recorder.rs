@@ -159,6 +159,12 @@ impl FlightRecorder {
         self.meta.environment.as_mut()
     }
 
+    /// The recording's first lines, to add what is known after the start (the run id of
+    /// a `run --restart` attempt).
+    pub fn meta_mut(&mut self) -> &mut Meta {
+        &mut self.meta
+    }
+
     /// A copy of the window for writing.
     pub fn snapshot(&self) -> Snapshot {
         Snapshot {

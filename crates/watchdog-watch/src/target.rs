@@ -23,7 +23,7 @@ pub struct Target {
     pub name: String,
     child: Option<Child>,
     /// The working directory it started in, when the watchdog started it (it inherits ours).
-    start_cwd: Option<PathBuf>,
+    pub(crate) start_cwd: Option<PathBuf>,
     /// procfs, where its working directory is read.
     proc: PathBuf,
 }
@@ -78,6 +78,11 @@ impl Target {
         })?;
         let mut cmd = Command::new(program);
         cmd.args(args);
+        // Only `run --restart` tells a command it was restarted (in `env`): never pass on
+        // what the watchdog itself inherited.
+        for var in RESTART_VARS {
+            cmd.env_remove(var);
+        }
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -249,7 +254,7 @@ pub fn catch_forwarded_signals() -> Result<Forwarded, Failure> {
 /// once.
 pub fn forward_signals(
     mut signals: Forwarded,
-    pidfd: Arc<PidFd>,
+    to: ForwardTo,
     unforwarded: Arc<std::sync::atomic::AtomicUsize>,
     waker: crate::wake::Waker,
 ) -> Result<(), Failure> {
@@ -257,6 +262,9 @@ pub fn forward_signals(
         .name("watchdog-signals".into())
         .spawn(move || {
             for info in signals.forever() {
+                to.received
+                    .store(info.signal as usize, std::sync::atomic::Ordering::Relaxed);
+                let pidfd = to.current();
                 let from_kernel = info.process.is_none();
                 if from_kernel && rustix::termios::isatty(std::io::stdin()) {
                     tracing::debug!(
@@ -281,6 +289,43 @@ pub fn forward_signals(
         })
         .map_err(|e| Failure::Runtime(format!("cannot start the signal thread: {e}")))?;
     Ok(())
+}
+
+/// The variables `run --restart` sets for a restarted command (docs/restart.md).
+pub const RESTART_VARS: [&str; 3] = [
+    "WATCHDOG_RESTART",
+    "WATCHDOG_LAST_VERDICT",
+    "WATCHDOG_RESUME_FROM",
+];
+
+/// Where `run` forwards the signals it gets: the current attempt's command (`run
+/// --restart` starts another), and the last stop signal the watchdog received at all
+/// (forwarded or not: a terminal's Ctrl-C reaches the command by itself).
+#[derive(Clone)]
+pub struct ForwardTo {
+    target: Arc<std::sync::Mutex<Arc<PidFd>>>,
+    /// The last SIGINT, SIGTERM or SIGHUP received (0: none).
+    pub received: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl ForwardTo {
+    /// Forwarding to `pidfd`.
+    pub fn new(pidfd: Arc<PidFd>) -> ForwardTo {
+        ForwardTo {
+            target: Arc::new(std::sync::Mutex::new(pidfd)),
+            received: Arc::default(),
+        }
+    }
+
+    /// Forwards to `pidfd` from now on.
+    pub fn retarget(&self, pidfd: Arc<PidFd>) {
+        let mut slot = self.target.lock().unwrap_or_else(|p| p.into_inner());
+        *slot = pidfd;
+    }
+
+    fn current(&self) -> Arc<PidFd> {
+        Arc::clone(&self.target.lock().unwrap_or_else(|p| p.into_inner()))
+    }
 }
 
 /// The environment a target needs to talk back: `WATCHDOG_SIGNAL`, `WATCHDOG_REQUEST_FILE`, `WATCHDOG_PID`.

@@ -37,6 +37,7 @@ use watchdog_config::Settings;
 mod actions;
 mod kmsg;
 mod lineage;
+mod restart;
 mod sources;
 
 /// How often the acknowledgment file is checked while an alert is outstanding.
@@ -122,49 +123,128 @@ pub fn run_command(
     settings: Settings,
     published: Option<Arc<Published>>,
 ) -> Result<ExitCode, Failure> {
-    // Signals first, so none can kill the watchdog between the spawn and the watch.
-    let record_now = catch_record_signal();
-    let forwarded = target::catch_forwarded_signals()?;
+    if settings.restart > 0 {
+        return restart::run(argv, settings, published);
+    }
     // The command starts in our working directory, which may have been deleted.
     let own = std::process::id();
+    let mut session = Session::open()?;
     let outputs = Outputs::plan(
         &settings,
         own,
         outputs::live_cwd(&settings.host, own).as_deref(),
     )?;
-    let prepared = Prepared::new(&settings, None)?;
-    let env = target::child_env(settings.signal, &outputs.request_file);
-    let wake = new_wake()?;
-    // Before the spawn, so nothing the command backgrounds can leave the watch.
-    lineage::become_subreaper()?;
-    let target = Target::spawn(&settings.host.proc, argv, &env)?;
-    let unforwarded = Arc::new(AtomicUsize::new(0));
-    target::forward_signals(
-        forwarded,
-        target.pidfd.clone(),
-        unforwarded.clone(),
-        wake.waker(),
-    )?;
-    let pidfd = target.pidfd.clone();
-    let recorders = Recorders::start().map_err(Failure::Runtime);
-    let built =
-        recorders.and_then(|r| Watch::new(target, settings, prepared, outputs, record_now, &r));
-    let mut watch = match built {
-        Ok(mut w) => {
-            w.unforwarded = Some(unforwarded);
-            w.wake = Some(wake);
-            w.publish_to(published);
-            w
-        }
-        Err(e) => {
-            // Never leave the command running unwatched.
-            let _ = pidfd.send_signal(libc::SIGKILL);
-            return Err(e);
-        }
-    };
+    let mut watch = session.attempt(argv, settings, outputs, &[])?;
+    watch.publish_to(published);
     match watch.run() {
         Ended::Target(exit) => Ok(ExitCode::from(exit.shell_status())),
         Ended::Stopped(sig) => Ok(ExitCode::from((128 + sig).clamp(0, 255) as u8)),
+    }
+}
+
+/// What `run` sets up once for all its attempts: the signals it catches and forwards, the
+/// loop's wake-up, the recorder thread.
+struct Session {
+    record_now: Arc<AtomicBool>,
+    /// The forwarded signals until the first command starts, then where they go.
+    forwarded: Option<target::Forwarded>,
+    forward_to: Option<target::ForwardTo>,
+    unforwarded: Arc<AtomicUsize>,
+    wake: Option<Wake>,
+    recorders: Option<Recorders>,
+    subreaper: bool,
+}
+
+impl Session {
+    /// Catches the signals, first, so none can kill the watchdog between a spawn and its watch.
+    fn open() -> Result<Session, Failure> {
+        let record_now = catch_record_signal();
+        let forwarded = target::catch_forwarded_signals()?;
+        Ok(Session {
+            record_now,
+            forwarded: Some(forwarded),
+            forward_to: None,
+            unforwarded: Arc::new(AtomicUsize::new(0)),
+            wake: Some(new_wake()?),
+            recorders: None,
+            subreaper: false,
+        })
+    }
+
+    /// Starts the command once more with the `extra` environment and watches it.
+    fn attempt(
+        &mut self,
+        argv: &[std::ffi::OsString],
+        settings: Settings,
+        outputs: Outputs,
+        extra: &[(String, String)],
+    ) -> Result<Watch, Failure> {
+        let prepared = Prepared::new(&settings, None)?;
+        let mut env = target::child_env(settings.signal, &outputs.request_file);
+        env.extend(extra.iter().cloned());
+        let wake = match self.wake.take() {
+            Some(wake) => wake,
+            None => new_wake()?,
+        };
+        // Before the spawn, so nothing the command backgrounds can leave the watch.
+        if !self.subreaper {
+            lineage::become_subreaper()?;
+            self.subreaper = true;
+        }
+        let target = Target::spawn(&settings.host.proc, argv, &env)?;
+        let pidfd = target.pidfd.clone();
+        let forwarding = match (&self.forward_to, self.forwarded.take()) {
+            (Some(to), _) => {
+                to.retarget(pidfd.clone());
+                Ok(())
+            }
+            (None, Some(signals)) => {
+                let to = target::ForwardTo::new(pidfd.clone());
+                self.forward_to = Some(to.clone());
+                target::forward_signals(signals, to, self.unforwarded.clone(), wake.waker())
+            }
+            (None, None) => Ok(()),
+        };
+        let recorders = match self.recorders.take() {
+            Some(r) => Ok(r),
+            None => Recorders::start().map_err(Failure::Runtime),
+        };
+        let built = forwarding.and(recorders).and_then(|r| {
+            let watch = Watch::new(
+                target,
+                settings,
+                prepared,
+                outputs,
+                self.record_now.clone(),
+                &r,
+            );
+            self.recorders = Some(r);
+            watch
+        });
+        match built {
+            Ok(mut w) => {
+                w.unforwarded = Some(self.unforwarded.clone());
+                w.wake = Some(wake);
+                Ok(w)
+            }
+            Err(e) => {
+                // Never leave the command running unwatched.
+                let _ = pidfd.send_signal(libc::SIGKILL);
+                Err(e)
+            }
+        }
+    }
+
+    /// Takes back what the ended attempt's watch borrowed.
+    fn end_attempt(&mut self, watch: &mut Watch) {
+        self.wake = watch.wake.take();
+    }
+
+    /// The last SIGINT, SIGTERM or SIGHUP the watchdog received (0: none).
+    fn received_stop(&self) -> usize {
+        self.forward_to
+            .as_ref()
+            .map_or(0, |to| to.received.load(Ordering::Relaxed))
     }
 }
 
@@ -238,6 +318,12 @@ pub struct Watch {
     /// Where the single-run loop publishes its status (for `--metrics`).
     published: Option<Arc<Published>>,
     start_unix: f64,
+    /// When this watch is one attempt of a `run --restart`.
+    attempting: Option<restart::Attempting>,
+    /// The highest training step the run reported (acknowledgments, step reports).
+    max_step: Option<u64>,
+    /// The verdict and the resources' ends, once the run ended.
+    last_verdict: Option<(verdict::Verdict, Vec<verdict::ResourceEnd>)>,
 }
 
 /// What a watch is started with besides its target and settings.
@@ -478,6 +564,9 @@ impl Watch {
             label: Label::default(),
             published: None,
             start_unix: watchdog_alerter::events::unix_time_s(start_wall),
+            attempting: None,
+            max_step: None,
+            last_verdict: None,
         };
         if !watch.settings.dry_run
             && let Err(e) = watchdog_alerter::request::clear_request(&watch.request)
@@ -612,6 +701,7 @@ impl Watch {
             // A target that acknowledges and exits at once must still have its ack recorded.
             self.check_ack();
         }
+        self.check_checkpoints();
         let exit = self.target.reap_within(wait);
         self.finish(exit);
         exit
@@ -683,8 +773,12 @@ impl Watch {
     /// Reads what the run writes back, each on its own schedule: the acknowledgment while
     /// an alert is outstanding, the Python client's environment until it came.
     fn read_from_the_run(&mut self, now: Instant) {
-        if self.engine.alerts_sent() > 0 && now >= self.next_ack {
+        let ack_due = now >= self.next_ack;
+        if self.engine.alerts_sent() > 0 && ack_due {
             self.check_ack();
+        }
+        if ack_due {
+            self.check_checkpoints();
             self.next_ack = now + ACK_CHECK_EVERY;
         }
         if self.python_file.is_some() && now >= self.next_python {
@@ -1003,11 +1097,12 @@ impl Watch {
             .and_then(|(c, before)| c.read().ok().map(|after| (*before, after)));
         let mut pids = self.sampler.tree_pids().to_vec();
         pids.push(self.target.pid);
+        let ends = resources.clone();
         let kernel_oom_line = self
             .kmsg
             .as_mut()
             .and_then(|k| verdict::find_oom_line(&k.read_new(), &pids));
-        self.engine.verdict(ExitFacts {
+        let verdict = self.engine.verdict(ExitFacts {
             exit: match exit {
                 TargetExit::Unknown => None,
                 known => Some(known),
@@ -1016,10 +1111,13 @@ impl Watch {
             kernel_oom_line,
             resources,
             sent_signal: None,
-        })
+        });
+        self.last_verdict = Some((verdict.clone(), ends));
+        verdict
     }
 
     fn finish(&mut self, exit: TargetExit) {
+        self.let_hooks_finish();
         self.end_hooks();
         let verdict = self.diagnose(exit);
         let last = self.last_recording();
@@ -1042,6 +1140,10 @@ impl Watch {
             tail: &late,
         });
         terminal::summary(&text);
+        let mut event = event;
+        if let (EventBody::Exit { attempt, .. }, Some(a)) = (&mut event, &self.attempting) {
+            *attempt = Some(a.attempt);
+        }
         self.emit(event);
         self.close(last);
     }

@@ -56,10 +56,13 @@ pub enum Command {
         command: Vec<OsString>,
     },
     /// Draw a recording as a self-contained HTML page or SVG image; with two
-    /// recordings, compare them: what differs first, then both runs on one time axis.
+    /// recordings, compare them: what differs first, then both runs on one time axis;
+    /// with the attempts of one `run --restart` (any number), draw them as one run on
+    /// one time axis, each restart marked.
     Report {
-        /// A recording written by the watchdog (or any CSV trace); a second one to compare with.
-        #[arg(value_name = "RECORDING", required = true, num_args = 1..=2)]
+        /// A recording written by the watchdog (or any CSV trace); a second one to compare
+        /// with; or every attempt of one run.
+        #[arg(value_name = "RECORDING", required = true, num_args = 1..)]
         recordings: Vec<PathBuf>,
         /// Output file: FILE.html or FILE.svg.
         #[arg(short, long, value_name = "FILE")]

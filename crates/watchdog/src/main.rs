@@ -74,8 +74,12 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Some(Command::Status { json, socket }) => status(&socket, json),
         Some(Command::Report { recordings, output }) => {
             match recordings.as_slice() {
+                [_, _, ..] if watchdog_report::are_attempts(&recordings) => {
+                    watchdog_report::write_attempts(&recordings, &output)
+                }
                 [a, b] => watchdog_report::write_comparison(a, b, &output),
-                [one, ..] => watchdog_report::write_report(one, &output),
+                [_, _, ..] => watchdog_report::write_attempts(&recordings, &output),
+                [one] => watchdog_report::write_report(one, &output),
                 [] => Ok(()),
             }
             .map_err(|e| Failure::Usage(e.to_string()))?;
@@ -104,6 +108,11 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         None => match cli.pid {
             Some(pid) => {
                 let settings = Settings::resolve(&cli.options).map_err(Failure::Usage)?;
+                if settings.restart > 0 {
+                    return Err(Failure::Usage(
+                        "--restart cannot be used with --pid: the watchdog did not start PID and cannot start it again; expected watchdog run --restart N -- CMD (see docs/restart.md)".into(),
+                    ));
+                }
                 logging::init(&settings);
                 let (published, _metrics) = serve_metrics(cli.metrics.as_deref(), &settings)?;
                 watchdog_watch::attach(pid, settings, published)

@@ -364,6 +364,26 @@ fn markers_for(rec: &Recording, index: usize) -> Vec<Marker> {
                     point_at: None,
                 });
             }
+            EventKind::Other(name) if name == "restart" => {
+                let attempt = e.raw["attempt"].as_u64().unwrap_or(0);
+                let from = match e.raw["step"].as_u64() {
+                    Some(step) => format!("resumed from step {step}"),
+                    None if e.raw["resume_from"].is_string() => "resumed".to_string(),
+                    None => "from the start".to_string(),
+                };
+                out.push(Marker {
+                    class: "restart",
+                    t_s: e.t_s,
+                    color: COLOR_ACK,
+                    label: format!("restart {attempt}: {from}"),
+                    tooltip: format!(
+                        "attempt {attempt} started at {} after {}, {from}",
+                        axis::format_seconds(e.t_s),
+                        e.raw["verdict"].as_str().unwrap_or("a failure")
+                    ),
+                    point_at: None,
+                });
+            }
             EventKind::Exit(x) => {
                 let verdict = x.verdict.as_deref().unwrap_or("exit");
                 out.push(Marker {

@@ -85,6 +85,7 @@ impl Watch {
             let next = deadline.min(Instant::now() + SURVIVORS_EVERY);
             self.pause(next, false);
             self.forward_to_survivors();
+            self.end_failed_survivors();
             self.reap_adopted();
             // Walked again only when a process was created or reaped since the last walk.
             self.sampler.tree_mut().refresh_if_changed();

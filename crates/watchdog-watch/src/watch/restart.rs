@@ -1,0 +1,815 @@
+//! `watchdog run --restart N`: one run, several attempts. When an attempt ends with a
+//! verdict listed in `restart_on`, the same command is started again in the same directory
+//! and environment, told `WATCHDOG_RESTART`, `WATCHDOG_LAST_VERDICT` and, when the run
+//! acknowledged a checkpoint that is still there unchanged, `WATCHDOG_RESUME_FROM`.
+//!
+//! This module owns the decisions ([`decide`], [`no_progress`], pure and table-tested), the
+//! checkpoints the run acknowledged ([`Ledger`], [`AckReader`]), and the loop that carries
+//! them out ([`run`]). The watch itself knows only that it is one attempt of several
+//! ([`Attempting`]): it reads every acknowledgment, ends what a failed attempt left running,
+//! and lets a hook finish before the next attempt is judged. See docs/restart.md.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use watchdog_alerter::request::{Ack, RequestPlace};
+use watchdog_config::Settings;
+use watchdog_engine::verdict::ResourceEnd;
+use watchdog_types::units::{format_bytes, signal_name};
+use watchdog_types::{EventBody, ResourceKind, VerdictKind};
+
+use super::{Ended, Session, Watch};
+use crate::outputs::{self, Outputs};
+use crate::target::TargetExit;
+use crate::{Failure, Published, terminal};
+
+/// Largest acknowledgment read (as the alerter reads it).
+const MAX_ACK_BYTES: u64 = 64 * 1024;
+/// Most directory entries looked at to measure a checkpoint directory.
+const MAX_ENTRIES: usize = 100_000;
+/// How long the processes a failed attempt left running get between SIGTERM and SIGKILL.
+pub(super) const SURVIVOR_GRACE: Duration = Duration::from_secs(5);
+/// One hour, for `restart_per_hour`.
+const HOUR: Duration = Duration::from_secs(3600);
+
+/// What a watch that is one attempt of a `run --restart` keeps besides a plain watch.
+#[derive(Debug, Default)]
+pub(super) struct Attempting {
+    /// 1 for the first attempt.
+    pub(super) attempt: u32,
+    /// Every checkpoint acknowledged with a path in this attempt.
+    pub(super) acks: AckReader,
+    /// When the failed target's leftover processes are sent SIGTERM, then SIGKILL.
+    pub(super) end_survivors: Option<(Instant, bool)>,
+}
+
+/// One acknowledged checkpoint, as it was when the acknowledgment came.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checkpoint {
+    /// The file or directory, absolute.
+    pub path: PathBuf,
+    /// The step it holds, when the client said.
+    pub step: Option<u64>,
+    /// When the save returned (the acknowledgment's `time_unix`).
+    pub time_unix: f64,
+    /// Bytes: the file's size, or the sum of the directory's files.
+    pub size: u64,
+    /// Newest modification time inside it, nanoseconds since the epoch.
+    pub mtime_ns: i128,
+}
+
+/// Size and newest modification time of a checkpoint file or directory, not following
+/// symbolic links; `None` when it is missing.
+pub fn measure(path: &Path) -> Option<(u64, i128)> {
+    use std::os::unix::fs::MetadataExt;
+    let stamp =
+        |m: &std::fs::Metadata| i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec());
+    let top = std::fs::symlink_metadata(path).ok()?;
+    if !top.is_dir() {
+        return Some((top.len(), stamp(&top)));
+    }
+    let (mut size, mut newest) = (0u64, stamp(&top));
+    let mut dirs = vec![path.to_path_buf()];
+    let mut seen = 0usize;
+    while let Some(dir) = dirs.pop() {
+        let entries = std::fs::read_dir(&dir).ok()?;
+        for entry in entries {
+            let entry = entry.ok()?;
+            seen += 1;
+            if seen > MAX_ENTRIES {
+                return Some((size, newest));
+            }
+            let m = entry.path().symlink_metadata().ok()?;
+            newest = newest.max(stamp(&m));
+            if m.is_dir() {
+                dirs.push(entry.path());
+            } else {
+                size = size.saturating_add(m.len());
+            }
+        }
+    }
+    Some((size, newest))
+}
+
+/// Reads `<request file>.ack` for checkpoints: every new content with a `path` is one.
+#[derive(Debug, Default)]
+pub(super) struct AckReader {
+    last: Option<Vec<u8>>,
+    /// The checkpoints acknowledged so far, oldest first.
+    pub(super) found: Vec<Checkpoint>,
+}
+
+impl AckReader {
+    /// Looks at the acknowledgment once; a relative path is the run's, from `cwd`.
+    pub(super) fn check(&mut self, place: &RequestPlace, cwd: &Path) -> Option<&Checkpoint> {
+        let bytes = place.read_capped(MAX_ACK_BYTES).ok()??;
+        if self.last.as_deref() == Some(bytes.as_slice()) {
+            return None;
+        }
+        let ack: Ack = serde_json::from_slice(&bytes).ok()?;
+        // Remembered once it parsed: a half-written file is read again.
+        self.last = Some(bytes);
+        let path = cwd.join(ack.path?);
+        let (size, mtime_ns) = measure(&path)?;
+        self.found.push(Checkpoint {
+            path,
+            step: ack.step,
+            time_unix: ack.time_unix,
+            size,
+            mtime_ns,
+        });
+        self.found.last()
+    }
+}
+
+/// Every checkpoint the run acknowledged, over all its attempts.
+#[derive(Debug, Default)]
+pub struct Ledger {
+    all: Vec<Checkpoint>,
+}
+
+impl Ledger {
+    /// Adds an attempt's checkpoints.
+    pub fn extend(&mut self, found: Vec<Checkpoint>) {
+        self.all.extend(found);
+    }
+
+    /// The newest checkpoint that is still there as it was acknowledged: same size, same
+    /// newest modification time. One being rewritten, or deleted, is passed over.
+    pub fn resume_from(&self) -> Option<&Checkpoint> {
+        self.all
+            .iter()
+            .rev()
+            .find(|c| measure(&c.path) == Some((c.size, c.mtime_ns)))
+    }
+
+    /// The newest checkpoint's size (what the next save will likely need).
+    fn last_size(&self) -> Option<u64> {
+        self.all.last().map(|c| c.size)
+    }
+}
+
+/// One attempt as it ended.
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    /// 1 for the first.
+    pub n: u32,
+    /// Its verdict.
+    pub verdict: VerdictKind,
+    /// How its command ended.
+    pub exit: TargetExit,
+    /// The highest step seen (acknowledgments, step reports).
+    pub step: Option<u64>,
+    /// The step it was started from (`WATCHDOG_RESUME_FROM`'s), when known.
+    pub resumed_from: Option<u64>,
+    /// Whether it was told a checkpoint to resume from.
+    pub resumed: bool,
+    /// Whether it acknowledged a checkpoint more than one lead before its end.
+    pub saved_before_lead: bool,
+    /// Its resources as they ended.
+    pub ends: Vec<ResourceEnd>,
+}
+
+/// What `--restart`, `--restart-on` and `--restart-per-hour` allow.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    /// Restarts allowed in all.
+    pub restart: u32,
+    /// Verdicts that restart.
+    pub restart_on: Vec<VerdictKind>,
+    /// Restarts allowed in any hour.
+    pub per_hour: u32,
+}
+
+/// What follows an attempt.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Next {
+    /// Start the command again.
+    Restart,
+    /// The run is over: it succeeded, or its failure does not restart (the reason, for
+    /// the summary; `None`: nothing to say).
+    Stop(Option<String>),
+}
+
+/// How far apart two steps may be and still be "the same step": max(10 steps, 1%).
+pub fn step_tolerance(step: u64) -> u64 {
+    (step / 100).max(10)
+}
+
+/// Whether `this` attempt failed the way `prev` did at about the same point: the same
+/// verdict at the same step within [`step_tolerance`] or, with no step known, without a
+/// checkpoint saved more than one lead before the failure (one saved just before it, as
+/// the watchdog asks, is not progress).
+pub fn no_progress(prev: &Attempt, this: &Attempt) -> bool {
+    if prev.verdict != this.verdict {
+        return false;
+    }
+    match (prev.step, this.step) {
+        (Some(a), Some(b)) => a.abs_diff(b) <= step_tolerance(a),
+        _ => !this.saved_before_lead,
+    }
+}
+
+/// Decides what follows the last of `attempts`; `restarts_last_hour` counts the restarts
+/// of the last hour, `stopped_by` a SIGINT/SIGTERM/SIGHUP the watchdog received. Pure.
+pub fn decide(
+    policy: &Policy,
+    attempts: &[Attempt],
+    restarts_last_hour: u32,
+    stopped_by: Option<i32>,
+) -> Next {
+    let Some(this) = attempts.last() else {
+        return Next::Stop(None);
+    };
+    if matches!(this.exit, TargetExit::Code(0)) {
+        return Next::Stop(None);
+    }
+    if let Some(sig) = stopped_by {
+        return Next::Stop(Some(format!(
+            "not restarted: the watchdog was told to stop ({})",
+            signal_name(sig)
+        )));
+    }
+    if !policy.restart_on.contains(&this.verdict) {
+        let listed: Vec<&str> = policy.restart_on.iter().map(|k| k.as_str()).collect();
+        return Next::Stop(Some(format!(
+            "not restarted: its verdict {} is not in restart-on ({})",
+            this.verdict,
+            listed.join(",")
+        )));
+    }
+    if let [.., prev, _] = attempts
+        && no_progress(prev, this)
+    {
+        return Next::Stop(Some(deterministic(prev, this)));
+    }
+    let used = attempts.len().saturating_sub(1) as u32;
+    if used >= policy.restart {
+        return Next::Stop(Some(format!(
+            "not restarted: all {} restart(s) are spent",
+            policy.restart
+        )));
+    }
+    if restarts_last_hour >= policy.per_hour {
+        return Next::Stop(Some(format!(
+            "not restarted: {restarts_last_hour} restarts in the last hour reach restart-per-hour ({}); the run fails too often to be left to restart",
+            policy.per_hour
+        )));
+    }
+    Next::Restart
+}
+
+/// The verdict text of a failure that will only repeat: what failed, where, the limit and
+/// the peak, and what would change it.
+fn deterministic(prev: &Attempt, this: &Attempt) -> String {
+    let at = match (prev.step, this.step) {
+        (Some(a), Some(b)) => format!(
+            "at step {b} (attempt {}: step {a}, within max(10 steps, 1%))",
+            prev.n
+        ),
+        _ => "before saving any checkpoint more than one lead before the failure, as the attempt before it"
+            .to_string(),
+    };
+    let kinds: &[ResourceKind] = match this.verdict {
+        VerdictKind::OomKill => &[
+            ResourceKind::CgroupMemory,
+            ResourceKind::HostMemory,
+            ResourceKind::TreeMemory,
+        ],
+        VerdictKind::GpuOom => &[ResourceKind::GpuMemory],
+        VerdictKind::DiskFull => &[ResourceKind::DiskBytes, ResourceKind::DiskInodes],
+        _ => &[],
+    };
+    let peak = this
+        .ends
+        .iter()
+        .filter(|r| kinds.contains(&r.kind) && r.limit != u64::MAX && r.limit > 0)
+        .max_by(|a, b| {
+            let f = |r: &ResourceEnd| r.recent_peak as f64 / r.limit as f64;
+            f(a).total_cmp(&f(b))
+        })
+        .map(|r| {
+            let show = |v: u64| match r.kind {
+                ResourceKind::DiskInodes => format!("{v} inodes"),
+                _ => format_bytes(v),
+            };
+            format!(
+                "; {} peaked at {} of its {} limit",
+                r.name,
+                show(r.recent_peak),
+                show(r.limit)
+            )
+        })
+        .unwrap_or_default();
+    let advice = match this.verdict {
+        VerdictKind::OomKill => {
+            "lower what that step needs (a smaller batch, shorter sequences, fewer DataLoader workers) or raise the memory limit"
+        }
+        VerdictKind::GpuOom => {
+            "lower what that step needs on the GPU (a smaller batch, shorter sequences, gradient checkpointing), or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True when the cache is fragmented"
+        }
+        VerdictKind::DiskFull => {
+            "free space, or write checkpoints to a larger filesystem and keep fewer of them"
+        }
+        _ => "fix what ends it there (see the verdict above)",
+    };
+    format!(
+        "not restarted: the failure is deterministic: attempt {} ended as attempt {} did ({}) {at}{peak}. Another attempt would fail the same way: {advice}",
+        this.n, prev.n, this.verdict
+    )
+}
+
+/// For a disk-full restart: whether the space the failed save needed is free again on
+/// every filesystem that was full (`Ok`: what is free now; `Err`: what is still missing).
+/// The save is taken to need the last checkpoint's size, else the verdict's own measure
+/// of "full" (1 MiB, or 0.5% of the filesystem).
+fn space_back(this: &Attempt, needed: Option<u64>) -> Result<String, String> {
+    let mut said = Vec::new();
+    for end in this
+        .ends
+        .iter()
+        .filter(|r| r.kind == ResourceKind::DiskBytes)
+    {
+        let Some(path) = end.name.strip_prefix("disk:") else {
+            continue;
+        };
+        let full_at = (end.limit / 200).max(1 << 20);
+        if end.limit.saturating_sub(end.recent_peak) >= full_at {
+            continue;
+        }
+        let figures = rustix::fs::statvfs(path)
+            .map(|s| watchdog_sampler::disk::VfsFigures::from(&s))
+            .map_err(|e| format!("cannot read the free space of {path}: {e}"))?;
+        let (used, limit) = figures.bytes(rustix::process::geteuid().is_root());
+        let free = limit.saturating_sub(used);
+        let want = needed.unwrap_or(full_at).max(full_at);
+        let what = match needed {
+            Some(_) => "the size of the last checkpoint",
+            None => "what no longer counts as full",
+        };
+        if free < want {
+            return Err(format!(
+                "not restarted: {path} has {} free, less than the {} a save needs ({what})",
+                format_bytes(free),
+                format_bytes(want)
+            ));
+        }
+        said.push(format!(
+            "{path} has {} free again, at least the {} a save needs ({what})",
+            format_bytes(free),
+            format_bytes(want)
+        ));
+    }
+    Ok(said.join("; "))
+}
+
+/// The summary's list of attempts: verdict, step reached, step resumed from, work lost.
+pub fn attempts_table(attempts: &[Attempt]) -> String {
+    let step = |s: Option<u64>| s.map_or("?".to_string(), |s| s.to_string());
+    let mut lines = vec![format!(
+        "watchdog: {} attempt(s) of this run:",
+        attempts.len()
+    )];
+    for (i, a) in attempts.iter().enumerate() {
+        let from = match (a.resumed, a.resumed_from) {
+            (false, _) => "from the start".to_string(),
+            (true, Some(s)) => format!("resumed from step {s}"),
+            (true, None) => "resumed from a checkpoint".to_string(),
+        };
+        let lost = match (attempts.get(i + 1), matches!(a.exit, TargetExit::Code(0))) {
+            (_, true) => String::new(),
+            (Some(next), false) => match (a.step, next.resumed, next.resumed_from) {
+                (Some(reached), true, Some(r)) => {
+                    format!(", {} step(s) lost", reached.saturating_sub(r))
+                }
+                (Some(reached), false, _) => format!(", {reached} step(s) lost"),
+                _ => ", work lost unknown".to_string(),
+            },
+            (None, false) => String::new(),
+        };
+        lines.push(format!(
+            "  attempt {}: {}, step reached {}, {from}{lost}",
+            a.n,
+            a.verdict,
+            step(a.step)
+        ));
+    }
+    lines.join("\n")
+}
+
+/// A run id: the watchdog's PID and its start time, unique on this host.
+fn run_id() -> String {
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    format!("{}-{}", std::process::id(), now.as_millis())
+}
+
+/// The recording of attempt `n` (from 2) when `--record PATH` names one:
+/// `NAME.attemptN.EXT` beside it (`train.recording.csv` → `train.attempt2.recording.csv`).
+pub fn attempt_recording(path: &Path, n: u32) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let named = match name.split_once('.') {
+        Some((stem, rest)) => format!("{stem}.attempt{n}.{rest}"),
+        None => format!("{name}.attempt{n}"),
+    };
+    path.with_file_name(named)
+}
+
+/// `watchdog run --restart N -- CMD`: attempts until one succeeds or no restart is due.
+pub(super) fn run(
+    argv: &[std::ffi::OsString],
+    settings: Settings,
+    published: Option<Arc<Published>>,
+) -> Result<ExitCode, Failure> {
+    let policy = Policy {
+        restart: settings.restart,
+        restart_on: settings.restart_on.clone(),
+        per_hour: settings.restart_per_hour,
+    };
+    let own = std::process::id();
+    let cwd = outputs::live_cwd(&settings.host, own);
+    let mut session = Session::open()?;
+    let id = run_id();
+    let mut ledger = Ledger::default();
+    let mut attempts: Vec<Attempt> = Vec::new();
+    let mut restarts: Vec<Instant> = Vec::new();
+    let mut env: Vec<(String, String)> = Vec::new();
+    let mut resume: Option<Checkpoint> = None;
+    loop {
+        let n = attempts.len() as u32 + 1;
+        let mut attempt_settings = settings.clone();
+        if n > 1
+            && let Some(rec) = &settings.record
+        {
+            attempt_settings.record = Some(attempt_recording(rec, n));
+        }
+        let outputs = Outputs::plan(&attempt_settings, own, cwd.as_deref())?;
+        let request = RequestPlace::Path(outputs.request_file.clone());
+        if n > 1 && !settings.dry_run {
+            // The new attempt must not save at its first step for the old one's request.
+            for place in [request.clone(), request.ack(), request.sibling(".steps")] {
+                if let Err(e) = place.remove() {
+                    tracing::warn!("cannot remove {}: {e}", place.path().display());
+                }
+            }
+        }
+        let mut watch = session.attempt(argv, attempt_settings, outputs, &env)?;
+        watch.attempting = Some(Attempting {
+            attempt: n,
+            ..Attempting::default()
+        });
+        let (run_id, attempt) = (id.clone(), n);
+        watch.recorder.edit(move |r| {
+            let meta = r.meta_mut();
+            meta.run_id = Some(run_id);
+            meta.attempt = Some(attempt);
+        });
+        if n > 1
+            && let Some(prev) = attempts.last()
+        {
+            watch.emit(EventBody::Restart {
+                attempt: n,
+                verdict: prev.verdict.to_string(),
+                resume_from: resume.as_ref().map(|c| c.path.display().to_string()),
+                step: resume.as_ref().and_then(|c| c.step),
+            });
+        }
+        watch.publish_to(published.clone());
+        let ended = watch.run();
+        session.end_attempt(&mut watch);
+        let exit = match ended {
+            Ended::Target(exit) => exit,
+            Ended::Stopped(sig) => return Ok(ExitCode::from((128 + sig).clamp(0, 255) as u8)),
+        };
+        let lead_s = watch.settings.lead.as_secs_f64();
+        let ended_unix = watchdog_alerter::events::unix_time_s(SystemTime::now());
+        let found = watch
+            .attempting
+            .take()
+            .map(|a| a.acks.found)
+            .unwrap_or_default();
+        let saved_before_lead = found.iter().any(|c| c.time_unix < ended_unix - lead_s);
+        let ack_step = found.iter().filter_map(|c| c.step).max();
+        ledger.extend(found);
+        let (verdict, ends) = watch
+            .last_verdict
+            .take()
+            .map(|(v, e)| (v.kind, e))
+            .unwrap_or((VerdictKind::Unknown, Vec::new()));
+        attempts.push(Attempt {
+            n,
+            verdict,
+            exit,
+            // An attempt reached at least the step it resumed from.
+            step: watch
+                .max_step
+                .max(ack_step)
+                .max(resume.as_ref().and_then(|c| c.step)),
+            resumed_from: resume.as_ref().and_then(|c| c.step),
+            resumed: resume.is_some(),
+            saved_before_lead,
+            ends,
+        });
+        drop(watch);
+        let now = Instant::now();
+        restarts.retain(|t| now.duration_since(*t) < HOUR);
+        let stopped_by = match session.received_stop() {
+            0 => None,
+            sig => Some(sig as i32),
+        };
+        let mut next = decide(&policy, &attempts, restarts.len() as u32, stopped_by);
+        let this = attempts.last().cloned();
+        if next == Next::Restart
+            && let Some(this) = &this
+            && this.verdict == VerdictKind::DiskFull
+        {
+            match space_back(this, ledger.last_size()) {
+                Ok(said) if !said.is_empty() => terminal::summary(&format!("watchdog: {said}")),
+                Ok(_) => {}
+                Err(why) => next = Next::Stop(Some(why)),
+            }
+        }
+        match next {
+            Next::Restart => {
+                restarts.push(now);
+                resume = ledger.resume_from().cloned();
+                let verdict = this.map_or(VerdictKind::Unknown, |a| a.verdict);
+                env = vec![
+                    ("WATCHDOG_RESTART".into(), n.to_string()),
+                    ("WATCHDOG_LAST_VERDICT".into(), verdict.to_string()),
+                ];
+                if let Some(c) = &resume {
+                    env.push((
+                        "WATCHDOG_RESUME_FROM".into(),
+                        c.path.to_string_lossy().into_owned(),
+                    ));
+                }
+                terminal::summary(&format!(
+                    "watchdog: restarting (attempt {} of at most {}) after {verdict}, {}",
+                    n + 1,
+                    policy.restart + 1,
+                    match &resume {
+                        Some(c) => format!(
+                            "resuming from {}{}",
+                            c.path.display(),
+                            c.step.map_or(String::new(), |s| format!(" (step {s})"))
+                        ),
+                        None => "from the start: no acknowledged checkpoint is there unchanged"
+                            .to_string(),
+                    }
+                ));
+            }
+            Next::Stop(why) => {
+                if let Some(why) = why {
+                    terminal::summary(&format!("watchdog: {why}."));
+                }
+                if attempts.len() > 1 {
+                    terminal::summary(&attempts_table(&attempts));
+                }
+                return Ok(ExitCode::from(exit.shell_status()));
+            }
+        }
+    }
+}
+
+impl Watch {
+    /// In a `run --restart` attempt: reads the acknowledgment for checkpoints (each with a
+    /// path is recorded, with its size and modification time now).
+    pub(super) fn check_checkpoints(&mut self) {
+        let Some(attempting) = &mut self.attempting else {
+            return;
+        };
+        let cwd = self.target.start_cwd.clone().unwrap_or_default();
+        if let Some(c) = attempting.acks.check(&self.request.ack(), &cwd) {
+            tracing::info!(
+                "checkpoint {} acknowledged{} ({})",
+                c.path.display(),
+                c.step.map_or(String::new(), |s| format!(" at step {s}")),
+                format_bytes(c.size)
+            );
+            if let Some(step) = c.step {
+                self.saw_step(step);
+            }
+        }
+    }
+
+    /// The run reached `step` (from an acknowledgment; the step reports can feed it too):
+    /// the highest is the attempt's step reached, which the progress rule compares.
+    pub fn saw_step(&mut self, step: u64) {
+        self.max_step = Some(self.max_step.map_or(step, |s| s.max(step)));
+    }
+
+    /// A failed attempt's command is gone but processes it started run on: they are ended
+    /// (SIGTERM, then SIGKILL after [`SURVIVOR_GRACE`]) so the next attempt has their
+    /// memory and GPUs. Called while the survivors are watched.
+    pub(super) fn end_failed_survivors(&mut self) {
+        let failed = !matches!(self.target_exit, None | Some(TargetExit::Code(0)));
+        let Some(attempting) = &mut self.attempting else {
+            return;
+        };
+        if !failed {
+            return;
+        }
+        let now = Instant::now();
+        let (sig, next) = match attempting.end_survivors {
+            None => (libc::SIGTERM, Some((now + SURVIVOR_GRACE, false))),
+            Some((at, false)) if now >= at => (libc::SIGKILL, Some((at, true))),
+            _ => return,
+        };
+        attempting.end_survivors = next;
+        for fd in self.roots() {
+            match fd.send_signal(sig) {
+                Ok(()) => tracing::info!(
+                    "sent {} to PID {}, left running by the failed attempt",
+                    signal_name(sig),
+                    fd.pid()
+                ),
+                Err(e) => tracing::debug!("could not send {}: {e}", signal_name(sig)),
+            }
+        }
+    }
+
+    /// In a failed `run --restart` attempt, lets running hooks finish (up to the hook
+    /// timeout) before the attempt is judged: a hook may free the space a save needs.
+    pub(super) fn let_hooks_finish(&mut self) {
+        let failed = !matches!(self.target_exit, None | Some(TargetExit::Code(0)));
+        if self.attempting.is_none() || !failed {
+            return;
+        }
+        let until = Instant::now() + self.settings.hook_timeout;
+        while !self.hooks.running().is_empty() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(50));
+            self.reap_adopted();
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn attempt(n: u32, verdict: VerdictKind, step: Option<u64>) -> Attempt {
+        Attempt {
+            n,
+            verdict,
+            exit: TargetExit::Signal(libc::SIGKILL),
+            step,
+            resumed_from: None,
+            resumed: n > 1,
+            saved_before_lead: false,
+            ends: Vec::new(),
+        }
+    }
+
+    fn policy(restart: u32) -> Policy {
+        Policy {
+            restart,
+            restart_on: watchdog_config::options::DEFAULT_RESTART_ON.to_vec(),
+            per_hour: 6,
+        }
+    }
+
+    #[test]
+    fn the_same_verdict_at_about_the_same_step_is_no_progress() {
+        use VerdictKind::*;
+        // (previous, this, no progress)
+        let table = [
+            ((OomKill, Some(100)), (OomKill, Some(105)), true),
+            ((OomKill, Some(100)), (OomKill, Some(111)), false),
+            ((OomKill, Some(5000)), (OomKill, Some(5049)), true),
+            ((OomKill, Some(5000)), (OomKill, Some(5051)), false),
+            ((OomKill, Some(100)), (GpuOom, Some(100)), false),
+            ((OomKill, None), (OomKill, None), true),
+            ((OomKill, Some(100)), (OomKill, None), true),
+        ];
+        for ((pv, ps), (tv, ts), expected) in table {
+            let (p, t) = (attempt(1, pv, ps), attempt(2, tv, ts));
+            assert_eq!(no_progress(&p, &t), expected, "{pv:?} {ps:?} {tv:?} {ts:?}");
+        }
+        // Without steps, a checkpoint saved more than one lead before the failure is progress.
+        let mut t = attempt(2, OomKill, None);
+        t.saved_before_lead = true;
+        assert!(!no_progress(&attempt(1, OomKill, None), &t));
+    }
+
+    #[test]
+    fn decisions() {
+        use VerdictKind::*;
+        let ok = Attempt {
+            exit: TargetExit::Code(0),
+            ..attempt(1, Exited, None)
+        };
+        assert_eq!(decide(&policy(3), &[ok], 0, None), Next::Stop(None));
+        let oom = |n, s| attempt(n, OomKill, Some(s));
+        assert_eq!(decide(&policy(3), &[oom(1, 50)], 0, None), Next::Restart);
+        assert_eq!(
+            decide(&policy(3), &[oom(1, 50), oom(2, 120)], 0, None),
+            Next::Restart
+        );
+        let said = |n: Next| match n {
+            Next::Stop(Some(why)) => why,
+            other => panic!("{other:?}"),
+        };
+        assert!(said(decide(&policy(0), &[oom(1, 50)], 0, None)).contains("all 0 restart"));
+        assert!(said(decide(&policy(3), &[oom(1, 50)], 6, None)).contains("restart-per-hour"));
+        assert!(
+            said(decide(&policy(3), &[oom(1, 50)], 0, Some(libc::SIGTERM))).contains("SIGTERM")
+        );
+        let same = said(decide(&policy(3), &[oom(1, 50), oom(2, 52)], 0, None));
+        assert!(
+            same.contains("deterministic") && same.contains("step 52"),
+            "{same}"
+        );
+        let crash = attempt(1, Crash, Some(3));
+        assert!(
+            said(decide(&policy(3), std::slice::from_ref(&crash), 0, None))
+                .contains("not in restart-on")
+        );
+        let mut with_crash = policy(3);
+        with_crash.restart_on.push(Crash);
+        assert_eq!(decide(&with_crash, &[crash], 0, None), Next::Restart);
+    }
+
+    #[test]
+    fn the_deterministic_verdict_names_the_limit_and_the_peak() {
+        let mut t = attempt(2, VerdictKind::OomKill, Some(30));
+        t.ends.push(ResourceEnd {
+            name: "cgroup_memory".into(),
+            kind: ResourceKind::CgroupMemory,
+            recent_peak: 200 << 20,
+            last_used: 200 << 20,
+            limit: 200 << 20,
+            age_s: 0.1,
+        });
+        let text = deterministic(&attempt(1, VerdictKind::OomKill, Some(30)), &t);
+        assert!(
+            text.contains("cgroup_memory peaked at 200.00 MiB of its 200.00 MiB limit"),
+            "{text}"
+        );
+        assert!(text.contains("smaller batch"), "{text}");
+    }
+
+    #[test]
+    fn a_checkpoint_changed_or_gone_is_not_resumed_from() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a.ckpt");
+        let b = dir.path().join("b");
+        std::fs::write(&a, b"one").unwrap();
+        std::fs::create_dir(&b).unwrap();
+        std::fs::write(b.join("weights"), b"two").unwrap();
+        let mut ledger = Ledger::default();
+        for (p, step) in [(&a, 1), (&b, 2)] {
+            let (size, mtime_ns) = measure(p).unwrap();
+            ledger.extend(vec![Checkpoint {
+                path: p.clone(),
+                step: Some(step),
+                time_unix: 0.0,
+                size,
+                mtime_ns,
+            }]);
+        }
+        assert_eq!(ledger.resume_from().unwrap().path, b);
+        // A file added to the directory after the acknowledgment: being written again.
+        std::fs::write(b.join("optimizer"), b"half").unwrap();
+        assert_eq!(ledger.resume_from().unwrap().path, a);
+        std::fs::remove_file(&a).unwrap();
+        assert_eq!(ledger.resume_from(), None);
+    }
+
+    #[test]
+    fn attempts_recordings_are_named_beside_the_first() {
+        assert_eq!(
+            attempt_recording(Path::new("/r/train.recording.csv"), 2),
+            PathBuf::from("/r/train.attempt2.recording.csv")
+        );
+        assert_eq!(
+            attempt_recording(Path::new("/r/rec"), 3),
+            PathBuf::from("/r/rec.attempt3")
+        );
+    }
+
+    #[test]
+    fn the_table_lists_every_attempt() {
+        let mut a1 = attempt(1, VerdictKind::OomKill, Some(120));
+        a1.resumed = false;
+        let mut a2 = attempt(2, VerdictKind::Exited, Some(300));
+        a2.exit = TargetExit::Code(0);
+        a2.resumed_from = Some(100);
+        let t = attempts_table(&[a1, a2]);
+        assert!(
+            t.contains("attempt 1: oom_kill, step reached 120, from the start, 20 step(s) lost"),
+            "{t}"
+        );
+        assert!(
+            t.contains("attempt 2: exited, step reached 300, resumed from step 100"),
+            "{t}"
+        );
+    }
+}

@@ -1,0 +1,431 @@
+//! `watchdog run --restart`: real attempts of a small Python loop (tests/e2e/scripts/
+//! restartable.py) that saves and acknowledges checkpoints, killed by the kernel's OOM
+//! killer in a real memory cgroup, by SIGKILL in the middle of a save, or by a full tmpfs.
+//! The watchdog runs in the cgroup with the loop, so the cgroup is the loop's from its
+//! first instruction; the loop raises its own oom_score_adj to 1000, so the OOM killer
+//! picks it and not the watchdog.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+use crate::support::*;
+
+const MIB: u64 = 1024 * 1024;
+
+/// The script, its log and checkpoint directory, and the watchdog's files.
+struct Loop {
+    scene: Scene,
+    log: std::path::PathBuf,
+    ckpt: std::path::PathBuf,
+}
+
+impl Loop {
+    fn new() -> Loop {
+        let scene = Scene::new();
+        let log = scene.dir.path().join("attempts.jsonl");
+        let ckpt = scene.dir.path().join("ckpt");
+        std::fs::create_dir(&ckpt).unwrap();
+        Loop { scene, log, ckpt }
+    }
+
+    /// `watchdog FLAGS run -- python3 restartable.py LOG CKPT ARGS`, in `cg` when given.
+    fn run(&self, cg: Option<&MemoryCgroup>, flags: &[&str], args: &[&str]) -> Output {
+        let mut wd = self.scene.watchdog();
+        wd.args(["--lead", "2s", "--no-notify"])
+            .args(flags)
+            .args(["run", "--", "python3"])
+            .arg(repo().join("tests/e2e/scripts/restartable.py"))
+            .arg(&self.log)
+            .arg(&self.ckpt)
+            .args(args);
+        let Some(cg) = cg else {
+            return wd.output().unwrap();
+        };
+        let mut sh = Command::new("sh");
+        sh.args(["-c", "echo $$ > \"$0\" && exec \"$@\""])
+            .arg(cg.procs())
+            .arg(wd.get_program())
+            .args(wd.get_args());
+        for (k, v) in wd.get_envs() {
+            match v {
+                Some(v) => sh.env(k, v),
+                None => sh.env_remove(k),
+            };
+        }
+        if let Some(dir) = wd.get_current_dir() {
+            sh.current_dir(dir);
+        }
+        sh.output().unwrap()
+    }
+
+    /// The lines the script logged of one kind.
+    fn logged(&self, kind: &str) -> Vec<Value> {
+        read_events(&self.log)
+            .into_iter()
+            .filter(|e| e["event"] == kind)
+            .collect()
+    }
+
+    fn events(&self, kind: &str) -> Vec<Value> {
+        of_kind(&read_events(&self.scene.events), kind)
+            .into_iter()
+            .cloned()
+            .collect()
+    }
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn cgroup(limit: u64) -> Option<MemoryCgroup> {
+    if !require(is_root(), "root, for memory cgroups") {
+        return None;
+    }
+    need(MemoryCgroup::create(limit), "a memory cgroup")
+}
+
+/// The first case: a leak only the first attempt has is OOM-killed, restarted with
+/// WATCHDOG_RESTART=1 and the checkpoint it last acknowledged, resumes after it, finishes.
+#[test]
+fn a_leak_only_the_first_attempt_has_is_restarted_from_its_last_checkpoint() {
+    let Some(cg) = cgroup(160 * MIB) else {
+        return;
+    };
+    let l = Loop::new();
+    let rec = l.scene.dir.path().join("train.recording.csv");
+    let out = l.run(
+        Some(&cg),
+        &["--restart", "2", "--record", rec.to_str().unwrap()],
+        &["--steps", "40", "--leak-mib", "8", "--leak-in", "first"],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let starts = l.logged("start");
+    assert_eq!(starts.len(), 2, "{starts:?}\n{err}");
+    assert_eq!(starts[0]["restart"], Value::Null);
+    assert_eq!(starts[1]["restart"], "1");
+    assert_eq!(starts[1]["last_verdict"], "oom_kill", "{err}");
+    // The newest checkpoint the first attempt acknowledged, and the step after it.
+    let saved = l.logged("saved");
+    let last = saved
+        .iter()
+        .take_while(|s| s["step"].as_u64() < starts[1]["first_step"].as_u64())
+        .last()
+        .unwrap_or_else(|| panic!("no save before the restart: {saved:?}"));
+    assert_eq!(starts[1]["resume_from"], last["path"], "{err}");
+    assert_eq!(
+        starts[1]["first_step"].as_u64(),
+        last["step"].as_u64().map(|s| s + 1)
+    );
+    assert_eq!(l.logged("done").len(), 1);
+    let restarts = l.events("restart");
+    assert_eq!(restarts.len(), 1, "{restarts:?}");
+    assert_eq!(restarts[0]["attempt"], 2);
+    assert_eq!(restarts[0]["verdict"], "oom_kill");
+    assert_eq!(restarts[0]["resume_from"], last["path"]);
+    assert_eq!(restarts[0]["step"], last["step"]);
+    let exits = l.events("exit");
+    let attempts: Vec<&Value> = exits.iter().map(|e| &e["attempt"]).collect();
+    assert_eq!(attempts, [1, 2], "{exits:?}");
+    assert!(err.contains("2 attempt(s) of this run"), "{err}");
+    // One recording per attempt, linked by the run id: one report draws both, the restart
+    // marked; diff compares them.
+    let rec2 = l.scene.dir.path().join("train.attempt2.recording.csv");
+    let meta = |p: &Path| -> Value {
+        let text = std::fs::read_to_string(p).unwrap();
+        let line = text.lines().find(|l| l.contains("\"meta\"")).unwrap();
+        serde_json::from_str::<Value>(line.trim_start_matches('#')).unwrap()["meta"].clone()
+    };
+    let (m1, m2) = (meta(&rec), meta(&rec2));
+    assert_eq!(
+        (m1["attempt"].clone(), m2["attempt"].clone()),
+        (1.into(), 2.into())
+    );
+    assert!(
+        m1["run_id"].is_string() && m1["run_id"] == m2["run_id"],
+        "{m1} {m2}"
+    );
+    let svg = l.scene.dir.path().join("run.svg");
+    let report = run(&[
+        "report",
+        rec.to_str().unwrap(),
+        rec2.to_str().unwrap(),
+        "-o",
+        svg.to_str().unwrap(),
+    ]);
+    assert_success(&report, "watchdog report A1 A2");
+    let drawn = std::fs::read_to_string(&svg).unwrap();
+    assert!(drawn.contains("class=\"restart\""), "no restart marker");
+    assert!(
+        drawn.matches("class=\"exit\"").count() >= 2,
+        "not both exits"
+    );
+    let diff = run(&["diff", rec.to_str().unwrap(), rec2.to_str().unwrap()]);
+    assert!(
+        matches!(diff.status.code(), Some(0 | 1)),
+        "{}",
+        stderr(&diff)
+    );
+}
+
+/// A failure tied to a global step (a batch that always needs more than the limit) ends
+/// the run after its second failure: exit 137 and the deterministic verdict.
+#[test]
+fn a_failure_at_the_same_step_stops_after_the_second_attempt() {
+    let Some(cg) = cgroup(160 * MIB) else {
+        return;
+    };
+    let l = Loop::new();
+    let out = l.run(
+        Some(&cg),
+        &["--restart", "5"],
+        &["--steps", "40", "--spike-at", "22", "--spike-mib", "300"],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(137), "{err}");
+    assert_eq!(l.logged("start").len(), 2, "{err}");
+    assert!(
+        err.contains("the failure is deterministic") && err.contains("at step 20"),
+        "{err}"
+    );
+    assert!(err.contains("cgroup_memory peaked at"), "{err}");
+}
+
+/// A leak that starts over in each process makes progress every attempt, and is restarted
+/// until the restarts are spent.
+#[test]
+fn a_leak_in_every_attempt_makes_progress_until_the_restarts_are_spent() {
+    let Some(cg) = cgroup(160 * MIB) else {
+        return;
+    };
+    let l = Loop::new();
+    let out = l.run(
+        Some(&cg),
+        &["--restart", "2"],
+        &["--steps", "400", "--leak-mib", "8", "--leak-in", "all"],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(137), "{err}");
+    let starts = l.logged("start");
+    assert_eq!(starts.len(), 3, "{err}");
+    let firsts: Vec<u64> = starts
+        .iter()
+        .map(|s| s["first_step"].as_u64().unwrap())
+        .collect();
+    assert!(firsts[0] < firsts[1] && firsts[1] < firsts[2], "{firsts:?}");
+    assert!(err.contains("all 2 restart(s) are spent"), "{err}");
+}
+
+/// SIGKILL in the middle of a save (`--restart-on signal`): the half-written checkpoint
+/// was never acknowledged, and the next attempt resumes from the one before it.
+#[test]
+fn a_run_killed_in_the_middle_of_a_save_resumes_from_the_previous_complete_one() {
+    let l = Loop::new();
+    let out = l.run(
+        None,
+        &["--restart", "1", "--restart-on", "signal"],
+        &[
+            "--steps",
+            "14",
+            "--step-s",
+            "0.02",
+            "--die-mid-save-at",
+            "12",
+        ],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let starts = l.logged("start");
+    assert_eq!(starts.len(), 2, "{err}");
+    assert_eq!(starts[1]["last_verdict"], "signal");
+    let ten = l.ckpt.join("ckpt-10");
+    assert_eq!(starts[1]["resume_from"], ten.to_str().unwrap(), "{err}");
+    assert!(l.ckpt.join("ckpt-12/weights").exists());
+}
+
+/// What a failed attempt left running (a child re-parented to the watchdog) is ended
+/// before the next attempt starts, so its memory is free.
+#[test]
+fn what_a_failed_attempt_left_running_is_ended_before_the_next() {
+    let l = Loop::new();
+    let out = l.run(
+        None,
+        &["--restart", "1", "--restart-on", "signal"],
+        &[
+            "--steps",
+            "8",
+            "--step-s",
+            "0.02",
+            "--die-mid-save-at",
+            "6",
+            "--leave-child",
+        ],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let starts = l.logged("start");
+    assert_eq!(starts.len(), 2, "{err}");
+    let child = starts[0]["child"].as_u64().unwrap();
+    assert!(
+        !Path::new(&format!("/proc/{child}")).exists(),
+        "PID {child} left by the first attempt still runs"
+    );
+    assert!(err.contains("sent SIGTERM to PID"), "{err}");
+}
+
+/// A SIGTERM the watchdog forwarded ends the run: it is not restarted, even with
+/// `--restart-on signal`.
+#[test]
+fn a_forwarded_sigterm_is_never_restarted() {
+    let l = Loop::new();
+    let mut wd = l.scene.watchdog();
+    let child = wd
+        .args(["--no-notify", "--restart", "3", "--restart-on", "signal"])
+        .args(["run", "--", "python3"])
+        .arg(repo().join("tests/e2e/scripts/restartable.py"))
+        .arg(&l.log)
+        .arg(&l.ckpt)
+        .args(["--steps", "1000"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_for(std::time::Duration::from_secs(20), || {
+        std::fs::read_to_string(&l.log).is_ok_and(|t| t.contains("\"start\""))
+    }));
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(143), "{err}");
+    assert_eq!(l.logged("start").len(), 1, "{err}");
+    assert!(
+        err.contains("the watchdog was told to stop (SIGTERM)"),
+        "{err}"
+    );
+}
+
+/// Without `--restart-on signal`, the same SIGKILL is not restarted: exit 137.
+#[test]
+fn a_signal_is_not_restarted_unless_listed() {
+    let l = Loop::new();
+    let out = l.run(
+        None,
+        &["--restart", "1"],
+        &[
+            "--steps",
+            "14",
+            "--step-s",
+            "0.02",
+            "--die-mid-save-at",
+            "12",
+        ],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(137), "{err}");
+    assert_eq!(l.logged("start").len(), 1);
+    assert!(
+        err.contains("not in restart-on (oom_kill,gpu_oom,disk_full)"),
+        "{err}"
+    );
+}
+
+/// Disk full on a small tmpfs: with a hook that frees the space (once the run has exited,
+/// so the disk is full at the end) the run is restarted; without, it is not.
+#[test]
+fn a_full_disk_is_restarted_only_when_the_space_is_free_again() {
+    if !require(is_root(), "root, for a tmpfs") {
+        return;
+    }
+    for freed in [true, false] {
+        let Some(fs) = need(Tmpfs::mount("4m"), "a tmpfs mount") else {
+            return;
+        };
+        let l = Loop::new();
+        let disk = fs.path().to_str().unwrap();
+        let hook = format!(
+            "while kill -0 $WATCHDOG_TARGET_PID 2>/dev/null; do sleep 0.05; done; rm -f {}",
+            fs.path().join("ballast").display()
+        );
+        let mut flags = vec!["--restart", "1", "--disk", disk];
+        if freed {
+            flags.extend(["--on-alert", hook.as_str()]);
+        }
+        let ckpt = fs.path().join("ckpt");
+        std::fs::create_dir(&ckpt).unwrap();
+        let out = l.scene_run_in(&ckpt, &flags, disk);
+        let err = stderr(&out);
+        let starts = l.logged("start");
+        if freed {
+            assert_eq!(out.status.code(), Some(0), "{err}");
+            assert_eq!(starts.len(), 2, "{err}");
+            assert_eq!(starts[1]["last_verdict"], "disk_full", "{err}");
+            assert!(err.contains("free again"), "{err}");
+        } else {
+            assert_eq!(out.status.code(), Some(1), "{err}");
+            assert_eq!(starts.len(), 1, "{err}");
+            assert!(
+                err.contains("not restarted:") && err.contains("free, less than"),
+                "{err}"
+            );
+        }
+    }
+}
+
+impl Loop {
+    /// The disk-full run: checkpoints of 1 MiB in `ckpt`, then ballast filling `fill`.
+    fn scene_run_in(&self, ckpt: &Path, flags: &[&str], fill: &str) -> Output {
+        let mut wd = self.scene.watchdog();
+        wd.args(["--lead", "2s", "--no-notify"])
+            .args(flags)
+            .args(["run", "--", "python3"])
+            .arg(repo().join("tests/e2e/scripts/restartable.py"))
+            .arg(&self.log)
+            .arg(ckpt)
+            .args(["--steps", "4", "--step-s", "0.02", "--save-every", "2"])
+            .args(["--save-bytes", &MIB.to_string(), "--fill", fill]);
+        wd.output().unwrap()
+    }
+}
+
+/// What cannot restart a run is refused with exit 2 and one line naming it.
+#[test]
+fn restarts_that_cannot_work_are_refused() {
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &["--restart", "1", "--pid", "1"],
+            "--restart cannot be used with --pid",
+        ),
+        (
+            &["--restart-on", "runtime_limit", "run", "--", "true"],
+            "invalid restart-on 'runtime_limit'",
+        ),
+        (
+            &[
+                "--restart-on",
+                "oom_kill,watchdog_signal",
+                "run",
+                "--",
+                "true",
+            ],
+            "invalid restart-on 'watchdog_signal'",
+        ),
+        (
+            &["--restart", "1", "daemon"],
+            "--restart cannot be used with daemon",
+        ),
+        (
+            &["--restart", "x", "run", "--", "true"],
+            "invalid count 'x'",
+        ),
+    ];
+    for (args, said) in cases {
+        let out = run(args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(said), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+    }
+}
