@@ -1,12 +1,15 @@
 """``watchdog run --restart`` with the real frameworks, OOM-killed in a real memory cgroup.
 
 The watchdog runs inside a fresh memory cgroup (``LIMIT``; its child inherits it) with
-``run --restart 2 -- python3 frameworks/restart_X.py DIR``. The first attempt leaks (only
+``--restart 2 run -- python3 frameworks/restart_X.py DIR``. The first attempt leaks (only
 it: ``WATCHDOG_RESTART`` is unset) until the kernel's OOM killer ends it; before that the
 watchdog asks for a checkpoint and the callback saves and acknowledges. The watchdog then
 starts the command again with ``WATCHDOG_RESUME_FROM``; the script passes what
 ``latest_checkpoint``/``resume_checkpoint`` answer to the framework, which resumes there:
 the first step trained is that checkpoint's + 1. The run finishes and the watchdog exits 0.
+``attempts.jsonl`` numbers attempts by ``WATCHDOG_RESTART`` (0, 1), the events from 1.
+
+A notebook's ``attach()`` cannot restart the kernel: ``--restart`` there is refused.
 
 Needs root (to create the cgroup), torch and the framework (need.py: fails under CI, skips
 elsewhere) and the built binary in $WATCHDOG_BIN.
@@ -92,7 +95,7 @@ class RestartedAfterTheOomKillResumesFromTheAcknowledgedCheckpoint(unittest.Test
             cmd = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', cg.procs,
                    binary, "--lead", "1s", "--interval", "20ms", "--gpu", "off", "--events", events,
                    "--request-file", os.path.join(d, "request.json"),
-                   "run", "--restart", "2", "--", sys.executable, os.path.join(SCRIPTS, script), d]
+                   "--restart", "2", "run", "--", sys.executable, os.path.join(SCRIPTS, script), d]
             t0 = time.monotonic()
             run = subprocess.run(cmd, cwd=d, env=child_env(), capture_output=True, text=True, timeout=RUN_TIMEOUT)
             took = time.monotonic() - t0
@@ -108,7 +111,6 @@ class RestartedAfterTheOomKillResumesFromTheAcknowledgedCheckpoint(unittest.Test
             self.assertIn("saved", first, "the first attempt never saved: %s\n%s" % (first, log))
             self.assertNotIn("end", first, "the first attempt was not killed")
             exits = [e for e in ev if e["event"] == "exit"]
-            self.assertEqual(exits[0]["verdict"], "oom_kill", exits)
             self.assertTrue(any(e["event"] == "alert" and e["resource"] == "cgroup_memory" for e in ev), ev)
             acks = [e for e in ev if e["event"] == "ack"]
             self.assertTrue(acks, "no acknowledgment seen: %s" % ev)
@@ -123,13 +125,16 @@ class RestartedAfterTheOomKillResumesFromTheAcknowledgedCheckpoint(unittest.Test
             self.assertEqual(step_of(start["chosen"]), last["step"])
             restarts = [e for e in ev if e["event"] == "restart"]
             self.assertEqual(len(restarts), 1, restarts)
-            self.assertEqual(restarts[0]["verdict"], "oom_kill", restarts)
+            self.assertEqual((restarts[0]["attempt"], restarts[0]["verdict"], restarts[0]["step"]),
+                             (2, "oom_kill", last["step"]), restarts)
+            self.assertEqual(os.path.realpath(restarts[0]["resume_from"]), os.path.realpath(last["path"]))
             self.assertEqual(second["resumed"][0]["step"], last["step"], "the framework restored another step")
             self.assertEqual(second["step"][0]["step"], last["step"] + 1, "the first step after resume")
             self.assertNotIn("saved", second)
             self.assertEqual(second["end"][0]["step"], restart.MAX_STEPS)
             self.assertIn("resuming at step %d from" % last["step"], run.stderr)
-            self.assertEqual(exits[-1].get("code", 0), 0, exits)
+            self.assertEqual([(e["attempt"], e["verdict"], e["code"]) for e in exits],
+                             [(1, "oom_kill", None), (2, "exited", 0)], exits)
             sys.stderr.write("  %s: checkpoint at step %d, OOM-killed, resumed at step %d, %.1f s for both attempts\n"
                              % (script, last["step"], last["step"], took))
 
@@ -151,6 +156,22 @@ class RestartedAfterTheOomKillResumesFromTheAcknowledgedCheckpoint(unittest.Test
             return torch.load(path, map_location="cpu", weights_only=False)["global_step"]
 
         self.restart_run("restart_lightning.py", step_of)
+
+
+class NotebooksCannotRestart(unittest.TestCase):
+    def test_attach_with_restart_is_refused_and_leaves_nothing_changed(self):
+        binary = need.watchdog_bin()
+        sys.path.insert(0, os.path.join(HERE, ".."))
+        import training_watchdog as tw
+
+        before = {k: os.environ.get(k) for k in ("WATCHDOG_REQUEST_FILE", "WATCHDOG_PID", "WATCHDOG_SIGNAL")}
+        with self.assertRaises(ValueError) as refused:
+            tw.attach(watchdog=binary, args=["--restart", "2"])
+        self.assertIn("--restart cannot be used with --pid", str(refused.exception))
+        self.assertIsNone(tw.attached())
+        self.assertEqual(before, {k: os.environ.get(k) for k in before})
+        with self.assertRaises(TypeError):
+            tw.attach(watchdog=binary, restart=2)
 
 
 if __name__ == "__main__":
