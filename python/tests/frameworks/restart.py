@@ -4,8 +4,8 @@
 steps, resuming through the framework's helper (``latest_checkpoint``,
 ``resume_checkpoint``). Only the first attempt (``WATCHDOG_RESTART`` unset) leaks:
 ``LEAK_BYTES`` per step from step ``LEAK_FROM`` on, touched so that the cgroup's memory
-grows, until the kernel's OOM killer ends it; the watchdog asks for a checkpoint first and
-the callback saves and acknowledges. Every attempt appends what it did to
+grows; the watchdog asks for a checkpoint and the callback saves and acknowledges; then
+four times as much per step until the kernel's OOM killer ends it. Every attempt appends what it did to
 ``WORKDIR/attempts.jsonl``, one JSON object a line: ``start`` (the environment and the
 checkpoint the helper chose), ``resumed`` (the step the framework restored), ``step``
 (the first step trained), ``saved`` (each save the watchdog asked for, after its
@@ -34,8 +34,10 @@ class Record:
         self.path = os.path.join(workdir, "attempts.jsonl")
         self.first_step = None
         self.kept = []
+        self.saved = False
 
     def write(self, event, **fields):
+        self.saved = self.saved or event == "saved"
         line = json.dumps(dict(fields, event=event, attempt=ATTEMPT, pid=os.getpid())) + "\n"
         with open(self.path, "a") as f:
             f.write(line)
@@ -50,5 +52,10 @@ class Record:
             self.first_step = step
             self.write("step", step=step)
         if ATTEMPT == 0 and step >= LEAK_FROM:
-            self.kept.append(b"\x01" * LEAK_BYTES)
-            time.sleep(STEP_SLEEP_S)
+            if self.saved:
+                # Saved and acknowledged: die soon, before the watchdog is armed again (about
+                # 1 s after the alert) and asks for a second save the kill could cut short.
+                self.kept.append(b"\x01" * (4 * LEAK_BYTES))
+            else:
+                self.kept.append(b"\x01" * LEAK_BYTES)
+                time.sleep(STEP_SLEEP_S)
