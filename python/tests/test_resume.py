@@ -223,6 +223,51 @@ class TransformersResumeCheckpoint(Env):
         self.assertEqual(path, os.path.join(self.dir, "checkpoint-30"))
         self.assertIn("is not a complete Trainer checkpoint", err)
 
+    def test_a_real_trainer_dying_before_its_trainer_state_leaves_a_checkpoint_that_is_passed_over(self):
+        import torch
+        from transformers import Trainer, TrainingArguments
+
+        class Model(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.net = torch.nn.Linear(4, 1)
+
+            def forward(self, x, labels=None):
+                return {"loss": torch.nn.functional.mse_loss(self.net(x), labels)}
+
+        class Data(torch.utils.data.Dataset):
+            def __len__(self):
+                return 32
+
+            def __getitem__(self, i):
+                return {"x": torch.full((4,), float(i)), "labels": torch.tensor([float(i)])}
+
+        class DiesInItsSecondSave(Trainer):
+            """Stops where a kill would: after the model, optimizer and scheduler, before the RNG
+            state and trainer_state.json."""
+
+            def _save_rng_state(self, output_dir):
+                if self.state.global_step == 8:
+                    raise KeyboardInterrupt("killed in the middle of the save")
+                return super()._save_rng_state(output_dir)
+
+        out = os.path.join(self.dir, "out")
+        args = TrainingArguments(output_dir=out, max_steps=8, save_strategy="steps", save_steps=4,
+                                 per_device_train_batch_size=4, report_to=[], use_cpu=True,
+                                 logging_strategy="no", disable_tqdm=True)
+        with self.assertRaises(KeyboardInterrupt):
+            DiesInItsSecondSave(model=Model(), args=args, train_dataset=Data()).train()
+        whole, cut_short = os.path.join(out, "checkpoint-4"), os.path.join(out, "checkpoint-8")
+        self.assertIn("optimizer.pt", os.listdir(cut_short))
+        self.assertNotIn("trainer_state.json", os.listdir(cut_short))
+        # trainer_state.json is what the Trainer writes last
+        mtimes = {n: os.stat(os.path.join(whole, n)).st_mtime_ns for n in os.listdir(whole)}
+        self.assertEqual(max(mtimes.values()), mtimes["trainer_state.json"], mtimes)
+        path, err = self.said(self.resume, out)
+        self.assertEqual(path, whole)
+        self.assertIn("resuming at step 4 from %s" % whole, err)
+        self.assertIn("skipped, incomplete: checkpoint-8", err)
+
     def test_no_output_dir_is_a_fresh_start(self):
         path, err = self.said(self.resume, os.path.join(self.dir, "out"))
         self.assertIsNone(path)
