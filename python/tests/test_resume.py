@@ -216,6 +216,9 @@ class TransformersResumeCheckpoint(Env):
         os.environ.update(WATCHDOG_RESUME_FROM=acked, WATCHDOG_RESTART="2", WATCHDOG_LAST_VERDICT="gpu_oom")
         path, err = self.said(self.resume, self.dir)
         self.assertEqual(path, acked)
+        os.environ["WATCHDOG_RESUME_FROM"] = acked + "/"
+        self.assertEqual(self.said(self.resume, self.dir + "/")[0], acked + "/")
+        os.environ["WATCHDOG_RESUME_FROM"] = acked
         self.assertIn("resuming at step 20 from %s, the last checkpoint the watchdog saw acknowledged "
                       "(restart 2 after gpu_oom)" % acked, err)
         os.remove(os.path.join(acked, "trainer_state.json"))

@@ -40,7 +40,7 @@ def whole_torch_zip(path):
 
 
 def _same_dir(path, dirpath):
-    return os.path.realpath(os.path.dirname(os.path.abspath(path))) == os.path.realpath(dirpath)
+    return os.path.realpath(os.path.dirname(os.path.abspath(os.path.normpath(path)))) == os.path.realpath(dirpath)
 
 
 def _context():
