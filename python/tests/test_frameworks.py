@@ -81,6 +81,13 @@ class CallbackSavesBeforeTheLimitAndResumes(unittest.TestCase):
         kinds = [e["event"] for e in read_events(events)]
         self.assertIn("alert", kinds)
         self.assertIn("ack", kinds)
+        # The ack names the checkpoint and its step (Keras: the backup directory and the
+        # optimizer's iterations, which result.json does not hold).
+        with open(os.path.join(d, "request.json.ack")) as f:
+            ack = json.load(f)
+        self.assertTrue(os.path.exists(ack["path"]) and isinstance(ack["step"], int), ack)
+        if "path" in saved:
+            self.assertEqual((ack["path"], ack["step"]), (os.path.abspath(saved["path"]), saved["step"]))
         return saved, took
 
     def leak_then_resume(self, script):

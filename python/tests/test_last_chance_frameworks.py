@@ -10,7 +10,8 @@ and Transformers at the step taken, Keras at the start of the interrupted epoch.
 
 Two ranks: Lightning DDP and the Trainer under ``torchrun --nproc_per_node 2`` (gloo), only
 rank 1 fails: rank 1 saves alone, no process hangs (bounded by a timeout), and the
-checkpoint resumes in one process. One case runs under the real watchdog
+checkpoint resumes in one process; with a ZeroRedundancyOptimizer (a sharded state) the
+save is refused, saying why, and nothing hangs either. One case runs under the real watchdog
 (``watchdog run``, $WATCHDOG_BIN) with a request pending: the ack answers it, and the
 watchdog reads it at the request file it gave the run.
 
@@ -134,32 +135,44 @@ class LastChance(unittest.TestCase):
 
 
 class LastChanceOnTwoRanks(unittest.TestCase):
+    def run_ranks(self, d, script, mode):
+        """torchrun SCRIPT MODE on two gloo ranks, rank 1 failing; checks that every process
+        ended (none hung) with an error and that rank 1 raised the OOM; returns the output."""
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
+               os.path.join(SCRIPTS, script), mode, d]
+        t0 = time.monotonic()
+        proc = subprocess.Popen(cmd, cwd=d, env=child_env(), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            out, _ = proc.communicate(timeout=RUN_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
+            self.fail("a rank hung after rank 1's CUDA OOM\n" + out[-4000:])
+        self.assertNotEqual(proc.returncode, 0, out[-4000:])
+        self.assertEqual(load(os.path.join(d, "raised-1.json"))["type"], OOM_TYPE)
+        self.assertFalse(os.path.exists(os.path.join(d, "request-rank0.json.ack")), "rank 0 did not fail")
+        sys.stderr.write("  %s %s: all ranks ended in %.1f s\n" % (script, mode, time.monotonic() - t0))
+        return out
+
     def two_ranks(self, script, checkpoint):
-        """Rank 1 of two fails; returns the directory's ack of rank 1 after checking that
-        nothing hung, rank 1 saved alone and rank 0 did not save."""
+        """Rank 1 of two fails: it saves alone, and one process resumes from that checkpoint."""
         with tempfile.TemporaryDirectory(prefix="tw-oom-ranks-") as d:
-            cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
-                   os.path.join(SCRIPTS, script), "ranks", d]
-            t0 = time.monotonic()
-            proc = subprocess.Popen(cmd, cwd=d, env=child_env(), stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True, start_new_session=True)
-            try:
-                out, _ = proc.communicate(timeout=RUN_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                out, _ = proc.communicate()
-                self.fail("a rank hung after rank 1's CUDA OOM\n" + out[-4000:])
-            took = time.monotonic() - t0
-            self.assertNotEqual(proc.returncode, 0, out[-4000:])
-            self.assertEqual(load(os.path.join(d, "raised-1.json"))["type"], OOM_TYPE)
-            self.assertFalse(os.path.exists(os.path.join(d, "request-rank0.json.ack")), "rank 0 did not fail")
+            self.run_ranks(d, script, "ranks")
             ack = load(os.path.join(d, "request-rank1.json.ack"))
             self.assertEqual((ack["seq"], ack["cause"], ack["step"]), (0, "cuda_oom", FAIL_AT), ack)
             self.assertEqual(ack["path"], os.path.join(d, checkpoint))
             self.assertTrue(os.path.exists(ack["path"]), ack)
             # Complete: one process resumes from it at the step, with rank 1's weights.
             LastChance.resume(self, d, script, FAIL_AT)
-            sys.stderr.write("  %s: rank 1 saved alone, all ranks ended in %.1f s\n" % (script, took))
+
+    def test_lightning_a_sharded_optimizer_is_refused_clearly_and_nothing_hangs(self):
+        need.require_modules("torch", "lightning")
+        with tempfile.TemporaryDirectory(prefix="tw-oom-ranks-") as d:
+            out = self.run_ranks(d, "oom_lightning.py", "zero")
+            self.assertIn("ZeroRedundancyOptimizer shards the training state across the 2 ranks", out)
+            self.assertFalse(os.path.exists(os.path.join(d, "request-rank1.json.ack")), "nothing was saved")
+            self.assertFalse(os.path.exists(os.path.join(d, "checkpoints")), os.listdir(d))
 
     # LastChance.resume and run_script, shared without running LastChance's tests twice.
     run_script = LastChance.run_script
@@ -172,6 +185,24 @@ class LastChanceOnTwoRanks(unittest.TestCase):
         need.require_modules("torch", "transformers", "accelerate")
         self.two_ranks("oom_transformers.py", os.path.join("out", "checkpoint-%d" % FAIL_AT))
 
+
+    def test_transformers_a_sharded_state_is_refused_before_anything_is_written(self):
+        need.require_modules("torch", "transformers", "accelerate")
+        import torch
+        from transformers import Trainer, TrainingArguments
+
+        import training_watchdog.transformers as twt
+
+        with tempfile.TemporaryDirectory(prefix="tw-oom-") as d:
+            args = TrainingArguments(output_dir=os.path.join(d, "out"), use_cpu=True, report_to=[])
+            trainer = Trainer(model=torch.nn.Linear(2, 1), args=args)
+            path = os.path.join(d, "out", "checkpoint-0")
+            for flag in ("is_fsdp_enabled", "is_deepspeed_enabled"):
+                setattr(trainer, flag, True)  # what the Trainer sets from its accelerator's plugins
+                with self.assertRaisesRegex(RuntimeError, "shards the training state"):
+                    twt._save_replicated(trainer, path)
+                setattr(trainer, flag, False)
+            self.assertFalse(os.path.exists(path))
 
 if __name__ == "__main__":
     unittest.main()

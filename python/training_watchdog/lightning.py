@@ -231,7 +231,4 @@ def _refuse_sharded(trainer):
     optimizer = next((o for o in trainer.optimizers if hasattr(o, "consolidate_state_dict")), None)
     if sharded or optimizer is not None:
         what = type(optimizer).__name__ if optimizer is not None and not sharded else type(strategy).__name__
-        raise RuntimeError(
-            "%s shards the training state across the %d ranks: one failing rank cannot save it "
-            "alone (the others would have to join); nothing was saved, the last checkpoint the "
-            "watchdog asked for is the one to resume from" % (what, trainer.world_size))
+        raise _oom.sharded(what, trainer.world_size)

@@ -33,7 +33,7 @@ import traceback
 
 import training_watchdog as _tw
 
-__all__ = ["CAUSE", "LastChance", "is_cuda_oom", "rescue"]
+__all__ = ["CAUSE", "LastChance", "free_memory", "is_cuda_oom", "rescue", "sharded"]
 
 #: The ``cause`` of the acknowledgment written after a last-chance save.
 CAUSE = "cuda_oom"
@@ -75,7 +75,7 @@ def _report_exception(exc, step, phase):
     """The allocator's record of the error (helper module; absent in older clients)."""
     try:
         from training_watchdog import allocator
-    except ImportError:
+    except Exception:  # not there (an older client), or broken: the save matters more
         return
     report = getattr(allocator, "report_exception", None)
     if callable(report):
@@ -136,6 +136,14 @@ def rescue(exc, save, step=None, phase="train"):
     if hasattr(exc, "add_note"):
         exc.add_note("training_watchdog: the run was saved%s to %s (last-chance save)" % (where, path))
     return path, saved_step
+
+
+def sharded(what, ranks):
+    """The error for a state ``what`` shards across ``ranks``: one rank cannot save it alone."""
+    return RuntimeError(
+        "%s shards the training state across the %d ranks: one failing rank cannot save it alone "
+        "(the others would have to join); nothing was saved, the last checkpoint the watchdog "
+        "asked for is the one to resume from" % (what, ranks))
 
 
 def _takes_an_argument(fn):

@@ -181,10 +181,9 @@ def _save_replicated(trainer, path):
     from transformers import trainer as hf
 
     if trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled or getattr(trainer.model, "_tp_size", None):
-        raise RuntimeError(
-            "FSDP, DeepSpeed or tensor parallelism shards the training state across the %d ranks: one "
-            "failing rank cannot save it alone (the others would have to join); nothing was saved, the "
-            "last checkpoint the watchdog asked for is the one to resume from" % trainer.args.world_size)
+        what = ("FSDP" if trainer.is_fsdp_enabled else
+                "DeepSpeed" if trainer.is_deepspeed_enabled else "Tensor parallelism")
+        raise _oom.sharded(what, trainer.args.world_size)
     os.makedirs(path, exist_ok=True)
     model = trainer.accelerator.unwrap_model(trainer.model, keep_torch_compile=False)
     if callable(getattr(model, "save_pretrained", None)):

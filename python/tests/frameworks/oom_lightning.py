@@ -20,15 +20,22 @@ from training_watchdog.lightning import WatchdogCallback, latest_checkpoint
 mode, workdir = sys.argv[1], sys.argv[2]
 ckpt_dir = os.path.join(workdir, "checkpoints")
 rank = int(os.environ.get("RANK", "0"))
-if mode == "ranks":
+if mode in ("ranks", "zero"):
     os.environ["WATCHDOG_REQUEST_FILE"] = os.path.join(workdir, "request-rank%d.json" % rank)
 
 
 class Failing(Model):
     def training_step(self, batch, batch_idx):
-        if mode != "resume" and rank == (1 if mode == "ranks" else 0) and self.trainer.global_step == oc.FAIL_AT:
+        if mode != "resume" and rank == (0 if mode == "oom" else 1) and self.trainer.global_step == oc.FAIL_AT:
             oc.fail(workdir, self.trainer.global_step, oc.torch_digest(self))
         return super().training_step(batch, batch_idx)
+
+    def configure_optimizers(self):
+        if mode == "zero":
+            from torch.distributed.optim import ZeroRedundancyOptimizer
+
+            return ZeroRedundancyOptimizer(self.parameters(), optimizer_class=torch.optim.Adam, lr=self.lr)
+        return super().configure_optimizers()
 
 
 class Probe(pl.Callback):
@@ -43,7 +50,7 @@ loader = torch.utils.data.DataLoader(data, batch_size=8)
 ckpt = latest_checkpoint(ckpt_dir) if mode == "resume" else None
 if mode == "resume" and ckpt is None:
     sys.exit("no watchdog checkpoint in %s" % ckpt_dir)
-ranks = dict(devices=2, strategy="ddp") if mode == "ranks" else {}
+ranks = dict(devices=2, strategy="ddp") if mode in ("ranks", "zero") else {}
 trainer = pl.Trainer(max_steps=oc.FAIL_AT + 2, accelerator="cpu", callbacks=[WatchdogCallback(dirpath=ckpt_dir), Probe()],
                      logger=False, enable_checkpointing=False, enable_progress_bar=False,
                      enable_model_summary=False, default_root_dir=workdir, **ranks)
