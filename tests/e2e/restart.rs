@@ -33,7 +33,7 @@ impl Loop {
     /// `watchdog FLAGS run -- python3 restartable.py LOG CKPT ARGS`, in `cg` when given.
     fn run(&self, cg: Option<&MemoryCgroup>, flags: &[&str], args: &[&str]) -> Output {
         let mut wd = self.scene.watchdog();
-        wd.args(["--lead", "2s", "--no-notify"])
+        wd.args(["--lead", "300ms", "--no-notify"])
             .args(flags)
             .args(["run", "--", "python3"])
             .arg(repo().join("tests/e2e/scripts/restartable.py"))
@@ -205,7 +205,7 @@ fn a_leak_in_every_attempt_makes_progress_until_the_restarts_are_spent() {
     let out = l.run(
         Some(&cg),
         &["--restart", "2"],
-        &["--steps", "400", "--leak-mib", "8", "--leak-in", "all"],
+        &["--steps", "400", "--leak-mib", "4", "--leak-in", "all"],
     );
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(137), "{err}");
@@ -378,7 +378,7 @@ impl Loop {
     /// The disk-full run: checkpoints of 1 MiB in `ckpt`, then ballast filling `fill`.
     fn scene_run_in(&self, ckpt: &Path, flags: &[&str], fill: &str) -> Output {
         let mut wd = self.scene.watchdog();
-        wd.args(["--lead", "2s", "--no-notify"])
+        wd.args(["--lead", "300ms", "--no-notify"])
             .args(flags)
             .args(["run", "--", "python3"])
             .arg(repo().join("tests/e2e/scripts/restartable.py"))

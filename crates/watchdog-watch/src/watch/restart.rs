@@ -99,11 +99,14 @@ pub(super) struct AckReader {
     last: Option<Vec<u8>>,
     /// The checkpoints acknowledged so far, oldest first.
     pub(super) found: Vec<Checkpoint>,
+    /// Every acknowledged step with its time (`time_unix`), with a path or not.
+    pub(super) steps: Vec<(f64, u64)>,
 }
 
 impl AckReader {
-    /// Looks at the acknowledgment once; a relative path is the run's, from `cwd`.
-    pub(super) fn check(&mut self, place: &RequestPlace, cwd: &Path) -> Option<&Checkpoint> {
+    /// Looks at the acknowledgment once: a new one is returned, with whether its
+    /// checkpoint was recorded (it has a path, relative ones from `cwd`, that is there).
+    pub(super) fn check(&mut self, place: &RequestPlace, cwd: &Path) -> Option<(Ack, bool)> {
         let bytes = place.read_capped(MAX_ACK_BYTES).ok()??;
         if self.last.as_deref() == Some(bytes.as_slice()) {
             return None;
@@ -111,8 +114,15 @@ impl AckReader {
         let ack: Ack = serde_json::from_slice(&bytes).ok()?;
         // Remembered once it parsed: a half-written file is read again.
         self.last = Some(bytes);
-        let path = cwd.join(ack.path?);
-        let (size, mtime_ns) = measure(&path)?;
+        if let Some(step) = ack.step {
+            self.steps.push((ack.time_unix, step));
+        }
+        let Some(path) = ack.path.as_deref().map(|p| cwd.join(p)) else {
+            return Some((ack, false));
+        };
+        let Some((size, mtime_ns)) = measure(&path) else {
+            return Some((ack, false));
+        };
         self.found.push(Checkpoint {
             path,
             step: ack.step,
@@ -120,7 +130,7 @@ impl AckReader {
             size,
             mtime_ns,
         });
-        self.found.last()
+        Some((ack, true))
     }
 }
 
@@ -160,8 +170,12 @@ pub struct Attempt {
     pub verdict: VerdictKind,
     /// How its command ended.
     pub exit: TargetExit,
-    /// The highest step seen (acknowledgments, step reports).
+    /// The highest step seen (acknowledgments, step reports), at least the one it
+    /// resumed from.
     pub step: Option<u64>,
+    /// The same without the acknowledgments of the last lead before the failure: the step
+    /// the progress rule compares (a save just before the failure is not progress).
+    pub progress_step: Option<u64>,
     /// The step it was started from (`WATCHDOG_RESUME_FROM`'s), when known.
     pub resumed_from: Option<u64>,
     /// Whether it was told a checkpoint to resume from.
@@ -206,10 +220,24 @@ pub fn no_progress(prev: &Attempt, this: &Attempt) -> bool {
     if prev.verdict != this.verdict {
         return false;
     }
-    match (prev.step, this.step) {
+    match (prev.progress_step, this.progress_step) {
         (Some(a), Some(b)) => a.abs_diff(b) <= step_tolerance(a),
         _ => !this.saved_before_lead,
     }
+}
+
+/// The step an attempt reached, and the one the progress rule compares: the highest of
+/// `floor` (its step reports, the step it resumed from) and its acknowledged steps
+/// (`(time_unix, step)`), the second without those acknowledged after `lead_start` (one
+/// lead before the failure). Pure.
+pub fn steps_reached(
+    acked: &[(f64, u64)],
+    lead_start: f64,
+    floor: Option<u64>,
+) -> (Option<u64>, Option<u64>) {
+    let all = acked.iter().map(|a| a.1).max();
+    let before = acked.iter().filter(|a| a.0 < lead_start).map(|a| a.1).max();
+    (all.max(floor), before.max(floor))
 }
 
 /// Decides what follows the last of `attempts`; `restarts_last_hour` counts the restarts
@@ -264,7 +292,7 @@ pub fn decide(
 /// The verdict text of a failure that will only repeat: what failed, where, the limit and
 /// the peak, and what would change it.
 fn deterministic(prev: &Attempt, this: &Attempt) -> String {
-    let at = match (prev.step, this.step) {
+    let at = match (prev.progress_step, this.progress_step) {
         (Some(a), Some(b)) => format!(
             "at step {b} (attempt {}: step {a}, within max(10 steps, 1%))",
             prev.n
@@ -327,11 +355,28 @@ fn deterministic(prev: &Attempt, this: &Attempt) -> String {
 /// of "full" (1 MiB, or 0.5% of the filesystem).
 fn space_back(this: &Attempt, needed: Option<u64>) -> Result<String, String> {
     let mut said = Vec::new();
-    for end in this
-        .ends
-        .iter()
-        .filter(|r| r.kind == ResourceKind::DiskBytes)
-    {
+    for end in &this.ends {
+        if end.kind == ResourceKind::DiskInodes
+            && let Some(path) = end.name.strip_prefix("inodes:")
+            && end.limit != u64::MAX
+            && end.limit.saturating_sub(end.recent_peak) < (end.limit / 200).max(1)
+        {
+            let figures = rustix::fs::statvfs(path)
+                .map(|s| watchdog_sampler::disk::VfsFigures::from(&s))
+                .map_err(|e| format!("cannot read the free inodes of {path}: {e}"))?;
+            let root = rustix::process::geteuid().is_root();
+            if let Some((used, limit)) = figures.inodes(root)
+                && limit.saturating_sub(used) < (limit / 200).max(1)
+            {
+                return Err(format!(
+                    "not restarted: {path} still has only {} inodes free",
+                    limit.saturating_sub(used)
+                ));
+            }
+        }
+        if end.kind != ResourceKind::DiskBytes {
+            continue;
+        }
         let Some(path) = end.name.strip_prefix("disk:") else {
             continue;
         };
@@ -443,6 +488,13 @@ pub(super) fn run(
     let mut resume: Option<Checkpoint> = None;
     loop {
         let n = attempts.len() as u32 + 1;
+        if let Some(last) = attempts.last()
+            && session.received_stop() != 0
+        {
+            // Told to stop between two attempts: the signal found no command to reach.
+            terminal::summary("watchdog: not restarted: the watchdog was told to stop.");
+            return Ok(ExitCode::from(last.exit.shell_status()));
+        }
         let mut attempt_settings = settings.clone();
         if n > 1
             && let Some(rec) = &settings.record
@@ -489,13 +541,12 @@ pub(super) fn run(
         };
         let lead_s = watch.settings.lead.as_secs_f64();
         let ended_unix = watchdog_alerter::events::unix_time_s(SystemTime::now());
-        let found = watch
-            .attempting
-            .take()
-            .map(|a| a.acks.found)
-            .unwrap_or_default();
+        let acks = watch.attempting.take().map(|a| a.acks).unwrap_or_default();
+        let (found, acked) = (acks.found, acks.steps);
         let saved_before_lead = found.iter().any(|c| c.time_unix < ended_unix - lead_s);
-        let ack_step = found.iter().filter_map(|c| c.step).max();
+        let resumed_at = resume.as_ref().and_then(|c| c.step);
+        let (step, progress_step) =
+            steps_reached(&acked, ended_unix - lead_s, watch.max_step.max(resumed_at));
         ledger.extend(found);
         let (verdict, ends) = watch
             .last_verdict
@@ -506,11 +557,8 @@ pub(super) fn run(
             n,
             verdict,
             exit,
-            // An attempt reached at least the step it resumed from.
-            step: watch
-                .max_step
-                .max(ack_step)
-                .max(resume.as_ref().and_then(|c| c.step)),
+            step,
+            progress_step,
             resumed_from: resume.as_ref().and_then(|c| c.step),
             resumed: resume.is_some(),
             saved_before_lead,
@@ -586,21 +634,26 @@ impl Watch {
             return;
         };
         let cwd = self.target.start_cwd.clone().unwrap_or_default();
-        if let Some(c) = attempting.acks.check(&self.request.ack(), &cwd) {
-            tracing::info!(
+        let Some((ack, recorded)) = attempting.acks.check(&self.request.ack(), &cwd) else {
+            return;
+        };
+        match (&ack.path, attempting.acks.found.last()) {
+            (Some(_), Some(c)) if recorded => tracing::info!(
                 "checkpoint {} acknowledged{} ({})",
                 c.path.display(),
                 c.step.map_or(String::new(), |s| format!(" at step {s}")),
                 format_bytes(c.size)
-            );
-            if let Some(step) = c.step {
-                self.saw_step(step);
-            }
+            ),
+            (Some(path), _) => tracing::warn!(
+                "the acknowledged checkpoint {path} is not there: a restart will not resume from it"
+            ),
+            (None, _) => {}
         }
     }
 
-    /// The run reached `step` (from an acknowledgment; the step reports can feed it too):
-    /// the highest is the attempt's step reached, which the progress rule compares.
+    /// The run reported reaching `step` (the place for the step reports, whose steps count
+    /// whenever they came; an acknowledgment's step is kept with its time instead): the
+    /// highest is the attempt's step reached, which the progress rule compares.
     pub fn saw_step(&mut self, step: u64) {
         self.max_step = Some(self.max_step.map_or(step, |s| s.max(step)));
     }
@@ -661,6 +714,7 @@ mod tests {
             verdict,
             exit: TargetExit::Signal(libc::SIGKILL),
             step,
+            progress_step: step,
             resumed_from: None,
             resumed: n > 1,
             saved_before_lead: false,
@@ -697,6 +751,16 @@ mod tests {
         let mut t = attempt(2, OomKill, None);
         t.saved_before_lead = true;
         assert!(!no_progress(&attempt(1, OomKill, None), &t));
+    }
+
+    #[test]
+    fn a_save_within_one_lead_of_the_failure_is_not_progress() {
+        // Saves at steps 50 (t=100) and 98 (t=195), failure at t=200 with a 30 s lead.
+        let acked = [(100.0, 50), (195.0, 98)];
+        assert_eq!(steps_reached(&acked, 170.0, None), (Some(98), Some(50)));
+        assert_eq!(steps_reached(&acked, 170.0, Some(60)), (Some(98), Some(60)));
+        assert_eq!(steps_reached(&[], 170.0, Some(7)), (Some(7), Some(7)));
+        assert_eq!(steps_reached(&[], 170.0, None), (None, None));
     }
 
     #[test]
