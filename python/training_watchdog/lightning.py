@@ -54,21 +54,55 @@ from lightning.pytorch.callbacks import DeviceStatsMonitor
 import training_watchdog as _tw
 from training_watchdog import allocator as _allocator
 from training_watchdog import oom as _oom
+from training_watchdog import resume as _resume
 from training_watchdog.distributed import DEFAULT_EVERY, Agreement
 
 __all__ = ["WatchdogCallback", "latest_checkpoint"]
 
-_NAME = re.compile(r"watchdog-step=([0-9]+)\.ckpt$")
+# ``step=N`` in a checkpoint's file name: ours (watchdog-step=N.ckpt) and ModelCheckpoint's default.
+_STEP = re.compile(r"(?:^|[-_])step=([0-9]+)(?![0-9])")
 
 
 def latest_checkpoint(dirpath):
-    """The newest ``watchdog-step=N.ckpt`` in ``dirpath`` (highest N), or None: for ``fit(ckpt_path=...)``."""
-    best = None
-    for path in glob.glob(os.path.join(glob.escape(str(dirpath)), "watchdog-step=*.ckpt")):
-        m = _NAME.search(path)
-        if m and (best is None or int(m.group(1)) > best[0]):
-            best = (int(m.group(1)), path)
-    return None if best is None else best[1]
+    """The checkpoint ``fit(ckpt_path=...)`` should resume from, or None for a fresh start.
+
+    ``WATCHDOG_RESUME_FROM`` when ``watchdog run --restart`` set it (the last checkpoint
+    acknowledged before the previous attempt died) and it is a complete ``.ckpt`` in
+    ``dirpath``; else the complete ``.ckpt`` in ``dirpath`` with the highest ``step=N`` in
+    its name (the callback's ``watchdog-step=N.ckpt``, ModelCheckpoint's
+    ``epoch=E-step=N.ckpt``; the newest file on a tie); else None. Complete: a whole
+    ``torch.save`` zip (:func:`training_watchdog.resume.whole_torch_zip`), so a file the
+    run died writing is never chosen. Says on stderr which one, and its step.
+    """
+    dirpath = str(dirpath)
+
+    def candidates():
+        found = []
+        for path in glob.glob(os.path.join(glob.escape(dirpath), "*.ckpt")):
+            m = _STEP.search(os.path.basename(path))
+            if m and os.path.isfile(path):
+                found.append((int(m.group(1)), path))
+        return found
+
+    return _resume.choose(dirpath, candidates, _complete, _step_of, "Lightning .ckpt")
+
+
+def _complete(path):
+    return os.path.isfile(path) and _resume.whole_torch_zip(path)
+
+
+def _step_of(path):
+    """The global step in a checkpoint's name, else in the checkpoint itself (mapped, not read)."""
+    m = _STEP.search(os.path.basename(path))
+    if m:
+        return int(m.group(1))
+    try:
+        import torch
+
+        step = torch.load(path, map_location="cpu", mmap=True, weights_only=False).get("global_step")
+    except Exception:
+        return None
+    return step if isinstance(step, int) else None
 
 
 def _requeue_signal(trainer):
