@@ -209,9 +209,11 @@ class WatchdogCallback(pl.Callback):
         trainer.save_checkpoint(path)
         previous, self.last_path = self.last_path, path
         self.saved_steps.append(trainer.global_step)
+        # Acknowledged before the older one goes: a run that dies between the two still has
+        # the checkpoint the watchdog last saw acknowledged (its WATCHDOG_RESUME_FROM).
+        self.agreement.acknowledge(path=path, step=trainer.global_step)
         if previous is not None and previous != path:
             trainer.strategy.remove_checkpoint(previous)
-        self.agreement.acknowledge(path=path, step=trainer.global_step)
 
     def on_exception(self, trainer, pl_module, exception):
         """The last-chance save: a CUDA out-of-memory error in ``fit`` is saved to
