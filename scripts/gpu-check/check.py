@@ -73,6 +73,7 @@ class Check:
 
     # -- processes -------------------------------------------------------------------------
     def env(self, case_dir=None):
+        """The cases' environment: this checkout's client first; nothing fake unless self-testing."""
         env = dict(os.environ)
         for k in list(env):
             if k == "FAKE_NVML_SCRIPT" or k.startswith("GPU_CHECK_FAKE"):
@@ -81,21 +82,31 @@ class Check:
         env["PYTHONPATH"] = py + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env.setdefault("PYTHONUNBUFFERED", "1")
         if self.fake_nvml and case_dir is not None:
-            pidfile = os.path.join(case_dir, "pid")
-            script = os.path.join(case_dir, "nvml.script")
-            held = FAKE_TOTAL_MIB // 4 if os.path.basename(case_dir).startswith("d") else 0
-            with open(script, "w") as f:
-                f.write("device Fake_GPU_(gpu-check_self-test) %s %d 0 0 %d\n"
-                        % (FAKE_UUID, FAKE_TOTAL_MIB + FAKE_NVML_RESERVED_MIB, FAKE_NVML_RESERVED_MIB))
-                f.write("process 0 pidfile:%s %d 0\n" % (pidfile, held))
-            smi = os.path.join(case_dir, "fake-nvidia-smi")
-            with open(smi, "w") as f:
-                f.write("#!/bin/sh\necho '%s, 0, %d, %d'\n" % (FAKE_UUID, held, FAKE_TOTAL_MIB + FAKE_NVML_RESERVED_MIB))
-            os.chmod(smi, 0o755)
-            env.update(WATCHDOG_NVML_LIB=self.fake_nvml, FAKE_NVML_SCRIPT=script, GPU_CHECK_FAKE_CUDA="1",
-                       GPU_CHECK_FAKE_TOTAL_MIB=str(FAKE_TOTAL_MIB), GPU_CHECK_FAKE_UUID=FAKE_UUID,
-                       GPU_CHECK_FAKE_PIDFILE=pidfile, GPU_CHECK_NVIDIA_SMI=smi)
+            env.pop("CUDA_VISIBLE_DEVICES", None)   # the fake device is visible whatever the test hides
+            env.update(self.fake_env(case_dir))
         return env
+
+    def fake_env(self, case_dir):
+        """Self-test only: the fake NVML's script and a fake nvidia-smi for the case in CASE_DIR.
+
+        The fake NVML cannot follow the fake allocator; it is scripted to look like each case:
+        the figures case holds a quarter of the device, the leak fills it in about 5 s."""
+        case = os.path.basename(case_dir)
+        pidfile = os.path.join(case_dir, "pid")
+        script = os.path.join(case_dir, "nvml.script")
+        held = FAKE_TOTAL_MIB // 4 if case.startswith("d-") else 0
+        growth = 300 if case.startswith("a-") else 0
+        with open(script, "w") as f:
+            f.write("device Fake_GPU_(gpu-check_self-test) %s %d 0 0 %d\n"
+                    % (FAKE_UUID, FAKE_TOTAL_MIB + FAKE_NVML_RESERVED_MIB, FAKE_NVML_RESERVED_MIB))
+            f.write("process 0 pidfile:%s %d %d\n" % (pidfile, held, growth))
+        smi = os.path.join(case_dir, "fake-nvidia-smi")
+        with open(smi, "w") as f:
+            f.write("#!/bin/sh\necho '%s, 0, %d, %d'\n" % (FAKE_UUID, held, FAKE_TOTAL_MIB + FAKE_NVML_RESERVED_MIB))
+        os.chmod(smi, 0o755)
+        return dict(WATCHDOG_NVML_LIB=self.fake_nvml, FAKE_NVML_SCRIPT=script, GPU_CHECK_FAKE_CUDA="1",
+                    GPU_CHECK_FAKE_TOTAL_MIB=str(FAKE_TOTAL_MIB), GPU_CHECK_FAKE_UUID=FAKE_UUID,
+                    GPU_CHECK_FAKE_PIDFILE=pidfile, GPU_CHECK_NVIDIA_SMI=smi)
 
     def spawn(self, cmd, log, env, cap):
         """Run CMD in its own session, output to LOG, for at most CAP seconds: (status, timed_out)."""
@@ -132,7 +143,7 @@ class Check:
                    "--events", run.events_path, "--record", run.recording_path,
                    "--request-file", os.path.join(d, "request.json"),
                    "--no-status", "--no-notify", "run", "--"] + cmd
-        run.status, run.timed_out = self.spawn(cmd, run.log_path, self.env(d if watch else None), cap)
+        run.status, run.timed_out = self.spawn(cmd, run.log_path, self.env(None if cpu else d), cap)
         run.load(out)
         return run
 
@@ -243,6 +254,8 @@ def judge_last_chance(check, name, run, resume_case, ckpt, cap):
         misses.append("no checkpoint")
     if ack.get("cause") != "cuda_oom":
         misses.append("ack cause %r, not 'cuda_oom'" % ack.get("cause"))
+    if "saved_step" in r and ack.get("step") != r["saved_step"]:
+        misses.append("ack step %s, the checkpoint holds step %s" % (ack.get("step"), r["saved_step"]))
     if ckpt and ack.get("path") and os.path.realpath(str(ack["path"])) != os.path.realpath(ckpt):
         misses.append("ack path %s is not the checkpoint %s" % (ack.get("path"), ckpt))
     vok, vtext = verdict_ok(run)
@@ -250,7 +263,7 @@ def judge_last_chance(check, name, run, resume_case, ckpt, cap):
         misses.append("%s (%s), not gpu_oom with 'CUDA out of memory'" % (vtext, run.verdict()[1][:80]))
     figures = "OOM at step %s; ack step %s; %s" % (r.get("oom_step"), ack.get("step"), vtext)
     if ckpt and os.path.exists(ckpt):
-        res = check.workload(name.split()[0] + "-resume", resume_case, ["--ckpt", ckpt], watch=False, cap=cap,
+        res = check.workload(os.path.basename(run.dir) + "-resume", resume_case, ["--ckpt", ckpt], watch=False, cap=cap,
                              cpu="cpu" in name)
         rr = res.result
         if res.problem() or res.status != 0:
@@ -266,9 +279,15 @@ def judge_last_chance(check, name, run, resume_case, ckpt, cap):
     check.row(name, not misses, figures, "; ".join(misses))
 
 
+def acked_path(run):
+    """The checkpoint the ack names, when it names one that exists."""
+    path = (run.result.get("ack") or {}).get("path")
+    return str(path) if path and os.path.exists(str(path)) else None
+
+
 def case_c_plain(check, name, cpu):
     gpu = "off" if cpu else check.gpu_mode()
-    run = check.workload(name.split()[0], "oom", gpu=gpu, cap=60, cpu=cpu)
+    run = check.workload("c-cpu" if cpu else "c-plain", "oom", gpu=gpu, cap=60, cpu=cpu)
     judge_last_chance(check, name, run, "resume", run.result.get("saved_path"), 60)
 
 
@@ -279,8 +298,8 @@ def case_c_lightning(check, probe):
         return
     run = check.workload("c-lightning", "lightning", gpu=check.gpu_mode(), cap=90)
     ckdir = os.path.join(run.dir, "lightning")
-    ckpts = sorted(run.result.get("checkpoints") or [])
-    ckpt = os.path.join(ckdir, ckpts[-1]) if ckpts else None
+    ckpts = sorted(run.result.get("checkpoints") or [], key=lambda c: os.path.getmtime(os.path.join(ckdir, c)))
+    ckpt = acked_path(run) or (os.path.join(ckdir, ckpts[-1]) if ckpts else None)
     judge_last_chance(check, name, run, "lightning-resume", ckpt, 90)
 
 
@@ -293,7 +312,7 @@ def case_c_transformers(check, probe):
     out = os.path.join(run.dir, "hf")
     ckpts = [c for c in (run.result.get("checkpoints") or []) if c.startswith("checkpoint-")]
     ckpts.sort(key=lambda c: int(c.split("-")[-1]) if c.split("-")[-1].isdigit() else -1)
-    ckpt = os.path.join(out, ckpts[-1]) if ckpts else None
+    ckpt = acked_path(run) or (os.path.join(out, ckpts[-1]) if ckpts else None)
     judge_last_chance(check, name, run, "transformers-resume", ckpt, 120)
 
 
@@ -364,6 +383,7 @@ def case_d_figures(check, probe):
     why = run.problem()
     if why or run.status != 0:
         check.row("d NVML figures", False, "", why or "exit status %s; %s" % (run.status, run.log_tail()))
+        check.row("d memory_stats()", False, "", "not measured: the figures case failed")
         return
     r = run.result
     dev = probe.get("device") or {}
@@ -374,6 +394,9 @@ def case_d_figures(check, probe):
     for e in run.of("limit"):
         if e.get("kind") == "gpu_memory" and uuid and uuid in str(e.get("source", "")).lower():
             name = e.get("resource")
+    gpu_limits = [e.get("resource") for e in run.of("limit") if e.get("kind") == "gpu_memory"]
+    if name is None and not uuid and len(gpu_limits) == 1:
+        name = gpu_limits[0]   # torch gives no UUID: the one device the watchdog watches
     gpus = (run.of("start")[0].get("environment", {}).get("gpus") if run.of("start") else None) or []
     drivers = sorted({str(g.get("driver")) for g in gpus})
     if not check.fake_nvml and any("fake" in d for d in drivers):

@@ -196,7 +196,7 @@ def case_leak(args, torch, tw, dev):
     require_api(tw, ["report_step"])
     tw.install()
     free, total = dev.mem_get_info()
-    chunk = max(free // 60, MIB)
+    chunk = max(free // 80, MIB)   # the OOM comes with the device over 98% full
     note(free=free, total=total, chunk=chunk, step_s=args.step_s)
     leaked = []
     deadline = time.monotonic() + args.cap
@@ -309,13 +309,15 @@ def case_oom(args, torch, tw, dev):
         return path
 
     try:
-        with tw.last_chance(save):
+        with tw.last_chance(save) as run:
             for step in range(1, 100):
                 if step == fail_at:
                     note(oom_step=step)
                     dev.raise_oom()
                 _train_step(torch, dev, model, opt, step)
                 state["step"] = step
+                if run is not None:
+                    run.step = step      # the step the checkpoint holds, for the ack
                 tw.report_step(step, phase="train", batch_size=32)
         note(no_oom=True)
     except BaseException as e:
@@ -345,7 +347,7 @@ def _lightning_module(torch, dev, fail_at):
 
         def training_step(self, batch, batch_idx):
             if fail_at and self.global_step + 1 == fail_at:
-                note(oom_step=self.global_step)
+                note(oom_step=fail_at)
                 dev.raise_oom()
             x, y = batch
             return torch.nn.functional.mse_loss(self.net(x), y)
@@ -375,7 +377,9 @@ def case_lightning(args, torch, tw, dev):
     """(c) Lightning: a CUDA OOM in training_step at step 5, saved by WatchdogCallback.on_exception."""
     from training_watchdog.lightning import WatchdogCallback
 
-    if not hasattr(WatchdogCallback, "on_exception"):
+    import lightning.pytorch as pl
+
+    if getattr(WatchdogCallback, "on_exception", None) is getattr(pl.Callback, "on_exception", None):
         note(missing_api=["lightning.WatchdogCallback.on_exception"])
         sys.exit(3)
     ckdir = os.path.join(args.dir, "lightning")
@@ -432,7 +436,7 @@ def _hf_trainer(torch, dev, max_steps, out, fail_at):
     class FailAt(TrainerCallback):
         def on_step_begin(self, a, state, control, **kw):
             if fail_at and state.global_step + 1 == fail_at:
-                note(oom_step=state.global_step)
+                note(oom_step=fail_at)
                 dev.raise_oom()
 
     gpu = not (dev.cpu or dev.fake)

@@ -1,0 +1,129 @@
+"""scripts/gpu-check.sh, the check for a real GPU, where there is none.
+
+The no-GPU path for real: with ``CUDA_VISIBLE_DEVICES=""`` (torch then sees no device, so the
+test takes this path on any machine) it must say so in one line, run the checks that need no
+GPU (the binary, the client, torch, the last-chance save of a raised torch.OutOfMemoryError on
+the CPU) in one table, and exit 0 exactly when none of them failed: when this checkout's client
+has the issue-19 API (``report_step``, ``last_chance``, ``acknowledge(path, step, cause)``,
+``transformers.last_chance``) every row must pass; when it lacks one, the client row fails
+naming it and the exit status is 1.
+
+The GPU path's logic through its self-test: ``GPU_CHECK_SELF_TEST_FAKE_NVML`` names the fake
+NVML library (tests/fake-nvml) and the cases run over a fake CUDA allocator; no GPU row may
+then say ``pass`` (only ``fake-pass``, ``FAILED`` or ``skipped``), and the NVML figures case,
+which depends only on the fake figures and the watchdog's reading of them, must agree.
+
+Needs torch and the built binary in $WATCHDOG_BIN (need.py); the self-test also a C compiler.
+"""
+
+import inspect
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import need
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(REPO, "scripts", "gpu-check.sh")
+ROW = re.compile(r"^(\S+(?: \S+)*?)\s{2,}(pass|fake-pass|FAILED|skipped)\s{2,}(.*)$")
+GPU_ROWS = ("a leak", "b eval peak", "c plain last chance", "c lightning", "c transformers",
+            "d NVML figures", "d memory_stats()")
+
+
+def client_has_the_api():
+    sys.path.insert(0, os.path.join(REPO, "python"))
+    try:
+        import training_watchdog as tw
+
+        try:
+            import training_watchdog.transformers as twt
+        except Exception:  # noqa: BLE001 - Transformers missing: the row says so
+            twt = None
+        params = inspect.signature(tw.acknowledge).parameters
+        return (hasattr(tw, "report_step") and hasattr(tw, "last_chance") and twt is not None
+                and hasattr(twt, "last_chance") and all(p in params for p in ("path", "step", "cause")))
+    finally:
+        sys.path.pop(0)
+
+
+def run_check(env_extra):
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHON=sys.executable, **env_extra)
+    p = subprocess.run(["bash", SCRIPT], capture_output=True, text=True, env=env, timeout=600)
+    rows = {}
+    for line in p.stdout.splitlines():
+        m = ROW.match(line)
+        if m:
+            rows[m.group(1)] = (m.group(2), m.group(3))
+    return p, rows
+
+
+class NoGpu(unittest.TestCase):
+    def setUp(self):
+        need.require_modules("torch")
+        self.binary = need.watchdog_bin()
+
+    def test_without_a_gpu_it_says_so_once_and_runs_what_needs_none(self):
+        p, rows = run_check({"WATCHDOG_BIN": self.binary})
+        out = p.stdout + p.stderr
+        said = [ln for ln in p.stdout.splitlines() if ln.startswith("No GPU here (")]
+        self.assertEqual(len(said), 1, out)
+        self.assertIn("ran only the checks that need none", said[0])
+        for case in ("binary", "client", "torch", "c-cpu last chance"):
+            self.assertIn(case, rows, out)
+        for case in GPU_ROWS:
+            self.assertNotIn(case, rows, out)
+        self.assertEqual(rows["binary"][0], "pass", out)
+        self.assertEqual(rows["torch"][0], "pass", out)
+        if client_has_the_api():
+            for case, (result, text) in rows.items():
+                self.assertEqual(result, "pass", "%s: %s\n%s" % (case, text, out))
+            self.assertIn("resumed 4->5", rows["c-cpu last chance"][1], out)
+            self.assertEqual(p.returncode, 0, out)
+        else:
+            self.assertEqual(rows["client"][0], "FAILED", out)
+            self.assertIn("lacks", rows["client"][1], out)
+            self.assertEqual(p.returncode, 1, out)
+        self.assertIn(" case(s): ", p.stdout, out)
+
+    def test_a_missing_binary_is_a_failed_row_naming_it(self):
+        p, rows = run_check({"WATCHDOG_BIN": "/nonexistent/watchdog"})
+        out = p.stdout + p.stderr
+        self.assertEqual(rows["binary"][0], "FAILED", out)
+        self.assertIn("WATCHDOG_BIN", rows["binary"][1], out)
+        self.assertEqual(p.returncode, 1, out)
+
+
+class SelfTest(unittest.TestCase):
+    def setUp(self):
+        need.require_modules("torch")
+        self.binary = need.watchdog_bin()
+        need.require(shutil.which(os.environ.get("CC", "cc")) is not None, "a C compiler (cc) for the fake NVML")
+        self.dir = tempfile.mkdtemp(prefix="gpu-check-test.")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        build = subprocess.run(["sh", os.path.join(REPO, "tests", "fake-nvml", "build.sh"), self.dir],
+                               capture_output=True, text=True)
+        self.assertEqual(build.returncode, 0, build.stderr)
+        self.lib = build.stdout.strip()
+
+    def test_the_gpu_path_over_the_fake_never_says_pass(self):
+        p, rows = run_check({"WATCHDOG_BIN": self.binary, "GPU_CHECK_SELF_TEST_FAKE_NVML": self.lib})
+        out = p.stdout + p.stderr
+        self.assertIn("SELF-TEST against the fake NVML", p.stdout, out)
+        self.assertNotIn("No GPU here", p.stdout, out)
+        for case in GPU_ROWS:
+            self.assertIn(case, rows, out)
+            self.assertIn(rows[case][0], ("fake-pass", "FAILED", "skipped"), "%s\n%s" % (case, out))
+        # the figures case: the watchdog's reading of the fake device against the fake allocator
+        self.assertEqual(rows["d NVML figures"][0], "fake-pass", out)
+        self.assertIn("headroom diff 0 MiB", rows["d NVML figures"][1], out)
+        self.assertIn("used diff 0 MiB", rows["d NVML figures"][1], out)
+        self.assertEqual(rows["d memory_stats()"][0], "fake-pass", out)
+        self.assertEqual(p.returncode, 1 if any(r[0] == "FAILED" for r in rows.values()) else 0, out)
+
+
+if __name__ == "__main__":
+    unittest.main()
