@@ -491,14 +491,25 @@ class Driver(Check):
             print("SELF-TEST against the fake NVML (%s) and a fake CUDA allocator: no figure below comes from a GPU."
                   % self.fake_nvml)
         dev = p.get("device", {})
-        print("GPU: %s, %s, %s free of %s; PYTORCH_CUDA_ALLOC_CONF=%r" % (
-            dev.get("name"), dev.get("uuid"), mib(dev.get("free")), mib(dev.get("mem_total")), p.get("alloc_conf")))
+        print("GPU: %s, %s, %s free of %s; driver %s; PYTORCH_CUDA_ALLOC_CONF=%r" % (
+            dev.get("name"), dev.get("uuid"), mib(dev.get("free")), mib(dev.get("mem_total")),
+            self.driver_version(), p.get("alloc_conf")))
         case_a_leak(self)
         case_b_eval(self)
         case_c_plain(self, "c plain last chance", cpu=False)
         case_c_lightning(self, p)
         case_c_transformers(self, p)
         case_d_figures(self, p)
+
+    def driver_version(self):
+        if self.fake_nvml:
+            return "(fake)"
+        try:
+            r = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                               capture_output=True, text=True, timeout=20)
+            return ",".join(sorted(set(r.stdout.split()))) or "?"
+        except (OSError, subprocess.TimeoutExpired):
+            return "?"
 
     def why_no_gpu(self, probe):
         """None when a GPU can be used; else the reason, in a few words."""
