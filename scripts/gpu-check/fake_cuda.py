@@ -3,12 +3,13 @@
 Used only when check.py is given the fake NVML library (GPU_CHECK_SELF_TEST_FAKE_NVML), which
 sets GPU_CHECK_FAKE_CUDA=1 for the workloads; every figure it gives is made up, and check.py
 marks every result of such a run as fake. It replaces the few torch.cuda functions the
-workloads and the client call (is_available, device_count, current_device,
+workloads and the client call (is_initialized, current_device,
 get_device_properties, mem_get_info, memory_stats, memory_allocated, memory_reserved,
 max_memory_allocated, reset_peak_memory_stats, synchronize, empty_cache) with a budget kept
 in Python: ``alloc(n)`` returns a small CPU tensor that stands for n bytes until it is freed,
 and raises torch.OutOfMemoryError("CUDA out of memory. ...") past the budget, as the caching
 allocator would (reserved memory is kept until empty_cache, like the cache).
+``is_available()`` stays False, so torch itself and the frameworks keep to the CPU.
 """
 
 import os
@@ -71,8 +72,7 @@ def install(torch):
         a.reserved = a.allocated
 
     fakes = {
-        "is_available": lambda: True,
-        "device_count": lambda: 1,
+        "is_initialized": lambda: True,
         "current_device": lambda: 0,
         "get_device_properties": lambda device=None: props,
         "mem_get_info": lambda device=None: (TOTAL - a.reserved, TOTAL),

@@ -162,7 +162,7 @@ def case_probe(args):
         fake = os.environ.get("GPU_CHECK_FAKE_CUDA") == "1"
         if fake:
             Device(torch, cpu=False)
-        facts["cuda_available"] = bool(torch.cuda.is_available())
+        facts["cuda_available"] = fake or bool(torch.cuda.is_available())
         if facts["cuda_available"]:
             i = torch.cuda.current_device()
             p = torch.cuda.get_device_properties(i)
