@@ -111,7 +111,6 @@ class Check:
 
     def spawn(self, cmd, log, env, cap):
         """Run CMD in its own session, output to LOG, for at most CAP seconds: (status, timed_out)."""
-        cap = max(1.0, min(cap, self.left()))
         with open(log, "ab") as out:
             p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                  env=env, start_new_session=True)
@@ -147,8 +146,19 @@ class Check:
                    "--events", run.events_path, "--record", run.recording_path,
                    "--request-file", os.path.join(d, "request.json"),
                    "--no-status", "--no-notify", "run", "--"] + cmd
-        run.status, run.timed_out = self.spawn(cmd, run.log_path, self.env(None if cpu else d), cap)
+        run.cap = max(1.0, min(cap, self.left()))
+        run.status, run.timed_out = self.spawn(cmd, run.log_path, self.env(None if cpu else d), run.cap)
         run.load(out)
+        if run.timed_out and run.result.get("pid"):
+            # the workload, should the watchdog have been killed before it could end it
+            # (checked by its command line: the PID may be another process's by now)
+            pid = int(run.result["pid"])
+            try:
+                with open("/proc/%d/cmdline" % pid, "rb") as f:
+                    if WORKLOADS.encode() in f.read():
+                        os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
         if not self.fake_nvml:
             drivers = [str(g.get("driver")) for g in run.gpus()]
             if any("fake" in d for d in drivers):
@@ -170,6 +180,7 @@ class Run:
         self.result = {}
         self.events = []
         self.not_run = None
+        self.cap = None
 
     def load(self, out):
         try:
@@ -220,7 +231,8 @@ class Run:
         if self.not_run:
             return self.not_run
         if self.timed_out:
-            return "time cap reached (ended); last output: %s" % self.log_tail()
+            where = " at step %s" % self.result["step"] if "step" in self.result else ""
+            return "ended by its time cap of %.0f s%s; last output: %s" % (self.cap, where, self.log_tail())
         if self.result.get("missing_api"):
             return "this client lacks %s" % ", ".join(self.result["missing_api"])
         if "error" in self.result:
