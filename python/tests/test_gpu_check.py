@@ -124,6 +124,35 @@ class SelfTest(unittest.TestCase):
         self.assertEqual(rows["d memory_stats()"][0], "fake-pass", out)
         self.assertEqual(p.returncode, 1 if any(r[0] == "FAILED" for r in rows.values()) else 0, out)
 
+    def test_outside_the_self_test_a_fake_nvml_voids_the_case(self):
+        # WATCHDOG_NVML_LIB left pointing at the fake (its script beside it, where it looks
+        # without FAKE_NVML_SCRIPT): the real path must not take its figures for a GPU's.
+        with open(os.path.join(self.dir, "fake-nvml.script"), "w") as f:
+            f.write("device Fake_GPU GPU-00000000-1111-2222-3333-444444444444 1088 0 0 64\n")
+        sys.path.insert(0, os.path.join(REPO, "scripts", "gpu-check"))
+        self.addCleanup(sys.path.pop, 0)
+        import check
+
+        saved = {k: os.environ.get(k) for k in ("WATCHDOG_NVML_LIB", "GPU_CHECK_SELF_TEST_FAKE_NVML")}
+        os.environ["WATCHDOG_NVML_LIB"] = self.lib
+        os.environ.pop("GPU_CHECK_SELF_TEST_FAKE_NVML", None)
+        try:
+            args = check.argparse.Namespace(bin=self.binary, repo=REPO, python=sys.executable,
+                                            work=os.path.join(self.dir, "work"))
+            driver = check.Driver(args)
+            driver.nvml_ok = True
+            check.case_d_figures(driver, {"device": {"uuid": "00000000-1111-2222-3333-444444444444"}})
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        rows = {r[0]: r for r in driver.rows}
+        self.assertEqual(rows["d NVML figures"][1], "FAILED", rows)
+        self.assertIn("FAKE NVML", rows["d NVML figures"][3], rows)
+        self.assertTrue(driver.failed())
+
 
 if __name__ == "__main__":
     unittest.main()

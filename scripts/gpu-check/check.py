@@ -505,7 +505,7 @@ class Driver(Check):
                  "torch %s, CUDA build %s; Lightning %s; Transformers %s" % (
                      p["torch"], p.get("torch_cuda") or "none (CPU build)", p.get("lightning", "absent"),
                      p.get("transformers", "absent")),
-                 "" if p.get("has_oom_error") else "torch has no OutOfMemoryError (torch >= 2.5 needed)")
+                 "" if p.get("has_oom_error") else "torch has no OutOfMemoryError (torch 1.13 or later needed)")
         if not bin_ok:
             return
         # the last-chance save on the CPU: needs no GPU

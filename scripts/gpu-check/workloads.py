@@ -96,14 +96,19 @@ class Device:
     def raise_oom(self):
         """A CUDA out-of-memory error raised where a step would raise it."""
         if self.cpu:
-            raise self.torch.OutOfMemoryError(
+            raise oom_error(self.torch)(
                 "CUDA out of memory. Tried to allocate 2.00 GiB (raised on the CPU by scripts/gpu-check)")
         free, total = self.mem_get_info()
         return self.alloc(total + free)  # more than the device has: the allocator raises
 
 
+def oom_error(torch):
+    """torch.OutOfMemoryError (torch 2.5 on), else torch.cuda.OutOfMemoryError (1.13 on)."""
+    return getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
+
+
 def is_oom(torch, e):
-    return isinstance(e, getattr(torch, "OutOfMemoryError", ())) or "out of memory" in str(e).lower()
+    return isinstance(e, oom_error(torch)) or "out of memory" in str(e).lower()
 
 
 def state_digest(state_dict):
@@ -158,7 +163,7 @@ def case_probe(args):
 
         facts["torch"] = torch.__version__
         facts["torch_cuda"] = torch.version.cuda
-        facts["has_oom_error"] = hasattr(torch, "OutOfMemoryError")
+        facts["has_oom_error"] = hasattr(torch, "OutOfMemoryError") or hasattr(torch.cuda, "OutOfMemoryError")
         fake = os.environ.get("GPU_CHECK_FAKE_CUDA") == "1"
         if fake:
             Device(torch, cpu=False)
