@@ -293,6 +293,12 @@ def judge_last_chance(check, name, run, resume_case, ckpt, cap):
     if not vok:
         misses.append("%s (%s), not gpu_oom with 'CUDA out of memory'" % (vtext, run.verdict()[1][:80]))
     figures = "OOM at step %s; ack step %s; %s" % (r.get("oom_step"), ack.get("step"), vtext)
+    before, at_save = r.get("allocated_before_step"), r.get("allocated_at_save")
+    if before is not None and at_save is not None:
+        # the failing step held step_held more than before it: freed, the save sees `before`
+        figures += "; allocated before the step %s, at the save %s" % (mib(before), mib(at_save))
+        if at_save > before + (r.get("step_held") or 0) // 2:
+            misses.append("the failed step's %s was not freed before the save" % mib(r.get("step_held")))
     if ckpt and os.path.exists(ckpt):
         res = check.workload(os.path.basename(run.dir) + "-resume", resume_case, ["--ckpt", ckpt], watch=False, cap=cap,
                              cpu="cpu" in name)

@@ -308,7 +308,20 @@ def case_oom(args, torch, tw, dev):
     state = {"step": 0}
     fail_at = 5
 
+    def allocated():
+        return None if dev.cpu else torch.cuda.memory_allocated()
+
+    def failing_step():
+        """A step that holds half the free memory when its next allocation fails: the
+        last-chance save should find that half given back (the traceback held it)."""
+        if not dev.cpu:
+            free, _ = dev.mem_get_info()
+            activations = dev.alloc(free // 2)   # noqa: F841 - held by this frame until the error
+            note(step_held=free // 2)
+        dev.raise_oom()
+
     def save():
+        note(allocated_at_save=allocated())
         torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": state["step"]}, path)
         note(saved_path=path, saved_step=state["step"], saved_digest=state_digest(model.state_dict()))
         return path
@@ -317,8 +330,8 @@ def case_oom(args, torch, tw, dev):
         with tw.last_chance(save) as run:
             for step in range(1, 100):
                 if step == fail_at:
-                    note(oom_step=step)
-                    dev.raise_oom()
+                    note(oom_step=step, allocated_before_step=allocated())
+                    failing_step()
                 _train_step(torch, dev, model, opt, step)
                 state["step"] = step
                 if run is not None:
