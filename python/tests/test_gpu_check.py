@@ -13,6 +13,9 @@ NVML library (tests/fake-nvml) and the cases run over a fake CUDA allocator; no 
 then say ``pass`` (only ``fake-pass``, ``FAILED`` or ``skipped``), and the NVML figures case,
 which depends only on the fake figures and the watchdog's reading of them, must agree.
 
+The judges of the cases (check.py), from result files as the workloads write them, for the
+pass paths the fakes cannot reach without the engine's step_peak and eval_peak.
+
 Needs torch and the built binary in $WATCHDOG_BIN (need.py); the self-test also a C compiler.
 """
 
@@ -152,6 +155,68 @@ class SelfTest(unittest.TestCase):
         self.assertEqual(rows["d NVML figures"][1], "FAILED", rows)
         self.assertIn("FAKE NVML", rows["d NVML figures"][3], rows)
         self.assertTrue(driver.failed())
+
+
+class Judges(unittest.TestCase):
+    """How check.py judges what a case saw, from result files as the workloads write them
+    (the pass paths the fakes here cannot reach: no eval_peak or step_peak without the engine)."""
+
+    def setUp(self):
+        sys.path.insert(0, os.path.join(REPO, "scripts", "gpu-check"))
+        self.addCleanup(sys.path.pop, 0)
+        import check
+
+        self.check = check
+        self.dir = tempfile.mkdtemp(prefix="gpu-check-judges.")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+
+    def judge(self, fn, result, verdict=("gpu_oom", "CUDA out of memory at step 5")):
+        check = self.check
+        run = check.Run(self.dir)
+        run.result = dict(result, device="cuda:0")
+        run.events = [{"event": "exit", "verdict": verdict[0], "summary": verdict[1]}]
+
+        class Driver(check.Driver):
+            def workload(self, *a, **k):
+                return run
+
+        d = Driver(check.argparse.Namespace(bin="x", repo=REPO, python=sys.executable, work=self.dir))
+        d.nvml_ok = True
+        fn(d)
+        return d.rows[0]
+
+    def eval_result(self, warned_after):
+        reqs = [{"reason": "eval_peak", "evals_done": n, "phase": "eval", "step": 2, "predicted_peak": 5 << 30}
+                for n in warned_after]
+        return {"planned_failing_eval": 5, "oom_eval": 5, "eval_unit": 1 << 30, "requests": reqs,
+                "saved": [{"step": 50}] if reqs else []}
+
+    def test_eval_peak_before_the_failing_evaluation_passes(self):
+        row = self.judge(self.check.case_b_eval, self.eval_result([4]))
+        self.assertEqual(row[1], "pass", row)
+
+    def test_eval_peak_only_after_the_failure_fails(self):
+        row = self.judge(self.check.case_b_eval, self.eval_result([5]))
+        self.assertEqual(row[1], "FAILED", row)
+        self.assertIn("no eval_peak request before", row[3])
+
+    def test_a_step_peak_request_without_its_fields_fails(self):
+        result = {"oom_step": 80, "chunk": 1 << 30, "requests": [{"reason": "step_peak", "seen_at_step": 60}],
+                  "saved": [{"step": 60, "ack": {"seq": 1}}]}
+        row = self.judge(self.check.case_a_leak, result)
+        self.assertEqual(row[1], "FAILED", row)
+        self.assertIn("lacks phase, step, predicted_peak", row[3])
+        result["requests"][0].update(phase="train", step=60, predicted_peak=80 << 30)
+        row = self.judge(self.check.case_a_leak, result)
+        self.assertEqual(row[1], "pass", row)
+        self.assertIn("lead 20 steps", row[2])
+
+    def test_a_leak_warned_only_by_the_headroom_floor_fails(self):
+        result = {"oom_step": 80, "chunk": 1 << 30, "requests": [{"reason": "headroom_floor", "seen_at_step": 79}],
+                  "saved": [{"step": 79, "ack": {"seq": 1}}]}
+        row = self.judge(self.check.case_a_leak, result)
+        self.assertEqual(row[1], "FAILED", row)
+        self.assertIn("only headroom_floor", row[3])
 
 
 if __name__ == "__main__":

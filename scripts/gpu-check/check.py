@@ -263,6 +263,23 @@ class Run:
         return start, rows
 
 
+def request_fields(requests):
+    """The misses of the issue-19 requests among REQUESTS (phase, step and predicted_peak are
+    promised with step_peak, eval_peak and fragmentation), and a note of the reasons seen."""
+    misses = []
+    for q in requests:
+        if q.get("reason") in ("step_peak", "eval_peak", "fragmentation"):
+            lacking = [k for k in ("phase", "step", "predicted_peak") if q.get(k) is None]
+            if lacking:
+                misses.append("the %s request lacks %s" % (q["reason"], ", ".join(lacking)))
+                break
+    reasons = []
+    for q in requests:
+        if q.get("reason") not in reasons:
+            reasons.append(q.get("reason"))
+    return misses, "requests: %s" % (", ".join(str(r) for r in reasons) or "none")
+
+
 def verdict_ok(run):
     v, summary = run.verdict()
     return v == "gpu_oom" and bool(CUDA_OOM.search(summary)), "verdict %s" % (v or "none")
@@ -378,12 +395,14 @@ def case_a_leak(check):
     vok, vtext = verdict_ok(run)
     if not vok:
         misses.append("%s (%s)" % (vtext, run.verdict()[1][:80]))
+    fmiss, seen = request_fields(r.get("requests", []))
+    misses += fmiss
     first = early[0] if early else {}
     figures = "leak %s/step; warned at step %s (%s%s); saved %s; OOM at step %s; lead %s steps; %s" % (
         mib(r.get("chunk")), first.get("seen_at_step"), first.get("reason"),
         ", predicted %s" % mib(first["predicted_peak"]) if first.get("predicted_peak") else "",
         ",".join(str(s["step"]) for s in saved) or "none", oom,
-        (oom - first["seen_at_step"]) if (oom and first) else "?", vtext)
+        (oom - first["seen_at_step"]) if (oom and first) else "?", vtext) + "; " + seen
     check.row(name, not misses, figures, "; ".join(misses))
 
 
@@ -410,10 +429,12 @@ def case_b_eval(check):
         misses.append("no eval_peak request before the failing evaluation" + (" (only %s)" % ", ".join(others) if others else ""))
     if not r.get("saved"):
         misses.append("no save")
+    fmiss, seen = request_fields(r.get("requests", []))
+    misses += fmiss
     first = before[0] if before else {}
-    figures = "eval k holds k*%s; warned after eval %s (predicted %s); failed at eval %s; %s" % (
-        mib(r.get("eval_unit")), first.get("evals_done"), mib(first.get("predicted_peak")), failed_eval,
-        run.verdict()[0])
+    figures = "eval k holds k*%s; eval_peak seen after eval %s (first predicted %s); failed at eval %s; %s" % (
+        mib(r.get("eval_unit")), ",".join(str(q.get("evals_done")) for q in warned) or "none",
+        mib(first.get("predicted_peak")), failed_eval, run.verdict()[0]) + "; " + seen
     check.row(name, not misses, figures, "; ".join(misses))
 
 
