@@ -107,7 +107,7 @@ class Check:
         os.chmod(smi, 0o755)
         return dict(WATCHDOG_NVML_LIB=self.fake_nvml, FAKE_NVML_SCRIPT=script, GPU_CHECK_FAKE_CUDA="1",
                     GPU_CHECK_FAKE_TOTAL_MIB=str(FAKE_TOTAL_MIB), GPU_CHECK_FAKE_UUID=FAKE_UUID,
-                    GPU_CHECK_FAKE_PIDFILE=pidfile, GPU_CHECK_NVIDIA_SMI=smi)
+                    GPU_CHECK_FAKE_PIDFILE=pidfile, GPU_CHECK_FAKE_NVIDIA_SMI=smi)
 
     def spawn(self, cmd, log, env, cap):
         """Run CMD in its own session, output to LOG, for at most CAP seconds: (status, timed_out)."""

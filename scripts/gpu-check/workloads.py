@@ -504,7 +504,7 @@ def case_figures(args, torch, tw, dev):
     time.sleep(1.0)   # several watchdog samples of the steady device
     free, total = dev.mem_get_info()
     note(torch_free=free, torch_total=total, torch_time=time.time())
-    smi = os.environ.get("GPU_CHECK_NVIDIA_SMI", "nvidia-smi")
+    smi = os.environ.get("GPU_CHECK_FAKE_NVIDIA_SMI", "nvidia-smi")
     try:
         r = subprocess.run([smi, "--query-gpu=uuid,index,memory.used,memory.total", "--format=csv,noheader,nounits"],
                            capture_output=True, text=True, timeout=20)
