@@ -174,7 +174,8 @@ class Judges(unittest.TestCase):
         check = self.check
         run = check.Run(self.dir)
         run.result = dict(result, device="cuda:0")
-        run.events = [{"event": "exit", "verdict": verdict[0], "summary": verdict[1]}]
+        run.events = [{"event": "ack", "checkpoint_s": 0.1},
+                      {"event": "exit", "verdict": verdict[0], "summary": verdict[1]}]
 
         class Driver(check.Driver):
             def workload(self, *a, **k):

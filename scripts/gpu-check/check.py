@@ -392,6 +392,8 @@ def case_a_leak(check):
         misses.append("no step_peak/trend request before the OOM" + (" (only %s)" % ", ".join(others) if others else ""))
     if not saved:
         misses.append("no acknowledged save")
+    elif not run.of("ack"):
+        misses.append("the watchdog logged no ack event for the save")
     vok, vtext = verdict_ok(run)
     if not vok:
         misses.append("%s (%s)" % (vtext, run.verdict()[1][:80]))
@@ -429,6 +431,8 @@ def case_b_eval(check):
         misses.append("no eval_peak request before the failing evaluation" + (" (only %s)" % ", ".join(others) if others else ""))
     if not r.get("saved"):
         misses.append("no save")
+    elif not run.of("ack"):
+        misses.append("the watchdog logged no ack event for the save")
     fmiss, seen = request_fields(r.get("requests", []))
     misses += fmiss
     first = before[0] if before else {}
