@@ -117,17 +117,11 @@ class Check:
             try:
                 return p.wait(timeout=cap), False
             except subprocess.TimeoutExpired:
-                for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
-                    try:
-                        os.killpg(p.pid, sig)
-                    except ProcessLookupError:
-                        pass
-                    try:
-                        p.wait(timeout=wait)
-                        break
-                    except subprocess.TimeoutExpired:
-                        continue
+                end_group(p)
                 return p.returncode, True
+            except BaseException:   # Ctrl-C or SIGTERM: the case is in its own session, end it too
+                end_group(p)
+                raise
 
     def workload(self, name, case, extra=(), watch=True, gpu="off", lead="2s", cap=60.0, cpu=False):
         """Run workloads.py CASE (under the watchdog when WATCH); returns a Run."""
@@ -165,6 +159,20 @@ class Check:
                 run.not_run = ("the watchdog loaded a FAKE NVML library (driver %s; WATCHDOG_NVML_LIB=%s): "
                                "no figure of this case is real" % (",".join(drivers), os.environ.get("WATCHDOG_NVML_LIB")))
         return run
+
+
+def end_group(p):
+    """SIGTERM to P's process group (the watchdog passes it on), SIGKILL 5 s later."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            p.wait(timeout=5)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 class Run:
@@ -619,8 +627,21 @@ def main():
     ap.add_argument("--keep", action="store_true", help="keep the work dir even when every case passed")
     args = ap.parse_args()
     d = Driver(args)
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt("signal %d" % signum)
+
+    signal.signal(signal.SIGTERM, stop)
     try:
         d.run()
+    except KeyboardInterrupt:
+        d.row("check", False, "", "interrupted: the cases after the last row did not run")
+    except Exception as e:  # noqa: BLE001 - a bug of the check itself is a row too, with its place
+        import traceback
+
+        where = traceback.extract_tb(e.__traceback__)[-1]
+        d.row("check", False, "", "check.py failed: %s: %s (%s:%d)"
+              % (type(e).__name__, e, os.path.basename(where.filename), where.lineno))
     finally:
         d.table()
         if d.failed() or args.keep or os.environ.get("GPU_CHECK_KEEP") == "1":
