@@ -143,6 +143,14 @@ class SelfTest(unittest.TestCase):
             args = check.argparse.Namespace(bin=self.binary, repo=REPO, python=sys.executable,
                                             work=os.path.join(self.dir, "work"))
             driver = check.Driver(args)
+            # as on a GPU machine: nvidia-smi there, torch sees CUDA; the NVML row must fail
+            which = check.shutil.which
+            check.shutil.which = lambda name: "/usr/bin/" + name
+            try:
+                self.assertIsNone(driver.why_no_gpu({"cuda_available": True}))
+            finally:
+                check.shutil.which = which
+            self.assertFalse(driver.nvml_ok)
             driver.nvml_ok = True
             check.case_d_figures(driver, {"device": {"uuid": "00000000-1111-2222-3333-444444444444"}})
         finally:
@@ -152,6 +160,8 @@ class SelfTest(unittest.TestCase):
                 else:
                     os.environ[k] = v
         rows = {r[0]: r for r in driver.rows}
+        self.assertEqual(rows["nvml"][1], "FAILED", rows)
+        self.assertIn("FAKE NVML", rows["nvml"][3], rows)
         self.assertEqual(rows["d NVML figures"][1], "FAILED", rows)
         self.assertIn("FAKE NVML", rows["d NVML figures"][3], rows)
         self.assertTrue(driver.failed())

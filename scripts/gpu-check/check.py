@@ -591,17 +591,29 @@ class Driver(Check):
         if not probe.get("cuda_available"):
             reasons.append("torch %s: torch.cuda.is_available() is False%s" % (
                 probe.get("torch"), "" if probe.get("torch_cuda") else " (a CPU build)"))
-        # the watchdog's own NVML: a GPU machine where it fails is a failure, not "no GPU"
-        try:
-            n = subprocess.run([self.args.bin, "--gpu", "required", "--no-status", "--no-notify", "run", "--", "true"],
-                               capture_output=True, text=True, timeout=30, env=self.env())
-            self.nvml_ok = n.returncode == 0
-            nvml_err = n.stderr.strip().splitlines()[-1] if n.stderr.strip() else "status %d" % n.returncode
-        except OSError as e:
-            nvml_err = str(e)
         if reasons:
             return "; ".join(reasons)
-        self.row("nvml", self.nvml_ok, "the watchdog loads NVML" if self.nvml_ok else "", "" if self.nvml_ok else nvml_err)
+        # the watchdog's own NVML: a GPU machine where it fails is a failure, not "no GPU"
+        d = os.path.join(self.work, "nvml")
+        os.makedirs(d, exist_ok=True)
+        run = Run(d)
+        try:
+            n = subprocess.run([self.args.bin, "--gpu", "required", "--no-status", "--no-notify",
+                                "--events", run.events_path, "run", "--", "true"],
+                               capture_output=True, text=True, timeout=30, env=self.env())
+            self.nvml_ok = n.returncode == 0
+            err = n.stderr.strip().splitlines()[-1] if n.stderr.strip() else "status %d" % n.returncode
+        except (OSError, subprocess.TimeoutExpired) as e:
+            err = str(e)
+        run.load(os.path.join(d, "none.json"))
+        gpus = "; ".join("gpu%s %s %s driver %s CUDA %s" % (g.get("index"), g.get("model"), mib(g.get("memory_bytes")),
+                                                             g.get("driver"), g.get("cuda_driver"))
+                         for g in run.gpus())
+        fake = any("fake" in str(g.get("driver")) for g in run.gpus())
+        if fake:
+            self.nvml_ok = False
+            err = "a FAKE NVML library was loaded (WATCHDOG_NVML_LIB=%s)" % os.environ.get("WATCHDOG_NVML_LIB")
+        self.row("nvml", self.nvml_ok, gpus if self.nvml_ok or fake else "", "" if self.nvml_ok else err)
         return None
 
     def table(self):
