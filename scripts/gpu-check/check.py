@@ -281,11 +281,9 @@ def request_fields(requests):
             if lacking:
                 misses.append("the %s request lacks %s" % (q["reason"], ", ".join(lacking)))
                 break
-    reasons = []
-    for q in requests:
-        if q.get("reason") not in reasons:
-            reasons.append(q.get("reason"))
-    return misses, "requests: %s" % (", ".join(str(r) for r in reasons) or "none")
+    seen = ["%s@%s" % (q.get("reason"), q.get("seen_at_step")) for q in requests[:8]]
+    more = " and %d more" % (len(requests) - 8) if len(requests) > 8 else ""
+    return misses, "requests (reason@step seen): %s%s" % (", ".join(seen) or "none", more)
 
 
 def verdict_ok(run):
