@@ -449,6 +449,8 @@ def case_b_eval(check):
 
 
 def case_d_figures(check, probe):
+    """The watchdog's reading comes from its flight recording (every sample of gpuN, timed):
+    `watchdog status` answers only for the service, and the events carry no samples."""
     run = check.workload("d-figures", "figures", gpu=check.gpu_mode(), lead="30s", cap=60)
     why = run.problem()
     if why or run.status != 0:
