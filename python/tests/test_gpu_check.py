@@ -54,8 +54,12 @@ def client_has_the_api():
 
 
 def run_check(env_extra):
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHON=sys.executable, **env_extra)
-    p = subprocess.run(["bash", SCRIPT], capture_output=True, text=True, env=env, timeout=600)
+    tmp = tempfile.mkdtemp(prefix="gpu-check-test.")   # the check keeps its work dir when a case failed
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHON=sys.executable, TMPDIR=tmp, **env_extra)
+    try:
+        p = subprocess.run(["bash", SCRIPT], capture_output=True, text=True, env=env, timeout=600)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     rows = {}
     for line in p.stdout.splitlines():
         m = ROW.match(line)
