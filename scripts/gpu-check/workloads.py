@@ -558,7 +558,13 @@ def main():
 
     dev = Device(torch, args.cpu)
     note(device=str(dev.device), fake=dev.fake)
-    CASES[args.case](args, torch, tw, dev)
+    try:
+        CASES[args.case](args, torch, tw, dev)
+    except Exception as e:
+        # an error the case did not expect (an import, a framework's API): said as such
+        if "error" not in RESULT and "reraised" not in RESULT and not is_oom(torch, e):
+            note(error="%s: %s" % (type(e).__name__, str(e)[:300]))
+        raise
     note(finished=time.time())
 
 
