@@ -1016,6 +1016,7 @@ impl Watch {
             kernel_oom_line,
             resources,
             sent_signal: None,
+            cuda_oom: None,
         })
     }
 
