@@ -7,9 +7,8 @@
 //! No I/O: the binary reads the file, maps its device to an NVML device and reads NVML's
 //! per-process figures; this module only decides.
 
-use watchdog_predictor::step_peak::{
-    Capacity, StepPeakAlert, StepPeakConfig, StepPeakPredictor, StepReport,
-};
+pub use watchdog_predictor::step_peak::StepReport;
+use watchdog_predictor::step_peak::{Capacity, StepPeakAlert, StepPeakConfig, StepPeakPredictor};
 use watchdog_types::units::{format_bytes, format_duration_s};
 use watchdog_types::{AlertReason, EventBody, Forecast, Phase, ResourceId, Sample};
 

@@ -37,6 +37,7 @@ use watchdog_config::Settings;
 mod actions;
 mod kmsg;
 mod lineage;
+mod run_steps;
 mod sources;
 
 /// How often the acknowledgment file is checked while an alert is outstanding.
@@ -133,7 +134,12 @@ pub fn run_command(
         outputs::live_cwd(&settings.host, own).as_deref(),
     )?;
     let prepared = Prepared::new(&settings, None)?;
-    let env = target::child_env(settings.signal, &outputs.request_file);
+    let mut env = target::child_env(settings.signal, &outputs.request_file);
+    // How often the client may write its step reports (see docs/recording.md).
+    env.push((
+        "WATCHDOG_INTERVAL".into(),
+        settings.interval.as_secs_f64().to_string(),
+    ));
     let wake = new_wake()?;
     // Before the spawn, so nothing the command backgrounds can leave the watch.
     lineage::become_subreaper()?;
@@ -231,6 +237,10 @@ pub struct Watch {
     hook_outcomes: std::sync::mpsc::Receiver<watchdog_alerter::hook::HookOutcome>,
     /// The Python client's environment file, until it was read (see `environment`).
     python_file: Option<RequestPlace>,
+    /// The run's step reports (see `steps`), and NVML's view of their device.
+    steps: crate::steps::StepsIntake,
+    gpu_view: crate::steps::GpuView,
+    steps_unmatched_said: bool,
     next_ack: Instant,
     next_python: Instant,
     /// Who the run belongs to and what it is, for status readers.
@@ -391,6 +401,7 @@ impl Watch {
         } = parts;
         let request_file = outputs.request_file.clone();
         let python_file = crate::environment::python_file(&request);
+        let steps = crate::steps::StepsIntake::new(&request, settings.dry_run);
         let start = Instant::now();
         let Prepared {
             events,
@@ -473,6 +484,9 @@ impl Watch {
             hooks,
             hook_outcomes,
             python_file: Some(python_file),
+            steps,
+            gpu_view: std::mem::take(&mut built.gpu_view),
+            steps_unmatched_said: false,
             next_ack: start,
             next_python: start,
             label: Label::default(),
@@ -607,11 +621,12 @@ impl Watch {
     pub fn conclude_within(&mut self, wait: Duration) -> TargetExit {
         self.sample(Instant::now());
         self.check_python_environment();
+        // The client writes a CUDA out-of-memory error's entry right before the exit.
+        self.check_steps(Instant::now());
         self.engine.discard_pending();
-        if self.engine.alerts_sent() > 0 {
-            // A target that acknowledges and exits at once must still have its ack recorded.
-            self.check_ack();
-        }
+        // A target that acknowledges (or saves on its own) and exits at once must still
+        // have its ack recorded.
+        self.check_ack();
         let exit = self.target.reap_within(wait);
         self.finish(exit);
         exit
@@ -683,7 +698,8 @@ impl Watch {
     /// Reads what the run writes back, each on its own schedule: the acknowledgment while
     /// an alert is outstanding, the Python client's environment until it came.
     fn read_from_the_run(&mut self, now: Instant) {
-        if self.engine.alerts_sent() > 0 && now >= self.next_ack {
+        // Always: a last-chance save is acknowledged with no request pending.
+        if now >= self.next_ack {
             self.check_ack();
             self.next_ack = now + ACK_CHECK_EVERY;
         }
@@ -756,6 +772,7 @@ impl Watch {
         self.reap_adopted();
         self.record_hook_outcomes();
         self.sample(now);
+        self.check_steps(now);
         if let Some(plan) = self.engine.decide() {
             self.act(plan);
         }
@@ -906,7 +923,15 @@ impl Watch {
         let Some(ack) = self.ack.check() else {
             return;
         };
-        let actions = self.engine.acknowledged(ack.seq, ack.time_unix);
+        let actions = self
+            .engine
+            .acknowledged_with(&watchdog_engine::Acknowledgment {
+                seq: ack.seq,
+                time_unix: ack.time_unix,
+                path: ack.path,
+                step: ack.step,
+                cause: ack.cause,
+            });
         self.perform(actions, None);
     }
 

@@ -1,0 +1,63 @@
+//! The watch's side of the run's step reports (see `crate::steps`): each look takes the
+//! new entries, maps their device to NVML and hands them to the engine, and hands on a
+//! CUDA out-of-memory error the client reported.
+
+use std::time::Instant;
+
+use watchdog_engine::StepBatch;
+
+use super::Watch;
+
+impl Watch {
+    /// One look at `<request file>.steps` at `now`: the new reports to the engine (their
+    /// alerts wait for the next decision), the exception for the verdict.
+    pub(super) fn check_steps(&mut self, now: Instant) {
+        let target = self.target.pid;
+        let tree = self.sampler.tree_pids();
+        let Some(taken) = self.steps.check(|pid| pid == target || tree.contains(&pid)) else {
+            return;
+        };
+        let (resource, gpu) = self.gpu_view.locate(&taken.device, taken.pid);
+        if resource.is_none() && !self.steps_unmatched_said && !taken.new.is_empty() {
+            self.steps_unmatched_said = true;
+            tracing::info!(
+                "the step reports' device ({}) is not a GPU NVML lists: its peaks are not predicted",
+                describe(&taken.device)
+            );
+        }
+        let t_ns = now.duration_since(self.start).as_nanos() as u64;
+        let mut actions = Vec::new();
+        self.engine.observe_steps(
+            &StepBatch {
+                resource,
+                writer: taken.pid,
+                reports: &taken.new,
+                gpu,
+            },
+            t_ns,
+            &mut actions,
+        );
+        if let Some(oom) = taken.exception {
+            actions.extend(self.engine.cuda_oom_reported(oom, resource));
+        }
+        self.perform(actions, None);
+    }
+}
+
+/// `index 0, GPU-5a1b...` for the log.
+fn describe(d: &crate::steps::DeviceRef) -> String {
+    let parts: Vec<String> = [
+        d.index.map(|i| format!("index {i}")),
+        d.uuid
+            .as_ref()
+            .map(|u| watchdog_types::quote::quote_value(u)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if parts.is_empty() {
+        "none named".to_string()
+    } else {
+        parts.join(", ")
+    }
+}
