@@ -237,3 +237,63 @@ fn run_sets_watchdog_interval() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("interval=0.25"), "{stdout}");
 }
+
+/// In the service: a run the daemon found writes its step reports beside the request
+/// file in its user's directory, and its leak is requested there, for `step_peak`.
+#[test]
+fn the_service_takes_the_step_reports_of_a_run_it_found() {
+    if !require(is_root(), "root (the daemon reads every process)") {
+        return;
+    }
+    let dir = watchdog_testsupport::public_scratch("wd-daemon-steps-");
+    let lib = build_fake(dir.path());
+    let pidfile = dir.path().join("train.pid");
+    let script = dir.path().join("nvml.script");
+    std::fs::write(
+        &script,
+        format!(
+            "device Fake_GPU {UUID} 8192 0 0 0\nprocess 0 1 2048 0\nprocess 0 pidfile:{} 512 0\n",
+            pidfile.display()
+        ),
+    )
+    .unwrap();
+    let conf = crate::daemon::write_config(
+        dir.path(),
+        r#"
+[[rule]]
+name = "steps"
+[rule.match]
+command = "steps_writer\\.py .*--tag service-steps"
+[rule.watch]
+lead = "3s"
+notify = false
+"#,
+    );
+    let log = dir.path().join("daemon.log");
+    let _daemon = crate::daemon::start_daemon(
+        &conf,
+        &log,
+        &[
+            ("WATCHDOG_NVML_LIB", lib.as_os_str()),
+            ("FAKE_NVML_SCRIPT", script.as_os_str()),
+        ],
+    );
+    let outcome_path = dir.path().join("outcome.json");
+    let out = std::process::Command::new("python3")
+        .arg(steps_writer())
+        .arg(&outcome_path)
+        .arg("leak")
+        .args(["--pidfile", pidfile.to_str().unwrap(), "--uuid", UUID])
+        .args(["--capacity-mib", "6144", "--tag", "service-steps"])
+        .arg("--service-dir")
+        .arg(dir.path().join("run/users/0"))
+        .output()
+        .unwrap();
+    let log_text = std::fs::read_to_string(&log).unwrap_or_default();
+    let outcome: Value =
+        serde_json::from_str(&std::fs::read_to_string(&outcome_path).unwrap()).unwrap();
+    assert_eq!(outcome["what"], "request", "{outcome}: {log_text}");
+    assert_eq!(outcome["reason"], "step_peak", "{outcome}");
+    assert!(outcome["step"].as_u64().unwrap() < 513, "{outcome}");
+    assert_eq!(out.status.code(), Some(0));
+}

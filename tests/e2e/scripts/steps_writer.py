@@ -42,9 +42,15 @@ p.add_argument("--index", type=int, default=0)
 p.add_argument("--writer-pid", type=int, default=None, help="the pid written in the file")
 p.add_argument("--symlink", action="store_true", help="make .steps a symlink to the real file")
 p.add_argument("--oversize", action="store_true", help="pad the file past 128 KiB")
+p.add_argument("--service-dir", help="the service's request directory of this user: the "
+               "request file is DIR/<pid>.request.json (a run the daemon found)")
+p.add_argument("--tag", help="ignored: makes the command line unique for a daemon's rule")
 args = p.parse_args()
 
-request_file = os.environ["WATCHDOG_REQUEST_FILE"]
+if args.service_dir:
+    request_file = os.path.join(args.service_dir, "%d.request.json" % os.getpid())
+else:
+    request_file = os.environ["WATCHDOG_REQUEST_FILE"]
 interval = float(os.environ.get("WATCHDOG_INTERVAL", "0.1"))
 steps_path = request_file + ".steps"
 device = {"index": args.index}
@@ -82,7 +88,11 @@ def write(exception=None):
         text += " " * (129 * 1024)
     target = steps_path + ".real" if args.symlink else steps_path
     tmp = target + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileNotFoundError:
+        return  # the service has not made the user's directory yet
+
     with os.fdopen(fd, "w") as f:
         f.write(text)
     os.replace(tmp, target)
