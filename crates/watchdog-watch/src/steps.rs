@@ -229,7 +229,7 @@ impl StepsIntake {
 
     /// One look: `None` when the file is missing, unchanged, bad (warned once) or not
     /// the run's (`in_tree` says which PIDs are).
-    pub fn check(&mut self, in_tree: impl Fn(u32) -> bool) -> Option<Taken> {
+    pub fn check(&mut self, mut in_tree: impl FnMut(u32) -> bool) -> Option<Taken> {
         let stamp = self.place.stamp()?;
         if self.stamp == Some(stamp) {
             return None;

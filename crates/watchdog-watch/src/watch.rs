@@ -923,6 +923,10 @@ impl Watch {
         let Some(ack) = self.ack.check() else {
             return;
         };
+        // Only a save no request asked for is taken before the first request.
+        if ack.cause.is_none() && self.engine.alerts_sent() == 0 {
+            return;
+        }
         let actions = self
             .engine
             .acknowledged_with(&watchdog_engine::Acknowledgment {

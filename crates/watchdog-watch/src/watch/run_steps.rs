@@ -13,8 +13,16 @@ impl Watch {
     /// alerts wait for the next decision), the exception for the verdict.
     pub(super) fn check_steps(&mut self, now: Instant) {
         let target = self.target.pid;
-        let tree = self.sampler.tree_pids();
-        let Some(taken) = self.steps.check(|pid| pid == target || tree.contains(&pid)) else {
+        let sampler = &mut self.sampler;
+        let Some(taken) = self.steps.check(|pid| {
+            if pid == target || sampler.tree_pids().contains(&pid) {
+                return true;
+            }
+            // A process started since the tree was last read (a worker a launcher just
+            // spawned) is looked for once more before its file is refused.
+            sampler.tree_mut().refresh_if_changed();
+            sampler.tree_pids().contains(&pid)
+        }) else {
             return;
         };
         let (resource, gpu) = self.gpu_view.locate(&taken.device, taken.pid);
