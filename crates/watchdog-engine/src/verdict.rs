@@ -217,12 +217,33 @@ pub fn diagnose(f: &ExitFacts) -> Verdict {
     if let Some(oom) = &f.cuda_oom
         && !matches!(f.exit, Some(TargetExit::Code(0)))
     {
-        let mut evidence = vec![format!("the run reported: {}", oom.sentence())];
+        let mut evidence = vec![match oom.step {
+            Some(s) => format!("the run's client reported a CUDA out-of-memory error at step {s}"),
+            None => "the run's client reported a CUDA out-of-memory error".to_string(),
+        }];
         if let Some(m) = &oom.message {
             evidence.push(format!("the error: {m}"));
         }
-        if let Some(a) = oom.allocated {
-            evidence.push(format!("{} allocated at the error", format_bytes(a)));
+        let figures: Vec<String> = [
+            oom.allocated
+                .map(|b| format!("{} allocated", format_bytes(b))),
+            oom.reserved
+                .map(|b| format!("{} reserved", format_bytes(b))),
+            oom.peak
+                .map(|b| format!("a peak of {} in the step", format_bytes(b))),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if !figures.is_empty() {
+            evidence.push(format!("the allocator had {}", figures.join(", ")));
+        }
+        if let Some(a) = oom.available {
+            evidence.push(format!(
+                "{} was what the allocator could have on {} (total less other processes and memory outside it)",
+                format_bytes(a),
+                oom.resource.as_deref().unwrap_or("the GPU")
+            ));
         }
         if oom.saved {
             evidence.push(match (&oom.saved_path, oom.saved_step) {
@@ -675,7 +696,8 @@ mod tests {
         let all = v.evidence.join("; ");
         for want in [
             "Tried to allocate 2.00 GiB",
-            "700.00 MiB allocated",
+            "the allocator had 700.00 MiB allocated, 900.00 MiB reserved, a peak of 950.00 MiB",
+            "920.00 MiB was what the allocator could have on gpu0",
             "ckpt/last holds step 120",
             "exit status 1",
         ] {
