@@ -621,6 +621,34 @@ mod step_peaks {
         );
     }
 
+    /// After the run saved, a peak below the one it alerted at ends the episode.
+    #[test]
+    fn a_save_and_a_fallen_peak_end_the_episode() {
+        let mut e = gpu();
+        let leak = (0..400u64).map(|i| 2 * GIB + i * 16 * MIB);
+        let (step, plan) = feed(&mut e, GpuUse::default(), leak).expect("an alert");
+        let _ = e.alerted(plan, &Delivery::default(), 1000.0);
+        let fallen = |e: &mut Engine, n: u64| {
+            let r = [report(step / 10 + n, GIB)];
+            let mut out = Vec::new();
+            e.observe_steps(
+                &StepBatch {
+                    resource: Some(ResourceId(0)),
+                    writer: 4242,
+                    reports: &r,
+                    gpu: GpuUse::default(),
+                },
+                1,
+                &mut out,
+            );
+            out.iter()
+                .any(|a| matches!(a, Action::Log(_, l) if l.contains("fell back")))
+        };
+        assert!(!fallen(&mut e, 1), "not before the run saved");
+        let _ = e.acknowledged(1, 1002.0);
+        assert!(fallen(&mut e, 2));
+    }
+
     #[test]
     fn a_steady_run_never_alerts() {
         let mut e = gpu();

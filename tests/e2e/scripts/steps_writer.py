@@ -20,6 +20,7 @@ acknowledgment and exit 0. OUT receives one JSON object: what happened and at wh
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 
@@ -56,6 +57,9 @@ steps_path = request_file + ".steps"
 device = {"index": args.index}
 if args.uuid:
     device["uuid"] = args.uuid
+
+# A training process catches the checkpoint signal; this one reads the request file.
+signal.signal(signal.SIGUSR1, lambda *_: None)
 
 if args.pidfile:
     with open(args.pidfile + ".tmp", "w") as f:
