@@ -60,9 +60,9 @@ pub struct StepsFile {
 struct RawFile {
     pid: u32,
     #[serde(default)]
-    device: DeviceRef,
+    device: Option<DeviceRef>,
     #[serde(default)]
-    steps: Vec<RawEntry>,
+    steps: Option<Vec<RawEntry>>,
     #[serde(default)]
     exception: Option<RawException>,
 }
@@ -72,8 +72,8 @@ struct RawEntry {
     n: u64,
     step: u64,
     phase: Phase,
-    #[serde(default = "one")]
-    pass: u64,
+    #[serde(default)]
+    pass: Option<u64>,
     time_unix: f64,
     #[serde(default)]
     duration_s: Option<f64>,
@@ -81,11 +81,11 @@ struct RawEntry {
     reserved: u64,
     peak: u64,
     #[serde(default)]
-    retries: u64,
+    retries: Option<u64>,
     #[serde(default)]
-    ooms: u64,
-    #[serde(default = "one_u32")]
-    folded: u32,
+    ooms: Option<u64>,
+    #[serde(default)]
+    folded: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -107,28 +107,21 @@ struct RawException {
     peak: Option<u64>,
 }
 
-fn one() -> u64 {
-    1
-}
-
-fn one_u32() -> u32 {
-    1
-}
-
 /// The client's step reports from their JSON (see `docs/recording.md`); an error names
 /// what is wrong. Unknown fields are ignored; an exception of another kind than
 /// `cuda_oom` is dropped. Pure.
 pub fn parse_steps(bytes: &[u8]) -> Result<StepsFile, String> {
     let raw: RawFile =
         serde_json::from_slice(bytes).map_err(|e| format!("not the client's step reports: {e}"))?;
-    if raw.steps.len() > MAX_ENTRIES {
+    let entries = raw.steps.unwrap_or_default();
+    if entries.len() > MAX_ENTRIES {
         return Err(format!(
             "{} entries: expected at most {MAX_ENTRIES}",
-            raw.steps.len()
+            entries.len()
         ));
     }
-    let mut steps = Vec::with_capacity(raw.steps.len());
-    for e in raw.steps {
+    let mut steps = Vec::with_capacity(entries.len());
+    for e in entries {
         if e.n == 0 || !e.time_unix.is_finite() {
             return Err(format!(
                 "entry n={} time_unix={}: expected n from 1 and a finite time",
@@ -139,18 +132,18 @@ pub fn parse_steps(bytes: &[u8]) -> Result<StepsFile, String> {
             n: e.n,
             step: e.step,
             phase: e.phase,
-            pass: e.pass.max(1),
+            pass: e.pass.unwrap_or(1).max(1),
             t_s: e.time_unix,
             duration_s: e.duration_s.filter(|d| d.is_finite() && *d >= 0.0),
             allocated: e.allocated,
             reserved: e.reserved,
             peak: e.peak,
-            retries: e.retries,
-            ooms: e.ooms,
-            folded: e.folded.max(1),
+            retries: e.retries.unwrap_or(0),
+            ooms: e.ooms.unwrap_or(0),
+            folded: e.folded.unwrap_or(1).max(1),
         });
     }
-    let mut device = raw.device;
+    let mut device = raw.device.unwrap_or_default();
     if let Some(u) = &mut device.uuid {
         u.truncate(u.floor_char_boundary(MAX_UUID_BYTES));
     }
@@ -445,6 +438,13 @@ mod tests {
         assert_eq!(a.duration_s, Some(0.051));
         assert_eq!(a.peak, 2_952_790_016);
         let b = &f.steps[1];
+        // Optional figures may be null.
+        let nulls = br#"{"pid": 1, "device": null, "steps": [{"n": 1, "step": 1, "phase": "other", "pass": null, "time_unix": 1, "duration_s": null, "allocated": 1, "reserved": 1, "peak": 1, "retries": null, "ooms": null, "batch_size": null, "tokens": null, "folded": null}], "exception": null}"#;
+        let n = parse_steps(nulls).unwrap();
+        assert_eq!(
+            (n.steps[0].pass, n.steps[0].folded, n.steps[0].retries),
+            (1, 1, 0)
+        );
         assert_eq!(
             (b.phase, b.pass, b.duration_s, b.folded),
             (Phase::Eval, 2, None, 1)
