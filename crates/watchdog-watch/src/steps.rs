@@ -264,7 +264,9 @@ impl StepsIntake {
             Some((pid, n)) if pid == file.pid => n,
             _ => 0,
         };
-        let new: Vec<StepReport> = file.steps.into_iter().filter(|r| r.n > after).collect();
+        let mut new: Vec<StepReport> = file.steps.into_iter().filter(|r| r.n > after).collect();
+        // In the order they were counted (folded entries carry their last `n`).
+        new.sort_by_key(|r| r.n);
         let top = new.iter().map(|r| r.n).max().unwrap_or(after);
         self.last = Some((file.pid, top));
         let exception = file.exception.and_then(|x| {
