@@ -23,6 +23,8 @@ pub const MAX_STEPS_FILE_BYTES: u64 = 128 * 1024;
 pub const MAX_ENTRIES: usize = 256;
 /// Longest exception message kept, in characters.
 pub const MAX_MESSAGE_CHARS: usize = 1000;
+/// Writers remembered for deduplication (the ranks of one run on one machine).
+const MAX_WRITERS: usize = 64;
 /// Longest device UUID kept, in bytes.
 const MAX_UUID_BYTES: usize = 96;
 
@@ -193,8 +195,8 @@ pub struct Taken {
 pub struct StepsIntake {
     place: RequestPlace,
     stamp: Option<FileStamp>,
-    /// The last writer and the highest `n` taken from it.
-    last: Option<(u32, u64)>,
+    /// Each writer (the ranks of a run share the file) and the highest `n` taken from it.
+    last: Vec<(u32, u64)>,
     /// The exception taken: its writer and time (or step).
     exception: Option<(u32, u64)>,
     warned: bool,
@@ -208,7 +210,7 @@ impl StepsIntake {
         StepsIntake {
             place: steps_file(request),
             stamp: None,
-            last: None,
+            last: Vec::new(),
             exception: None,
             warned: false,
             remove: !dry_run,
@@ -260,15 +262,24 @@ impl StepsIntake {
 
     /// The entries of `file` not taken before, and its exception the first time.
     fn take(&mut self, file: StepsFile) -> Taken {
-        let after = match self.last {
-            Some((pid, n)) if pid == file.pid => n,
-            _ => 0,
-        };
+        let after = self
+            .last
+            .iter()
+            .find(|(pid, _)| *pid == file.pid)
+            .map_or(0, |(_, n)| *n);
         let mut new: Vec<StepReport> = file.steps.into_iter().filter(|r| r.n > after).collect();
         // In the order they were counted (folded entries carry their last `n`).
         new.sort_by_key(|r| r.n);
         let top = new.iter().map(|r| r.n).max().unwrap_or(after);
-        self.last = Some((file.pid, top));
+        match self.last.iter_mut().find(|(pid, _)| *pid == file.pid) {
+            Some(last) => last.1 = top,
+            None => {
+                if self.last.len() == MAX_WRITERS {
+                    self.last.remove(0);
+                }
+                self.last.push((file.pid, top));
+            }
+        }
         let exception = file.exception.and_then(|x| {
             let key = (
                 file.pid,
@@ -529,6 +540,12 @@ mod tests {
         std::fs::write(&steps, entries(7, 2..=5)).unwrap();
         let t = intake.check(tree).unwrap();
         assert_eq!(t.new.iter().map(|r| r.n).collect::<Vec<_>>(), vec![4, 5]);
+        // Two ranks share the file: each one's entries are taken once.
+        std::fs::write(&steps, entries(9, 1..=2)).unwrap();
+        assert_eq!(intake.check(|p| p == 7 || p == 9).unwrap().new.len(), 2);
+        std::fs::write(&steps, entries(7, 4..=6)).unwrap();
+        let t = intake.check(tree).unwrap();
+        assert_eq!(t.new.iter().map(|r| r.n).collect::<Vec<_>>(), vec![6]);
         // Another process's file is left alone.
         std::fs::write(&steps, entries(8, 1..=2)).unwrap();
         assert_eq!(intake.check(tree), None);
