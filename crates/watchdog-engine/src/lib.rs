@@ -604,10 +604,7 @@ impl Engine {
     /// saw (its resources' last figures, the signal it had sent the target).
     pub fn verdict(&self, mut facts: ExitFacts) -> Verdict {
         facts.sent_signal = self.signalled_target;
-        if facts.cuda_oom.is_none() {
-            facts.cuda_oom = self.cuda_oom.clone();
-        }
-        verdict::diagnose(&facts)
+        verdict::diagnose_with(&facts, self.cuda_oom.as_ref())
     }
 
     /// The closing summary sentence and the `exit` event.

@@ -48,9 +48,6 @@ pub struct ExitFacts {
     pub resources: Vec<ResourceEnd>,
     /// The signal the watchdog sent the target itself, if it sent one.
     pub sent_signal: Option<i32>,
-    /// A CUDA out-of-memory error the run's client reported (its step reports'
-    /// `exception`, or an acknowledgment with the cause `cuda_oom`).
-    pub cuda_oom: Option<CudaOom>,
 }
 
 /// A CUDA out-of-memory error as the run's client reported it, with what the watchdog
@@ -136,6 +133,12 @@ const DISK_FULL: f64 = 0.005;
 
 /// Decides why the run ended.
 pub fn diagnose(f: &ExitFacts) -> Verdict {
+    diagnose_with(f, None)
+}
+
+/// Decides why the run ended, with the CUDA out-of-memory error the run's client reported
+/// (its step reports' `exception`, or an acknowledgment with the cause `cuda_oom`), if any.
+pub fn diagnose_with(f: &ExitFacts, cuda_oom: Option<&CudaOom>) -> Verdict {
     let mut evidence = Vec::new();
     let killed_by = match f.exit {
         Some(TargetExit::Signal(s)) => Some(s),
@@ -214,7 +217,7 @@ pub fn diagnose(f: &ExitFacts) -> Verdict {
     // 2b. The run's client saw a CUDA out-of-memory error and the run failed: its own
     // word, with the step and the allocator's figures (a run that caught the error and
     // went on to exit 0 did not end of it).
-    if let Some(oom) = &f.cuda_oom
+    if let Some(oom) = cuda_oom
         && !matches!(f.exit, Some(TargetExit::Code(0)))
     {
         let mut evidence = vec![match oom.step {
@@ -449,7 +452,6 @@ mod tests {
             kernel_oom_line: None,
             resources,
             sent_signal: None,
-            cuda_oom: None,
         }
     }
 
@@ -474,7 +476,6 @@ mod tests {
             64 * MIB,
         );
         let gpu_full = res("gpu0", ResourceKind::GpuMemory, 959 * MIB, 960 * MIB);
-        let gpu_low = res("gpu0", ResourceKind::GpuMemory, 300 * MIB, 960 * MIB);
         let runtime_done = res("runtime", ResourceKind::Runtime, 5_000, 5_000);
         let kill = Some(TargetExit::Signal(libc::SIGKILL));
         let cases: Vec<(&str, ExitFacts, VerdictKind)> = vec![
@@ -551,29 +552,6 @@ mod tests {
                 "attached, no evidence",
                 facts(None, vec![]),
                 VerdictKind::Unknown,
-            ),
-            (
-                "the client reported a CUDA OOM, GPU far from full",
-                with_oom(facts(Some(TargetExit::Code(1)), vec![gpu_low.clone()])),
-                VerdictKind::GpuOom,
-            ),
-            (
-                "the client reported a CUDA OOM, attached",
-                with_oom(facts(None, vec![])),
-                VerdictKind::GpuOom,
-            ),
-            (
-                "the client reported a CUDA OOM the run caught and exited 0",
-                with_oom(facts(Some(TargetExit::Code(0)), vec![gpu_low])),
-                VerdictKind::Exited,
-            ),
-            (
-                "a CUDA OOM reported, then the kernel's OOM killer",
-                with_oom(ExitFacts {
-                    oom_kills: Some((0, 1)),
-                    ..facts(kill, vec![cg_full.clone()])
-                }),
-                VerdictKind::OomKill,
             ),
         ];
         let cases = cases.into_iter().chain(crash_cases());
@@ -665,29 +643,63 @@ mod tests {
         cases
     }
 
-    fn with_oom(f: ExitFacts) -> ExitFacts {
-        ExitFacts {
-            cuda_oom: Some(CudaOom {
-                step: Some(121),
-                phase: Some(watchdog_types::Phase::Train),
-                message: Some("CUDA out of memory. Tried to allocate 2.00 GiB".into()),
-                allocated: Some(700 * MIB),
-                reserved: Some(900 * MIB),
-                peak: Some(950 * MIB),
-                available: Some(920 * MIB),
-                resource: Some("gpu0".into()),
-                saved_path: Some("ckpt/last".into()),
-                saved_step: Some(120),
-                saved: true,
-            }),
-            ..f
+    /// Issue 19: the client's report of a CUDA OOM is the verdict when the run failed.
+    #[test]
+    fn reported_cuda_oom_table() {
+        let gpu_low = res("gpu0", ResourceKind::GpuMemory, 300 * MIB, 960 * MIB);
+        let cg_full = res(
+            "cgroup_memory",
+            ResourceKind::CgroupMemory,
+            254 * MIB,
+            256 * MIB,
+        );
+        let cases: Vec<(&str, ExitFacts, VerdictKind)> = vec![
+            (
+                "GPU far from full",
+                facts(Some(TargetExit::Code(1)), vec![gpu_low.clone()]),
+                VerdictKind::GpuOom,
+            ),
+            ("attached", facts(None, vec![]), VerdictKind::GpuOom),
+            (
+                "the run caught it and exited 0",
+                facts(Some(TargetExit::Code(0)), vec![gpu_low]),
+                VerdictKind::Exited,
+            ),
+            (
+                "then the kernel's OOM killer",
+                ExitFacts {
+                    oom_kills: Some((0, 1)),
+                    ..facts(Some(TargetExit::Signal(libc::SIGKILL)), vec![cg_full])
+                },
+                VerdictKind::OomKill,
+            ),
+        ];
+        for (name, f, want) in cases {
+            let v = diagnose_with(&f, Some(&oom()));
+            assert_eq!(v.kind, want, "{name}: {v:?}");
+        }
+    }
+
+    fn oom() -> CudaOom {
+        CudaOom {
+            step: Some(121),
+            phase: Some(watchdog_types::Phase::Train),
+            message: Some("CUDA out of memory. Tried to allocate 2.00 GiB".into()),
+            allocated: Some(700 * MIB),
+            reserved: Some(900 * MIB),
+            peak: Some(950 * MIB),
+            available: Some(920 * MIB),
+            resource: Some("gpu0".into()),
+            saved_path: Some("ckpt/last".into()),
+            saved_step: Some(120),
+            saved: true,
         }
     }
 
     /// Issue 19: the client's report of a CUDA OOM gives the step and the figures.
     #[test]
     fn a_reported_cuda_oom_says_the_step_and_the_figures() {
-        let v = diagnose(&with_oom(facts(Some(TargetExit::Code(1)), vec![])));
+        let v = diagnose_with(&facts(Some(TargetExit::Code(1)), vec![]), Some(&oom()));
         assert_eq!(v.kind, VerdictKind::GpuOom);
         assert_eq!(
             v.summary,

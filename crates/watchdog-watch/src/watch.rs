@@ -37,8 +37,8 @@ use watchdog_config::Settings;
 mod actions;
 mod kmsg;
 mod lineage;
-mod run_steps;
 mod sources;
+mod steps_intake;
 
 /// How often the acknowledgment file is checked while an alert is outstanding.
 const ACK_CHECK_EVERY: Duration = Duration::from_millis(100);
@@ -134,12 +134,7 @@ pub fn run_command(
         outputs::live_cwd(&settings.host, own).as_deref(),
     )?;
     let prepared = Prepared::new(&settings, None)?;
-    let mut env = target::child_env(settings.signal, &outputs.request_file);
-    // How often the client may write its step reports (see docs/recording.md).
-    env.push((
-        "WATCHDOG_INTERVAL".into(),
-        settings.interval.as_secs_f64().to_string(),
-    ));
+    let env = target::child_env(settings.signal, &outputs.request_file, settings.interval);
     let wake = new_wake()?;
     // Before the spawn, so nothing the command backgrounds can leave the watch.
     lineage::become_subreaper()?;
@@ -621,12 +616,12 @@ impl Watch {
     pub fn conclude_within(&mut self, wait: Duration) -> TargetExit {
         self.sample(Instant::now());
         self.check_python_environment();
-        // The client writes a CUDA out-of-memory error's entry right before the exit.
-        self.check_steps(Instant::now());
+        self.read_last_steps_and_saves();
         self.engine.discard_pending();
-        // A target that acknowledges (or saves on its own) and exits at once must still
-        // have its ack recorded.
-        self.check_ack();
+        if self.engine.alerts_sent() > 0 {
+            // A target that acknowledges and exits at once must still have its ack recorded.
+            self.check_ack();
+        }
         let exit = self.target.reap_within(wait);
         self.finish(exit);
         exit
@@ -698,8 +693,7 @@ impl Watch {
     /// Reads what the run writes back, each on its own schedule: the acknowledgment while
     /// an alert is outstanding, the Python client's environment until it came.
     fn read_from_the_run(&mut self, now: Instant) {
-        // Always: a last-chance save is acknowledged with no request pending.
-        if now >= self.next_ack {
+        if self.engine.alerts_sent() > 0 && now >= self.next_ack {
             self.check_ack();
             self.next_ack = now + ACK_CHECK_EVERY;
         }
@@ -772,7 +766,7 @@ impl Watch {
         self.reap_adopted();
         self.record_hook_outcomes();
         self.sample(now);
-        self.check_steps(now);
+        self.read_steps_and_saves(now);
         if let Some(plan) = self.engine.decide() {
             self.act(plan);
         }
@@ -1045,7 +1039,6 @@ impl Watch {
             kernel_oom_line,
             resources,
             sent_signal: None,
-            cuda_oom: None,
         })
     }
 

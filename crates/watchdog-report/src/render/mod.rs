@@ -364,6 +364,21 @@ fn markers_for(rec: &Recording, index: usize) -> Vec<Marker> {
                     point_at: None,
                 });
             }
+            EventKind::Exit(x) => {
+                let verdict = x.verdict.as_deref().unwrap_or("exit");
+                out.push(Marker {
+                    class: "exit",
+                    t_s: e.t_s,
+                    color: COLOR_EXIT,
+                    label: format!("exit: {verdict}"),
+                    tooltip: format!(
+                        "the target exited at {}: {}",
+                        axis::format_seconds(e.t_s),
+                        x.summary.as_deref().unwrap_or(verdict)
+                    ),
+                    point_at: None,
+                });
+            }
             // A CUDA out-of-memory error the run reported, on its GPU's panel (or on
             // every GPU panel when the device was not known).
             EventKind::Other(name)
@@ -394,21 +409,6 @@ fn markers_for(rec: &Recording, index: usize) -> Vec<Marker> {
                         None => "CUDA OOM".to_string(),
                     },
                     tooltip,
-                    point_at: None,
-                });
-            }
-            EventKind::Exit(x) => {
-                let verdict = x.verdict.as_deref().unwrap_or("exit");
-                out.push(Marker {
-                    class: "exit",
-                    t_s: e.t_s,
-                    color: COLOR_EXIT,
-                    label: format!("exit: {verdict}"),
-                    tooltip: format!(
-                        "the target exited at {}: {}",
-                        axis::format_seconds(e.t_s),
-                        x.summary.as_deref().unwrap_or(verdict)
-                    ),
                     point_at: None,
                 });
             }

@@ -6,12 +6,32 @@ use std::time::Instant;
 
 use watchdog_engine::StepBatch;
 
-use super::Watch;
+use super::{ACK_CHECK_EVERY, Watch};
 
 impl Watch {
+    /// Each tick: the step reports, and before any request the acknowledgment of a save
+    /// no request asked for (the last-chance save; once a request was made the ack is
+    /// looked at on its own schedule).
+    pub(super) fn read_steps_and_saves(&mut self, now: Instant) {
+        self.check_steps(now);
+        if self.engine.alerts_sent() == 0 && now >= self.next_ack {
+            self.check_ack();
+            self.next_ack = now + ACK_CHECK_EVERY;
+        }
+    }
+
+    /// At the exit: the client writes a CUDA out-of-memory error's entry, and
+    /// acknowledges its last-chance save, right before it.
+    pub(super) fn read_last_steps_and_saves(&mut self) {
+        self.check_steps(Instant::now());
+        if self.engine.alerts_sent() == 0 {
+            self.check_ack();
+        }
+    }
+
     /// One look at `<request file>.steps` at `now`: the new reports to the engine (their
     /// alerts wait for the next decision), the exception for the verdict.
-    pub(super) fn check_steps(&mut self, now: Instant) {
+    fn check_steps(&mut self, now: Instant) {
         let target = self.target.pid;
         let sampler = &mut self.sampler;
         let Some(taken) = self.steps.check(|pid| {
