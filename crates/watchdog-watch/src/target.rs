@@ -283,8 +283,7 @@ pub fn forward_signals(
     Ok(())
 }
 
-/// The environment a target needs to talk back: `WATCHDOG_SIGNAL`, `WATCHDOG_REQUEST_FILE`,
-/// `WATCHDOG_PID` and `WATCHDOG_INTERVAL` (seconds).
+/// The environment a target needs to talk back: `WATCHDOG_SIGNAL`, `WATCHDOG_REQUEST_FILE`, `WATCHDOG_PID`.
 pub fn child_env(
     signal: i32,
     request_file: &std::path::Path,
@@ -300,7 +299,8 @@ pub fn child_env(
             request_file.to_string_lossy().into_owned(),
         ),
         ("WATCHDOG_PID".into(), std::process::id().to_string()),
-        // How often the client may write its step reports (docs/recording.md).
+        // And `WATCHDOG_INTERVAL`, in seconds: how often the client may write its step
+        // reports (docs/recording.md).
         (
             "WATCHDOG_INTERVAL".into(),
             interval.as_secs_f64().to_string(),
