@@ -12,6 +12,7 @@ mod daemon;
 mod deployed;
 mod exec_chains;
 mod gpu;
+mod gpu_steps;
 mod hooks;
 mod hostile;
 mod inputs;

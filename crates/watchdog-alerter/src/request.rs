@@ -246,7 +246,8 @@ impl RequestPlace {
     }
 
     /// The identity of its current version (not following a symlink); `None` when missing.
-    fn stamp(&self) -> Option<FileStamp> {
+    /// One `stat`: compare two stamps to parse a file only when it changed.
+    pub fn stamp(&self) -> Option<FileStamp> {
         match self {
             RequestPlace::Path(p) | RequestPlace::Given { path: p, .. } => {
                 let m = std::fs::symlink_metadata(p).ok()?;
@@ -330,7 +331,7 @@ pub fn read_ack(path: &Path) -> Option<Ack> {
 
 /// Identity of a file version: an atomic rename gives a new inode, an in-place write a new mtime or size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct FileStamp {
+pub struct FileStamp {
     ino: u64,
     mtime_ns: i128,
     size: u64,
@@ -343,6 +344,8 @@ pub struct AckWatcher {
     path: PathBuf,
     last: Option<FileStamp>,
     last_seq: Option<u64>,
+    /// The `time_unix` bits of the last acknowledgment with a `cause` reported.
+    last_cause: Option<u64>,
 }
 
 impl AckWatcher {
@@ -361,6 +364,7 @@ impl AckWatcher {
             ack,
             last,
             last_seq: None,
+            last_cause: None,
         }
     }
 
@@ -370,7 +374,10 @@ impl AckWatcher {
     }
 
     /// Returns a new acknowledgment when the file changed since the last call and holds a
-    /// `seq` not reported before; `None` otherwise (including when it is missing or malformed).
+    /// `seq` not reported before, or a `cause` (a save no request asked for, `seq` 0 or the
+    /// pending request's) with a `time_unix` not reported before; `None` otherwise
+    /// (including when it is missing or malformed). An ack already there at the start
+    /// is never reported, whatever it holds.
     pub fn check(&mut self) -> Option<Ack> {
         let now = self.ack.stamp()?;
         if self.last == Some(now) {
@@ -380,7 +387,13 @@ impl AckWatcher {
         // Only remember the stamp once the content parsed, so a half-written file (a client
         // that does not rename) is read again on the next call.
         self.last = Some(now);
-        if self.last_seq == Some(ack.seq) {
+        if ack.cause.is_some() {
+            let time = ack.time_unix.to_bits();
+            if self.last_cause == Some(time) {
+                return None;
+            }
+            self.last_cause = Some(time);
+        } else if self.last_seq == Some(ack.seq) {
             return None;
         }
         self.last_seq = Some(ack.seq);
@@ -559,6 +572,44 @@ mod tests {
 
     /// The binary deleted whatever `--request-file` named at start, even a file that was
     /// not a request (a typo could point it at a dataset or a checkpoint).
+    /// Issue 19: a last-chance save is acknowledged with a cause and `seq` 0 (no request
+    /// pending), or with the seq of a request already acknowledged: both are reported once,
+    /// and a stale one from an earlier run still is not.
+    #[test]
+    fn ack_watcher_reports_an_ack_with_a_cause_even_without_a_new_seq() {
+        let dir = tempfile::tempdir().unwrap();
+        let req = dir.path().join("req.json");
+        let cause = |seq, time_unix| Ack {
+            seq,
+            time_unix,
+            path: Some("ckpt/last".into()),
+            step: Some(12),
+            cause: Some("cuda_oom".into()),
+        };
+        write_ack(&req, &cause(0, 1.0)).unwrap();
+        let mut w = AckWatcher::new(&req);
+        assert_eq!(w.check(), None, "a stale cause ack is not reported");
+        write_ack(&req, &cause(0, 2.0)).unwrap();
+        assert_eq!(w.check(), Some(cause(0, 2.0)));
+        assert_eq!(w.check(), None);
+        // The same ack written again in place is not a new one.
+        write_ack(&req, &cause(0, 2.0)).unwrap();
+        assert_eq!(w.check(), None);
+        write_ack(
+            &req,
+            &Ack {
+                seq: 1,
+                time_unix: 3.0,
+                ..Ack::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(w.check().map(|a| a.seq), Some(1));
+        // A cause ack for the request already acknowledged still passes.
+        write_ack(&req, &cause(1, 4.0)).unwrap();
+        assert_eq!(w.check(), Some(cause(1, 4.0)));
+    }
+
     #[test]
     fn is_request_file_only_for_a_request() {
         let dir = tempfile::tempdir().unwrap();

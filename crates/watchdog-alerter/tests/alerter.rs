@@ -331,6 +331,9 @@ fn event_log_lines_parse_with_concurrent_writers() {
                         signal: Some("SIGUSR1".into()),
                         request_file: Some("/tmp/r \"quoted\"\n.json".into()),
                         dry_run: false,
+                        phase: None,
+                        step: None,
+                        predicted_peak: None,
                     })
                     .unwrap();
                 }

@@ -19,8 +19,11 @@
 #![deny(missing_docs)]
 
 pub mod replay;
+pub mod step_peaks;
 pub mod text;
 pub mod verdict;
+
+pub use step_peaks::{Acknowledgment, GpuUse, StepBatch};
 
 use watchdog_predictor::{Decision, Observation, PredictorConfig, ResourcePredictor};
 use watchdog_types::status::ResourceStatus;
@@ -211,6 +214,8 @@ struct Pending {
     sample: Sample,
     forecast: Forecast,
     reason: AlertReason,
+    /// The step-peak alert behind it, for a reason from the run's step reports.
+    step: Option<watchdog_predictor::step_peak::StepPeakAlert>,
 }
 
 /// What the engine knows about one resource.
@@ -245,6 +250,12 @@ pub struct Engine {
     signalled_target: Option<i32>,
     acks: u64,
     checkpoint_seconds: f64,
+    /// One step-peak predictor per GPU and writing process (see `step_peaks`).
+    step_peaks: Vec<step_peaks::StepPeakState>,
+    /// The longest requested save measured, seconds (0 before any).
+    save_s: f64,
+    /// The CUDA out-of-memory error the run reported, for the verdict.
+    cuda_oom: Option<verdict::CudaOom>,
 }
 
 impl Engine {
@@ -261,6 +272,9 @@ impl Engine {
             signalled_target: None,
             acks: 0,
             checkpoint_seconds: 0.0,
+            step_peaks: Vec::new(),
+            save_s: 0.0,
+            cuda_oom: None,
         };
         for r in resources {
             engine.add_resource(r.clone());
@@ -327,6 +341,7 @@ impl Engine {
                 sample: *s,
                 forecast: obs.forecast,
                 reason,
+                step: None,
             }),
             Decision::Rearm => {
                 let name = st.resource.name.clone();
@@ -362,7 +377,11 @@ impl Engine {
             used: first.sample.used,
             limit: first.sample.limit,
             predicted_s: first.forecast.seconds_left,
-            step_peak: None,
+            step_peak: first.step.map(|a| StepPeakFields {
+                phase: a.phase,
+                step: a.step,
+                predicted_peak: a.predicted_peak,
+            }),
         };
         Some(AlertPlan { request, alerts })
     }
@@ -390,7 +409,7 @@ impl Engine {
         {
             out.push(Action::Notify {
                 title: format!("watchdog: {} running out", st.resource.name),
-                body: alert_sentence(&st.resource, &first.sample, first.forecast, first.reason),
+                body: sentence(st, first),
             });
         }
         self.last_alert_unix = Some(now_unix);
@@ -413,7 +432,7 @@ impl Engine {
                 Level::Warn,
                 format!(
                     "ALERT {}{}; {sent}",
-                    alert_sentence(&st.resource, &p.sample, p.forecast, p.reason),
+                    sentence(st, p),
                     if dry_run { " (dry run)" } else { "" },
                 ),
             ));
@@ -435,6 +454,9 @@ impl Engine {
                     .then(|| watchdog_types::units::signal_name(signal)),
                 request_file: delivery.request_file.clone(),
                 dry_run,
+                phase: p.step.map(|a| a.phase),
+                step: p.step.map(|a| a.step),
+                predicted_peak: p.step.map(|a| a.predicted_peak),
             }));
         }
         out.push(Action::FlushRecording("alert"));
@@ -455,6 +477,7 @@ impl Engine {
             .filter(|d| d.is_finite() && *d >= 0.0);
         self.acks += 1;
         self.checkpoint_seconds += checkpoint_s.unwrap_or(0.0);
+        self.note_step_save(checkpoint_s);
         if let Some(d) = checkpoint_s {
             for st in &mut self.states {
                 st.predictor.note_checkpoint_duration(d);
@@ -488,6 +511,10 @@ impl Engine {
         out.push(Action::Emit(EventBody::Ack {
             checkpoint_s,
             lead_s: self.lead_s,
+            seq: None,
+            path: None,
+            step: None,
+            cause: None,
         }));
         out
     }
@@ -577,7 +604,7 @@ impl Engine {
     /// saw (its resources' last figures, the signal it had sent the target).
     pub fn verdict(&self, mut facts: ExitFacts) -> Verdict {
         facts.sent_signal = self.signalled_target;
-        verdict::diagnose(&facts)
+        verdict::diagnose_with(&facts, self.cuda_oom.as_ref())
     }
 
     /// The closing summary sentence and the `exit` event.
@@ -705,6 +732,15 @@ fn announce_limit(resource: &Resource, limit: u64, first: bool, out: &mut Vec<Ac
         unit,
         source: resource.source.clone(),
     }));
+}
+
+/// What an alert says: the step-peak sentence for a reason from the step reports, the
+/// resource's usage and trend otherwise.
+fn sentence(st: &ResourceState, p: &Pending) -> String {
+    match &p.step {
+        Some(a) => step_peaks::step_sentence(&st.resource.name, a),
+        None => alert_sentence(&st.resource, &p.sample, p.forecast, p.reason),
+    }
 }
 
 fn join_pids(pids: &[u32]) -> String {

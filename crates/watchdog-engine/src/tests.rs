@@ -245,7 +245,7 @@ fn a_slow_checkpoint_raises_the_lead() {
             .any(|a| matches!(a, Action::Log(_, l) if l.contains("lead raised to")))
     );
     assert!(events(&acts).iter().any(
-        |e| matches!(e, EventBody::Ack { checkpoint_s: Some(d), lead_s } if (*d - 4.0).abs() < 1e-9 && (*lead_s - 6.1).abs() < 1e-9)
+        |e| matches!(e, EventBody::Ack { checkpoint_s: Some(d), lead_s, .. } if (*d - 4.0).abs() < 1e-9 && (*lead_s - 6.1).abs() < 1e-9)
     ));
 }
 
@@ -516,4 +516,268 @@ fn acknowledged_checkpoints_are_counted_with_their_durations() {
     let _ = e.alerted(plan, &Delivery::default(), 1000.0);
     let _ = e.acknowledged(1, 1002.5);
     assert_eq!(e.checkpoints(), (1, 2.5));
+}
+
+mod step_peaks {
+    //! Issue 19: the run's step reports through the engine, scripted.
+    use super::*;
+    use crate::step_peaks::{Acknowledgment, GpuUse, StepBatch};
+    use watchdog_predictor::step_peak::StepReport;
+    use watchdog_types::Phase;
+
+    const GIB: u64 = 1 << 30;
+
+    /// An engine over `gpu0` (0), an 8 GiB device sampled once.
+    fn gpu() -> Engine {
+        let mut e = Engine::new(&[resource(0, ResourceKind::GpuMemory, "gpu0")], settings());
+        let mut out = Vec::new();
+        e.observe(&sample(0, 0.0, 2 * GIB, 8 * GIB), &mut out);
+        e
+    }
+
+    fn report(n: u64, peak: u64) -> StepReport {
+        StepReport {
+            n,
+            step: n * 10,
+            phase: Phase::Train,
+            pass: 1,
+            t_s: 1000.0 + n as f64 * 0.1,
+            duration_s: Some(0.1),
+            allocated: GIB,
+            reserved: peak.max(GIB),
+            peak,
+            retries: 0,
+            ooms: 0,
+            folded: 1,
+        }
+    }
+
+    /// Feeds the reports one per tick; returns the first plan and the step it came at.
+    fn feed(
+        e: &mut Engine,
+        gpu: GpuUse,
+        peaks: impl Iterator<Item = u64>,
+    ) -> Option<(u64, AlertPlan)> {
+        for (i, peak) in peaks.enumerate() {
+            let r = [report(i as u64 + 1, peak)];
+            let mut out = Vec::new();
+            e.observe_steps(
+                &StepBatch {
+                    resource: Some(ResourceId(0)),
+                    writer: 4242,
+                    reports: &r,
+                    gpu,
+                },
+                (i as u64 + 1) * 100_000_000,
+                &mut out,
+            );
+            if let Some(plan) = e.decide() {
+                return Some((r[0].step, plan));
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn a_per_step_leak_is_requested_before_the_step_that_would_not_fit() {
+        let mut e = gpu();
+        // 2 GiB + 16 MiB a step on an 8 GiB device: step 384 would not fit.
+        let leak = (0..400u64).map(|i| 2 * GIB + i * 16 * MIB);
+        let (step, plan) = feed(&mut e, GpuUse::default(), leak).expect("an alert");
+        let failing_step = 384 * 10;
+        assert!(step < failing_step, "alerted at step {step}");
+        let r = &plan.request;
+        assert_eq!(r.resource, "gpu0");
+        assert!(
+            matches!(r.reason, AlertReason::StepPeak | AlertReason::Fragmentation),
+            "{:?}",
+            r.reason
+        );
+        let fields = r.step_peak.expect("the step-peak fields");
+        assert_eq!(fields.phase, Phase::Train);
+        assert_eq!(fields.step, step);
+        assert!(fields.predicted_peak > 2 * GIB);
+        let out = e.alerted(plan, &Delivery::default(), 1000.0);
+        let alert = events(&out)
+            .into_iter()
+            .find_map(|e| match e {
+                EventBody::Alert {
+                    phase,
+                    step,
+                    predicted_peak,
+                    ..
+                } => Some((*phase, *step, *predicted_peak)),
+                _ => None,
+            })
+            .expect("an alert event");
+        assert_eq!(
+            alert,
+            (Some(Phase::Train), Some(step), Some(fields.predicted_peak))
+        );
+        assert!(
+            out.iter().any(|a| matches!(a, Action::Log(Level::Warn, l)
+                if l.contains("gpu0") && l.contains("will not fit") && l.contains("available to the allocator"))),
+            "{out:?}"
+        );
+    }
+
+    /// After the run saved, a peak below the one it alerted at ends the episode.
+    #[test]
+    fn a_save_and_a_fallen_peak_end_the_episode() {
+        let mut e = gpu();
+        let leak = (0..400u64).map(|i| 2 * GIB + i * 16 * MIB);
+        let (step, plan) = feed(&mut e, GpuUse::default(), leak).expect("an alert");
+        let _ = e.alerted(plan, &Delivery::default(), 1000.0);
+        let fallen = |e: &mut Engine, n: u64| {
+            let r = [report(step / 10 + n, GIB)];
+            let mut out = Vec::new();
+            e.observe_steps(
+                &StepBatch {
+                    resource: Some(ResourceId(0)),
+                    writer: 4242,
+                    reports: &r,
+                    gpu: GpuUse::default(),
+                },
+                1,
+                &mut out,
+            );
+            out.iter()
+                .any(|a| matches!(a, Action::Log(_, l) if l.contains("fell back")))
+        };
+        assert!(!fallen(&mut e, 1), "not before the run saved");
+        let _ = e.acknowledged(1, 1002.0);
+        assert!(fallen(&mut e, 2));
+    }
+
+    #[test]
+    fn a_steady_run_never_alerts() {
+        let mut e = gpu();
+        let steady = (0..500u64).map(|i| 5 * GIB + (i % 3) * MIB);
+        assert!(feed(&mut e, GpuUse::default(), steady).is_none());
+    }
+
+    /// What the others hold, and what the writer holds outside its allocator, is not
+    /// the allocator's: a flat 5 GiB peak fits 8 GiB alone, not beside 3.5 GiB more.
+    #[test]
+    fn other_processes_and_memory_outside_the_allocator_leave_less_room() {
+        let flat = || (0..100u64).map(|_| 5 * GIB);
+        assert!(feed(&mut gpu(), GpuUse::default(), flat()).is_none());
+        let others = GpuUse {
+            others: 3 * GIB + GIB / 2,
+            own: None,
+        };
+        assert!(feed(&mut gpu(), others, flat()).is_some());
+        // The writer's NVML usage is its 5 GiB reserved plus 3.5 GiB of context and buffers.
+        let outside = GpuUse {
+            others: 0,
+            own: Some(5 * GIB + 3 * GIB + GIB / 2),
+        };
+        assert!(feed(&mut gpu(), outside, flat()).is_some());
+    }
+
+    #[test]
+    fn reports_of_a_device_nvml_does_not_list_are_not_judged() {
+        let mut e = gpu();
+        let r = [report(1, 100 * GIB)];
+        let mut out = Vec::new();
+        e.observe_steps(
+            &StepBatch {
+                resource: None,
+                writer: 1,
+                reports: &r,
+                gpu: GpuUse::default(),
+            },
+            1,
+            &mut out,
+        );
+        assert!(e.decide().is_none());
+    }
+
+    #[test]
+    fn fragmentation_says_what_helps() {
+        let a = watchdog_predictor::step_peak::StepPeakAlert {
+            reason: AlertReason::Fragmentation,
+            phase: Phase::Train,
+            step: 120,
+            predicted_peak: 7 * GIB,
+            available: 6 * GIB,
+            steps_ahead: 3,
+            seconds_left: Some(1.5),
+        };
+        let line = crate::step_peaks::step_sentence("gpu0", &a);
+        assert!(line.starts_with("gpu0 is fragmented"), "{line}");
+        assert!(
+            line.contains("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"),
+            "{line}"
+        );
+        assert!(
+            line.contains("7.00 GiB") && line.contains("6.00 GiB"),
+            "{line}"
+        );
+        let eval = watchdog_predictor::step_peak::StepPeakAlert {
+            reason: AlertReason::EvalPeak,
+            phase: Phase::Eval,
+            ..a
+        };
+        let line = crate::step_peaks::step_sentence("gpu0", &eval);
+        assert!(
+            line.contains("the next evaluation's peak will not fit"),
+            "{line}"
+        );
+        assert!(!line.contains("expandable_segments"), "{line}");
+    }
+
+    /// The client's report of the error and its last-chance save make the verdict
+    /// `gpu_oom` with the step and the figures; the ack event carries path, step, cause.
+    #[test]
+    fn a_reported_cuda_oom_and_its_save_give_the_gpu_oom_verdict() {
+        let mut e = gpu();
+        let _ = feed(&mut e, GpuUse::default(), (0..5u64).map(|_| 3 * GIB));
+        let acts = e.acknowledged_with(&Acknowledgment {
+            seq: 0,
+            time_unix: 1001.0,
+            path: Some("ckpt/last".into()),
+            step: Some(49),
+            cause: Some("cuda_oom".into()),
+        });
+        assert!(events(&acts).iter().any(|e| matches!(e,
+            EventBody::Ack { seq: Some(0), path: Some(p), step: Some(49), cause: Some(c), checkpoint_s: None, .. }
+                if p == "ckpt/last" && c == "cuda_oom")));
+        let acts = e.cuda_oom_reported(
+            verdict::CudaOom {
+                step: Some(50),
+                phase: Some(Phase::Train),
+                peak: Some(7 * GIB),
+                reserved: Some(7 * GIB),
+                ..verdict::CudaOom::default()
+            },
+            Some(ResourceId(0)),
+        );
+        assert!(events(&acts).iter().any(|e| matches!(e,
+            EventBody::CudaOom { resource: Some(r), step: Some(50), available: Some(a), .. }
+                if r == "gpu0" && *a == 8 * GIB)));
+        assert_eq!(
+            e.checkpoints().0,
+            0,
+            "a save no request asked for is not counted"
+        );
+        let v = e.verdict(ExitFacts {
+            exit: Some(TargetExit::Code(1)),
+            ..ExitFacts::default()
+        });
+        assert_eq!(v.kind, VerdictKind::GpuOom);
+        assert!(
+            v.summary.contains("CUDA out of memory at step 50"),
+            "{}",
+            v.summary
+        );
+        assert!(v.summary.contains("8.00 GiB available"), "{}", v.summary);
+        assert!(
+            v.evidence
+                .iter()
+                .any(|l| l.contains("ckpt/last holds step 49")),
+            "{:?}",
+            v.evidence
+        );
+    }
 }

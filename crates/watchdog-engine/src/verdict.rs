@@ -50,6 +50,71 @@ pub struct ExitFacts {
     pub sent_signal: Option<i32>,
 }
 
+/// A CUDA out-of-memory error as the run's client reported it, with what the watchdog
+/// knew of the device then.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CudaOom {
+    /// The step that failed.
+    pub step: Option<u64>,
+    /// Its phase.
+    pub phase: Option<watchdog_types::Phase>,
+    /// The error's message (cut by the client).
+    pub message: Option<String>,
+    /// The allocator's allocated bytes then.
+    pub allocated: Option<u64>,
+    /// The allocator's reserved bytes then.
+    pub reserved: Option<u64>,
+    /// The allocator's peak bytes in the step.
+    pub peak: Option<u64>,
+    /// What the allocator could have on the device (total − others − outside the
+    /// allocator), from the last step report the watchdog took.
+    pub available: Option<u64>,
+    /// The GPU resource of the device (`gpu0`), when NVML lists it.
+    pub resource: Option<String>,
+    /// The last-chance checkpoint, when the client acknowledged one.
+    pub saved_path: Option<String>,
+    /// The step that checkpoint holds.
+    pub saved_step: Option<u64>,
+    /// Whether a last-chance save was acknowledged (with or without a path).
+    pub saved: bool,
+}
+
+impl CudaOom {
+    /// `CUDA out of memory at step 121 (training) on gpu0: peak 2.95 GiB, 3.00 GiB
+    /// reserved, 3.50 GiB available`, with what is known.
+    pub fn sentence(&self) -> String {
+        let mut s = "CUDA out of memory".to_string();
+        if let Some(step) = self.step {
+            s.push_str(&format!(" at step {step}"));
+        }
+        if let Some(phase) = self.phase {
+            s.push_str(match phase {
+                watchdog_types::Phase::Train => " (training)",
+                watchdog_types::Phase::Eval => " (evaluation)",
+                watchdog_types::Phase::Other => "",
+            });
+        }
+        if let Some(r) = &self.resource {
+            s.push_str(&format!(" on {r}"));
+        }
+        let figures: Vec<String> = [
+            self.peak.map(|b| format!("peak {}", format_bytes(b))),
+            self.reserved
+                .map(|b| format!("{} reserved", format_bytes(b))),
+            self.available
+                .map(|b| format!("{} available", format_bytes(b))),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if !figures.is_empty() {
+            s.push_str(": ");
+            s.push_str(&figures.join(", "));
+        }
+        s
+    }
+}
+
 /// The diagnosis.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Verdict {
@@ -68,6 +133,12 @@ const DISK_FULL: f64 = 0.005;
 
 /// Decides why the run ended.
 pub fn diagnose(f: &ExitFacts) -> Verdict {
+    diagnose_with(f, None)
+}
+
+/// Decides why the run ended, with the CUDA out-of-memory error the run's client reported
+/// (its step reports' `exception`, or an acknowledgment with the cause `cuda_oom`), if any.
+pub fn diagnose_with(f: &ExitFacts, cuda_oom: Option<&CudaOom>) -> Verdict {
     let mut evidence = Vec::new();
     let killed_by = match f.exit {
         Some(TargetExit::Signal(s)) => Some(s),
@@ -142,6 +213,56 @@ pub fn diagnose(f: &ExitFacts) -> Verdict {
         };
     }
     let crash = killed_by.and_then(crash_cause);
+
+    // 2b. The run's client saw a CUDA out-of-memory error and the run failed: its own
+    // word, with the step and the allocator's figures (a run that caught the error and
+    // went on to exit 0 did not end of it).
+    if let Some(oom) = cuda_oom
+        && !matches!(f.exit, Some(TargetExit::Code(0)))
+    {
+        let mut evidence = vec![match oom.step {
+            Some(s) => format!("the run's client reported a CUDA out-of-memory error at step {s}"),
+            None => "the run's client reported a CUDA out-of-memory error".to_string(),
+        }];
+        if let Some(m) = &oom.message {
+            evidence.push(format!("the error: {m}"));
+        }
+        let figures: Vec<String> = [
+            oom.allocated
+                .map(|b| format!("{} allocated", format_bytes(b))),
+            oom.reserved
+                .map(|b| format!("{} reserved", format_bytes(b))),
+            oom.peak
+                .map(|b| format!("a peak of {} in the step", format_bytes(b))),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if !figures.is_empty() {
+            evidence.push(format!("the allocator had {}", figures.join(", ")));
+        }
+        if let Some(a) = oom.available {
+            evidence.push(format!(
+                "{} was what the allocator could have on {} (total less other processes and memory outside it)",
+                format_bytes(a),
+                oom.resource.as_deref().unwrap_or("the GPU")
+            ));
+        }
+        if oom.saved {
+            evidence.push(match (&oom.saved_path, oom.saved_step) {
+                (Some(p), Some(s)) => format!("the last-chance checkpoint {p} holds step {s}"),
+                (Some(p), None) => format!("the last-chance checkpoint is {p}"),
+                (None, Some(s)) => format!("a last-chance checkpoint of step {s} was saved"),
+                (None, None) => "a last-chance checkpoint was saved".to_string(),
+            });
+        }
+        push_status(&mut evidence, f.exit);
+        return Verdict {
+            kind: VerdictKind::GpuOom,
+            summary: oom.sentence(),
+            evidence,
+        };
+    }
 
     // 3. The runtime limit.
     // A run that exits 0 past its limit ended on its own; one killed (or gone without a
@@ -520,6 +641,83 @@ mod tests {
             ),
         ]);
         cases
+    }
+
+    /// Issue 19: the client's report of a CUDA OOM is the verdict when the run failed.
+    #[test]
+    fn reported_cuda_oom_table() {
+        let gpu_low = res("gpu0", ResourceKind::GpuMemory, 300 * MIB, 960 * MIB);
+        let cg_full = res(
+            "cgroup_memory",
+            ResourceKind::CgroupMemory,
+            254 * MIB,
+            256 * MIB,
+        );
+        let cases: Vec<(&str, ExitFacts, VerdictKind)> = vec![
+            (
+                "GPU far from full",
+                facts(Some(TargetExit::Code(1)), vec![gpu_low.clone()]),
+                VerdictKind::GpuOom,
+            ),
+            ("attached", facts(None, vec![]), VerdictKind::GpuOom),
+            (
+                "the run caught it and exited 0",
+                facts(Some(TargetExit::Code(0)), vec![gpu_low]),
+                VerdictKind::Exited,
+            ),
+            (
+                "then the kernel's OOM killer",
+                ExitFacts {
+                    oom_kills: Some((0, 1)),
+                    ..facts(Some(TargetExit::Signal(libc::SIGKILL)), vec![cg_full])
+                },
+                VerdictKind::OomKill,
+            ),
+        ];
+        for (name, f, want) in cases {
+            let v = diagnose_with(&f, Some(&oom()));
+            assert_eq!(v.kind, want, "{name}: {v:?}");
+        }
+    }
+
+    fn oom() -> CudaOom {
+        CudaOom {
+            step: Some(121),
+            phase: Some(watchdog_types::Phase::Train),
+            message: Some("CUDA out of memory. Tried to allocate 2.00 GiB".into()),
+            allocated: Some(700 * MIB),
+            reserved: Some(900 * MIB),
+            peak: Some(950 * MIB),
+            available: Some(920 * MIB),
+            resource: Some("gpu0".into()),
+            saved_path: Some("ckpt/last".into()),
+            saved_step: Some(120),
+            saved: true,
+        }
+    }
+
+    /// Issue 19: the client's report of a CUDA OOM gives the step and the figures.
+    #[test]
+    fn a_reported_cuda_oom_says_the_step_and_the_figures() {
+        let v = diagnose_with(&facts(Some(TargetExit::Code(1)), vec![]), Some(&oom()));
+        assert_eq!(v.kind, VerdictKind::GpuOom);
+        assert_eq!(
+            v.summary,
+            "CUDA out of memory at step 121 (training) on gpu0: peak 950.00 MiB, 900.00 MiB reserved, 920.00 MiB available"
+        );
+        let all = v.evidence.join("; ");
+        for want in [
+            "Tried to allocate 2.00 GiB",
+            "the allocator had 700.00 MiB allocated, 900.00 MiB reserved, a peak of 950.00 MiB",
+            "920.00 MiB was what the allocator could have on gpu0",
+            "ckpt/last holds step 120",
+            "exit status 1",
+        ] {
+            assert!(all.contains(want), "{want}: {all}");
+        }
+        // Only what is known is said.
+        let bare = CudaOom::default();
+        assert_eq!(bare.sentence(), "CUDA out of memory");
     }
 
     #[test]

@@ -272,6 +272,16 @@ pub enum EventBody {
         request_file: Option<String>,
         /// Whether this was a dry run (nothing sent or written).
         dry_run: bool,
+        /// The phase whose step peak will not fit (`step_peak`, `eval_peak`,
+        /// `fragmentation` only).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        phase: Option<Phase>,
+        /// The last step the run reported (step-peak reasons only).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        step: Option<u64>,
+        /// The predicted allocator peak that will not fit, in bytes (step-peak reasons only).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        predicted_peak: Option<u64>,
     },
     /// A resource left its alert episode (usage fell back below the re-arm threshold).
     Rearm {
@@ -284,6 +294,43 @@ pub enum EventBody {
         checkpoint_s: Option<f64>,
         /// The lead time now in force, in seconds.
         lead_s: f64,
+        /// The request acknowledged; 0 for a save no request asked for.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        seq: Option<u64>,
+        /// The checkpoint written, when the client said.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        path: Option<String>,
+        /// The training step the checkpoint holds, when the client said.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        step: Option<u64>,
+        /// Why the client saved without a request (`cuda_oom`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cause: Option<String>,
+    },
+    /// The run reported a CUDA out-of-memory error raised inside a step (the `exception`
+    /// of its step reports).
+    CudaOom {
+        /// The GPU resource of the device, when NVML lists it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        resource: Option<String>,
+        /// The step that failed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        step: Option<u64>,
+        /// Its phase.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        phase: Option<Phase>,
+        /// The allocator's peak, in bytes.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        peak: Option<u64>,
+        /// The allocator's reserved memory, in bytes.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reserved: Option<u64>,
+        /// What the allocator could have on the device, in bytes, when known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        available: Option<u64>,
+        /// The error's message, as the client cut it (at most 1,000 characters).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
     },
     /// Writing one of the watchdog's outputs failed after the start (once per output
     /// and error, until it works again).

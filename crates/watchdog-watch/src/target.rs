@@ -329,7 +329,11 @@ impl ForwardTo {
 }
 
 /// The environment a target needs to talk back: `WATCHDOG_SIGNAL`, `WATCHDOG_REQUEST_FILE`, `WATCHDOG_PID`.
-pub fn child_env(signal: i32, request_file: &std::path::Path) -> Vec<(String, String)> {
+pub fn child_env(
+    signal: i32,
+    request_file: &std::path::Path,
+    interval: std::time::Duration,
+) -> Vec<(String, String)> {
     vec![
         (
             "WATCHDOG_SIGNAL".into(),
@@ -340,6 +344,12 @@ pub fn child_env(signal: i32, request_file: &std::path::Path) -> Vec<(String, St
             request_file.to_string_lossy().into_owned(),
         ),
         ("WATCHDOG_PID".into(), std::process::id().to_string()),
+        // And `WATCHDOG_INTERVAL`, in seconds: how often the client may write its step
+        // reports (docs/recording.md).
+        (
+            "WATCHDOG_INTERVAL".into(),
+            interval.as_secs_f64().to_string(),
+        ),
     ]
 }
 

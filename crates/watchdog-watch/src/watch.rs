@@ -39,6 +39,7 @@ mod kmsg;
 mod lineage;
 mod restart;
 mod sources;
+mod steps_intake;
 
 /// How often the acknowledgment file is checked while an alert is outstanding.
 const ACK_CHECK_EVERY: Duration = Duration::from_millis(100);
@@ -180,7 +181,7 @@ impl Session {
         extra: &[(String, String)],
     ) -> Result<Watch, Failure> {
         let prepared = Prepared::new(&settings, None)?;
-        let mut env = target::child_env(settings.signal, &outputs.request_file);
+        let mut env = target::child_env(settings.signal, &outputs.request_file, settings.interval);
         env.extend(extra.iter().cloned());
         let wake = match self.wake.take() {
             Some(wake) => wake,
@@ -311,6 +312,10 @@ pub struct Watch {
     hook_outcomes: std::sync::mpsc::Receiver<watchdog_alerter::hook::HookOutcome>,
     /// The Python client's environment file, until it was read (see `environment`).
     python_file: Option<RequestPlace>,
+    /// The run's step reports (see `steps`), and NVML's view of their device.
+    steps: crate::steps::StepsIntake,
+    gpu_view: crate::steps::GpuView,
+    steps_unmatched_said: bool,
     next_ack: Instant,
     next_python: Instant,
     /// Who the run belongs to and what it is, for status readers.
@@ -477,6 +482,7 @@ impl Watch {
         } = parts;
         let request_file = outputs.request_file.clone();
         let python_file = crate::environment::python_file(&request);
+        let steps = crate::steps::StepsIntake::new(&request, settings.dry_run);
         let start = Instant::now();
         let Prepared {
             events,
@@ -559,6 +565,9 @@ impl Watch {
             hooks,
             hook_outcomes,
             python_file: Some(python_file),
+            steps,
+            gpu_view: std::mem::take(&mut built.gpu_view),
+            steps_unmatched_said: false,
             next_ack: start,
             next_python: start,
             label: Label::default(),
@@ -696,6 +705,7 @@ impl Watch {
     pub fn conclude_within(&mut self, wait: Duration) -> TargetExit {
         self.sample(Instant::now());
         self.check_python_environment();
+        self.read_last_steps_and_saves();
         self.engine.discard_pending();
         if self.engine.alerts_sent() > 0 {
             // A target that acknowledges and exits at once must still have its ack recorded.
@@ -850,6 +860,7 @@ impl Watch {
         self.reap_adopted();
         self.record_hook_outcomes();
         self.sample(now);
+        self.read_steps_and_saves(now);
         if let Some(plan) = self.engine.decide() {
             self.act(plan);
         }
@@ -1000,7 +1011,19 @@ impl Watch {
         let Some(ack) = self.ack.check() else {
             return;
         };
-        let actions = self.engine.acknowledged(ack.seq, ack.time_unix);
+        // Only a save no request asked for is taken before the first request.
+        if ack.cause.is_none() && self.engine.alerts_sent() == 0 {
+            return;
+        }
+        let actions = self
+            .engine
+            .acknowledged_with(&watchdog_engine::Acknowledgment {
+                seq: ack.seq,
+                time_unix: ack.time_unix,
+                path: ack.path,
+                step: ack.step,
+                cause: ack.cause,
+            });
         self.perform(actions, None);
     }
 

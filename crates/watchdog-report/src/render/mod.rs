@@ -399,6 +399,39 @@ fn markers_for(rec: &Recording, index: usize) -> Vec<Marker> {
                     point_at: None,
                 });
             }
+            // A CUDA out-of-memory error the run reported, on its GPU's panel (or on
+            // every GPU panel when the device was not known).
+            EventKind::Other(name)
+                if name == "cuda_oom"
+                    && res.kind == "gpu_memory"
+                    && e.raw["resource"].as_str().is_none_or(|r| r == res.name) =>
+            {
+                let step = e.raw["step"].as_u64();
+                let mut tooltip = format!("CUDA out of memory at {}", axis::format_seconds(e.t_s));
+                if let Some(s) = step {
+                    let _ = write!(tooltip, ", step {s}");
+                }
+                for (field, what) in [
+                    ("peak", "peak"),
+                    ("reserved", "reserved"),
+                    ("available", "available"),
+                ] {
+                    if let Some(b) = e.raw[field].as_u64() {
+                        let _ = write!(tooltip, "; {what} {}", axis::format_value(res.unit, b));
+                    }
+                }
+                out.push(Marker {
+                    class: "cuda-oom",
+                    t_s: e.t_s,
+                    color: COLOR_ALERT,
+                    label: match step {
+                        Some(s) => format!("CUDA OOM at step {s}"),
+                        None => "CUDA OOM".to_string(),
+                    },
+                    tooltip,
+                    point_at: None,
+                });
+            }
             _ => {}
         }
     }

@@ -178,6 +178,21 @@ fn exhaustion_beyond_the_axis_points_right() {
     assert!(svg.contains("predicted exhaustion at 16m45s →"), "{svg}");
 }
 
+/// Issue 19: the CUDA out-of-memory error the run reported is marked, with its step, on
+/// its GPU's panel only.
+#[test]
+fn a_reported_cuda_oom_is_marked_on_its_gpu_panel() {
+    let text = "# watchdog recording v1\n#{\"resource\":{\"name\":\"gpu0\",\"kind\":\"gpu_memory\",\"unit\":\"bytes\"}}\n#{\"resource\":{\"name\":\"gpu1\",\"kind\":\"gpu_memory\",\"unit\":\"bytes\"}}\n#{\"resource\":{\"name\":\"host_memory\",\"kind\":\"host_memory\",\"unit\":\"bytes\"}}\n#{\"t\":8,\"event\":\"cuda_oom\",\"resource\":\"gpu0\",\"step\":121,\"peak\":3221225472,\"available\":3000000000}\n#{\"t\":9,\"event\":\"exit\",\"verdict\":\"gpu_oom\",\"summary\":\"CUDA out of memory at step 121\"}\ntime,resource,used,limit\n0,gpu0,1,8589934592\n0,gpu1,1,8589934592\n0,host_memory,1,8589934592\n10,gpu0,2,8589934592\n10,gpu1,2,8589934592\n10,host_memory,2,8589934592\n";
+    let svg = render_svg(&crate::recording::parse(text).unwrap());
+    let gpu0 = panel_of(&svg, "gpu0");
+    assert!(gpu0.contains("class=\"cuda-oom\""), "{gpu0}");
+    assert!(gpu0.contains("CUDA OOM at step 121"), "{gpu0}");
+    assert!(gpu0.contains("peak 3.00 GiB"), "{gpu0}");
+    for other in ["gpu1", "host_memory"] {
+        assert!(!panel_of(&svg, other).contains("CUDA OOM"), "{other}");
+    }
+}
+
 #[test]
 fn empty_recording_renders() {
     let rec =

@@ -651,9 +651,9 @@ impl Watch {
         }
     }
 
-    /// The run reported reaching `step` (the place for the step reports, whose steps count
-    /// whenever they came; an acknowledgment's step is kept with its time instead): the
-    /// highest is the attempt's step reached, which the progress rule compares.
+    /// The run reported reaching training step `step` (a step report; an acknowledgment's
+    /// step is kept with its time instead): the highest is the attempt's step reached,
+    /// which the progress rule compares.
     pub fn saw_step(&mut self, step: u64) {
         self.max_step = Some(self.max_step.map_or(step, |s| s.max(step)));
     }

@@ -28,6 +28,8 @@ pub struct Built {
     pub oom_counter: Option<OomKillCounter>,
     /// The GPUs watched, for the environment record.
     pub gpus: Vec<watchdog_types::environment::GpuFact>,
+    /// NVML's view for the run's step reports.
+    pub gpu_view: crate::steps::GpuView,
 }
 
 /// Opens every source for `target`, the host-wide files through `reads`.
@@ -104,12 +106,13 @@ pub fn build(
         Err(e) => unwatched.push(("runtime".to_string(), e.to_string())),
     }
 
-    let gpus = gpu.add_to(&mut sources, &mut unwatched);
+    let (gpus, gpu_view) = gpu.add_to(&mut sources, &mut unwatched);
     Built {
         sources,
         unwatched,
         oom_counter,
         gpus,
+        gpu_view,
     }
 }
 
@@ -210,23 +213,27 @@ impl GpuSetup {
     }
 
     /// Adds the GPU source, or says why there is none; returns the GPUs for the
-    /// environment record.
+    /// environment record and NVML's view for the step reports.
     fn add_to(
         self,
         sources: &mut Vec<Box<dyn Source>>,
         unwatched: &mut Vec<(String, String)>,
-    ) -> Vec<watchdog_types::environment::GpuFact> {
+    ) -> (
+        Vec<watchdog_types::environment::GpuFact>,
+        crate::steps::GpuView,
+    ) {
         if let Some(reason) = self.reason {
             unwatched.push(("gpu".to_string(), reason));
         }
         #[cfg(feature = "gpu")]
         if let Some(watch) = self.watch {
             let gpus = watch.environment();
+            let view = crate::steps::GpuView::new(watch.handle());
             sources.push(Box::new(watch));
-            return gpus;
+            return (gpus, view);
         }
         #[cfg(not(feature = "gpu"))]
         let _ = sources;
-        Vec::new()
+        (Vec::new(), crate::steps::GpuView::default())
     }
 }

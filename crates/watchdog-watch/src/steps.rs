@@ -1,0 +1,633 @@
+//! The run's step reports: `<request file>.steps`, what PyTorch's caching allocator knew
+//! at each step, written by the Python client (format in `docs/recording.md`, "What the
+//! run writes back"), and where its device is in NVML.
+//!
+//! [`StepsIntake`] looks at the file once per tick with one `stat` and parses it only
+//! when it changed; it is read without following a symlink, only as a regular file of at
+//! most [`MAX_STEPS_FILE_BYTES`], taken only when the writing PID is the target or in its
+//! tree, removed once taken (not in a dry run) and its entries deduplicated by `n`. A bad
+//! file is warned about once. [`parse_steps`] is pure and tested with fixtures;
+//! [`GpuView`] maps the report's device (UUID, else the one the writer holds memory on,
+//! else the index) to an NVML device and reads who holds what on it.
+
+use serde::Deserialize;
+use watchdog_alerter::request::{FileStamp, RequestPlace};
+use watchdog_engine::GpuUse;
+use watchdog_engine::step_peaks::StepReport;
+use watchdog_engine::verdict::CudaOom;
+use watchdog_types::{Phase, ResourceId};
+
+/// Largest step-report file read: 256 entries are about 60 KiB.
+pub const MAX_STEPS_FILE_BYTES: u64 = 128 * 1024;
+/// Most entries one file may hold (older ones are folded by the client).
+pub const MAX_ENTRIES: usize = 256;
+/// Longest exception message kept, in characters.
+pub const MAX_MESSAGE_CHARS: usize = 1000;
+/// Writers remembered for deduplication (the ranks of one run on one machine).
+const MAX_WRITERS: usize = 64;
+/// Longest device UUID kept, in bytes.
+const MAX_UUID_BYTES: usize = 96;
+
+/// The path of the step reports: `<request file>.steps`.
+pub fn steps_file(request: &RequestPlace) -> RequestPlace {
+    request.sibling(".steps")
+}
+
+/// The CUDA device the client names: `torch.cuda.current_device()` and its UUID.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct DeviceRef {
+    /// CUDA's index (relative to `CUDA_VISIBLE_DEVICES`).
+    pub index: Option<u32>,
+    /// `GPU-...`, when torch gives one.
+    pub uuid: Option<String>,
+}
+
+/// One file, parsed and checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepsFile {
+    /// The writer's PID.
+    pub pid: u32,
+    /// Its device.
+    pub device: DeviceRef,
+    /// The entries, as written (oldest first).
+    pub steps: Vec<StepReport>,
+    /// The CUDA out-of-memory error raised inside a step, once the client saw one.
+    pub exception: Option<CudaOom>,
+    /// When the exception was seen, seconds since the epoch (to take it once).
+    pub exception_unix: Option<f64>,
+}
+
+#[derive(Deserialize)]
+struct RawFile {
+    pid: u32,
+    #[serde(default)]
+    device: Option<DeviceRef>,
+    #[serde(default)]
+    steps: Option<Vec<RawEntry>>,
+    #[serde(default)]
+    exception: Option<RawException>,
+}
+
+#[derive(Deserialize)]
+struct RawEntry {
+    n: u64,
+    step: u64,
+    phase: Phase,
+    #[serde(default)]
+    pass: Option<u64>,
+    time_unix: f64,
+    #[serde(default)]
+    duration_s: Option<f64>,
+    allocated: u64,
+    reserved: u64,
+    peak: u64,
+    #[serde(default)]
+    retries: Option<u64>,
+    #[serde(default)]
+    ooms: Option<u64>,
+    #[serde(default)]
+    folded: Option<u32>,
+}
+
+#[derive(Deserialize)]
+struct RawException {
+    kind: String,
+    #[serde(default)]
+    step: Option<u64>,
+    #[serde(default)]
+    phase: Option<Phase>,
+    #[serde(default)]
+    time_unix: Option<f64>,
+    #[serde(default)]
+    message: Option<String>,
+    #[serde(default)]
+    allocated: Option<u64>,
+    #[serde(default)]
+    reserved: Option<u64>,
+    #[serde(default)]
+    peak: Option<u64>,
+}
+
+/// The client's step reports from their JSON (see `docs/recording.md`); an error names
+/// what is wrong. Unknown fields are ignored; an exception of another kind than
+/// `cuda_oom` is dropped. Pure.
+pub fn parse_steps(bytes: &[u8]) -> Result<StepsFile, String> {
+    let raw: RawFile =
+        serde_json::from_slice(bytes).map_err(|e| format!("not the client's step reports: {e}"))?;
+    let entries = raw.steps.unwrap_or_default();
+    if entries.len() > MAX_ENTRIES {
+        return Err(format!(
+            "{} entries: expected at most {MAX_ENTRIES}",
+            entries.len()
+        ));
+    }
+    let mut steps = Vec::with_capacity(entries.len());
+    for e in entries {
+        if e.n == 0 || !e.time_unix.is_finite() {
+            return Err(format!(
+                "entry n={} time_unix={}: expected n from 1 and a finite time",
+                e.n, e.time_unix
+            ));
+        }
+        steps.push(StepReport {
+            n: e.n,
+            step: e.step,
+            phase: e.phase,
+            pass: e.pass.unwrap_or(1).max(1),
+            t_s: e.time_unix,
+            duration_s: e.duration_s.filter(|d| d.is_finite() && *d >= 0.0),
+            allocated: e.allocated,
+            reserved: e.reserved,
+            peak: e.peak,
+            retries: e.retries.unwrap_or(0),
+            ooms: e.ooms.unwrap_or(0),
+            folded: e.folded.unwrap_or(1).max(1),
+        });
+    }
+    let mut device = raw.device.unwrap_or_default();
+    if let Some(u) = &mut device.uuid {
+        u.truncate(u.floor_char_boundary(MAX_UUID_BYTES));
+    }
+    let (exception, exception_unix) = match raw.exception {
+        Some(x) if x.kind == "cuda_oom" => {
+            let message = x
+                .message
+                .map(|m| m.chars().take(MAX_MESSAGE_CHARS).collect());
+            let oom = CudaOom {
+                step: x.step,
+                phase: x.phase,
+                message,
+                allocated: x.allocated,
+                reserved: x.reserved,
+                peak: x.peak,
+                ..CudaOom::default()
+            };
+            (Some(oom), x.time_unix.filter(|t| t.is_finite()))
+        }
+        _ => (None, None),
+    };
+    Ok(StepsFile {
+        pid: raw.pid,
+        device,
+        steps,
+        exception,
+        exception_unix,
+    })
+}
+
+/// What one look at the file brought: the entries not seen before, and the exception
+/// the first time it is seen.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Taken {
+    /// The writer's PID.
+    pub pid: u32,
+    /// Its device.
+    pub device: DeviceRef,
+    /// The new entries, oldest first.
+    pub new: Vec<StepReport>,
+    /// The CUDA out-of-memory error, the first time it is in the file.
+    pub exception: Option<CudaOom>,
+}
+
+/// Watches `<request file>.steps`; see the module documentation.
+#[derive(Debug)]
+pub struct StepsIntake {
+    place: RequestPlace,
+    stamp: Option<FileStamp>,
+    /// Each writer (the ranks of a run share the file) and the highest `n` taken from it.
+    last: Vec<(u32, u64)>,
+    /// The exception taken: its writer and time (or step).
+    exception: Option<(u32, u64)>,
+    warned: bool,
+    remove: bool,
+}
+
+impl StepsIntake {
+    /// Watches the step reports of the request at `request`; in a dry run the file is
+    /// left where it is.
+    pub fn new(request: &RequestPlace, dry_run: bool) -> StepsIntake {
+        StepsIntake {
+            place: steps_file(request),
+            stamp: None,
+            last: Vec::new(),
+            exception: None,
+            warned: false,
+            remove: !dry_run,
+        }
+    }
+
+    /// Where it is.
+    pub fn place(&self) -> &RequestPlace {
+        &self.place
+    }
+
+    /// One look: `None` when the file is missing, unchanged, bad (warned once) or not
+    /// the run's (`in_tree` says which PIDs are).
+    pub fn check(&mut self, mut in_tree: impl FnMut(u32) -> bool) -> Option<Taken> {
+        let stamp = self.place.stamp()?;
+        if self.stamp == Some(stamp) {
+            return None;
+        }
+        self.stamp = Some(stamp);
+        let file = match self.place.read_capped(MAX_STEPS_FILE_BYTES) {
+            Ok(None) => return None,
+            Ok(Some(bytes)) => parse_steps(&bytes),
+            Err(e) => Err(e.to_string()),
+        };
+        let file = match file {
+            Ok(f) => f,
+            Err(e) => {
+                self.warn(&e);
+                return None;
+            }
+        };
+        if !in_tree(file.pid) {
+            self.warn(&format!(
+                "written by PID {}, which is not the watched process nor in its tree",
+                file.pid
+            ));
+            return None;
+        }
+        // Only a file that did not change since it was read is removed: a newer one
+        // is read at the next look (its old entries are taken once, by `n`).
+        if self.remove
+            && self.place.stamp() == Some(stamp)
+            && let Err(e) = self.place.remove()
+        {
+            tracing::debug!("cannot remove {}: {e}", self.place.path().display());
+        }
+        Some(self.take(file))
+    }
+
+    /// The entries of `file` not taken before, and its exception the first time.
+    fn take(&mut self, file: StepsFile) -> Taken {
+        let after = self
+            .last
+            .iter()
+            .find(|(pid, _)| *pid == file.pid)
+            .map_or(0, |(_, n)| *n);
+        let mut new: Vec<StepReport> = file.steps.into_iter().filter(|r| r.n > after).collect();
+        // In the order they were counted (folded entries carry their last `n`).
+        new.sort_by_key(|r| r.n);
+        let top = new.iter().map(|r| r.n).max().unwrap_or(after);
+        match self.last.iter_mut().find(|(pid, _)| *pid == file.pid) {
+            Some(last) => last.1 = top,
+            None => {
+                if self.last.len() == MAX_WRITERS {
+                    self.last.remove(0);
+                }
+                self.last.push((file.pid, top));
+            }
+        }
+        let exception = file.exception.and_then(|x| {
+            let key = (
+                file.pid,
+                file.exception_unix
+                    .map(f64::to_bits)
+                    .or(x.step)
+                    .unwrap_or(0),
+            );
+            (self.exception != Some(key)).then(|| {
+                self.exception = Some(key);
+                x
+            })
+        });
+        Taken {
+            pid: file.pid,
+            device: file.device,
+            new,
+            exception,
+        }
+    }
+
+    fn warn(&mut self, why: &str) {
+        if !self.warned {
+            self.warned = true;
+            tracing::warn!(
+                "the step reports {} are not used: {why}",
+                self.place.path().display()
+            );
+        }
+    }
+}
+
+/// NVML as the step reports need it: which device is the report's, and who holds what
+/// on it. Empty without NVML (or a build without the `gpu` feature).
+#[derive(Clone, Default)]
+pub struct GpuView {
+    #[cfg(feature = "gpu")]
+    handle: Option<watchdog_sampler::gpu::GpuHandle>,
+}
+
+impl std::fmt::Debug for GpuView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuView").finish_non_exhaustive()
+    }
+}
+
+/// `GPU-5A1B...` and `5a1b...` are one UUID (torch gives it without the prefix).
+fn same_uuid(a: &str, b: &str) -> bool {
+    let bare = |s: &str| {
+        let s = s.trim();
+        s.strip_prefix("GPU-")
+            .or_else(|| s.strip_prefix("gpu-"))
+            .unwrap_or(s)
+            .to_ascii_lowercase()
+    };
+    !a.trim().is_empty() && bare(a) == bare(b)
+}
+
+/// One NVML device as [`locate`] sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NvmlDevice {
+    /// NVML's index.
+    pub index: u32,
+    /// Its GPU resource.
+    pub resource: ResourceId,
+    /// Its UUID.
+    pub uuid: String,
+    /// Whether the writer holds memory on it.
+    pub writer_on_it: bool,
+}
+
+/// The NVML device of a report's `device`: the UUID when given and known, else the one
+/// device the writer holds memory on, else the same index. Pure.
+pub fn locate(device: &DeviceRef, devices: &[NvmlDevice]) -> Option<ResourceId> {
+    if let Some(uuid) = &device.uuid
+        && let Some(d) = devices.iter().find(|d| same_uuid(uuid, &d.uuid))
+    {
+        return Some(d.resource);
+    }
+    let mut holding = devices.iter().filter(|d| d.writer_on_it);
+    if let (Some(d), None) = (holding.next(), holding.next()) {
+        return Some(d.resource);
+    }
+    let index = device.index?;
+    devices
+        .iter()
+        .find(|d| d.index == index)
+        .map(|d| d.resource)
+}
+
+impl GpuView {
+    /// A view through the GPU source's handle.
+    #[cfg(feature = "gpu")]
+    pub fn new(handle: watchdog_sampler::gpu::GpuHandle) -> GpuView {
+        GpuView {
+            handle: Some(handle),
+        }
+    }
+
+    /// The GPU resource of `device` and what NVML shows there besides `writer`'s
+    /// allocator; `(None, _)` when NVML lists no such device.
+    pub fn locate(&self, device: &DeviceRef, writer: u32) -> (Option<ResourceId>, GpuUse) {
+        #[cfg(feature = "gpu")]
+        if let Some(h) = &self.handle {
+            let is_writer = |p: &watchdog_sampler::gpu::GpuProcess| {
+                p.tree_pid == Some(writer) || p.pid == writer
+            };
+            let devices: Vec<NvmlDevice> = h
+                .devices()
+                .into_iter()
+                .filter(|d| !d.lost)
+                .map(|d| NvmlDevice {
+                    index: d.index,
+                    resource: d.resource,
+                    writer_on_it: h.processes(d.resource).iter().any(is_writer),
+                    uuid: d.uuid,
+                })
+                .collect();
+            let Some(resource) = locate(device, &devices) else {
+                return (None, GpuUse::default());
+            };
+            if h.device_level_fallback() {
+                // NVML's PIDs cannot be told apart from ours: nobody's share is known.
+                return (Some(resource), GpuUse::default());
+            }
+            let mut gpu = GpuUse::default();
+            for p in h.processes(resource) {
+                if is_writer(&p) {
+                    gpu.own = Some(gpu.own.unwrap_or(0) + p.used_bytes);
+                } else {
+                    gpu.others += p.used_bytes;
+                }
+            }
+            return (Some(resource), gpu);
+        }
+        let _ = (device, writer);
+        (None, GpuUse::default())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    const GOOD: &str = r#"{"pid": 1234, "device": {"index": 0, "uuid": "GPU-5a1b"},
+ "steps": [
+  {"n": 17, "step": 120, "phase": "train", "pass": 1, "time_unix": 1795465901.25,
+   "duration_s": 0.051, "allocated": 2147483648, "reserved": 3221225472,
+   "peak": 2952790016, "retries": 0, "ooms": 0, "batch_size": 32, "tokens": 4096, "folded": 1},
+  {"n": 18, "step": 3, "phase": "eval", "pass": 2, "time_unix": 1795465901.30,
+   "allocated": 2147483648, "reserved": 3221225472, "peak": 3000000000}
+ ],
+ "exception": {"kind": "cuda_oom", "step": 121, "phase": "train", "time_unix": 1795465901.31,
+   "message": "CUDA out of memory. Tried to allocate 2.00 GiB",
+   "allocated": 2952790016, "reserved": 3221225472, "peak": 3170893824}}"#;
+
+    /// The documented example parses into the predictor's reports and the verdict's
+    /// exception.
+    #[test]
+    fn the_documented_file_parses() {
+        let f = parse_steps(GOOD.as_bytes()).unwrap();
+        assert_eq!(f.pid, 1234);
+        assert_eq!(f.device.uuid.as_deref(), Some("GPU-5a1b"));
+        assert_eq!(f.steps.len(), 2);
+        let a = &f.steps[0];
+        assert_eq!((a.n, a.step, a.phase, a.pass), (17, 120, Phase::Train, 1));
+        assert_eq!(a.duration_s, Some(0.051));
+        assert_eq!(a.peak, 2_952_790_016);
+        let b = &f.steps[1];
+        // Optional figures may be null.
+        let nulls = br#"{"pid": 1, "device": null, "steps": [{"n": 1, "step": 1, "phase": "other", "pass": null, "time_unix": 1, "duration_s": null, "allocated": 1, "reserved": 1, "peak": 1, "retries": null, "ooms": null, "batch_size": null, "tokens": null, "folded": null}], "exception": null}"#;
+        let n = parse_steps(nulls).unwrap();
+        assert_eq!(
+            (n.steps[0].pass, n.steps[0].folded, n.steps[0].retries),
+            (1, 1, 0)
+        );
+        assert_eq!(
+            (b.phase, b.pass, b.duration_s, b.folded),
+            (Phase::Eval, 2, None, 1)
+        );
+        let x = f.exception.unwrap();
+        assert_eq!((x.step, x.phase), (Some(121), Some(Phase::Train)));
+        assert_eq!(x.peak, Some(3_170_893_824));
+        assert!(x.message.unwrap().starts_with("CUDA out of memory"));
+    }
+
+    #[test]
+    fn bad_files_are_refused_with_the_reason() {
+        let cases: &[(&str, &str)] = &[
+            ("not json", "not the client's step reports"),
+            (r#"{"steps": []}"#, "missing field `pid`"),
+            (
+                r#"{"pid": 1, "steps": [{"n": 1, "step": 1, "phase": "warmup", "time_unix": 1, "allocated": 1, "reserved": 1, "peak": 1}]}"#,
+                "unknown variant `warmup`",
+            ),
+            (
+                r#"{"pid": 1, "steps": [{"n": 0, "step": 1, "phase": "train", "time_unix": 1, "allocated": 1, "reserved": 1, "peak": 1}]}"#,
+                "expected n from 1",
+            ),
+            (
+                r#"{"pid": 1, "steps": [{"n": 1, "step": 1, "phase": "train", "time_unix": 1, "allocated": -1, "reserved": 1, "peak": 1}]}"#,
+                "not the client's step reports",
+            ),
+        ];
+        for (text, want) in cases {
+            let e = parse_steps(text.as_bytes()).unwrap_err();
+            assert!(e.contains(want), "{text}: {e}");
+        }
+        let entry = r#"{"n": 1, "step": 1, "phase": "train", "time_unix": 1, "allocated": 1, "reserved": 1, "peak": 1}"#;
+        let many = format!(r#"{{"pid": 1, "steps": [{}]}}"#, vec![entry; 257].join(","));
+        assert!(
+            parse_steps(many.as_bytes())
+                .unwrap_err()
+                .contains("at most 256")
+        );
+    }
+
+    #[test]
+    fn long_messages_are_cut_and_other_exceptions_dropped() {
+        let long = "x".repeat(5000);
+        let f = parse_steps(
+            format!(r#"{{"pid": 1, "exception": {{"kind": "cuda_oom", "message": "{long}"}}}}"#)
+                .as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(f.exception.unwrap().message.unwrap().chars().count(), 1000);
+        let f = parse_steps(br#"{"pid": 1, "exception": {"kind": "value_error"}}"#).unwrap();
+        assert_eq!(f.exception, None);
+    }
+
+    fn at(p: &Path) -> RequestPlace {
+        RequestPlace::Path(p.to_path_buf())
+    }
+
+    fn entries(pid: u32, ns: std::ops::RangeInclusive<u64>) -> String {
+        let e: Vec<String> = ns
+            .map(|n| format!(r#"{{"n": {n}, "step": {n}, "phase": "train", "time_unix": {n}, "allocated": 1, "reserved": 2, "peak": 3}}"#))
+            .collect();
+        format!(r#"{{"pid": {pid}, "steps": [{}]}}"#, e.join(","))
+    }
+
+    /// Taken from the tree only, removed once read, each `n` once.
+    #[test]
+    fn the_intake_takes_each_entry_once_from_the_tree_and_removes_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let req = dir.path().join("req.json");
+        let steps = dir.path().join("req.json.steps");
+        let mut intake = StepsIntake::new(&at(&req), false);
+        let tree = |pid| pid == 7;
+        assert_eq!(intake.check(tree), None);
+        std::fs::write(&steps, entries(7, 1..=3)).unwrap();
+        let t = intake.check(tree).unwrap();
+        assert_eq!(t.new.iter().map(|r| r.n).collect::<Vec<_>>(), vec![1, 2, 3]);
+        assert!(!steps.exists(), "removed once read");
+        // The client rewrote old entries with new ones: the old are not taken again.
+        std::fs::write(&steps, entries(7, 2..=5)).unwrap();
+        let t = intake.check(tree).unwrap();
+        assert_eq!(t.new.iter().map(|r| r.n).collect::<Vec<_>>(), vec![4, 5]);
+        // Two ranks share the file: each one's entries are taken once.
+        std::fs::write(&steps, entries(9, 1..=2)).unwrap();
+        assert_eq!(intake.check(|p| p == 7 || p == 9).unwrap().new.len(), 2);
+        std::fs::write(&steps, entries(7, 4..=6)).unwrap();
+        let t = intake.check(tree).unwrap();
+        assert_eq!(t.new.iter().map(|r| r.n).collect::<Vec<_>>(), vec![6]);
+        // Another process's file is left alone.
+        std::fs::write(&steps, entries(8, 1..=2)).unwrap();
+        assert_eq!(intake.check(tree), None);
+        assert!(steps.exists());
+        // A dry run reads and leaves it.
+        let mut dry = StepsIntake::new(&at(&req), true);
+        std::fs::write(&steps, entries(7, 1..=1)).unwrap();
+        assert!(dry.check(tree).is_some());
+        assert!(steps.exists());
+        assert_eq!(dry.check(tree), None, "unchanged: not parsed again");
+    }
+
+    #[test]
+    fn a_symlink_a_directory_or_an_oversized_file_is_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let tree = |pid| pid == 7;
+        let real = dir.path().join("real");
+        std::fs::write(&real, entries(7, 1..=1)).unwrap();
+        let link = dir.path().join("link.json");
+        std::os::unix::fs::symlink(&real, dir.path().join("link.json.steps")).unwrap();
+        assert_eq!(StepsIntake::new(&at(&link), false).check(tree), None);
+        assert!(real.exists());
+        let d = dir.path().join("d.json");
+        std::fs::create_dir(dir.path().join("d.json.steps")).unwrap();
+        assert_eq!(StepsIntake::new(&at(&d), false).check(tree), None);
+        let big = dir.path().join("big.json");
+        let mut text = entries(7, 1..=1).into_bytes();
+        text.resize(MAX_STEPS_FILE_BYTES as usize + 1, b' ');
+        std::fs::write(dir.path().join("big.json.steps"), text).unwrap();
+        assert_eq!(StepsIntake::new(&at(&big), false).check(tree), None);
+    }
+
+    #[test]
+    fn the_exception_is_taken_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let req = dir.path().join("req.json");
+        let steps = dir.path().join("req.json.steps");
+        let mut intake = StepsIntake::new(&at(&req), false);
+        let text = r#"{"pid": 7, "exception": {"kind": "cuda_oom", "step": 9, "time_unix": 5.0}}"#;
+        std::fs::write(&steps, text).unwrap();
+        assert_eq!(
+            intake.check(|_| true).unwrap().exception.unwrap().step,
+            Some(9)
+        );
+        std::fs::write(&steps, text).unwrap();
+        assert_eq!(intake.check(|_| true).unwrap().exception, None);
+    }
+
+    #[test]
+    fn the_device_is_found_by_uuid_then_by_the_writer_then_by_index() {
+        let dev = |index, uuid: &str, writer_on_it| NvmlDevice {
+            index,
+            resource: ResourceId(index as u16 + 10),
+            uuid: uuid.into(),
+            writer_on_it,
+        };
+        let devices = [
+            dev(0, "GPU-aaaa", false),
+            dev(1, "GPU-BBBB", true),
+            dev(2, "GPU-cccc", false),
+        ];
+        let by = |index, uuid: Option<&str>| DeviceRef {
+            index,
+            uuid: uuid.map(str::to_string),
+        };
+        // torch gives the UUID without the prefix, in lower case.
+        assert_eq!(
+            locate(&by(Some(0), Some("cccc")), &devices),
+            Some(ResourceId(12))
+        );
+        assert_eq!(
+            locate(&by(Some(0), Some("GPU-bbbb")), &devices),
+            Some(ResourceId(11))
+        );
+        // CUDA_VISIBLE_DEVICES=1 makes it CUDA's device 0: the writer's device wins.
+        assert_eq!(locate(&by(Some(0), None), &devices), Some(ResourceId(11)));
+        let nobody = [dev(0, "GPU-aaaa", false), dev(1, "GPU-BBBB", false)];
+        assert_eq!(
+            locate(&by(Some(1), Some("GPU-zzzz")), &nobody),
+            Some(ResourceId(11))
+        );
+        assert_eq!(locate(&by(None, None), &nobody), None);
+        assert_eq!(locate(&by(Some(5), None), &nobody), None);
+    }
+}

@@ -1,0 +1,97 @@
+//! The watch's side of the run's step reports (see `crate::steps`): each look takes the
+//! new entries, maps their device to NVML and hands them to the engine, and hands on a
+//! CUDA out-of-memory error the client reported.
+
+use std::time::Instant;
+
+use watchdog_engine::StepBatch;
+use watchdog_types::Phase;
+
+use super::{ACK_CHECK_EVERY, Watch};
+
+impl Watch {
+    /// Each tick: the step reports, and before any request the acknowledgment of a save
+    /// no request asked for (the last-chance save; once a request was made the ack is
+    /// looked at on its own schedule).
+    pub(super) fn read_steps_and_saves(&mut self, now: Instant) {
+        self.check_steps(now);
+        if self.engine.alerts_sent() == 0 && now >= self.next_ack {
+            self.check_ack();
+            self.next_ack = now + ACK_CHECK_EVERY;
+        }
+    }
+
+    /// At the exit: the client writes a CUDA out-of-memory error's entry, and
+    /// acknowledges its last-chance save, right before it.
+    pub(super) fn read_last_steps_and_saves(&mut self) {
+        self.check_steps(Instant::now());
+        if self.engine.alerts_sent() == 0 {
+            self.check_ack();
+        }
+    }
+
+    /// One look at `<request file>.steps` at `now`: the new reports to the engine (their
+    /// alerts wait for the next decision), the exception for the verdict.
+    fn check_steps(&mut self, now: Instant) {
+        let target = self.target.pid;
+        let sampler = &mut self.sampler;
+        let Some(taken) = self.steps.check(|pid| {
+            if pid == target || sampler.tree_pids().contains(&pid) {
+                return true;
+            }
+            // A process started since the tree was last read (a worker a launcher just
+            // spawned) is looked for once more before its file is refused.
+            sampler.tree_mut().refresh_if_changed();
+            sampler.tree_pids().contains(&pid)
+        }) else {
+            return;
+        };
+        let (resource, gpu) = self.gpu_view.locate(&taken.device, taken.pid);
+        if resource.is_none() && !self.steps_unmatched_said && !taken.new.is_empty() {
+            self.steps_unmatched_said = true;
+            tracing::info!(
+                "the step reports' device ({}) is not a GPU NVML lists: its peaks are not predicted",
+                describe(&taken.device)
+            );
+        }
+        // A training step counts towards the step the attempt reached (the restart's
+        // progress rule); an evaluation's batch index is not a training step.
+        for r in taken.new.iter().filter(|r| r.phase == Phase::Train) {
+            self.saw_step(r.step);
+        }
+        let t_ns = now.duration_since(self.start).as_nanos() as u64;
+        let mut actions = Vec::new();
+        self.engine.observe_steps(
+            &StepBatch {
+                resource,
+                writer: taken.pid,
+                reports: &taken.new,
+                gpu,
+            },
+            t_ns,
+            &mut actions,
+        );
+        if let Some(oom) = taken.exception {
+            actions.extend(self.engine.cuda_oom_reported(oom, resource));
+        }
+        self.perform(actions, None);
+    }
+}
+
+/// `index 0, GPU-5a1b...` for the log.
+fn describe(d: &crate::steps::DeviceRef) -> String {
+    let parts: Vec<String> = [
+        d.index.map(|i| format!("index {i}")),
+        d.uuid
+            .as_ref()
+            .map(|u| watchdog_types::quote::quote_value(u)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if parts.is_empty() {
+        "none named".to_string()
+    } else {
+        parts.join(", ")
+    }
+}
