@@ -22,8 +22,8 @@
 #![deny(missing_docs)]
 
 mod envelope;
-mod steps;
 pub mod step_peak;
+mod steps;
 
 use envelope::{BUCKETS_PER_LEAD, Envelope};
 use steps::StepLearner;
