@@ -891,6 +891,11 @@ impl StepPeakPredictor {
         })
     }
 
+    /// Whether an episode is under way (an alert was made and not yet re-armed).
+    pub fn alerted(&self) -> bool {
+        self.alerted
+    }
+
     /// Starts a new episode at once (the caller knows the run changed: it restarted, or
     /// saved and freed memory).
     pub fn rearm(&mut self) {

@@ -31,6 +31,7 @@
 pub mod diff;
 pub mod recording;
 pub mod render;
+pub mod step_trace;
 pub mod text;
 pub mod trace;
 

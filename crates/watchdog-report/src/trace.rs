@@ -823,7 +823,7 @@ fn amount_field(text: &str, i: usize, scale: f64, limit: bool) -> Option<(u64, u
     Some((v?, end))
 }
 
-fn parse_amount(s: &str, scale: f64) -> Option<u64> {
+pub(crate) fn parse_amount(s: &str, scale: f64) -> Option<u64> {
     let s = s.trim();
     if s.is_empty() {
         return None;
