@@ -703,6 +703,55 @@ mod tests {
         assert_eq!(parsed.time_went_back.map(|b| b.skipped), Some(2));
     }
 
+    /// A step-peak trace: its own header, replayed by the step-peak predictor; the alert
+    /// line says the phase, the step and the predicted peak.
+    #[test]
+    fn a_step_trace_is_replayed_by_the_step_peak_predictor() {
+        let gib = 1u64 << 30;
+        let mut text = String::from(
+            "# save_s: 10\ntime,phase,step,pass,duration,allocated,reserved,peak,retries,ooms,total,others,outside\n",
+        );
+        // 4 MiB a step from 10 GiB on a 24 GiB card, 0.2 s steps.
+        for step in 1..5000u64 {
+            let peak = 10 * gib + step * (4 << 20);
+            if peak > 23 * gib {
+                break;
+            }
+            text.push_str(&format!(
+                "{:.1},train,{step},1,0.2,{},{peak},{peak},0,0,{},0,{}\n",
+                step as f64 * 0.2,
+                6 * gib,
+                24 * gib,
+                gib / 2
+            ));
+        }
+        let r = run(&text, &settings(30.0, 0.1)).unwrap();
+        assert_eq!(r.alerts.len(), 1, "{r:?}");
+        let a = &r.alerts[0];
+        assert_eq!(a.reason, AlertReason::StepPeak);
+        let fields = a.step_peak.unwrap();
+        assert_eq!(fields.phase, watchdog_types::Phase::Train);
+        assert!(fields.predicted_peak > a.used);
+        assert_eq!(a.limit, 24 * gib - gib / 2);
+        let json = r.to_json_lines();
+        let first = json.lines().next().unwrap();
+        assert!(
+            first.contains(&format!(
+                ",\"phase\":\"train\",\"step\":{},\"predicted_peak\":{}}}",
+                fields.step, fields.predicted_peak
+            )),
+            "{first}"
+        );
+        assert_eq!(r.resources[0].resource, "gpu0");
+        assert_eq!(r.resources[0].alerts, 1);
+        // A malformed step line is an error with its line number.
+        let bad = text.replace(",train,5,", ",walk,5,");
+        assert!(matches!(
+            run(&bad, &settings(30.0, 0.1)),
+            Err(TraceError::Malformed { line: 7, .. })
+        ));
+    }
+
     #[test]
     fn malformed_trace_is_an_error() {
         assert!(matches!(

@@ -632,8 +632,9 @@ impl Passes {
     /// as from the pass before to the last, will not fit, among the next one and every
     /// one after it that starts less than the horizon after the pass before it ends (no
     /// later look would come in time for those). `now_s` is the last report's time.
-    fn forecast(&self, now_s: f64, horizon_s: f64, fits: f64) -> Option<Outlook> {
-        if self.current.is_some() || self.len < 2 {
+    /// `None` before two passes ended, and while a pass is under way unless `during`.
+    fn forecast(&self, now_s: f64, horizon_s: f64, fits: f64, during: bool) -> Option<Outlook> {
+        if (self.current.is_some() && !during) || self.len < 2 {
             return None;
         }
         let (last, before) = (self.last(0), self.last(1));
@@ -785,11 +786,17 @@ impl StepPeakPredictor {
         let horizon_s = lead_s.max(save_s);
         let train = self.train.forecast(horizon_s, fits);
         let other = self.other.forecast(horizon_s, fits);
-        let eval = self.evals.forecast(now_s, horizon_s, fits);
         let reserve = self.reserve_forecast(horizon_s, fits);
         if self.alerted {
+            // The next evaluations are judged from the passes that ended, also while one
+            // is under way (whose own peak counts too).
             let calm = fits - REARM_FRACTION * available;
+            let eval = self.evals.forecast(now_s, horizon_s, fits, true);
+            let current = self.evals.current.map_or(0.0, |(_, p)| p.peak as f64);
             let peaks = [Some(train), Some(other), eval, reserve];
+            if current > calm {
+                return None;
+            }
             if !self.retries_growing() && peaks.iter().flatten().all(|f| f.peak() <= calm) {
                 self.alerted = false;
             }
@@ -804,6 +811,7 @@ impl StepPeakPredictor {
             steps_ahead: ahead,
             seconds_left: seconds,
         };
+        let eval = self.evals.forecast(now_s, horizon_s, fits, false);
         let step_fail = [(Phase::Train, train), (Phase::Other, other)]
             .into_iter()
             .find_map(|(phase, f)| match f {

@@ -474,3 +474,35 @@ proptest! {
         prop_assert!(ahead >= horizon, "warned {:.2}s ahead, horizon {:.2}s: {:?}", ahead, horizon, sim.alerts[0]);
     }
 }
+
+/// An evaluation warned two passes ahead (by the margin) stays one episode through the
+/// pass in between: while a pass is under way the next ones are still judged.
+#[test]
+fn a_growing_evaluation_is_one_episode_through_the_passes_until_it_fails() {
+    let mut sim = Sim::new(30.0, 10.0);
+    let available = capacity().available() as f64;
+    for (e, level) in [0.80, 0.88, 0.96].into_iter().enumerate() {
+        for _ in 0..600 {
+            sim.train(0.1, (0.5 * fits()) as u64);
+        }
+        let peak = (available * level) as u64;
+        for _ in 0..40 {
+            sim.report(
+                Phase::Eval,
+                e as u64 + 1,
+                0.05,
+                peak,
+                peak,
+                0,
+                1,
+                capacity(),
+            );
+        }
+    }
+    for _ in 0..600 {
+        sim.train(0.1, (0.5 * fits()) as u64);
+    }
+    // The fourth (1.04) would fail: warned once, after the second.
+    assert_eq!(sim.alerts.len(), 1, "{:?}", sim.alerts);
+    assert_eq!(sim.alerts[0].1.reason, AlertReason::EvalPeak);
+}
