@@ -402,7 +402,7 @@ fn an_entry_seen_twice_is_taken_once_and_nothing_comes_before_a_capacity() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
 
     /// Peaks that wander within a band that fits (batch shapes, folded entries, a first
     /// step lower than the rest, steady evaluations) never alert.
