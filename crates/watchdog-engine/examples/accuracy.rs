@@ -184,12 +184,7 @@ fn fmt_ahead(first: Option<(f64, usize, AlertReason)>, fails: f64, save: f64) ->
 /// predictor and through the NVML-total policy (the usage predictor over reserved +
 /// outside + others against the device's total, sampled once a step).
 fn step_table(root: &std::path::Path) -> String {
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(root.join("tests/traces/steps"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "csv"))
-        .collect();
-    paths.sort();
+    let paths = csv_files(&root.join("tests/traces/steps"));
     let mut table = String::from(
         "| trace | lead / save | fails at | step peak: first alert ahead | step peak: false alarms | NVML total: first alert ahead | NVML total: false alarms |\n|---|---|---|---|---|---|---|\n",
     );
@@ -284,6 +279,17 @@ fn step_table(root: &std::path::Path) -> String {
     table
 }
 
+/// The `.csv` files of `dir`, sorted.
+fn csv_files(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "csv"))
+        .collect();
+    paths.sort();
+    paths
+}
+
 /// Replaces what is between `begin` and `end` in `doc` with `table`.
 fn splice(doc: &str, begin: &str, end: &str, table: &str) -> Option<String> {
     let (b, e) = (doc.find(begin)?, doc.find(end)?);
@@ -292,12 +298,7 @@ fn splice(doc: &str, begin: &str, end: &str, table: &str) -> Option<String> {
 
 fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(root.join("tests/traces"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "csv"))
-        .collect();
-    paths.sort();
+    let paths = csv_files(&root.join("tests/traces"));
     let mut table = String::new();
     table.push_str(
         "| trace | lead | exhausts at | ours: lead achieved | ours: false alarms | ours: error at 25 / 50 / 75% | predict_linear: lead achieved | predict_linear: false alarms | predict_linear: error at 25 / 50 / 75% |\n",

@@ -105,6 +105,24 @@ pub struct TimeWentBack {
 }
 
 impl TimeWentBack {
+    /// Counts a sample at `t_s` (from `line`) that came after one at `last_s`, times from
+    /// the trace's start `start_s`, in `slot` (the first such sample is the one named).
+    fn note(
+        slot: &mut Option<TimeWentBack>,
+        line: Option<usize>,
+        t_s: f64,
+        last_s: f64,
+        start_s: f64,
+    ) {
+        slot.get_or_insert(TimeWentBack {
+            line,
+            t_s: t_s - start_s,
+            after_s: last_s - start_s,
+            skipped: 0,
+        })
+        .skipped += 1;
+    }
+
     /// One line for people.
     pub fn warning(&self) -> String {
         let at = match self.line {
@@ -247,13 +265,7 @@ where
     fn observe(&mut self, s: TraceSample, line: Option<usize>) {
         if self.start.is_some() && s.t_s < self.last_t {
             let start = self.start.unwrap_or(0.0);
-            let back = self.time_went_back.get_or_insert(TimeWentBack {
-                line,
-                t_s: s.t_s - start,
-                after_s: self.last_t - start,
-                skipped: 0,
-            });
-            back.skipped += 1;
+            TimeWentBack::note(&mut self.time_went_back, line, s.t_s, self.last_t, start);
             return;
         }
         self.samples += 1;
@@ -416,13 +428,7 @@ impl StepReplay {
     pub fn observe(&mut self, row: &StepRow, line: Option<usize>) -> Option<StepPeakAlert> {
         let start = *self.start.get_or_insert(row.t_s);
         if row.t_s < self.last_t {
-            let back = self.time_went_back.get_or_insert(TimeWentBack {
-                line,
-                t_s: row.t_s - start,
-                after_s: self.last_t - start,
-                skipped: 0,
-            });
-            back.skipped += 1;
+            TimeWentBack::note(&mut self.time_went_back, line, row.t_s, self.last_t, start);
             return None;
         }
         self.last_t = row.t_s;

@@ -24,15 +24,20 @@ fn corpus_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/traces")
 }
 
-fn corpus() -> Vec<(String, Trace)> {
-    let mut out = Vec::new();
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(corpus_dir())
+/// The `.csv` files of `dir`, sorted.
+fn csv_files(dir: PathBuf) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "csv"))
         .collect();
     paths.sort();
-    for p in paths {
+    paths
+}
+
+fn corpus() -> Vec<(String, Trace)> {
+    let mut out = Vec::new();
+    for p in csv_files(corpus_dir()) {
         let text = std::fs::read_to_string(&p).unwrap();
         let name = p.file_name().unwrap().to_string_lossy().into_owned();
         let trace = trace::parse(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -149,13 +154,7 @@ fn replay_of_every_trace_renders_json_lines() {
 
 /// The step-peak traces of `tests/traces/steps/`: (file name, text, parsed).
 fn step_corpus() -> Vec<(String, String, watchdog_report::step_trace::StepTrace)> {
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(corpus_dir().join("steps"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "csv"))
-        .collect();
-    paths.sort();
-    paths
+    csv_files(corpus_dir().join("steps"))
         .into_iter()
         .map(|p| {
             let text = std::fs::read_to_string(&p).unwrap();

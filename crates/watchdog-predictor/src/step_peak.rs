@@ -511,10 +511,7 @@ impl StepPhase {
     /// horizon when every step fits.
     fn forecast(&self, horizon_s: f64, fits: f64) -> Outlook {
         let step_s = self.times.median();
-        let ahead = match step_s {
-            Some(s) => ((horizon_s / s).ceil().clamp(0.0, MAX_AHEAD as f64) as u64) + 1,
-            None => 1,
-        };
+        let ahead = steps_ahead(horizon_s, step_s);
         let envelope = self.peaks.envelope() as f64;
         let trend = self.peaks.trend();
         let at = |k: u64| trend.map_or(envelope, |t| envelope.max(t.at(k)));
@@ -532,6 +529,15 @@ impl StepPhase {
             peak: at(k),
             seconds: step_s.map(|s| s * k as f64),
         }
+    }
+}
+
+/// The steps to look ahead: the horizon in steps of `step_s`, and one more (the next
+/// step when the step time is not known yet).
+fn steps_ahead(horizon_s: f64, step_s: Option<f64>) -> u64 {
+    match step_s {
+        Some(s) => ((horizon_s / s).ceil().clamp(0.0, MAX_AHEAD as f64) as u64) + 1,
+        None => 1,
     }
 }
 
@@ -883,10 +889,7 @@ impl StepPeakPredictor {
             return None;
         }
         let step_s = self.train.times.median().or(self.other.times.median());
-        let ahead = match step_s {
-            Some(s) => ((horizon_s / s).ceil().clamp(0.0, MAX_AHEAD as f64) as u64) + 1,
-            None => 1,
-        };
+        let ahead = steps_ahead(horizon_s, step_s);
         let at = |k: u64| trend.at(k).max(self.last_reserved as f64);
         if at(ahead) <= fits {
             return Some(Outlook::Fits { peak: at(ahead) });

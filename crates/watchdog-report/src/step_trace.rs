@@ -79,10 +79,7 @@ pub struct StepTrace {
 impl StepTrace {
     /// The value of the first `# key: value` comment with this key.
     pub fn meta(&self, key: &str) -> Option<&str> {
-        self.meta
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
+        crate::trace::meta_value(&self.meta, key)
     }
 }
 
