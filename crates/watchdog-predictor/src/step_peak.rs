@@ -3,8 +3,12 @@
 //! `docs/recording.md`), not from the device total, which the caching allocator keeps flat.
 //!
 //! Pure, like the rest of the crate: reports and the memory the process can have in,
-//! a [`StepPeakAlert`] out. Per phase (`train`, `eval`, `other`) it keeps the recent step
-//! peaks; an evaluation is judged by the peak of each whole pass, from one pass to the next.
+//! a [`StepPeakAlert`] out, no clock and no allocation per report. Training (and other)
+//! steps are judged by the envelope of their recent peaks and a per-step growth trend
+//! when one is credible, looked ahead the lead in steps; an evaluation by the peak of
+//! each whole pass, from one pass to the next; the cache by its retries and by a reserve
+//! growing past the peaks (fragmentation). The method, its tests and its accuracy on the
+//! step-peak traces are in `docs/prediction.md`, "Step peaks".
 
 use watchdog_types::{AlertReason, Phase};
 
