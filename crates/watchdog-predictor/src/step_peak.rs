@@ -126,7 +126,7 @@ const SHORT: usize = 16;
 const MIN_POINTS: usize = 16;
 /// A trend's rise over its window must be this many times the scatter of the maxima
 /// around it: noise from batch shapes that lines up by chance is not growth.
-const SCATTER_RISES: f64 = 2.0;
+const SCATTER_RISES: f64 = 3.0;
 /// A trend is extrapolated at most this many times the steps its window spans.
 const REACH: f64 = 8.0;
 /// The t-statistic a trend's slope needs.
@@ -274,8 +274,10 @@ impl Ring {
         let oldest = self.newest(n - 1).end;
         let newest = self.newest(0).end;
         let rise = slope * newest.saturating_sub(oldest) as f64;
-        // Larger than the steps' own spread (batch shapes): noise that lines up by chance
-        // is not growth.
+        // Larger than the steps' own spread (batch shapes) and than the scatter of the
+        // maxima: noise that lines up by chance is not growth. Blocks of many steps keep
+        // the top of that spread, steady from block to block, so over them only the
+        // scatter counts: a leak slower than the noise shows in their maxima.
         let mut spans = [0u64; BLOCKS + 1];
         for (i, s) in spans.iter_mut().enumerate().take(n) {
             let b = self.newest(i);
@@ -283,7 +285,12 @@ impl Ring {
         }
         let spans = &mut spans[..n];
         spans.sort_unstable();
-        if rise < spans[n / 2] as f64 || rise < SCATTER_RISES * residuals {
+        let spread = if self.width >= COARSE_STEPS {
+            0.0
+        } else {
+            spans[n / 2] as f64
+        };
+        if rise < spread || rise < SCATTER_RISES * residuals {
             return None;
         }
         // Growth, not one jump (a warm-up, a longer batch that stays): the line fits the
