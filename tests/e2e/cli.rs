@@ -1215,3 +1215,40 @@ fn each_subcommands_help_lists_only_the_flags_it_takes() {
         &["--lead cannot be used with diff"],
     );
 }
+
+/// A step-peak trace (the client's step reports) is replayed by the step-peak predictor:
+/// the fragmenting cache of the corpus is warned once, with the allocator setting, and a
+/// bad line is one error line with status 2.
+#[test]
+fn replay_runs_a_step_peak_trace_through_the_step_peak_predictor() {
+    let trace = crate::support::repo().join("tests/traces/steps/gen_step_fragmentation.csv");
+    let out = run(&["replay", trace.to_str().unwrap(), "--lead", "30s"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    let alert = &lines[0];
+    assert_eq!(alert["reason"], "fragmentation");
+    assert_eq!(alert["phase"], "train");
+    assert_eq!(
+        alert["advice"],
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+    );
+    // The failing step starts at 589.2 s; the save takes 20 s.
+    assert!(alert["time"].as_f64().unwrap() < 589.2 - 20.0, "{alert}");
+    assert_eq!(lines[1]["resources"][0]["resource"], "gpu0");
+
+    let dir = scratch();
+    let bad = dir.path().join("steps.csv");
+    std::fs::write(
+        &bad,
+        "time,phase,step,pass,allocated,reserved,peak,retries,ooms,total,others,outside\n1,walk,1,1,5,6,7,0,0,10,0,0\n",
+    )
+    .unwrap();
+    assert_usage_error(
+        &["replay", bad.to_str().unwrap()],
+        &["line 2: invalid phase 'walk': expected train, eval or other"],
+    );
+}

@@ -7,7 +7,10 @@
 //!     cargo run -p watchdog-engine --example accuracy --release -- --update-doc
 //!
 //! `--update-doc` rewrites the block between `<!-- accuracy:begin -->` and
-//! `<!-- accuracy:end -->` in `docs/prediction.md`.
+//! `<!-- accuracy:end -->` in `docs/prediction.md`, and the step-peak table (the traces of
+//! `tests/traces/steps/`: the step-peak predictor beside today's NVML-total policy, the
+//! predictor above over the device's used memory the same trace implies) between
+//! `<!-- step-accuracy:begin -->` and `<!-- step-accuracy:end -->`.
 #![allow(clippy::print_stdout, clippy::unwrap_used)]
 
 use std::collections::VecDeque;
@@ -16,7 +19,8 @@ use std::path::PathBuf;
 
 use watchdog_engine::replay;
 use watchdog_predictor::{Decision, PredictorConfig};
-use watchdog_report::trace::{self, Trace};
+use watchdog_report::step_trace;
+use watchdog_report::trace::{self, Trace, TraceFormat, TraceSample};
 use watchdog_types::AlertReason;
 
 /// What one method did on one trace.
@@ -163,14 +167,138 @@ fn false_alarms(o: &Outcome, exhausts: Option<f64>, lead: f64) -> usize {
     }
 }
 
-fn main() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(root.join("tests/traces"))
+/// How far ahead of the failing step the first alert came: "12.5 s, 50 steps (reason)",
+/// "**late**: ..." when less than a save, "**missed**" without one.
+fn fmt_ahead(first: Option<(f64, usize, AlertReason)>, fails: f64, save: f64) -> String {
+    match first {
+        Some((t, steps, reason)) if t <= fails => {
+            let ahead = fails - t;
+            let late = if ahead < save { "**late**: " } else { "" };
+            format!("{late}{ahead:.1} s, {steps} steps (`{}`)", reason.as_str())
+        }
+        _ => "**missed**".to_string(),
+    }
+}
+
+/// The step-peak table: every trace of `tests/traces/steps/` through the step-peak
+/// predictor and through the NVML-total policy (the usage predictor over reserved +
+/// outside + others against the device's total, sampled once a step).
+fn step_table(root: &std::path::Path) -> String {
+    let paths = csv_files(&root.join("tests/traces/steps"));
+    let mut table = String::from(
+        "| trace | lead / save | fails at | step peak: first alert ahead | step peak: false alarms | NVML total: first alert ahead | NVML total: false alarms |\n|---|---|---|---|---|---|---|\n",
+    );
+    let (mut ours_late, mut base_late, mut ours_false, mut base_false) = (0, 0, 0, 0);
+    for p in &paths {
+        let name = p.file_stem().unwrap().to_string_lossy().into_owned();
+        let text = std::fs::read_to_string(p).unwrap();
+        let t = step_trace::parse(&text).unwrap();
+        let lead: f64 = t.meta("lead_s").unwrap().parse().unwrap();
+        let save: f64 = t.meta("save_s").unwrap().parse().unwrap();
+        let fails = t.meta("exhausts_at").and_then(|v| v.parse::<f64>().ok());
+        let start = t.rows.first().map_or(0.0, |r| r.t_s);
+        // NVML is read once a step here: the interval is the median step.
+        let mut dts: Vec<f64> = t.rows.windows(2).map(|w| w[1].t_s - w[0].t_s).collect();
+        dts.sort_by(f64::total_cmp);
+        let interval = dts.get(dts.len() / 2).copied().unwrap_or(1.0).max(1e-3);
+        let settings = watchdog_engine::EngineSettings {
+            lead_s: lead,
+            interval_s: interval,
+            ..watchdog_engine::EngineSettings::default()
+        };
+        // Steps still to come after an alert at `time`.
+        let steps_after = |time: f64| t.rows.iter().filter(|r| r.t_s - start > time).count();
+        let ours = replay::run_steps(&text, &settings).unwrap();
+        let nvml = Trace {
+            format: TraceFormat::Csv,
+            resources: vec!["gpu0".to_string()],
+            samples: t
+                .rows
+                .iter()
+                .map(|r| TraceSample {
+                    resource: 0,
+                    t_s: r.t_s,
+                    used: r.device_used(),
+                    limit: r.total,
+                })
+                .collect(),
+            meta: Vec::new(),
+        };
+        let base = replay::run_trace(&nvml, &settings);
+        let first = |r: &replay::ReplayReport| {
+            r.alerts
+                .first()
+                .map(|a| (a.time_s, steps_after(a.time_s), a.reason))
+        };
+        let (ours_first, base_first) = (first(&ours), first(&base));
+        let (ours_cell, base_cell) = match fails {
+            Some(f) => {
+                for (first, late) in [(ours_first, &mut ours_late), (base_first, &mut base_late)] {
+                    if first.is_none_or(|(t, _, _)| f - t < save) {
+                        *late += 1;
+                    }
+                }
+                (
+                    fmt_ahead(ours_first, f, save),
+                    fmt_ahead(base_first, f, save),
+                )
+            }
+            None => {
+                ours_false += ours.alerts.len();
+                base_false += base.alerts.len();
+                ("-".to_string(), "-".to_string())
+            }
+        };
+        let count = |r: &replay::ReplayReport| {
+            if fails.is_none() { r.alerts.len() } else { 0 }
+        };
+        let fails_cell = match fails {
+            Some(f) => format!(
+                "{f:.1} s (step {} of `{}`)",
+                t.meta("fails_at_step").unwrap_or("?"),
+                t.meta("fails_phase").unwrap_or("?")
+            ),
+            None => "never".to_string(),
+        };
+        let _ = writeln!(
+            table,
+            "| {name} | {lead} s / {save} s | {fails_cell} | {ours_cell} | {} | {base_cell} | {} |",
+            count(&ours),
+            count(&base),
+        );
+    }
+    let _ = writeln!(
+        table,
+        "\nTotals over {} traces: step peak {} late or missed, {} false alarms; NVML total {} late or missed, {} false alarms.",
+        paths.len(),
+        ours_late,
+        ours_false,
+        base_late,
+        base_false
+    );
+    table
+}
+
+/// The `.csv` files of `dir`, sorted.
+fn csv_files(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "csv"))
         .collect();
     paths.sort();
+    paths
+}
+
+/// Replaces what is between `begin` and `end` in `doc` with `table`.
+fn splice(doc: &str, begin: &str, end: &str, table: &str) -> Option<String> {
+    let (b, e) = (doc.find(begin)?, doc.find(end)?);
+    Some(format!("{}{begin}\n{table}{}", &doc[..b], &doc[e..]))
+}
+
+fn main() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let paths = csv_files(&root.join("tests/traces"));
     let mut table = String::new();
     table.push_str(
         "| trace | lead | exhausts at | ours: lead achieved | ours: false alarms | ours: error at 25 / 50 / 75% | predict_linear: lead achieved | predict_linear: false alarms | predict_linear: error at 25 / 50 / 75% |\n",
@@ -226,15 +354,29 @@ fn main() {
         base_false
     );
     print!("{table}");
+    let steps = step_table(&root);
+    print!("\n{steps}");
     if std::env::args().any(|a| a == "--update-doc") {
         let doc_path = root.join("docs/prediction.md");
         let doc = std::fs::read_to_string(&doc_path).unwrap();
-        let (begin, end) = ("<!-- accuracy:begin -->", "<!-- accuracy:end -->");
-        let (Some(b), Some(e)) = (doc.find(begin), doc.find(end)) else {
+        let updated = splice(
+            &doc,
+            "<!-- accuracy:begin -->",
+            "<!-- accuracy:end -->",
+            &table,
+        )
+        .and_then(|d| {
+            splice(
+                &d,
+                "<!-- step-accuracy:begin -->",
+                "<!-- step-accuracy:end -->",
+                &steps,
+            )
+        });
+        let Some(updated) = updated else {
             eprintln!("{}: no accuracy markers", doc_path.display());
             std::process::exit(2);
         };
-        let updated = format!("{}{begin}\n{table}{}", &doc[..b], &doc[e..]);
         std::fs::write(&doc_path, updated).unwrap();
         eprintln!("updated {}", doc_path.display());
     }

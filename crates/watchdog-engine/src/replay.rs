@@ -6,15 +6,23 @@
 //! relative to the trace's first sample; after each sample the engine decides, as a
 //! live watch does after each tick, and the run's acknowledgments (`# ack_after_s:`)
 //! reach it as they would. `watchdog replay` prints [`ReplayReport::to_json_lines`].
+//!
+//! A step-peak trace (the client's step reports with the device's figures, see
+//! [`watchdog_report::step_trace`]) goes to the step-peak predictor instead, one report a
+//! line ([`run_steps`]).
 
 use std::fmt::Write as _;
 
 use watchdog_types::{AlertReason, EventBody, Resource, ResourceId, ResourceKind, Sample};
 
+use watchdog_predictor::step_peak::{
+    Capacity, StepPeakAlert, StepPeakConfig, StepPeakPredictor, StepReport,
+};
 use watchdog_predictor::{Decision, Observation};
+use watchdog_report::step_trace::{self, StepRow};
 use watchdog_report::trace::{self, Trace, TraceError, TraceSample};
 
-use crate::{Action, Delivery, Engine, EngineSettings};
+use crate::{Action, Delivery, Engine, EngineSettings, StepPeakFields};
 
 /// One alert raised during the replay.
 #[derive(Debug, Clone, PartialEq)]
@@ -37,6 +45,9 @@ pub struct AlertRecord {
     pub rate_per_s: f64,
     /// Confidence in [0, 1].
     pub confidence: f64,
+    /// For a step-peak trace: the phase, the step and the predicted peak (`used` is then
+    /// the step's peak and `limit` what the allocator could have).
+    pub step_peak: Option<StepPeakFields>,
 }
 
 /// Per-resource totals.
@@ -94,6 +105,24 @@ pub struct TimeWentBack {
 }
 
 impl TimeWentBack {
+    /// Counts a sample at `t_s` (from `line`) that came after one at `last_s`, times from
+    /// the trace's start `start_s`, in `slot` (the first such sample is the one named).
+    fn note(
+        slot: &mut Option<TimeWentBack>,
+        line: Option<usize>,
+        t_s: f64,
+        last_s: f64,
+        start_s: f64,
+    ) {
+        slot.get_or_insert(TimeWentBack {
+            line,
+            t_s: t_s - start_s,
+            after_s: last_s - start_s,
+            skipped: 0,
+        })
+        .skipped += 1;
+    }
+
     /// One line for people.
     pub fn warning(&self) -> String {
         let at = match self.line {
@@ -115,6 +144,9 @@ impl TimeWentBack {
 /// The samples go to the predictors as they are parsed, never all held at
 /// once; the report is the one [`run_trace`] gives for [`trace::parse`]'s trace.
 pub fn run(text: &str, settings: &EngineSettings) -> Result<ReplayReport, TraceError> {
+    if step_trace::is_step_trace(text) {
+        return run_steps(text, settings);
+    }
     let mut replayer = Replayer::new(settings, |_: &TraceSample, _: f64, _: &Observation| {})
         .acknowledging(leading_meta(text, "ack_after_s").and_then(|v| v.parse().ok()));
     trace::parse_into(text, true, &mut replayer)?;
@@ -233,13 +265,7 @@ where
     fn observe(&mut self, s: TraceSample, line: Option<usize>) {
         if self.start.is_some() && s.t_s < self.last_t {
             let start = self.start.unwrap_or(0.0);
-            let back = self.time_went_back.get_or_insert(TimeWentBack {
-                line,
-                t_s: s.t_s - start,
-                after_s: self.last_t - start,
-                skipped: 0,
-            });
-            back.skipped += 1;
+            TimeWentBack::note(&mut self.time_went_back, line, s.t_s, self.last_t, start);
             return;
         }
         self.samples += 1;
@@ -305,6 +331,7 @@ where
                     limit: s.limit,
                     rate_per_s: obs.forecast.rate_per_s,
                     confidence: obs.forecast.confidence,
+                    step_peak: None,
                 });
             }
             Decision::Rearm | Decision::Quiet => {}
@@ -338,6 +365,145 @@ where
     }
 }
 
+/// Replays a step-peak trace through the step-peak predictor of one device (`# resource:`,
+/// else `gpu0`), with the lead of `settings` and the save time of `# save_s:` (0 without
+/// it): one report a line, the device's capacity from the same line, a decision after
+/// each, as the watch decides after each read of the `.steps` file.
+pub fn run_steps(text: &str, settings: &EngineSettings) -> Result<ReplayReport, TraceError> {
+    let save_s = leading_meta(text, "save_s")
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .unwrap_or(0.0);
+    let resource = leading_meta(text, "resource").unwrap_or("gpu0").to_string();
+    let mut replay = StepReplay::new(settings, save_s, resource);
+    step_trace::parse_into(text, |row, line| {
+        replay.observe(&row, Some(line));
+    })?;
+    Ok(replay.finish(settings))
+}
+
+/// The step-peak predictor fed a step trace line by line, and what it did.
+pub struct StepReplay {
+    predictor: StepPeakPredictor,
+    save_s: f64,
+    n: u64,
+    start: Option<f64>,
+    last_t: f64,
+    first_ooms: Option<u64>,
+    time_went_back: Option<TimeWentBack>,
+    summary: ResourceSummary,
+    alerts: Vec<AlertRecord>,
+}
+
+impl StepReplay {
+    /// A replay with the lead of `settings` and a save of `save_s` seconds, the device
+    /// named `resource`.
+    pub fn new(settings: &EngineSettings, save_s: f64, resource: String) -> StepReplay {
+        StepReplay {
+            predictor: StepPeakPredictor::new(StepPeakConfig {
+                lead_s: settings.lead_s,
+                ..StepPeakConfig::default()
+            }),
+            save_s,
+            n: 0,
+            start: None,
+            last_t: 0.0,
+            first_ooms: None,
+            time_went_back: None,
+            summary: ResourceSummary {
+                resource,
+                kind: ResourceKind::GpuMemory,
+                samples: 0,
+                peak_used: 0,
+                limit: 0,
+                alerts: 0,
+                rearms: 0,
+                exhausted_at_s: None,
+            },
+            alerts: Vec::new(),
+        }
+    }
+
+    /// Feeds one line of the trace (from `line`, when known); the alert it made, if any.
+    pub fn observe(&mut self, row: &StepRow, line: Option<usize>) -> Option<StepPeakAlert> {
+        let start = *self.start.get_or_insert(row.t_s);
+        if row.t_s < self.last_t {
+            TimeWentBack::note(&mut self.time_went_back, line, row.t_s, self.last_t, start);
+            return None;
+        }
+        self.last_t = row.t_s;
+        let t = row.t_s - start;
+        self.n += 1;
+        let report = StepReport {
+            n: self.n,
+            step: row.step,
+            phase: row.phase,
+            pass: row.pass,
+            t_s: t,
+            duration_s: row.duration_s,
+            allocated: row.allocated,
+            reserved: row.reserved,
+            peak: row.peak,
+            retries: row.retries,
+            ooms: row.ooms,
+            folded: row.folded,
+        };
+        let capacity = Capacity {
+            total: row.total,
+            others: row.others,
+            outside_allocator: row.outside,
+        };
+        let was_alerted = self.predictor.alerted();
+        self.predictor.observe(&report, capacity);
+        let alert = self.predictor.decide(self.save_s);
+        if was_alerted && !self.predictor.alerted() {
+            self.summary.rearms += 1;
+        }
+        let sum = &mut self.summary;
+        sum.samples += 1;
+        sum.peak_used = sum.peak_used.max(row.peak);
+        sum.limit = capacity.available();
+        let first_ooms = *self.first_ooms.get_or_insert(row.ooms);
+        if row.ooms > first_ooms && sum.exhausted_at_s.is_none() {
+            sum.exhausted_at_s = Some(t);
+        }
+        if let Some(a) = alert {
+            sum.alerts += 1;
+            self.alerts.push(AlertRecord {
+                resource: sum.resource.clone(),
+                kind: sum.kind,
+                reason: a.reason,
+                time_s: t,
+                predicted_s: a.seconds_left,
+                used: row.peak,
+                limit: a.available,
+                rate_per_s: 0.0,
+                confidence: 1.0,
+                step_peak: Some(StepPeakFields {
+                    phase: a.phase,
+                    step: a.step,
+                    predicted_peak: a.predicted_peak,
+                }),
+            });
+        }
+        alert
+    }
+
+    /// The report: every alert and the device's summary.
+    pub fn finish(self, settings: &EngineSettings) -> ReplayReport {
+        let start = self.start.unwrap_or(0.0);
+        ReplayReport {
+            alerts: self.alerts,
+            samples: self.summary.samples,
+            resources: vec![self.summary],
+            duration_s: self.last_t - start,
+            lead_s: settings.lead_s,
+            interval_s: settings.interval_s,
+            time_went_back: self.time_went_back,
+        }
+    }
+}
+
 impl ReplayReport {
     /// One JSON object per line: every alert
     /// (`{"event":"alert","resource":...,"time":...,"predicted_s":...,"used":...,"limit":...,...}`)
@@ -360,6 +526,22 @@ impl ReplayReport {
                 json_f64(a.rate_per_s, 3),
                 json_f64(a.confidence, 3),
             );
+            if let Some(p) = a.step_peak {
+                out.pop();
+                let _ = write!(
+                    out,
+                    ",\"phase\":\"{}\",\"step\":{},\"predicted_peak\":{}",
+                    p.phase, p.step, p.predicted_peak
+                );
+                if a.reason == AlertReason::Fragmentation {
+                    out.push_str(",\"advice\":");
+                    json_str(
+                        &mut out,
+                        watchdog_predictor::step_peak::FRAGMENTATION_ADVICE,
+                    );
+                }
+                out.push('}');
+            }
             out.push('\n');
         }
         let _ = write!(
@@ -525,6 +707,55 @@ mod tests {
         let parsed = run_trace(&trace::parse(&text).unwrap(), &settings(30.0, 1.0));
         assert_eq!(parsed.alerts, r.alerts);
         assert_eq!(parsed.time_went_back.map(|b| b.skipped), Some(2));
+    }
+
+    /// A step-peak trace: its own header, replayed by the step-peak predictor; the alert
+    /// line says the phase, the step and the predicted peak.
+    #[test]
+    fn a_step_trace_is_replayed_by_the_step_peak_predictor() {
+        let gib = 1u64 << 30;
+        let mut text = String::from(
+            "# save_s: 10\ntime,phase,step,pass,duration,allocated,reserved,peak,retries,ooms,total,others,outside\n",
+        );
+        // 4 MiB a step from 10 GiB on a 24 GiB card, 0.2 s steps.
+        for step in 1..5000u64 {
+            let peak = 10 * gib + step * (4 << 20);
+            if peak > 23 * gib {
+                break;
+            }
+            text.push_str(&format!(
+                "{:.1},train,{step},1,0.2,{},{peak},{peak},0,0,{},0,{}\n",
+                step as f64 * 0.2,
+                6 * gib,
+                24 * gib,
+                gib / 2
+            ));
+        }
+        let r = run(&text, &settings(30.0, 0.1)).unwrap();
+        assert_eq!(r.alerts.len(), 1, "{r:?}");
+        let a = &r.alerts[0];
+        assert_eq!(a.reason, AlertReason::StepPeak);
+        let fields = a.step_peak.unwrap();
+        assert_eq!(fields.phase, watchdog_types::Phase::Train);
+        assert!(fields.predicted_peak > a.used);
+        assert_eq!(a.limit, 24 * gib - gib / 2);
+        let json = r.to_json_lines();
+        let first = json.lines().next().unwrap();
+        assert!(
+            first.contains(&format!(
+                ",\"phase\":\"train\",\"step\":{},\"predicted_peak\":{}}}",
+                fields.step, fields.predicted_peak
+            )),
+            "{first}"
+        );
+        assert_eq!(r.resources[0].resource, "gpu0");
+        assert_eq!(r.resources[0].alerts, 1);
+        // A malformed step line is an error with its line number.
+        let bad = text.replace(",train,5,", ",walk,5,");
+        assert!(matches!(
+            run(&bad, &settings(30.0, 0.1)),
+            Err(TraceError::Malformed { line: 7, .. })
+        ));
     }
 
     #[test]

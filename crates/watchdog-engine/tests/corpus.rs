@@ -24,15 +24,20 @@ fn corpus_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/traces")
 }
 
-fn corpus() -> Vec<(String, Trace)> {
-    let mut out = Vec::new();
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(corpus_dir())
+/// The `.csv` files of `dir`, sorted.
+fn csv_files(dir: PathBuf) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "csv"))
         .collect();
     paths.sort();
-    for p in paths {
+    paths
+}
+
+fn corpus() -> Vec<(String, Trace)> {
+    let mut out = Vec::new();
+    for p in csv_files(corpus_dir()) {
         let text = std::fs::read_to_string(&p).unwrap();
         let name = p.file_name().unwrap().to_string_lossy().into_owned();
         let trace = trace::parse(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -145,4 +150,70 @@ fn replay_of_every_trace_renders_json_lines() {
         assert!(last.starts_with("{\"event\":\"summary\""), "{name}: {last}");
         assert_eq!(text.lines().count(), report.alerts.len() + 1);
     }
+}
+
+/// The step-peak traces of `tests/traces/steps/`: (file name, text, parsed).
+fn step_corpus() -> Vec<(String, String, watchdog_report::step_trace::StepTrace)> {
+    csv_files(corpus_dir().join("steps"))
+        .into_iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(&p).unwrap();
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            let t =
+                watchdog_report::step_trace::parse(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+            (name, text, t)
+        })
+        .collect()
+}
+
+/// Every step-peak trace that fails is warned at least one save (`# save_s:`) before the
+/// failing step (or evaluation) starts, and no more than 3 horizons and 5 minutes before
+/// it, by the step-peak predictor through `replay`; a trace that never fails is never
+/// warned.
+#[test]
+fn step_peak_traces_are_warned_a_save_ahead_and_steady_ones_never() {
+    let traces = step_corpus();
+    assert!(traces.len() >= 5, "only {} step-peak traces", traces.len());
+    let mut failures = Vec::new();
+    for (name, text, t) in &traces {
+        let lead: f64 = t.meta("lead_s").unwrap().parse().unwrap();
+        let save: f64 = t.meta("save_s").unwrap().parse().unwrap();
+        let settings = EngineSettings {
+            lead_s: lead,
+            ..EngineSettings::default()
+        };
+        let report = replay::run(text, &settings).unwrap();
+        match t.meta("exhausts_at").unwrap() {
+            "never" => {
+                if let Some(a) = report.alerts.first() {
+                    failures.push(format!("{name}: false alarm {a:?}"));
+                }
+            }
+            at => {
+                let at: f64 = at.parse().unwrap();
+                let Some(first) = report.alerts.first() else {
+                    failures.push(format!("{name}: no alert before the failing step at {at}"));
+                    continue;
+                };
+                let ahead = at - first.time_s;
+                println!(
+                    "{name}: {:?} alert {ahead:.1}s ahead (save {save})",
+                    first.reason
+                );
+                if ahead < save {
+                    failures.push(format!(
+                        "{name}: alert only {ahead:.1}s before the failing step at {at} (save {save}): {first:?}"
+                    ));
+                }
+                // Early by the margin (5% of the card can be minutes of growth) and the
+                // horizon, not by a whole run.
+                if ahead > 3.0 * lead.max(save) + 300.0 {
+                    failures.push(format!(
+                        "{name}: alert absurdly early, {ahead:.1}s before the failing step at {at}: {first:?}"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -83,3 +83,50 @@ fn observe_does_not_allocate() {
     assert_eq!(ALLOCATIONS.load(Ordering::Relaxed), 0, "observe allocated");
     assert!(alerts > 0, "the run should have exercised the alert path");
 }
+
+/// The step-peak predictor's `observe` and `decide` never allocate either: a leak, folded
+/// entries, evaluations, retries and an alert and its re-arm.
+#[test]
+fn step_peak_observe_and_decide_do_not_allocate() {
+    use watchdog_predictor::step_peak::{Capacity, StepPeakConfig, StepPeakPredictor, StepReport};
+    use watchdog_types::Phase;
+    let mut p = StepPeakPredictor::new(StepPeakConfig::default());
+    let cap = Capacity {
+        total: 24 << 30,
+        others: 0,
+        outside_allocator: 1 << 29,
+    };
+    let (mut alerts, mut t) = (0u32, 0.0);
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    WATCHED.with(|w| w.set(true));
+    for n in 1..50_000u64 {
+        t += 0.05;
+        let eval = n % 1000 >= 950;
+        // A leak of 1 MiB a step, freed every 20,000 steps.
+        let peak = ((10u64 << 30) + (n % 20_000) * (1 << 20)).min(23 << 30);
+        let r = StepReport {
+            n,
+            step: n,
+            phase: if eval { Phase::Eval } else { Phase::Train },
+            pass: n / 1000 + 1,
+            t_s: t,
+            duration_s: Some(0.05),
+            allocated: 6 << 30,
+            reserved: peak,
+            peak,
+            retries: n / 5000,
+            ooms: 0,
+            folded: if n % 7 == 0 { 3 } else { 1 },
+        };
+        p.observe(&r, cap);
+        if p.decide(20.0).is_some() {
+            alerts += 1;
+        }
+    }
+    WATCHED.with(|w| w.set(false));
+    assert_eq!(ALLOCATIONS.load(Ordering::Relaxed), before, "allocated");
+    assert!(
+        alerts >= 2,
+        "the run should have alerted, re-armed and alerted: {alerts}"
+    );
+}

@@ -36,6 +36,7 @@ pub mod attempts;
 pub mod diff;
 pub mod recording;
 pub mod render;
+pub mod step_trace;
 pub mod text;
 pub mod trace;
 

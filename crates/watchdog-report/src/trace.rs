@@ -88,16 +88,18 @@ pub struct Trace {
 impl Trace {
     /// The value of the first `# key: value` comment with this key.
     pub fn meta(&self, key: &str) -> Option<&str> {
-        self.meta
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
+        meta_value(&self.meta, key)
     }
 
     /// Time of the first sample (the origin of replay times), 0 when empty.
     pub fn start_s(&self) -> f64 {
         self.samples.first().map_or(0.0, |s| s.t_s)
     }
+}
+
+/// The value of the first `(key, value)` of `meta` with this key.
+pub fn meta_value<'m>(meta: &'m [(String, String)], key: &str) -> Option<&'m str> {
+    meta.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
 }
 
 /// Why a trace could not be parsed.
@@ -823,7 +825,7 @@ fn amount_field(text: &str, i: usize, scale: f64, limit: bool) -> Option<(u64, u
     Some((v?, end))
 }
 
-fn parse_amount(s: &str, scale: f64) -> Option<u64> {
+pub(crate) fn parse_amount(s: &str, scale: f64) -> Option<u64> {
     let s = s.trim();
     if s.is_empty() {
         return None;

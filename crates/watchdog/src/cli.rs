@@ -101,7 +101,8 @@ pub enum Command {
     /// It runs the engine of a live watch with the same settings: `--lead`, `--interval`
     /// (the interval the trace was recorded at), `--floor` and `--config` as for a watch.
     Replay {
-        /// A CSV trace (time,used,limit[,resource]), nvidia-smi CSV, or a watchdog recording.
+        /// A CSV trace (time,used,limit[,resource]), nvidia-smi CSV, a step-peak trace (the
+        /// client's step reports, replayed by the step-peak predictor), or a watchdog recording.
         #[arg(value_name = "TRACE")]
         trace: PathBuf,
     },
