@@ -71,6 +71,22 @@ pub struct ResourceSummary {
     pub exhausted_at_s: Option<f64>,
 }
 
+impl ResourceSummary {
+    /// A resource nothing was seen of yet.
+    fn new(resource: String, kind: ResourceKind) -> ResourceSummary {
+        ResourceSummary {
+            resource,
+            kind,
+            samples: 0,
+            peak_used: 0,
+            limit: 0,
+            alerts: 0,
+            rearms: 0,
+            exhausted_at_s: None,
+        }
+    }
+}
+
 /// Everything a replay found.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReplayReport {
@@ -248,16 +264,8 @@ where
                 name: name.clone(),
                 source: "trace".to_string(),
             });
-            self.resources.push(ResourceSummary {
-                resource: name.clone(),
-                kind,
-                samples: 0,
-                peak_used: 0,
-                limit: 0,
-                alerts: 0,
-                rearms: 0,
-                exhausted_at_s: None,
-            });
+            self.resources
+                .push(ResourceSummary::new(name.clone(), kind));
         }
     }
 
@@ -410,16 +418,7 @@ impl StepReplay {
             last_t: 0.0,
             first_ooms: None,
             time_went_back: None,
-            summary: ResourceSummary {
-                resource,
-                kind: ResourceKind::GpuMemory,
-                samples: 0,
-                peak_used: 0,
-                limit: 0,
-                alerts: 0,
-                rearms: 0,
-                exhausted_at_s: None,
-            },
+            summary: ResourceSummary::new(resource, ResourceKind::GpuMemory),
             alerts: Vec::new(),
         }
     }

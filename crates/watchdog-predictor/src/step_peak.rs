@@ -924,3 +924,63 @@ impl StepPeakPredictor {
         self.alerted = false;
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// The look-ahead is `ceil(max(lead, save) / step) + 1` steps (the caller passes the
+    /// larger of the two as the horizon), the next step while the step time is unknown.
+    #[test]
+    fn the_look_ahead_in_steps() {
+        for (horizon, step, want) in [
+            (30.0, Some(0.5), 61),
+            (30.0, Some(0.7), 44),
+            (0.0, Some(0.1), 1),
+            (60.0, Some(1e-12), MAX_AHEAD + 1),
+            (30.0, None, 1),
+        ] {
+            assert_eq!(steps_ahead(horizon, step), want, "{horizon} {step:?}");
+        }
+    }
+
+    /// A trend is believed up to its reach and no further; the first step above a line.
+    #[test]
+    fn a_trend_reaches_so_far() {
+        let t = Trend {
+            slope: 2.0,
+            level: 100.0,
+            reach: 10.0,
+        };
+        assert_eq!(t.at(5), 110.0);
+        assert_eq!(t.at(1000), 120.0);
+        assert_eq!(t.first_above(105.0), Some(3));
+        assert_eq!(t.first_above(99.0), Some(1));
+        assert_eq!(t.first_above(150.0), None);
+    }
+
+    /// Blocks fold their steps; the newest point is the open block; a line through the
+    /// maxima is found exactly, and two levels are told from a line.
+    #[test]
+    fn blocks_and_fits() {
+        let mut r = Ring::new(4);
+        for i in 0..40u64 {
+            r.push(1000 + 10 * i, 1, i + 1);
+        }
+        assert_eq!((r.len, r.points()), (10, 10));
+        assert_eq!(r.newest(0).max, 1390);
+        assert_eq!(r.newest(9).max, 1030);
+        let f = fit(&r, 0, 10, 40).unwrap();
+        assert!((f.slope - 10.0).abs() < 1e-9 && f.residuals < 1e-6);
+        assert!(!step_fits_better(&r, 10, f.sse + 1.0));
+        let mut jump = Ring::new(1);
+        for i in 0..20u64 {
+            jump.push(if i < 10 { 1000 } else { 2000 }, 1, i + 1);
+        }
+        let f = fit(&jump, 0, 20, 20).unwrap();
+        assert!(f.slope > 0.0);
+        assert!(step_fits_better(&jump, 20, f.sse));
+        assert!(jump.trend(20, 20).is_none(), "one jump is no trend");
+    }
+}

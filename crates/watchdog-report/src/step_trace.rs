@@ -22,7 +22,9 @@ use std::str::FromStr;
 use watchdog_types::Phase;
 use watchdog_types::quote::quote_value;
 
-use crate::trace::{MAX_ABS_TIME_S, MAX_LINE_BYTES, TraceError, line_too_long, parse_amount};
+use crate::trace::{
+    MAX_ABS_TIME_S, MAX_LINE_BYTES, TraceError, line_too_long, meta_comment, parse_amount,
+};
 
 /// One step of a step-peak trace.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -174,12 +176,7 @@ pub fn parse_into(
             continue;
         }
         if let Some(comment) = line.strip_prefix('#') {
-            if let Some((k, v)) = comment.split_once(':') {
-                let k = k.trim();
-                if !k.is_empty() && !k.contains(' ') {
-                    meta.push((k.to_string(), v.trim().to_string()));
-                }
-            }
+            meta.extend(meta_comment(comment));
             continue;
         }
         let Some(c) = &cols else {

@@ -97,6 +97,14 @@ impl Trace {
     }
 }
 
+/// The `(key, value)` of a `# key: value` comment (given without its `#`); `None` for any
+/// other comment.
+pub(crate) fn meta_comment(comment: &str) -> Option<(String, String)> {
+    let (k, v) = comment.split_once(':')?;
+    let k = k.trim();
+    (!k.is_empty() && !k.contains(' ')).then(|| (k.to_string(), v.trim().to_string()))
+}
+
 /// The value of the first `(key, value)` of `meta` with this key.
 pub fn meta_value<'m>(meta: &'m [(String, String)], key: &str) -> Option<&'m str> {
     meta.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
@@ -283,13 +291,10 @@ pub fn parse_into<S: Sink>(text: &str, fast: bool, sink: &mut S) -> Result<Parse
             continue;
         }
         if let Some(comment) = line.strip_prefix('#') {
-            if let Some((k, v)) = comment.split_once(':') {
-                let k = k.trim();
-                if !k.is_empty() && !k.contains(' ') {
-                    rec.meta.push((k.to_string(), v.trim().to_string()));
-                    // The default resource may come from this comment.
-                    rec.default = None;
-                }
+            if let Some(kv) = meta_comment(comment) {
+                rec.meta.push(kv);
+                // The default resource may come from this comment.
+                rec.default = None;
             }
             continue;
         }
