@@ -34,7 +34,7 @@ fn parse_text_1h_100hz(bencher: Bencher) {
     let text = generic_csv(3600 * 100);
     bencher
         .counter(ItemsCount::new(3600usize * 100))
-        .bench(|| watchdog_report::trace::parse(black_box(&text)).unwrap());
+        .bench(|| watchdog_formats::trace::parse(black_box(&text)).unwrap());
 }
 
 /// 1 million lines of the generic CSV, as `watchdog record` writes them at 100 Hz.
@@ -77,7 +77,7 @@ fn parse_generic_1m(bencher: Bencher) {
     let text = generic_csv(1_000_000);
     bencher
         .counter(ItemsCount::new(1_000_000usize))
-        .bench(|| watchdog_report::trace::parse(black_box(&text)).unwrap());
+        .bench(|| watchdog_formats::trace::parse(black_box(&text)).unwrap());
 }
 
 /// `trace::parse` of 1 M nvidia-smi CSV lines; items/s is lines per second.
@@ -86,7 +86,7 @@ fn parse_nvidia_smi_1m(bencher: Bencher) {
     let text = nvidia_smi_csv(1_000_000);
     bencher
         .counter(ItemsCount::new(1_000_000usize))
-        .bench(|| watchdog_report::trace::parse(black_box(&text)).unwrap());
+        .bench(|| watchdog_formats::trace::parse(black_box(&text)).unwrap());
 }
 
 /// `replay::run` (parse + predict, streamed) of the same 1 M generic CSV lines.

@@ -18,9 +18,9 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use watchdog_engine::replay;
+use watchdog_formats::step_trace;
+use watchdog_formats::trace::{self, Trace, TraceFormat, TraceSample};
 use watchdog_predictor::{Decision, PredictorConfig};
-use watchdog_report::step_trace;
-use watchdog_report::trace::{self, Trace, TraceFormat, TraceSample};
 use watchdog_types::AlertReason;
 
 /// What one method did on one trace.

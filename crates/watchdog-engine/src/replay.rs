@@ -8,19 +8,19 @@
 //! reach it as they would. `watchdog replay` prints [`ReplayReport::to_json_lines`].
 //!
 //! A step-peak trace (the client's step reports with the device's figures, see
-//! [`watchdog_report::step_trace`]) goes to the step-peak predictor instead, one report a
+//! [`watchdog_formats::step_trace`]) goes to the step-peak predictor instead, one report a
 //! line ([`run_steps`]).
 
 use std::fmt::Write as _;
 
 use watchdog_types::{AlertReason, EventBody, Resource, ResourceId, ResourceKind, Sample};
 
+use watchdog_formats::step_trace::{self, StepRow};
+use watchdog_formats::trace::{self, Trace, TraceError, TraceSample};
 use watchdog_predictor::step_peak::{
     Capacity, StepPeakAlert, StepPeakConfig, StepPeakPredictor, StepReport,
 };
 use watchdog_predictor::{Decision, Observation};
-use watchdog_report::step_trace::{self, StepRow};
-use watchdog_report::trace::{self, Trace, TraceError, TraceSample};
 
 use crate::{Action, Delivery, Engine, EngineSettings, StepPeakFields};
 

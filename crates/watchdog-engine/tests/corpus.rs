@@ -17,7 +17,7 @@ use std::path::PathBuf;
 
 use watchdog_engine::EngineSettings;
 use watchdog_engine::replay::{self, ReplayReport};
-use watchdog_report::trace::{self, Trace};
+use watchdog_formats::trace::{self, Trace};
 use watchdog_types::AlertReason;
 
 fn corpus_dir() -> PathBuf {
@@ -153,14 +153,14 @@ fn replay_of_every_trace_renders_json_lines() {
 }
 
 /// The step-peak traces of `tests/traces/steps/`: (file name, text, parsed).
-fn step_corpus() -> Vec<(String, String, watchdog_report::step_trace::StepTrace)> {
+fn step_corpus() -> Vec<(String, String, watchdog_formats::step_trace::StepTrace)> {
     csv_files(corpus_dir().join("steps"))
         .into_iter()
         .map(|p| {
             let text = std::fs::read_to_string(&p).unwrap();
             let name = p.file_name().unwrap().to_string_lossy().into_owned();
-            let t =
-                watchdog_report::step_trace::parse(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let t = watchdog_formats::step_trace::parse(&text)
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
             (name, text, t)
         })
         .collect()

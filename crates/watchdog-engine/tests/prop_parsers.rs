@@ -9,7 +9,7 @@ mod prop_support;
 use prop_support::{arbitrary_text, check_message, config, near_valid};
 use proptest::prelude::*;
 use watchdog_engine::replay;
-use watchdog_report::trace;
+use watchdog_formats::trace;
 
 /// `line N: found header '...': expected ...` is the longest fixed part.
 const FIXED: usize = 260;

@@ -17,7 +17,7 @@
 //! (disks, GPU memory) alert when the next step will not fit. The runtime resource grows at exactly
 //! 1000 ms per second, so its forecast is exact.
 //!
-//! Traces are parsed by `watchdog_report::trace`, and `watchdog_engine::replay` runs
+//! Traces are parsed by `watchdog_formats::trace`, and `watchdog_engine::replay` runs
 //! this predictor over them.
 #![deny(missing_docs)]
 

@@ -34,11 +34,11 @@
 
 pub mod attempts;
 pub mod diff;
-pub mod recording;
 pub mod render;
-pub mod step_trace;
-pub mod text;
-pub mod trace;
+
+// The formats it reads, from their own crate (the paths `watchdog_report::trace` and the
+// rest stay for the renderer's code).
+pub use watchdog_formats::{recording, step_trace, text, trace};
 
 use std::path::{Path, PathBuf};
 

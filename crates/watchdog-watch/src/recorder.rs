@@ -2,7 +2,7 @@
 //! memory and written as a recording (docs/recording.md) on every alert, at exit and on
 //! SIGUSR2. Rows are kept only when a figure changes (and once a second regardless), so
 //! flat resources cost nothing; the window is bounded in time and in rows, so memory is
-//! bounded whatever the run does. The text is written by `watchdog_report::recording::write`,
+//! bounded whatever the run does. The text is written by `watchdog_formats::recording::write`,
 //! next to the reader of the format.
 //!
 //! The recorders live on their own thread ([`Recorders`]), one thread for every target of
@@ -23,8 +23,8 @@ use std::time::Duration;
 
 use watchdog_sampler::ring::SampleReader;
 
-pub use watchdog_report::recording::Meta;
-use watchdog_report::recording::write;
+pub use watchdog_formats::recording::Meta;
+use watchdog_formats::recording::write;
 use watchdog_types::{Resource, Sample};
 
 /// Most rows kept in memory (24 bytes each: 3 MiB).
@@ -493,7 +493,7 @@ mod tests {
         );
         let text = r.snapshot().render();
         assert!(text.starts_with("# watchdog recording v1\n"));
-        let trace = watchdog_report::trace::parse(&text).unwrap();
+        let trace = watchdog_formats::trace::parse(&text).unwrap();
         assert_eq!(trace.samples.len(), 30);
     }
 }

@@ -18,7 +18,7 @@ fn read(path: &Path) -> Result<Recording, Failure> {
         return Err(Failure::Usage(format!(
             "{}: not a watchdog recording: expected a file starting with '{}1' (written by --record)",
             path.display(),
-            watchdog_report::recording::MAGIC
+            watchdog_formats::recording::MAGIC
         )));
     }
     Ok(rec)
