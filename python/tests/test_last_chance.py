@@ -79,7 +79,8 @@ class AcknowledgeFields(Base):
         self.assertEqual(self.ack()["seq"], 0)
 
     def test_bad_fields_are_refused_by_name(self):
-        for kwargs in ({"step": -1}, {"step": 1.5}, {"step": True}, {"step": "3"},
+        # 2**64: a step the watchdog reads as u64 could not be read, and the whole ack was ignored.
+        for kwargs in ({"step": -1}, {"step": 1.5}, {"step": True}, {"step": "3"}, {"step": 2 ** 64},
                        {"cause": "CUDA OOM"}, {"cause": 3}, {"path": 12}):
             with self.assertRaises(ValueError, msg=repr(kwargs)) as cm:
                 tw.acknowledge(**kwargs)
@@ -182,6 +183,22 @@ class PlainLoopLastChance(Base):
         self.assertIn(OOM, str(cm.exception))
         self.assertTrue(any("No space left on device" in n for n in cm.exception.__notes__))
         self.assertFalse(os.path.exists(self.request + ".ack"))
+
+    def test_a_step_of_the_wrong_type_never_replaces_the_original_error(self):
+        # run.step = "5": the save ran, then the note's "%d" raised a TypeError in place of the OOM.
+        calls = []
+
+        def save():
+            calls.append(1)
+
+        with self.assertRaises(RuntimeError) as cm:
+            with tw.last_chance(save) as run:
+                run.step = "5"
+                raise RuntimeError(OOM)
+        self.assertIn(OOM, str(cm.exception))
+        self.assertEqual(calls, [1])
+        notes = cm.exception.__notes__
+        self.assertTrue(any("at step 5 (last-chance save)" in n for n in notes), notes)
 
     def test_an_error_is_saved_once_however_many_managers_see_it(self):
         calls = []

@@ -162,6 +162,21 @@ class FileFormat(Steps):
         self.assertIn("phase='validation'", str(seen[0].message))
         self.assertFalse(os.path.exists(self.steps_file))
 
+    def test_a_step_the_watchdog_cannot_read_is_refused_and_does_not_stop_later_reports(self):
+        # An infinite step raised OverflowError into the loop, and a step past 2**64 - 1 was
+        # written: the watchdog (u64) refused the whole file, which stayed unread and kept
+        # every later entry, and the exception, from it.
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            self.assertFalse(tw.report_step(2 ** 64))
+            self.assertFalse(tw.report_step(float("inf")))
+            self.assertFalse(tw.report_step(1, batch_size=2 ** 64))
+            self.assertFalse(tw.report_step(1, tokens=float("inf")))
+        self.assertIn("2**64", str(seen[0].message), [str(w.message) for w in seen])
+        self.fake.step("train")
+        self.assertTrue(tw.report_step(2 ** 64 - 1))
+        self.assertEqual([e["step"] for e in self.read()["steps"]], [2 ** 64 - 1])
+
     def test_a_failing_allocator_is_one_warning_even_under_w_error(self):
         def broken(device=None):
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
