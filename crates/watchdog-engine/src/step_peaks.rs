@@ -241,9 +241,14 @@ impl Engine {
             oom.saved_path.clone_from(&ack.path);
             oom.saved_step = ack.step;
         }
-        let mut line = format!("the run saved a checkpoint on its own ({cause})");
+        // The cause and the path are the run's own text: escaped, one line of the log.
+        let printable = watchdog_types::units::printable;
+        let mut line = format!(
+            "the run saved a checkpoint on its own ({})",
+            printable(&cause)
+        );
         if let Some(p) = &ack.path {
-            line.push_str(&format!(": {p}"));
+            line.push_str(&format!(": {}", printable(p)));
         }
         if let Some(s) = ack.step {
             line.push_str(&format!(" (step {s})"));
