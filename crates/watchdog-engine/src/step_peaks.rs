@@ -288,28 +288,43 @@ impl Engine {
 /// What a step-peak alert says: what will not fit, by how much, and for fragmentation
 /// the allocator setting that helps.
 pub(crate) fn step_sentence(name: &str, a: &StepPeakAlert) -> String {
-    let what = match (a.reason, a.phase) {
-        (AlertReason::EvalPeak, _) | (_, Phase::Eval) => "the next evaluation's peak",
+    // An evaluation alert counts evaluations ahead, the others steps.
+    let evaluation = a.reason == AlertReason::EvalPeak || a.phase == Phase::Eval;
+    let what = match (evaluation, a.phase) {
+        (true, _) if a.steps_ahead > 1 => "an evaluation's peak",
+        (true, _) => "the next evaluation's peak",
         (_, Phase::Train) => "the next training step's peak",
-        (_, Phase::Other) => "the next step's peak",
+        (_, _) => "the next step's peak",
+    };
+    let unit = if evaluation {
+        "evaluation(s)"
+    } else {
+        "step(s)"
     };
     let when = match a.seconds_left {
         Some(s) => format!(
-            " in about {} ({} step(s) ahead)",
+            " in about {} ({} {unit} ahead)",
             format_duration_s(s),
             a.steps_ahead
         ),
-        None => format!(" {} step(s) ahead", a.steps_ahead),
+        None => format!(" {} {unit} ahead", a.steps_ahead),
     };
-    let fits = format!(
-        "{what} will not fit{when}: predicted {} after step {}, {} available to the allocator",
+    let figures = format!(
+        "{} after step {}, {} available to the allocator",
         format_bytes(a.predicted_peak),
         a.step,
         format_bytes(a.available)
     );
+    let fits = format!("{what} will not fit{when}: predicted {figures}");
     if a.reason == AlertReason::Fragmentation {
+        // Growing retries alert with a peak that fits what NVML shows: say what was seen.
+        let seen = if a.predicted_peak <= a.available {
+            format!("the allocator retries allocations with a peak of {figures}")
+        } else {
+            format!("{fits}; the allocator retries or needs reserved but unallocated memory")
+        };
         format!(
-            "{name} is fragmented: {fits}; the allocator retries or needs reserved but unallocated memory, set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True for the next run"
+            "{name} is fragmented: {seen}; set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True for the next run"
         )
     } else {
         format!("{name}: {fits}")

@@ -720,11 +720,43 @@ mod step_peaks {
             ..a
         };
         let line = crate::step_peaks::step_sentence("gpu0", &eval);
+        // Three evaluations ahead: not "the next evaluation's", and counted in evaluations.
         assert!(
-            line.contains("the next evaluation's peak will not fit"),
+            line.contains(
+                "an evaluation's peak will not fit in about 1.5s (3 evaluation(s) ahead)"
+            ),
             "{line}"
         );
         assert!(!line.contains("expandable_segments"), "{line}");
+        let next = watchdog_predictor::step_peak::StepPeakAlert {
+            steps_ahead: 1,
+            ..eval
+        };
+        let line = crate::step_peaks::step_sentence("gpu0", &next);
+        assert!(
+            line.contains(
+                "the next evaluation's peak will not fit in about 1.5s (1 evaluation(s) ahead)"
+            ),
+            "{line}"
+        );
+        // Growing retries with a peak that fits: the cache is fragmented, and the line
+        // does not say that 1.50 GiB will not fit in 8.00 GiB.
+        let retries = watchdog_predictor::step_peak::StepPeakAlert {
+            predicted_peak: 3 * GIB / 2,
+            available: 8 * GIB,
+            ..a
+        };
+        let line = crate::step_peaks::step_sentence("gpu0", &retries);
+        assert!(!line.contains("will not fit"), "{line}");
+        assert!(
+            line.starts_with("gpu0 is fragmented: the allocator retries allocations"),
+            "{line}"
+        );
+        assert!(
+            line.contains("1.50 GiB") && line.contains("8.00 GiB"),
+            "{line}"
+        );
+        assert!(line.contains("expandable_segments:True"), "{line}");
     }
 
     /// The client's report of the error and its last-chance save make the verdict
