@@ -78,6 +78,18 @@ class AcknowledgeFields(Base):
         self.assertEqual(tw.acknowledge(step=12, cause="cuda_oom"), 0)
         self.assertEqual(self.ack()["seq"], 0)
 
+    def test_a_path_that_is_not_utf_8_leaves_the_ack_readable(self):
+        # A legal Linux file name that is not UTF-8 was written as "\\udcff": the watchdog's
+        # JSON parser refused the whole ack, so the save was never seen.
+        path = os.path.join(self.dir.name, os.fsdecode(b"ckpt-\xff.pt"))
+        self.assertEqual(tw.acknowledge(path=path, step=3, cause="cuda_oom"), 0)
+        with open(self.request + ".ack", "rb") as f:
+            raw = f.read()
+        self.assertNotIn(b"\\udc", raw)
+        ack = json.loads(raw)
+        self.assertEqual((ack["seq"], ack["step"], ack["cause"]), (0, 3, "cuda_oom"))
+        self.assertNotIn("path", ack)
+
     def test_bad_fields_are_refused_by_name(self):
         # 2**64: a step the watchdog reads as u64 could not be read, and the whole ack was ignored.
         for kwargs in ({"step": -1}, {"step": 1.5}, {"step": True}, {"step": "3"}, {"step": 2 ** 64},

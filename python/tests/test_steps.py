@@ -272,6 +272,18 @@ class Delivery(Steps):
         self.run_steps(["train"])
         self.assertNotIn("exception", self.read(), "read once: not sent again")
 
+    def test_a_message_that_is_not_utf_8_is_written_as_utf_8(self):
+        # A lone surrogate (a file name decoded with surrogateescape) was written as "\\udcff",
+        # which the watchdog's JSON parser refuses: the whole file, the exception with it.
+        text = "CUDA out of memory while loading " + os.fsdecode(b"/data/\xff.bin")
+        self.assertTrue(allocator.report_exception(_oom(text), step=2, phase="train"))
+        with open(self.steps_file, "rb") as f:
+            raw = f.read()
+        self.assertNotIn(b"\\udc", raw)
+        message = json.loads(raw)["exception"]["message"]
+        message.encode("utf-8")  # strict: no lone surrogate
+        self.assertTrue(message.startswith("CUDA out of memory while loading /data/"), message)
+
     def test_passes_count_each_switch_into_a_phase(self):
         self.run_steps(["train", "train", "eval", "eval", "train", "eval", "other", "train"])
         got = [(e["phase"], e["pass"]) for e in self.read()["steps"]]

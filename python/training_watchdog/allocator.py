@@ -397,7 +397,8 @@ def report_exception(exc, step=None, phase=None):
             if phase in PHASES:
                 record["phase"] = phase
             record["time_unix"] = round(time.time(), 6)
-            record["message"] = str(exc)[:MAX_MESSAGE]
+            # As UTF-8 the watchdog can read: a lone surrogate would make it refuse the file.
+            record["message"] = str(exc)[:MAX_MESSAGE].encode("utf-8", "replace").decode("utf-8")
             cuda = _cuda()
             if cuda is not None:
                 try:
