@@ -172,6 +172,7 @@ class FileFormat(Steps):
             self.assertFalse(tw.report_step(float("inf")))
             self.assertFalse(tw.report_step(1, batch_size=2 ** 64))
             self.assertFalse(tw.report_step(1, tokens=float("inf")))
+            self.assertFalse(tw.report_step(True))  # a bool is no step (acknowledge refuses it too)
         self.assertIn("2**64", str(seen[0].message), [str(w.message) for w in seen])
         self.fake.step("train")
         self.assertTrue(tw.report_step(2 ** 64 - 1))

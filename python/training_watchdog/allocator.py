@@ -186,7 +186,7 @@ def _count(name, value):
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         try:
-            as_int = int(value)
+            as_int = None if isinstance(value, bool) else int(value)
         except (TypeError, ValueError, OverflowError):
             as_int = None
         if as_int is None or as_int != value:
