@@ -67,6 +67,8 @@ pub(crate) struct StepPeakState {
     alerted_peak: Option<u64>,
     /// The run saved since the alert: a peak below `alerted_peak` starts a new episode.
     saved_since: bool,
+    /// The writer's last report taken (its `n`).
+    last_n: u64,
 }
 
 impl Engine {
@@ -108,6 +110,7 @@ impl Engine {
                     capacity: None,
                     alerted_peak: None,
                     saved_since: false,
+                    last_n: 0,
                 });
                 self.step_peaks.len() - 1
             }
@@ -116,6 +119,14 @@ impl Engine {
         let Some(state) = self.step_peaks.get_mut(i) else {
             return;
         };
+        // Only reports not taken before come here: one numbered at or before the last is
+        // from a new client in the same PID (the process exec'd itself), a new program.
+        if batch.reports.first().is_some_and(|r| r.n <= state.last_n) {
+            state.predictor = StepPeakPredictor::new(config);
+            state.alerted_peak = None;
+            state.saved_since = false;
+        }
+        state.last_n = last.n;
         for r in batch.reports {
             let capacity = Capacity {
                 total,

@@ -675,6 +675,16 @@ mod step_peaks {
         assert!(feed(&mut gpu(), outside, flat()).is_some());
     }
 
+    /// A process that execs itself keeps its PID and starts counting its reports from 1
+    /// again: the new program's leak is predicted on its own, not dropped as old entries.
+    #[test]
+    fn a_writer_that_starts_counting_again_is_a_new_run_of_reports() {
+        let mut e = gpu();
+        assert!(feed(&mut e, GpuUse::default(), (0..200u64).map(|_| 3 * GIB)).is_none());
+        let leak = (0..200u64).map(|i| 2 * GIB + i * 64 * MIB);
+        assert!(feed(&mut e, GpuUse::default(), leak).is_some());
+    }
+
     #[test]
     fn reports_of_a_device_nvml_does_not_list_are_not_judged() {
         let mut e = gpu();
