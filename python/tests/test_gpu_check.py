@@ -96,6 +96,22 @@ class NoGpu(unittest.TestCase):
             self.assertEqual(p.returncode, 1, out)
         self.assertIn(" case(s): ", p.stdout, out)
 
+    def test_a_machine_without_transformers_skips_its_case_and_the_client_passes(self):
+        # Transformers is optional: its absence used to fail the client row ("lacks
+        # transformers.last_chance (No module named 'transformers')") and the whole check.
+        need.require(client_has_the_api(), "this checkout's client with the issue-19 API")
+        stub = tempfile.mkdtemp(prefix="gpu-check-no-transformers.")
+        self.addCleanup(shutil.rmtree, stub, True)
+        os.mkdir(os.path.join(stub, "transformers"))
+        with open(os.path.join(stub, "transformers", "__init__.py"), "w") as f:
+            f.write("raise ModuleNotFoundError(\"No module named 'transformers'\", name='transformers')\n")
+        path = os.pathsep.join(filter(None, [stub, os.environ.get("PYTHONPATH")]))
+        p, rows = run_check({"WATCHDOG_BIN": self.binary, "PYTHONPATH": path})
+        out = p.stdout + p.stderr
+        self.assertEqual(rows["client"][0], "pass", out)
+        self.assertIn("Transformers absent", rows["torch"][1], out)
+        self.assertEqual(p.returncode, 0, out)
+
     def test_a_missing_binary_is_a_failed_row_naming_it(self):
         p, rows = run_check({"WATCHDOG_BIN": "/nonexistent/watchdog"})
         out = p.stdout + p.stderr

@@ -78,8 +78,21 @@ class AcknowledgeFields(Base):
         self.assertEqual(tw.acknowledge(step=12, cause="cuda_oom"), 0)
         self.assertEqual(self.ack()["seq"], 0)
 
+    def test_a_path_that_is_not_utf_8_leaves_the_ack_readable(self):
+        # A legal Linux file name that is not UTF-8 was written as "\\udcff": the watchdog's
+        # JSON parser refused the whole ack, so the save was never seen.
+        path = os.path.join(self.dir.name, os.fsdecode(b"ckpt-\xff.pt"))
+        self.assertEqual(tw.acknowledge(path=path, step=3, cause="cuda_oom"), 0)
+        with open(self.request + ".ack", "rb") as f:
+            raw = f.read()
+        self.assertNotIn(b"\\udc", raw)
+        ack = json.loads(raw)
+        self.assertEqual((ack["seq"], ack["step"], ack["cause"]), (0, 3, "cuda_oom"))
+        self.assertNotIn("path", ack)
+
     def test_bad_fields_are_refused_by_name(self):
-        for kwargs in ({"step": -1}, {"step": 1.5}, {"step": True}, {"step": "3"},
+        # 2**64: a step the watchdog reads as u64 could not be read, and the whole ack was ignored.
+        for kwargs in ({"step": -1}, {"step": 1.5}, {"step": True}, {"step": "3"}, {"step": 2 ** 64},
                        {"cause": "CUDA OOM"}, {"cause": 3}, {"path": 12}):
             with self.assertRaises(ValueError, msg=repr(kwargs)) as cm:
                 tw.acknowledge(**kwargs)
@@ -182,6 +195,22 @@ class PlainLoopLastChance(Base):
         self.assertIn(OOM, str(cm.exception))
         self.assertTrue(any("No space left on device" in n for n in cm.exception.__notes__))
         self.assertFalse(os.path.exists(self.request + ".ack"))
+
+    def test_a_step_of_the_wrong_type_never_replaces_the_original_error(self):
+        # run.step = "5": the save ran, then the note's "%d" raised a TypeError in place of the OOM.
+        calls = []
+
+        def save():
+            calls.append(1)
+
+        with self.assertRaises(RuntimeError) as cm:
+            with tw.last_chance(save) as run:
+                run.step = "5"
+                raise RuntimeError(OOM)
+        self.assertIn(OOM, str(cm.exception))
+        self.assertEqual(calls, [1])
+        notes = cm.exception.__notes__
+        self.assertTrue(any("at step 5 (last-chance save)" in n for n in notes), notes)
 
     def test_an_error_is_saved_once_however_many_managers_see_it(self):
         calls = []

@@ -162,6 +162,22 @@ class FileFormat(Steps):
         self.assertIn("phase='validation'", str(seen[0].message))
         self.assertFalse(os.path.exists(self.steps_file))
 
+    def test_a_step_the_watchdog_cannot_read_is_refused_and_does_not_stop_later_reports(self):
+        # An infinite step raised OverflowError into the loop, and a step past 2**64 - 1 was
+        # written: the watchdog (u64) refused the whole file, which stayed unread and kept
+        # every later entry, and the exception, from it.
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            self.assertFalse(tw.report_step(2 ** 64))
+            self.assertFalse(tw.report_step(float("inf")))
+            self.assertFalse(tw.report_step(1, batch_size=2 ** 64))
+            self.assertFalse(tw.report_step(1, tokens=float("inf")))
+            self.assertFalse(tw.report_step(True))  # a bool is no step (acknowledge refuses it too)
+        self.assertIn("2**64", str(seen[0].message), [str(w.message) for w in seen])
+        self.fake.step("train")
+        self.assertTrue(tw.report_step(2 ** 64 - 1))
+        self.assertEqual([e["step"] for e in self.read()["steps"]], [2 ** 64 - 1])
+
     def test_a_failing_allocator_is_one_warning_even_under_w_error(self):
         def broken(device=None):
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
@@ -256,6 +272,18 @@ class Delivery(Steps):
         os.unlink(self.steps_file)
         self.run_steps(["train"])
         self.assertNotIn("exception", self.read(), "read once: not sent again")
+
+    def test_a_message_that_is_not_utf_8_is_written_as_utf_8(self):
+        # A lone surrogate (a file name decoded with surrogateescape) was written as "\\udcff",
+        # which the watchdog's JSON parser refuses: the whole file, the exception with it.
+        text = "CUDA out of memory while loading " + os.fsdecode(b"/data/\xff.bin")
+        self.assertTrue(allocator.report_exception(_oom(text), step=2, phase="train"))
+        with open(self.steps_file, "rb") as f:
+            raw = f.read()
+        self.assertNotIn(b"\\udc", raw)
+        message = json.loads(raw)["exception"]["message"]
+        message.encode("utf-8")  # strict: no lone surrogate
+        self.assertTrue(message.startswith("CUDA out of memory while loading /data/"), message)
 
     def test_passes_count_each_switch_into_a_phase(self):
         self.run_steps(["train", "train", "eval", "eval", "train", "eval", "other", "train"])

@@ -753,12 +753,18 @@ def _ack_fields(path, step, cause):
     if path is not None:
         try:
             # Absolute: the watchdog, and a restarted run, may not share this process's directory.
-            fields["path"] = os.path.abspath(os.fsdecode(os.fspath(path)))
+            absolute = os.path.abspath(os.fsdecode(os.fspath(path)))
         except TypeError:
             raise ValueError("acknowledge(path=%r): expected a path (str or os.PathLike)" % (path,)) from None
+        try:
+            absolute.encode("utf-8")
+            fields["path"] = absolute
+        except UnicodeEncodeError:
+            pass  # not UTF-8: the watchdog could not read the ack at all; it goes without its path
     if step is not None:
-        if isinstance(step, bool) or not hasattr(step, "__index__") or step.__index__() < 0:
-            raise ValueError("acknowledge(step=%r): expected a whole number of steps, 0 or more" % (step,))
+        # At most 2**64 - 1: the watchdog reads it as a u64, and ignores an ack it cannot read.
+        if isinstance(step, bool) or not hasattr(step, "__index__") or not 0 <= step.__index__() < 1 << 64:
+            raise ValueError("acknowledge(step=%r): expected a whole number of steps, 0 to 2**64 - 1" % (step,))
         fields["step"] = step.__index__()
     if cause is not None:
         if not isinstance(cause, str) or not re.fullmatch(r"[a-z0-9_]{1,64}", cause):

@@ -175,20 +175,25 @@ def _figures(cuda, index):
     return out
 
 
+#: The largest count the watchdog reads (a u64): one past it would make it refuse the whole file.
+MAX_COUNT = (1 << 64) - 1
+
+
 def _count(name, value):
-    """A whole number of at least 0 (None stays None); anything else is a TypeError naming it."""
+    """A whole number from 0 to 2**64 - 1 (None stays None); anything else is a TypeError or a
+    ValueError naming it."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         try:
-            as_int = int(value)
-        except (TypeError, ValueError):
+            as_int = None if isinstance(value, bool) else int(value)
+        except (TypeError, ValueError, OverflowError):
             as_int = None
         if as_int is None or as_int != value:
             raise TypeError("%s=%r: expected a whole number" % (name, value))
         value = as_int
-    if value < 0:
-        raise ValueError("%s=%r: expected 0 or more" % (name, value))
+    if not 0 <= value <= MAX_COUNT:
+        raise ValueError("%s=%r: expected 0 to 2**64 - 1" % (name, value))
     return value
 
 
@@ -392,7 +397,8 @@ def report_exception(exc, step=None, phase=None):
             if phase in PHASES:
                 record["phase"] = phase
             record["time_unix"] = round(time.time(), 6)
-            record["message"] = str(exc)[:MAX_MESSAGE]
+            # As UTF-8 the watchdog can read: a lone surrogate would make it refuse the file.
+            record["message"] = str(exc)[:MAX_MESSAGE].encode("utf-8", "replace").decode("utf-8")
             cuda = _cuda()
             if cuda is not None:
                 try:

@@ -126,10 +126,12 @@ def rescue(exc, save, step=None, phase="train"):
         _tw.acknowledge(path=path, step=saved_step, cause=CAUSE)
     except Exception as e:
         _log("cannot acknowledge the last-chance save: %s" % e)
-    where = "" if saved_step is None else " at step %d" % saved_step
-    _log("CUDA out of memory: the run was saved%s to %s before the error ends it" % (where, path))
+    where = "" if saved_step is None else " at step %s" % (saved_step,)  # %s: any step the caller set
+    if path is not None:
+        where += " to %s" % path
+    _log("CUDA out of memory: the run was saved%s before the error ends it" % where)
     if hasattr(exc, "add_note"):
-        exc.add_note("training_watchdog: the run was saved%s to %s (last-chance save)" % (where, path))
+        exc.add_note("training_watchdog: the run was saved%s (last-chance save)" % where)
     return path, saved_step
 
 

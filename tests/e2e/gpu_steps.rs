@@ -297,3 +297,52 @@ notify = false
     assert!(outcome["step"].as_u64().unwrap() < 513, "{outcome}");
     assert_eq!(out.status.code(), Some(0));
 }
+
+/// The error's message and the last-chance checkpoint's path and cause are the run's own
+/// text: a newline or an escape sequence in them is written escaped in the closing summary
+/// and the log (a service's journal), never raw, so a run cannot forge a line of either.
+#[test]
+fn the_runs_own_text_is_escaped_in_the_summary_and_the_log() {
+    let scene = Scene::new();
+    let forged = "\u{1b}[31m\nwatchdog: PID 1 exited normally";
+    let script = r#"
+import json, os, sys, time
+req = os.environ["WATCHDOG_REQUEST_FILE"]
+forged = sys.argv[1]
+def put(path, body):
+    with open(path + ".tmp", "w") as f:
+        json.dump(body, f)
+    os.replace(path + ".tmp", path)
+put(req + ".steps", {"pid": os.getpid(), "steps": [], "exception": {"kind": "cuda_oom", "step": 7,
+    "time_unix": time.time(), "message": "CUDA out of memory." + forged}})
+put(req + ".ack", {"seq": 0, "time_unix": time.time(), "path": "/ckpt" + forged, "step": 7, "cause": "cuda_oom"})
+time.sleep(1)
+sys.exit(1)
+"#;
+    let out = bin()
+        .args(["--gpu", "off", "--interval", "50ms", "--events"])
+        .arg(&scene.events)
+        .arg("--request-file")
+        .arg(&scene.req)
+        .args(["run", "--", "python3", "-c", script, forged])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let exit = of_kind(&read_events(&scene.events), "exit")[0].clone();
+    assert_eq!(exit["verdict"], "gpu_oom", "{exit}: {stderr}");
+    assert!(
+        !stderr.contains('\u{1b}'),
+        "an escape sequence went out raw: {stderr}"
+    );
+    assert!(
+        !stderr
+            .lines()
+            .any(|l| l.starts_with("watchdog: PID 1 exited normally")),
+        "a line was forged: {stderr}"
+    );
+    assert!(
+        stderr.contains(r"CUDA out of memory.\u{1b}[31m\nwatchdog: PID 1"),
+        "{stderr}"
+    );
+    assert!(stderr.contains(r"/ckpt\u{1b}[31m\n"), "{stderr}");
+}

@@ -67,6 +67,8 @@ pub(crate) struct StepPeakState {
     alerted_peak: Option<u64>,
     /// The run saved since the alert: a peak below `alerted_peak` starts a new episode.
     saved_since: bool,
+    /// The writer's last report taken (its `n`).
+    last_n: u64,
 }
 
 impl Engine {
@@ -108,6 +110,7 @@ impl Engine {
                     capacity: None,
                     alerted_peak: None,
                     saved_since: false,
+                    last_n: 0,
                 });
                 self.step_peaks.len() - 1
             }
@@ -116,6 +119,14 @@ impl Engine {
         let Some(state) = self.step_peaks.get_mut(i) else {
             return;
         };
+        // Only reports not taken before come here: one numbered at or before the last is
+        // from a new client in the same PID (the process exec'd itself), a new program.
+        if batch.reports.first().is_some_and(|r| r.n <= state.last_n) {
+            state.predictor = StepPeakPredictor::new(config);
+            state.alerted_peak = None;
+            state.saved_since = false;
+        }
+        state.last_n = last.n;
         for r in batch.reports {
             let capacity = Capacity {
                 total,
@@ -241,9 +252,14 @@ impl Engine {
             oom.saved_path.clone_from(&ack.path);
             oom.saved_step = ack.step;
         }
-        let mut line = format!("the run saved a checkpoint on its own ({cause})");
+        // The cause and the path are the run's own text: escaped, one line of the log.
+        let printable = watchdog_types::units::printable;
+        let mut line = format!(
+            "the run saved a checkpoint on its own ({})",
+            printable(&cause)
+        );
         if let Some(p) = &ack.path {
-            line.push_str(&format!(": {p}"));
+            line.push_str(&format!(": {}", printable(p)));
         }
         if let Some(s) = ack.step {
             line.push_str(&format!(" (step {s})"));
@@ -283,28 +299,43 @@ impl Engine {
 /// What a step-peak alert says: what will not fit, by how much, and for fragmentation
 /// the allocator setting that helps.
 pub(crate) fn step_sentence(name: &str, a: &StepPeakAlert) -> String {
-    let what = match (a.reason, a.phase) {
-        (AlertReason::EvalPeak, _) | (_, Phase::Eval) => "the next evaluation's peak",
+    // An evaluation alert counts evaluations ahead, the others steps.
+    let evaluation = a.reason == AlertReason::EvalPeak || a.phase == Phase::Eval;
+    let what = match (evaluation, a.phase) {
+        (true, _) if a.steps_ahead > 1 => "an evaluation's peak",
+        (true, _) => "the next evaluation's peak",
         (_, Phase::Train) => "the next training step's peak",
-        (_, Phase::Other) => "the next step's peak",
+        (_, _) => "the next step's peak",
+    };
+    let unit = if evaluation {
+        "evaluation(s)"
+    } else {
+        "step(s)"
     };
     let when = match a.seconds_left {
         Some(s) => format!(
-            " in about {} ({} step(s) ahead)",
+            " in about {} ({} {unit} ahead)",
             format_duration_s(s),
             a.steps_ahead
         ),
-        None => format!(" {} step(s) ahead", a.steps_ahead),
+        None => format!(" {} {unit} ahead", a.steps_ahead),
     };
-    let fits = format!(
-        "{what} will not fit{when}: predicted {} after step {}, {} available to the allocator",
+    let figures = format!(
+        "{} after step {}, {} available to the allocator",
         format_bytes(a.predicted_peak),
         a.step,
         format_bytes(a.available)
     );
+    let fits = format!("{what} will not fit{when}: predicted {figures}");
     if a.reason == AlertReason::Fragmentation {
+        // Growing retries alert with a peak that fits what NVML shows: say what was seen.
+        let seen = if a.predicted_peak <= a.available {
+            format!("the allocator retries allocations with a peak of {figures}")
+        } else {
+            format!("{fits}; the allocator retries or needs reserved but unallocated memory")
+        };
         format!(
-            "{name} is fragmented: {fits}; the allocator retries or needs reserved but unallocated memory, set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True for the next run"
+            "{name} is fragmented: {seen}; set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True for the next run"
         )
     } else {
         format!("{name}: {fits}")

@@ -675,6 +675,16 @@ mod step_peaks {
         assert!(feed(&mut gpu(), outside, flat()).is_some());
     }
 
+    /// A process that execs itself keeps its PID and starts counting its reports from 1
+    /// again: the new program's leak is predicted on its own, not dropped as old entries.
+    #[test]
+    fn a_writer_that_starts_counting_again_is_a_new_run_of_reports() {
+        let mut e = gpu();
+        assert!(feed(&mut e, GpuUse::default(), (0..200u64).map(|_| 3 * GIB)).is_none());
+        let leak = (0..200u64).map(|i| 2 * GIB + i * 64 * MIB);
+        assert!(feed(&mut e, GpuUse::default(), leak).is_some());
+    }
+
     #[test]
     fn reports_of_a_device_nvml_does_not_list_are_not_judged() {
         let mut e = gpu();
@@ -720,11 +730,43 @@ mod step_peaks {
             ..a
         };
         let line = crate::step_peaks::step_sentence("gpu0", &eval);
+        // Three evaluations ahead: not "the next evaluation's", and counted in evaluations.
         assert!(
-            line.contains("the next evaluation's peak will not fit"),
+            line.contains(
+                "an evaluation's peak will not fit in about 1.5s (3 evaluation(s) ahead)"
+            ),
             "{line}"
         );
         assert!(!line.contains("expandable_segments"), "{line}");
+        let next = watchdog_predictor::step_peak::StepPeakAlert {
+            steps_ahead: 1,
+            ..eval
+        };
+        let line = crate::step_peaks::step_sentence("gpu0", &next);
+        assert!(
+            line.contains(
+                "the next evaluation's peak will not fit in about 1.5s (1 evaluation(s) ahead)"
+            ),
+            "{line}"
+        );
+        // Growing retries with a peak that fits: the cache is fragmented, and the line
+        // does not say that 1.50 GiB will not fit in 8.00 GiB.
+        let retries = watchdog_predictor::step_peak::StepPeakAlert {
+            predicted_peak: 3 * GIB / 2,
+            available: 8 * GIB,
+            ..a
+        };
+        let line = crate::step_peaks::step_sentence("gpu0", &retries);
+        assert!(!line.contains("will not fit"), "{line}");
+        assert!(
+            line.starts_with("gpu0 is fragmented: the allocator retries allocations"),
+            "{line}"
+        );
+        assert!(
+            line.contains("1.50 GiB") && line.contains("8.00 GiB"),
+            "{line}"
+        );
+        assert!(line.contains("expandable_segments:True"), "{line}");
     }
 
     /// The client's report of the error and its last-chance save make the verdict

@@ -224,8 +224,11 @@ pub fn diagnose_with(f: &ExitFacts, cuda_oom: Option<&CudaOom>) -> Verdict {
             Some(s) => format!("the run's client reported a CUDA out-of-memory error at step {s}"),
             None => "the run's client reported a CUDA out-of-memory error".to_string(),
         }];
+        // The message and the path are the run's own text: escaped, so that they cannot
+        // forge a line of the summary or of a service's log.
+        let printable = watchdog_types::units::printable;
         if let Some(m) = &oom.message {
-            evidence.push(format!("the error: {m}"));
+            evidence.push(format!("the error: {}", printable(m)));
         }
         let figures: Vec<String> = [
             oom.allocated
@@ -249,7 +252,8 @@ pub fn diagnose_with(f: &ExitFacts, cuda_oom: Option<&CudaOom>) -> Verdict {
             ));
         }
         if oom.saved {
-            evidence.push(match (&oom.saved_path, oom.saved_step) {
+            let path = oom.saved_path.as_deref().map(printable);
+            evidence.push(match (path, oom.saved_step) {
                 (Some(p), Some(s)) => format!("the last-chance checkpoint {p} holds step {s}"),
                 (Some(p), None) => format!("the last-chance checkpoint is {p}"),
                 (None, Some(s)) => format!("a last-chance checkpoint of step {s} was saved"),

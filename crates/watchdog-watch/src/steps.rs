@@ -262,11 +262,23 @@ impl StepsIntake {
 
     /// The entries of `file` not taken before, and its exception the first time.
     fn take(&mut self, file: StepsFile) -> Taken {
-        let after = self
+        let mut after = self
             .last
             .iter()
             .find(|(pid, _)| *pid == file.pid)
             .map_or(0, |(_, n)| *n);
+        // A client counts up: each of its files ends at or after the last entry taken from
+        // it. A file whose entries all come before that is a new client in the same PID (the
+        // process exec'd itself), counting from 1 again.
+        if file
+            .steps
+            .iter()
+            .map(|r| r.n)
+            .max()
+            .is_some_and(|top| top < after)
+        {
+            after = 0;
+        }
         let mut new: Vec<StepReport> = file.steps.into_iter().filter(|r| r.n > after).collect();
         // In the order they were counted (folded entries carry their last `n`).
         new.sort_by_key(|r| r.n);
@@ -556,6 +568,31 @@ mod tests {
         assert!(dry.check(tree).is_some());
         assert!(steps.exists());
         assert_eq!(dry.check(tree), None, "unchanged: not parsed again");
+    }
+
+    /// A process that execs itself keeps its PID and starts a new client, counting from 1
+    /// again: its entries were all taken for old ones until the count passed the old one.
+    #[test]
+    fn a_writer_whose_count_starts_again_is_read_from_its_new_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let req = dir.path().join("req.json");
+        let steps = dir.path().join("req.json.steps");
+        let mut intake = StepsIntake::new(&at(&req), false);
+        let tree = |pid| pid == 7;
+        std::fs::write(&steps, entries(7, 1..=200)).unwrap();
+        assert_eq!(intake.check(tree).unwrap().new.len(), 200);
+        std::fs::write(&steps, entries(7, 1..=5)).unwrap();
+        let t = intake.check(tree).unwrap();
+        assert_eq!(
+            t.new.iter().map(|r| r.n).collect::<Vec<_>>(),
+            vec![1, 2, 3, 4, 5]
+        );
+        std::fs::write(&steps, entries(7, 6..=7)).unwrap();
+        let t = intake.check(tree).unwrap();
+        assert_eq!(t.new.iter().map(|r| r.n).collect::<Vec<_>>(), vec![6, 7]);
+        // A file rewritten with the entries already taken (and an exception) is not a new start.
+        std::fs::write(&steps, entries(7, 6..=7)).unwrap();
+        assert!(intake.check(tree).unwrap().new.is_empty());
     }
 
     #[test]
