@@ -290,6 +290,62 @@ class RegisterTests(DaemonBase):
         lines, caught = self.install_against_nobody_connects(register=False)
         self.assertEqual((lines, caught), ([], []))
 
+    def named_by(self, daemon_reply_file):
+        return json.dumps({"ok": True, "registered": {"pid": os.getpid(), "request_file": daemon_reply_file,
+                                                      "signal": "SIGUSR1"}}) + "\n"
+
+    def test_a_last_chance_ack_without_install_registers_and_is_written_where_the_daemon_looks(self):
+        # A run the daemon found by itself has no request file before the daemon's first
+        # request; a loop that never called install() must still get its cause ack there.
+        named = os.path.join(self.dir.name, "found.request.json")
+        daemon = FakeDaemon(self.sock_path, self.named_by(named))
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                seq = tw.acknowledge(path=os.path.join(self.dir.name, "ckpt.pt"), step=7, cause="cuda_oom")
+        finally:
+            daemon.close()
+        self.assertEqual([str(w.message) for w in caught], [])
+        self.assertEqual(len(daemon.lines), 1)
+        self.assertEqual(seq, 0)
+        with open(named + ".ack") as f:
+            ack = json.load(f)
+        self.assertEqual((ack["cause"], ack["step"]), ("cuda_oom", 7))
+
+    def test_step_reports_without_install_register_once_and_go_where_the_daemon_looks(self):
+        from fake_allocator import FakeAllocator  # imports torch (CPU build)
+
+        named = os.path.join(self.dir.name, "found.request.json")
+        daemon = FakeDaemon(self.sock_path, self.named_by(named))
+        try:
+            with FakeAllocator("steady") as fake, warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                for step in range(3):
+                    fake.step("train")
+                    tw.report_step(step)
+                tw.allocator.flush()
+        finally:
+            daemon.close()
+        self.assertEqual([str(w.message) for w in caught], [])
+        self.assertEqual(len(daemon.lines), 1, "registered once, not at every step")
+        with open(named + ".steps") as f:
+            steps = json.load(f)
+        self.assertEqual(steps["pid"], os.getpid())
+        self.assertGreaterEqual(len(steps["steps"]), 1)
+
+    def test_a_refused_registration_is_asked_once_per_process(self):
+        daemon = FakeDaemon(self.sock_path, json.dumps({"ok": False, "error": "no rule takes it"}) + "\n")
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                for _ in range(3):
+                    self.assertIsNone(tw.acknowledge(cause="cuda_oom"))
+        finally:
+            daemon.close()
+        self.assertEqual(len(daemon.lines), 1)
+        self.assertEqual(len(caught), 1, [str(w.message) for w in caught])
+        self.assertIn("no rule takes it", str(caught[0].message))
+
     def install_against_nobody_connects(self, **kwargs):
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         server.bind(self.sock_path)

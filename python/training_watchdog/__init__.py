@@ -499,6 +499,26 @@ def _ack_path(path):
     return path + ".ack"
 
 
+# The PID that registered with the daemon on its own, for a step report or a last-chance
+# ack (at most once per process: a refusal is not asked again at every step).
+_register_tried = None
+
+
+def _request_file_or_register():
+    """:func:`request_file`; when there is none yet, register with a listening daemon once
+    per process, as :func:`install` does, and take the file it names. A run the daemon found
+    by itself has no request file until the daemon's first request, yet its step reports and
+    a last-chance acknowledgment need one; a loop that never called ``install()`` would
+    otherwise tell the daemon nothing."""
+    global _register_tried
+    path = request_file()
+    if path is not None or _register_tried == os.getpid() or os.environ.get("WATCHDOG_REQUEST_FILE"):
+        return path
+    _register_tried = os.getpid()
+    _register_with_daemon()
+    return request_file()
+
+
 # The most read of a request or ack file: the daemon's cap on a file a user wrote
 # (MAX_USER_FILE_BYTES in crates/watchdog-alerter/src/beneath.rs).
 _MAX_FILE_BYTES = 64 * 1024
@@ -727,7 +747,7 @@ def acknowledge(path=None, step=None, cause=None):
     _handling = None
     if cause is not None and req is not None and not _pending(req):
         req = None  # a save nobody asked for: not an answer to a request handled before
-    file = request_file()
+    file = request_file() if cause is None else _request_file_or_register()
     seq = _number(req, "seq") if req is not None else None
     if file is None or (seq is None and cause is None):
         return None
@@ -1531,7 +1551,7 @@ def _announce(req):
 
 def _reset():
     """Forget all state (for tests); stops an attached watchdog."""
-    global _flag, _handling, _acked, _shown, _registered, _lookup
+    global _flag, _handling, _acked, _shown, _registered, _lookup, _register_tried
     if _attached is not None:
         _attached.stop()
     _flag = False
@@ -1539,6 +1559,7 @@ def _reset():
     _acked = None
     _shown = None
     _registered = None
+    _register_tried = None
     _lookup = None
     _previous.clear()
     _cache.clear()

@@ -264,7 +264,7 @@ def _body(entries):
 def _write(now):
     """Write every entry the watchdog has not read (and an exception) to ``<request file>.steps``."""
     _state.last_write = now
-    path = _tw.request_file()
+    path = _tw._request_file_or_register()
     if not path:
         return False  # no watchdog yet: the entries wait (folded) for one
     path += ".steps"
