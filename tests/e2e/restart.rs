@@ -246,6 +246,27 @@ fn a_run_killed_in_the_middle_of_a_save_resumes_from_the_previous_complete_one()
     assert!(l.ckpt.join("ckpt-12/weights").exists());
 }
 
+/// A checkpoint rewritten in place after its acknowledgment (the run died halfway through
+/// the rewrite) is passed over for the one before it: each acknowledgment is measured when
+/// it comes, not when the attempt ends (issue 20's tester: before any alert the watch
+/// read the acknowledgment only at the exit, and so took the half-rewritten one).
+#[test]
+fn a_checkpoint_rewritten_after_its_acknowledgment_is_passed_over() {
+    let l = Loop::new();
+    let out = l.run(
+        None,
+        &["--restart", "1", "--restart-on", "signal"],
+        &["--steps", "16", "--step-s", "0.1", "--rewrite-at", "14"],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let starts = l.logged("start");
+    assert_eq!(starts.len(), 2, "{err}");
+    let five = l.ckpt.join("ckpt-5");
+    assert_eq!(starts[1]["resume_from"], five.to_str().unwrap(), "{err}");
+    assert_eq!(starts[1]["first_step"], 6, "{err}");
+}
+
 /// What a failed attempt left running (a child re-parented to the watchdog) is ended
 /// before the next attempt starts, so its memory is free.
 #[test]
