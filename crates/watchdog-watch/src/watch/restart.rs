@@ -61,16 +61,23 @@ pub struct Checkpoint {
 }
 
 /// Size and newest modification time of a checkpoint file or directory, not following
-/// symbolic links; `None` when it is missing.
+/// symbolic links inside it; `None` when it is missing. A `path` that is itself a link is
+/// measured through it, the link's own time counting too (pointed elsewhere: changed).
 pub fn measure(path: &Path) -> Option<(u64, i128)> {
     use std::os::unix::fs::MetadataExt;
     let stamp =
         |m: &std::fs::Metadata| i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec());
-    let top = std::fs::symlink_metadata(path).ok()?;
+    let link = std::fs::symlink_metadata(path).ok()?;
+    let top = if link.file_type().is_symlink() {
+        std::fs::metadata(path).ok()?
+    } else {
+        link.clone()
+    };
+    let linked = stamp(&link).max(stamp(&top));
     if !top.is_dir() {
-        return Some((top.len(), stamp(&top)));
+        return Some((top.len(), linked));
     }
-    let (mut size, mut newest) = (0u64, stamp(&top));
+    let (mut size, mut newest) = (0u64, linked);
     let mut dirs = vec![path.to_path_buf()];
     let mut seen = 0usize;
     while let Some(dir) = dirs.pop() {
@@ -845,6 +852,45 @@ mod tests {
         assert_eq!(ledger.resume_from().unwrap().path, a);
         std::fs::remove_file(&a).unwrap();
         assert_eq!(ledger.resume_from(), None);
+    }
+
+    /// A checkpoint acknowledged through a symbolic link (`last.ckpt -> step=10.ckpt`) is
+    /// its target: rewritten in place behind the link, it is changed; so is the link
+    /// pointed elsewhere.
+    #[test]
+    fn a_checkpoint_behind_a_symbolic_link_is_measured_through_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b, link) = (
+            dir.path().join("a.ckpt"),
+            dir.path().join("b.ckpt"),
+            dir.path().join("last.ckpt"),
+        );
+        std::fs::write(&a, b"complete").unwrap();
+        std::fs::write(&b, b"other one").unwrap();
+        std::os::unix::fs::symlink(&a, &link).unwrap();
+        let ledger = |p: &Path| {
+            let (size, mtime_ns) = measure(p).unwrap();
+            let mut l = Ledger::default();
+            l.extend(vec![Checkpoint {
+                path: p.to_path_buf(),
+                step: Some(10),
+                time_unix: 0.0,
+                size,
+                mtime_ns,
+            }]);
+            l
+        };
+        let l = ledger(&link);
+        assert_eq!(measure(&link).unwrap().0, 8, "the target's size");
+        assert!(l.resume_from().is_some());
+        std::fs::write(&a, b"half").unwrap();
+        assert_eq!(l.resume_from(), None, "rewritten behind the link");
+        let l = ledger(&link);
+        std::thread::sleep(Duration::from_millis(20));
+        std::fs::remove_file(&link).unwrap();
+        std::os::unix::fs::symlink(&b, &link).unwrap();
+        std::fs::write(&b, b"half").unwrap();
+        assert_eq!(l.resume_from(), None, "the link pointed elsewhere");
     }
 
     #[test]
