@@ -450,3 +450,25 @@ fn restarts_that_cannot_work_are_refused() {
         assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
     }
 }
+
+/// The largest `--restart` is a number like any other: the attempt count said between
+/// attempts did not overflow (a panic in a debug build, "at most 0" in a release one).
+#[test]
+fn the_largest_restart_count_is_said_without_overflow() {
+    let out = run(&[
+        "--no-notify",
+        "--restart",
+        "4294967295",
+        "--restart-on",
+        "exited",
+        "run",
+        "--",
+        "sh",
+        "-c",
+        "exit 3",
+    ]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("attempt 2 of at most 4294967296"), "{err}");
+    assert!(err.contains("the failure is deterministic"), "{err}");
+}

@@ -608,7 +608,7 @@ pub(super) fn run(
                 terminal::summary(&format!(
                     "watchdog: restarting (attempt {} of at most {}) after {verdict}, {}",
                     n + 1,
-                    policy.restart + 1,
+                    u64::from(policy.restart) + 1,
                     match &resume {
                         Some(c) => format!(
                             "resuming from {}{}",
