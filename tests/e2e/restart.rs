@@ -33,7 +33,10 @@ impl Loop {
     /// `watchdog FLAGS run -- python3 restartable.py LOG CKPT ARGS`, in `cg` when given.
     fn run(&self, cg: Option<&MemoryCgroup>, flags: &[&str], args: &[&str]) -> Output {
         let mut wd = self.scene.watchdog();
-        wd.args(["--lead", "300ms", "--no-notify"])
+        if !flags.contains(&"--lead") {
+            wd.args(["--lead", "300ms"]);
+        }
+        wd.arg("--no-notify")
             .args(flags)
             .args(["run", "--", "python3"])
             .arg(repo().join("tests/e2e/scripts/restartable.py"))
@@ -192,6 +195,40 @@ fn a_failure_at_the_same_step_stops_after_the_second_attempt() {
         "{err}"
     );
     assert!(err.contains("cgroup_memory peaked at"), "{err}");
+}
+
+/// The same, with a lead that holds many saves before the failure: the first attempt's
+/// saves within the lead are not its progress, and the second attempt, resumed from the
+/// last of them, failing at the same step is the second failure without progress (issue
+/// 20's tester: it compared the first attempt's step without those saves against the
+/// second's resumed from one of them, and took a third attempt to stop).
+#[test]
+fn a_failure_at_the_same_step_stops_after_the_second_attempt_whatever_the_lead() {
+    let Some(cg) = cgroup(160 * MIB) else {
+        return;
+    };
+    let l = Loop::new();
+    let out = l.run(
+        Some(&cg),
+        &["--restart", "5", "--lead", "1500ms"],
+        &[
+            "--steps",
+            "80",
+            "--save-every",
+            "1",
+            "--spike-at",
+            "60",
+            "--spike-mib",
+            "300",
+        ],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(137), "{err}");
+    assert_eq!(l.logged("start").len(), 2, "{err}");
+    assert!(
+        err.contains("attempt 2 ended as attempt 1 did (oom_kill) at step 59"),
+        "{err}"
+    );
 }
 
 /// A leak that starts over in each process makes progress every attempt, and is restarted

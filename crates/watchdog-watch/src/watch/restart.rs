@@ -220,14 +220,15 @@ pub fn step_tolerance(step: u64) -> u64 {
 }
 
 /// Whether `this` attempt failed the way `prev` did at about the same point: the same
-/// verdict at the same step within [`step_tolerance`] or, with no step known, without a
-/// checkpoint saved more than one lead before the failure (one saved just before it, as
-/// the watchdog asks, is not progress).
+/// verdict, `this` one's step without its saves of the last lead within
+/// [`step_tolerance`] of the step `prev` reached (where it failed) or, with no step known,
+/// without a checkpoint saved more than one lead before the failure (one saved just
+/// before it, as the watchdog asks, is not progress).
 pub fn no_progress(prev: &Attempt, this: &Attempt) -> bool {
     if prev.verdict != this.verdict {
         return false;
     }
-    match (prev.progress_step, this.progress_step) {
+    match (prev.step, this.progress_step) {
         (Some(a), Some(b)) => a.abs_diff(b) <= step_tolerance(a),
         _ => !this.saved_before_lead,
     }
@@ -299,7 +300,7 @@ pub fn decide(
 /// The verdict text of a failure that will only repeat: what failed, where, the limit and
 /// the peak, and what would change it.
 fn deterministic(prev: &Attempt, this: &Attempt) -> String {
-    let at = match (prev.progress_step, this.progress_step) {
+    let at = match (prev.step, this.progress_step) {
         (Some(a), Some(b)) => format!(
             "at step {b} (attempt {}: step {a}, within max(10 steps, 1%))",
             prev.n
@@ -754,6 +755,11 @@ mod tests {
             let (p, t) = (attempt(1, pv, ps), attempt(2, tv, ts));
             assert_eq!(no_progress(&p, &t), expected, "{pv:?} {ps:?} {tv:?} {ts:?}");
         }
+        // The first attempt's saves of its last lead are where it failed: the second,
+        // resumed from the last of them and failing there, made no progress.
+        let mut first = attempt(1, OomKill, Some(59));
+        first.progress_step = Some(29);
+        assert!(no_progress(&first, &attempt(2, OomKill, Some(59))));
         // Without steps, a checkpoint saved more than one lead before the failure is progress.
         let mut t = attempt(2, OomKill, None);
         t.saved_before_lead = true;
