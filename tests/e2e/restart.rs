@@ -509,3 +509,34 @@ fn the_largest_restart_count_is_said_without_overflow() {
     assert!(err.contains("attempt 2 of at most 4294967296"), "{err}");
     assert!(err.contains("the failure is deterministic"), "{err}");
 }
+
+/// `--max-runtime` is the run's, not each attempt's: a restarted attempt is given what is
+/// left of it (a job's time limit does not start again with the attempt).
+#[test]
+fn a_restarted_attempt_has_what_is_left_of_the_max_runtime() {
+    let l = Loop::new();
+    let out = l.run(
+        None,
+        &[
+            "--restart",
+            "1",
+            "--restart-on",
+            "signal",
+            "--max-runtime",
+            "1h",
+        ],
+        &["--steps", "8", "--step-s", "0.1", "--die-mid-save-at", "6"],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let limits: Vec<u64> = l
+        .events("limit")
+        .iter()
+        .filter(|e| e["resource"] == "runtime")
+        .map(|e| e["limit"].as_u64().unwrap())
+        .collect();
+    assert_eq!(limits.len(), 2, "{limits:?}");
+    assert_eq!(limits[0], 3_600_000);
+    // The first attempt ran at least its 6 steps of 0.1 s.
+    assert!(limits[1] <= 3_600_000 - 500, "{limits:?}");
+}

@@ -494,6 +494,7 @@ pub(super) fn run(
     let mut restarts: Vec<Instant> = Vec::new();
     let mut env: Vec<(String, String)> = Vec::new();
     let mut resume: Option<Checkpoint> = None;
+    let first_start = Instant::now();
     loop {
         let n = attempts.len() as u32 + 1;
         if let Some(last) = attempts.last()
@@ -508,6 +509,12 @@ pub(super) fn run(
             && let Some(rec) = &settings.record
         {
             attempt_settings.record = Some(attempt_recording(rec, n));
+        }
+        // --max-runtime is the run's: a restarted attempt has what is left of it.
+        if n > 1 {
+            attempt_settings.max_runtime = settings
+                .max_runtime
+                .map(|max| max.saturating_sub(first_start.elapsed()));
         }
         let outputs = Outputs::plan(&attempt_settings, own, cwd.as_deref())?;
         let request = RequestPlace::Path(outputs.request_file.clone());
