@@ -540,3 +540,37 @@ fn a_restarted_attempt_has_what_is_left_of_the_max_runtime() {
     // The first attempt ran at least its 6 steps of 0.1 s.
     assert!(limits[1] <= 3_600_000 - 500, "{limits:?}");
 }
+
+/// A SIGINT while the watchdog lets a hook finish after a failed attempt (the pause before
+/// the next) stops it at once, the hook ended: it waited out the whole hook timeout.
+#[test]
+fn a_sigint_while_a_hook_is_let_finish_between_attempts_stops_at_once() {
+    let scene = Scene::new();
+    let started = scene.dir.path().join("hook-started");
+    let hook = format!("touch {}; sleep 120", started.display());
+    let mut child = scene
+        .watchdog()
+        .args(["--no-notify", "--restart", "2", "--restart-on", "signal"])
+        .args(["--mem-limit", "1MiB", "--hook-timeout", "120s"])
+        .args(["--on-alert", &hook])
+        .args(["run", "--", "sh", "-c", "sleep 1; kill -9 $$"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_for(std::time::Duration::from_secs(20), || started.exists()));
+    // The command ends 1 s after its start; the hook runs on.
+    std::thread::sleep(std::time::Duration::from_millis(2000));
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+    let sent = std::time::Instant::now();
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let took = sent.elapsed();
+    let err = stderr(&out);
+    // Measured: about 0.1 s; the hook timeout is 120 s.
+    assert!(took < std::time::Duration::from_secs(20), "{took:?}: {err}");
+    assert!(
+        err.contains("the watchdog was told to stop (SIGINT)"),
+        "{err}"
+    );
+    assert!(!err.contains("restarting"), "{err}");
+}

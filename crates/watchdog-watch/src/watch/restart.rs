@@ -12,6 +12,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use watchdog_alerter::request::{Ack, RequestPlace};
@@ -43,6 +44,8 @@ pub(super) struct Attempting {
     pub(super) acks: AckReader,
     /// When the failed target's leftover processes are sent SIGTERM, then SIGKILL.
     pub(super) end_survivors: Option<(Instant, bool)>,
+    /// The last SIGINT, SIGTERM or SIGHUP the watchdog received (0: none).
+    pub(super) stop: Option<Arc<AtomicUsize>>,
 }
 
 /// One acknowledged checkpoint, as it was when the acknowledgment came.
@@ -529,6 +532,7 @@ pub(super) fn run(
         let mut watch = session.attempt(argv, attempt_settings, outputs, &env)?;
         watch.attempting = Some(Attempting {
             attempt: n,
+            stop: session.forward_to.as_ref().map(|to| to.received.clone()),
             ..Attempting::default()
         });
         let (run_id, attempt) = (id.clone(), n);
@@ -704,14 +708,20 @@ impl Watch {
     }
 
     /// In a failed `run --restart` attempt, lets running hooks finish (up to the hook
-    /// timeout) before the attempt is judged: a hook may free the space a save needs.
+    /// timeout, or until the watchdog is told to stop) before the attempt is judged: a
+    /// hook may free the space a save needs.
     pub(super) fn let_hooks_finish(&mut self) {
         let failed = !matches!(self.target_exit, None | Some(TargetExit::Code(0)));
-        if self.attempting.is_none() || !failed {
+        let Some(attempting) = self.attempting.as_ref().filter(|_| failed) else {
             return;
-        }
+        };
+        let stop = attempting.stop.clone();
+        let stopped = || {
+            stop.as_ref()
+                .is_some_and(|s| s.load(Ordering::Relaxed) != 0)
+        };
         let until = Instant::now() + self.settings.hook_timeout;
-        while !self.hooks.running().is_empty() && Instant::now() < until {
+        while !self.hooks.running().is_empty() && Instant::now() < until && !stopped() {
             std::thread::sleep(Duration::from_millis(50));
             self.reap_adopted();
         }
