@@ -548,7 +548,7 @@ fn a_sigint_while_a_hook_is_let_finish_between_attempts_stops_at_once() {
     let scene = Scene::new();
     let started = scene.dir.path().join("hook-started");
     let hook = format!("touch {}; sleep 120", started.display());
-    let mut child = scene
+    let child = scene
         .watchdog()
         .args(["--no-notify", "--restart", "2", "--restart-on", "signal"])
         .args(["--mem-limit", "1MiB", "--hook-timeout", "120s"])
