@@ -78,9 +78,11 @@ pub struct FileConfig {
     notify: Option<bool>,
     status: Option<bool>,
     log_format: Option<LogFormat>,
+    #[serde(deserialize_with = "de_count")]
     restart: Option<u32>,
     #[serde(deserialize_with = "de_restart_on")]
     restart_on: Option<Vec<VerdictKind>>,
+    #[serde(deserialize_with = "de_count")]
     restart_per_hour: Option<u32>,
 }
 
@@ -730,22 +732,26 @@ fn de_deadline<'de, D: Deserializer<'de>>(d: D) -> Result<Option<jiff::Timestamp
 }
 
 fn de_restart_on<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<VerdictKind>>, D::Error> {
+    const EXPECTED: &str = "expected a list of verdict names such as [\"oom_kill\", \"gpu_oom\"]";
     // A TOML list of names, or the flag's comma list as one string.
     let names = match toml::Value::deserialize(d)? {
         toml::Value::String(s) => s,
         toml::Value::Array(items) => items
             .iter()
-            .map(|v| v.as_str().unwrap_or("?").to_string())
-            .collect::<Vec<_>>()
+            .map(|v| v.as_str().ok_or_else(|| serde::de::Error::custom(EXPECTED)))
+            .collect::<Result<Vec<_>, D::Error>>()?
             .join(","),
-        _ => {
-            return Err(serde::de::Error::custom(
-                "expected a list of verdict names such as [\"oom_kill\", \"gpu_oom\"]",
-            ));
-        }
+        _ => return Err(serde::de::Error::custom(EXPECTED)),
     };
     crate::options::parse_restart_on(&names)
         .map(|r| Some(r.0))
+        .map_err(serde::de::Error::custom)
+}
+
+fn de_count<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    let s = de_text_or_number(d, "a whole number such as 3")?;
+    crate::options::parse_count(&s)
+        .map(Some)
         .map_err(serde::de::Error::custom)
 }
 
@@ -1079,5 +1085,27 @@ mod tests {
         assert!(e.contains("expected a comma list of oom_kill"), "{e}");
         let e = file("restart = -1\n").unwrap_err();
         assert!(e.contains("w.toml:1"), "{e}");
+        // Said as the flags say it, not as serde's "expected u32"; a count in quotes is
+        // the flag's text.
+        for (text, said) in [
+            (
+                "restart = -1\n",
+                "invalid count '-1': expected a whole number such as 3",
+            ),
+            (
+                "restart = 3.5\n",
+                "invalid count '3.5': expected a whole number such as 3",
+            ),
+            (
+                "restart_per_hour = 99999999999\n",
+                "invalid count '99999999999'",
+            ),
+            ("restart = true\n", "expected a whole number such as 3"),
+            ("restart_on = [1]\n", "expected a list of verdict names"),
+        ] {
+            let e = file(text).unwrap_err();
+            assert!(e.contains(said) && !e.contains("u32"), "{text}: {e}");
+        }
+        assert_eq!(file("restart = \"3\"\n").unwrap().restart, Some(3));
     }
 }

@@ -13,6 +13,8 @@ Failures, each chosen by a flag:
   --fill DIR                         first attempt: after the first save, write DIR/ballast
                                      until the disk is full, then exit 1
   --leave-child                      first attempt: start `sleep 600`, which outlives it
+  --rewrite-at S                     first attempt: at step S, rewrite the last acknowledged
+                                     checkpoint in place, then SIGKILL itself halfway through
 """
 
 import argparse
@@ -36,6 +38,7 @@ p.add_argument("--spike-mib", type=int, default=0)
 p.add_argument("--die-mid-save-at", type=int, default=-1)
 p.add_argument("--fill", default=None)
 p.add_argument("--leave-child", action="store_true", help="first attempt: start a child that outlives it")
+p.add_argument("--rewrite-at", type=int, default=-1)
 a = p.parse_args()
 
 # The kernel's OOM killer picks this process, not the watchdog sharing its cgroup.
@@ -110,9 +113,11 @@ def save(step, die_halfway=False):
             json.dump(ack, f)
         os.rename(tmp, request_file + ".ack")
     log(event="saved", step=step, path=path)
+    return path
 
 
 held = []
+last_saved = None
 for step in range(start + 1, a.steps + 1):
     time.sleep(a.step_s)
     if a.leak_mib and (first or a.leak_in == "all"):
@@ -121,9 +126,13 @@ for step in range(start + 1, a.steps + 1):
         held.append(b"\x01" * (a.spike_mib << 20))
     if step == a.die_mid_save_at and first:
         save(step, die_halfway=True)
+    if step == a.rewrite_at and first and last_saved:
+        with open(os.path.join(last_saved, "weights"), "wb") as f:
+            f.write(b"w" * (a.save_bytes // 2))
+        os.kill(os.getpid(), signal.SIGKILL)
     if step % a.save_every == 0 or asked:
         asked = False
-        save(step)
+        last_saved = save(step)
         if a.fill and first:
             try:
                 with open(os.path.join(a.fill, "ballast"), "wb") as f:

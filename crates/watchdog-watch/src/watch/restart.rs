@@ -12,6 +12,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use watchdog_alerter::request::{Ack, RequestPlace};
@@ -43,6 +44,8 @@ pub(super) struct Attempting {
     pub(super) acks: AckReader,
     /// When the failed target's leftover processes are sent SIGTERM, then SIGKILL.
     pub(super) end_survivors: Option<(Instant, bool)>,
+    /// The last SIGINT, SIGTERM or SIGHUP the watchdog received (0: none).
+    pub(super) stop: Option<Arc<AtomicUsize>>,
 }
 
 /// One acknowledged checkpoint, as it was when the acknowledgment came.
@@ -61,16 +64,23 @@ pub struct Checkpoint {
 }
 
 /// Size and newest modification time of a checkpoint file or directory, not following
-/// symbolic links; `None` when it is missing.
+/// symbolic links inside it; `None` when it is missing. A `path` that is itself a link is
+/// measured through it, the link's own time counting too (pointed elsewhere: changed).
 pub fn measure(path: &Path) -> Option<(u64, i128)> {
     use std::os::unix::fs::MetadataExt;
     let stamp =
         |m: &std::fs::Metadata| i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec());
-    let top = std::fs::symlink_metadata(path).ok()?;
+    let link = std::fs::symlink_metadata(path).ok()?;
+    let top = if link.file_type().is_symlink() {
+        std::fs::metadata(path).ok()?
+    } else {
+        link.clone()
+    };
+    let linked = stamp(&link).max(stamp(&top));
     if !top.is_dir() {
-        return Some((top.len(), stamp(&top)));
+        return Some((top.len(), linked));
     }
-    let (mut size, mut newest) = (0u64, stamp(&top));
+    let (mut size, mut newest) = (0u64, linked);
     let mut dirs = vec![path.to_path_buf()];
     let mut seen = 0usize;
     while let Some(dir) = dirs.pop() {
@@ -213,14 +223,15 @@ pub fn step_tolerance(step: u64) -> u64 {
 }
 
 /// Whether `this` attempt failed the way `prev` did at about the same point: the same
-/// verdict at the same step within [`step_tolerance`] or, with no step known, without a
-/// checkpoint saved more than one lead before the failure (one saved just before it, as
-/// the watchdog asks, is not progress).
+/// verdict, `this` one's step without its saves of the last lead within
+/// [`step_tolerance`] of the step `prev` reached (where it failed) or, with no step known,
+/// without a checkpoint saved more than one lead before the failure (one saved just
+/// before it, as the watchdog asks, is not progress).
 pub fn no_progress(prev: &Attempt, this: &Attempt) -> bool {
     if prev.verdict != this.verdict {
         return false;
     }
-    match (prev.progress_step, this.progress_step) {
+    match (prev.step, this.progress_step) {
         (Some(a), Some(b)) => a.abs_diff(b) <= step_tolerance(a),
         _ => !this.saved_before_lead,
     }
@@ -292,7 +303,7 @@ pub fn decide(
 /// The verdict text of a failure that will only repeat: what failed, where, the limit and
 /// the peak, and what would change it.
 fn deterministic(prev: &Attempt, this: &Attempt) -> String {
-    let at = match (prev.progress_step, this.progress_step) {
+    let at = match (prev.step, this.progress_step) {
         (Some(a), Some(b)) => format!(
             "at step {b} (attempt {}: step {a}, within max(10 steps, 1%))",
             prev.n
@@ -486,6 +497,7 @@ pub(super) fn run(
     let mut restarts: Vec<Instant> = Vec::new();
     let mut env: Vec<(String, String)> = Vec::new();
     let mut resume: Option<Checkpoint> = None;
+    let first_start = Instant::now();
     loop {
         let n = attempts.len() as u32 + 1;
         if let Some(last) = attempts.last()
@@ -501,6 +513,12 @@ pub(super) fn run(
         {
             attempt_settings.record = Some(attempt_recording(rec, n));
         }
+        // --max-runtime is the run's: a restarted attempt has what is left of it.
+        if n > 1 {
+            attempt_settings.max_runtime = settings
+                .max_runtime
+                .map(|max| max.saturating_sub(first_start.elapsed()));
+        }
         let outputs = Outputs::plan(&attempt_settings, own, cwd.as_deref())?;
         let request = RequestPlace::Path(outputs.request_file.clone());
         if n > 1 && !settings.dry_run {
@@ -514,6 +532,7 @@ pub(super) fn run(
         let mut watch = session.attempt(argv, attempt_settings, outputs, &env)?;
         watch.attempting = Some(Attempting {
             attempt: n,
+            stop: session.forward_to.as_ref().map(|to| to.received.clone()),
             ..Attempting::default()
         });
         let (run_id, attempt) = (id.clone(), n);
@@ -601,7 +620,7 @@ pub(super) fn run(
                 terminal::summary(&format!(
                     "watchdog: restarting (attempt {} of at most {}) after {verdict}, {}",
                     n + 1,
-                    policy.restart + 1,
+                    u64::from(policy.restart) + 1,
                     match &resume {
                         Some(c) => format!(
                             "resuming from {}{}",
@@ -689,14 +708,20 @@ impl Watch {
     }
 
     /// In a failed `run --restart` attempt, lets running hooks finish (up to the hook
-    /// timeout) before the attempt is judged: a hook may free the space a save needs.
+    /// timeout, or until the watchdog is told to stop) before the attempt is judged: a
+    /// hook may free the space a save needs.
     pub(super) fn let_hooks_finish(&mut self) {
         let failed = !matches!(self.target_exit, None | Some(TargetExit::Code(0)));
-        if self.attempting.is_none() || !failed {
+        let Some(attempting) = self.attempting.as_ref().filter(|_| failed) else {
             return;
-        }
+        };
+        let stop = attempting.stop.clone();
+        let stopped = || {
+            stop.as_ref()
+                .is_some_and(|s| s.load(Ordering::Relaxed) != 0)
+        };
         let until = Instant::now() + self.settings.hook_timeout;
-        while !self.hooks.running().is_empty() && Instant::now() < until {
+        while !self.hooks.running().is_empty() && Instant::now() < until && !stopped() {
             std::thread::sleep(Duration::from_millis(50));
             self.reap_adopted();
         }
@@ -747,6 +772,11 @@ mod tests {
             let (p, t) = (attempt(1, pv, ps), attempt(2, tv, ts));
             assert_eq!(no_progress(&p, &t), expected, "{pv:?} {ps:?} {tv:?} {ts:?}");
         }
+        // The first attempt's saves of its last lead are where it failed: the second,
+        // resumed from the last of them and failing there, made no progress.
+        let mut first = attempt(1, OomKill, Some(59));
+        first.progress_step = Some(29);
+        assert!(no_progress(&first, &attempt(2, OomKill, Some(59))));
         // Without steps, a checkpoint saved more than one lead before the failure is progress.
         let mut t = attempt(2, OomKill, None);
         t.saved_before_lead = true;
@@ -845,6 +875,45 @@ mod tests {
         assert_eq!(ledger.resume_from().unwrap().path, a);
         std::fs::remove_file(&a).unwrap();
         assert_eq!(ledger.resume_from(), None);
+    }
+
+    /// A checkpoint acknowledged through a symbolic link (`last.ckpt -> step=10.ckpt`) is
+    /// its target: rewritten in place behind the link, it is changed; so is the link
+    /// pointed elsewhere.
+    #[test]
+    fn a_checkpoint_behind_a_symbolic_link_is_measured_through_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b, link) = (
+            dir.path().join("a.ckpt"),
+            dir.path().join("b.ckpt"),
+            dir.path().join("last.ckpt"),
+        );
+        std::fs::write(&a, b"complete").unwrap();
+        std::fs::write(&b, b"other one").unwrap();
+        std::os::unix::fs::symlink(&a, &link).unwrap();
+        let ledger = |p: &Path| {
+            let (size, mtime_ns) = measure(p).unwrap();
+            let mut l = Ledger::default();
+            l.extend(vec![Checkpoint {
+                path: p.to_path_buf(),
+                step: Some(10),
+                time_unix: 0.0,
+                size,
+                mtime_ns,
+            }]);
+            l
+        };
+        let l = ledger(&link);
+        assert_eq!(measure(&link).unwrap().0, 8, "the target's size");
+        assert!(l.resume_from().is_some());
+        std::fs::write(&a, b"half").unwrap();
+        assert_eq!(l.resume_from(), None, "rewritten behind the link");
+        let l = ledger(&link);
+        std::thread::sleep(Duration::from_millis(20));
+        std::fs::remove_file(&link).unwrap();
+        std::os::unix::fs::symlink(&b, &link).unwrap();
+        std::fs::write(&b, b"half").unwrap();
+        assert_eq!(l.resume_from(), None, "the link pointed elsewhere");
     }
 
     #[test]

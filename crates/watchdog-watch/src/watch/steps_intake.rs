@@ -12,11 +12,13 @@ use super::{ACK_CHECK_EVERY, Watch};
 impl Watch {
     /// Each tick: the step reports, and before any request the acknowledgment of a save
     /// no request asked for (the last-chance save; once a request was made the ack is
-    /// looked at on its own schedule).
+    /// looked at on its own schedule) and of a checkpoint a restart may resume from,
+    /// measured now rather than at the exit, when it may be half rewritten.
     pub(super) fn read_steps_and_saves(&mut self, now: Instant) {
         self.check_steps(now);
         if self.engine.alerts_sent() == 0 && now >= self.next_ack {
             self.check_ack();
+            self.check_checkpoints();
             self.next_ack = now + ACK_CHECK_EVERY;
         }
     }
