@@ -451,10 +451,26 @@ impl Loop {
 /// What cannot restart a run is refused with exit 2 and one line naming it.
 #[test]
 fn restarts_that_cannot_work_are_refused() {
-    let cases: [(&[&str], &str); 5] = [
+    let config = tempfile::tempdir().unwrap();
+    let file = config.path().join("watchdog.toml");
+    std::fs::write(&file, "restart = 2\n").unwrap();
+    let file = file.to_str().unwrap();
+    let cases: [(&[&str], &str); 8] = [
         (
             &["--restart", "1", "--pid", "1"],
             "--restart cannot be used with --pid",
+        ),
+        (
+            &["--restart-on", "oom_kill", "--pid", "1"],
+            "--restart-on cannot be used with --pid",
+        ),
+        (
+            &["--restart-per-hour", "3", "--pid", "1"],
+            "--restart-per-hour cannot be used with --pid",
+        ),
+        (
+            &["--config", file, "--pid", "1"],
+            "restart (in the config file) cannot be used with --pid",
         ),
         (
             &["--restart-on", "runtime_limit", "run", "--", "true"],

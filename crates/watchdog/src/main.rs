@@ -108,10 +108,19 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         None => match cli.pid {
             Some(pid) => {
                 let settings = Settings::resolve(&cli.options).map_err(Failure::Usage)?;
-                if settings.restart > 0 {
-                    return Err(Failure::Usage(
-                        "--restart cannot be used with --pid: the watchdog did not start PID and cannot start it again; expected watchdog run --restart N -- CMD (see docs/restart.md)".into(),
-                    ));
+                // A restart option on the command line, or `restart` in the config file.
+                let restart_flag = [
+                    ("--restart", cli.options.restart.is_some_and(|n| n > 0)),
+                    ("--restart-on", cli.options.restart_on.is_some()),
+                    ("--restart-per-hour", cli.options.restart_per_hour.is_some()),
+                ]
+                .into_iter()
+                .find_map(|(flag, given)| given.then_some(flag))
+                .or((settings.restart > 0).then_some("restart (in the config file)"));
+                if let Some(what) = restart_flag {
+                    return Err(Failure::Usage(format!(
+                        "{what} cannot be used with --pid: the watchdog did not start PID and cannot start it again; expected watchdog run --restart N -- CMD (see docs/restart.md)"
+                    )));
                 }
                 logging::init(&settings);
                 let (published, _metrics) = serve_metrics(cli.metrics.as_deref(), &settings)?;
