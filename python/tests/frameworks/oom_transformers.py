@@ -13,6 +13,9 @@ import oom_common as oc
 
 import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
+
+import tiny_transformers
+from tiny_transformers import Data
 from transformers.trainer_utils import get_last_checkpoint
 
 import training_watchdog.transformers as twt
@@ -24,10 +27,9 @@ if mode == "ranks":
     os.environ["WATCHDOG_REQUEST_FILE"] = os.path.join(workdir, "request-rank%d.json" % rank)
 
 
-class Model(torch.nn.Module):
+class Model(tiny_transformers.Model):
     def __init__(self):
         super().__init__()
-        self.net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
         self.calls = 0
 
     def forward(self, x, labels=None):
@@ -35,20 +37,7 @@ class Model(torch.nn.Module):
             if mode != "resume" and rank == (1 if mode == "ranks" else 0) and self.calls == oc.FAIL_AT:
                 oc.fail(workdir, self.calls, oc.torch_digest(self))
             self.calls += 1
-        pred = self.net(x)
-        return {"loss": torch.nn.functional.mse_loss(pred, labels), "logits": pred}
-
-
-class Data(torch.utils.data.Dataset):
-    def __init__(self):
-        g = torch.Generator().manual_seed(0)
-        self.x, self.y = torch.randn(256, 16, generator=g), torch.randn(256, 1, generator=g)
-
-    def __len__(self):
-        return len(self.x)
-
-    def __getitem__(self, i):
-        return {"x": self.x[i], "labels": self.y[i]}
+        return super().forward(x, labels)
 
 
 class Probe(TrainerCallback):

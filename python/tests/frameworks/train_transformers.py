@@ -8,34 +8,14 @@ import common  # noqa: F401  (puts training_watchdog on sys.path)
 
 import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
+
+from tiny_transformers import Data, Model
 from transformers.trainer_utils import get_last_checkpoint
 
 from training_watchdog.transformers import WatchdogCallback
 
 mode, workdir = sys.argv[1], sys.argv[2]
 out_dir = os.path.join(workdir, "out")
-
-
-class Model(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
-
-    def forward(self, x, labels=None):
-        pred = self.net(x)
-        return {"loss": torch.nn.functional.mse_loss(pred, labels), "logits": pred}
-
-
-class Data(torch.utils.data.Dataset):
-    def __init__(self):
-        g = torch.Generator().manual_seed(0)
-        self.x, self.y = torch.randn(256, 16, generator=g), torch.randn(256, 1, generator=g)
-
-    def __len__(self):
-        return len(self.x)
-
-    def __getitem__(self, i):
-        return {"x": self.x[i], "labels": self.y[i]}
 
 
 class Probe(TrainerCallback):
