@@ -82,6 +82,11 @@ __all__ = [
 __version__ = "0.1.0"
 
 _flag = False
+# time.time() when the handler last ran
+_flag_at = 0.0
+# A signal this soon after its request was written, arriving once that request is acknowledged,
+# is that request's own signal come late (the watchdog writes the file, then signals).
+_LATE_SIGNAL_S = 5.0
 # signal number -> the handler that was installed before ours (chained on every signal)
 _previous = {}
 # the request being handled: what checkpoint_requested() saw when it returned True
@@ -207,8 +212,9 @@ def _signal_name(signum):
 
 
 def _handler(signum, frame):
-    global _flag
+    global _flag, _flag_at
     _flag = True
+    _flag_at = time.time()
     prev = _previous.get(signum)
     if callable(prev):
         prev(signum, frame)
@@ -678,8 +684,11 @@ def checkpoint_requested():
     While a watchdog started by :func:`attach` runs, a new request is also shown once: an
     IPython display in a notebook (what runs out, how much is used, how long is left), else
     a :class:`CheckpointRequestWarning`. Under ``watchdog run`` the watchdog's own log says it.
+    The watchdog writes the file before it signals, so a signal that arrives once its request
+    is acknowledged (read from the file first, here or by another rank), within 5 s of the
+    request, is that request's own and no new one.
     """
-    global _handling
+    global _handling, _flag
     req = request()
     if req is not None and _pending(req):
         _handling = req
@@ -688,9 +697,19 @@ def checkpoint_requested():
         return True
     if _flag:
         if req is not None:
+            if _late_signal_of(req):
+                _flag = False
+                return False
             _handling = req
         return True
     return False
+
+
+def _late_signal_of(req):
+    """Whether the flag was raised by the signal of ``req``, already acknowledged (read from its
+    file before its signal arrived, by this process or another rank): no new request."""
+    t = _number(req, "time_unix")
+    return t is not None and 0.0 <= _flag_at - t < _LATE_SIGNAL_S
 
 
 def _write_atomic(path, data, sync=True):
@@ -1551,10 +1570,11 @@ def _announce(req):
 
 def _reset():
     """Forget all state (for tests); stops an attached watchdog."""
-    global _flag, _handling, _acked, _shown, _registered, _lookup, _register_tried
+    global _flag, _flag_at, _handling, _acked, _shown, _registered, _lookup, _register_tried
     if _attached is not None:
         _attached.stop()
     _flag = False
+    _flag_at = 0.0
     _handling = None
     _acked = None
     _shown = None

@@ -945,17 +945,29 @@ impl Watch {
                 self.request_file.display()
             );
         } else {
+            // The tree may be refreshed less often than every tick (a service's run with no
+            // mem_limit): look again before signalling it, and before the request is written,
+            // so the signal follows the file as closely as it can.
+            self.sampler.tree_mut().refresh();
+            let tree: Vec<u32> = self.sampler.tree_pids().to_vec();
             match watchdog_alerter::request::write_request(&self.request, &request) {
                 Ok(()) => {
                     outputs::write_ok("request_file");
                     delivery.request_file = Some(self.request_file.display().to_string());
                 }
-                Err(e) => outputs::write_failed("request_file", &self.request_file, &e.to_string()),
+                Err(e) => {
+                    outputs::write_failed("request_file", &self.request_file, &e.to_string());
+                    // The signal must not arrive beside an earlier, acknowledged request: the
+                    // client would take it for that request's late signal (a full disk
+                    // still lets a file be removed).
+                    if let Err(e) = self.request.remove() {
+                        tracing::warn!(
+                            "could not remove the earlier request {}: {e}",
+                            self.request_file.display()
+                        );
+                    }
+                }
             }
-            // The tree may be refreshed less often than every tick (a service's run with no
-            // mem_limit): look again before signalling it.
-            self.sampler.tree_mut().refresh();
-            let tree: Vec<u32> = self.sampler.tree_pids().to_vec();
             let roots = self.roots();
             let signal = self.settings.signal;
             let report = watchdog_alerter::signal::signal_tree_with_roots(
