@@ -1,6 +1,6 @@
-//! Property tests of the trace parser behind `watchdog replay` (generic CSV, RFC 3339 and
-//! nvidia-smi timestamps, watchdog recordings) on arbitrary and near-valid traces: it never
-//! panics, replay never panics on what it parses, and every rejection is one line. See
+//! Property tests of `watchdog replay` on arbitrary and near-valid traces: it never panics on
+//! what the trace parser accepts, and every rejection is one line. The parser's own
+//! properties sit beside it, in `crates/watchdog-formats/tests/prop_parsers.rs`. See
 //! `docs/testing.md` for the long run.
 
 #[path = "../../../tests/prop_support.rs"]
@@ -9,7 +9,6 @@ mod prop_support;
 use prop_support::{arbitrary_text, check_message, config, near_valid};
 use proptest::prelude::*;
 use watchdog_engine::replay;
-use watchdog_formats::trace;
 
 /// `line N: found header '...': expected ...` is the longest fixed part.
 const FIXED: usize = 260;
@@ -24,15 +23,6 @@ const TRACES: &[&str] = &[
 ];
 
 fn check(text: &str) -> Result<(), TestCaseError> {
-    match trace::parse(text) {
-        Ok(t) => {
-            for s in &t.samples {
-                prop_assert!(s.resource < t.resources.len());
-                prop_assert!(!s.t_s.is_nan(), "{:?}", text);
-            }
-        }
-        Err(e) => check_message(&e.to_string(), text, FIXED)?,
-    }
     // What replay reads after `--lead`/`--interval` (both positive durations).
     if let Err(e) = replay::run(text, &settings(3.0)) {
         check_message(&e.to_string(), text, FIXED)?;
@@ -44,60 +34,13 @@ proptest! {
     #![proptest_config(config())]
 
     #[test]
-    fn prop_trace_arbitrary_text(text in arbitrary_text()) {
+    fn prop_replay_arbitrary_text(text in arbitrary_text()) {
         check(&text)?;
     }
 
     #[test]
-    fn prop_trace_near_valid(text in near_valid(TRACES)) {
+    fn prop_replay_near_valid(text in near_valid(TRACES)) {
         check(&text)?;
-    }
-
-    /// Valid traces with hostile fields in every column.
-    #[test]
-    fn prop_trace_hostile_fields(
-        header in proptest::sample::select(TRACES),
-        rows in proptest::collection::vec(proptest::collection::vec(near_valid(FIELDS), 1..6), 0..8),
-    ) {
-        let mut text = header.lines().take_while(|l| l.starts_with('#')).collect::<Vec<_>>().join("\n");
-        text.push('\n');
-        text.push_str(header.lines().find(|l| !l.starts_with('#')).unwrap_or(""));
-        text.push('\n');
-        for row in rows {
-            text.push_str(&row.join(","));
-            text.push('\n');
-        }
-        check(&text)?;
-    }
-}
-
-const FIELDS: &[&str] = &[
-    "0",
-    "12.5",
-    "2024-01-15T10:23:45.123Z",
-    "2024/01/15 10:23:45.123",
-    "1234 MiB",
-    "18446744073709551615",
-    "max",
-    "",
-    "cgroup_memory",
-    "gpu0",
-    "0",
-];
-
-/// A bare `\r` or U+0085 inside a trace line was quoted raw: a two-line error.
-#[test]
-fn a_carriage_return_inside_a_trace_line_is_escaped_in_the_message() {
-    for text in [
-        "\0\r\0",
-        "time,used,limit\n1\r2.5\n",
-        "time,us\u{85}ed,limit\n",
-    ] {
-        let e = trace::parse(text).expect_err("malformed").to_string();
-        assert!(
-            e.starts_with("line ") && !e.contains(['\r', '\n', '\u{85}']),
-            "{e:?}"
-        );
     }
 }
 
