@@ -154,22 +154,7 @@ fn a_v1_threshold_wakes_when_a_child_allocates_past_it_and_rearms() {
     let mut alloc = Allocator::start_in(&cg);
     let mut threshold = CgroupV1Threshold::arm(&cg.dir, &[cg.usage() + 32 * MIB])
         .unwrap_or_else(|e| panic!("cannot arm: {e}"));
-    assert_eq!(
-        threshold.consume().ok(),
-        Some(0),
-        "signalled before any allocation"
-    );
-
-    alloc.allocate(64);
-    assert!(
-        ready(threshold.fd(), CgroupV1Threshold::POLL, WAKE_TIMEOUT),
-        "no wake-up within {WAKE_TIMEOUT:?} after allocating 64 MiB past a threshold 32 MiB up"
-    );
-    assert!(threshold.consume().is_ok_and(|n| n >= 1));
-    assert!(
-        !ready(threshold.fd(), CgroupV1Threshold::POLL, Duration::ZERO),
-        "consumed"
-    );
+    allocate_and_wake(&mut alloc, &threshold, "a threshold 32 MiB up");
 
     // Re-armed around the usage now: the old eventfd is closed, the new one fires.
     let usage = threshold.usage_bytes().unwrap_or_else(|e| panic!("{e}"));
@@ -177,17 +162,27 @@ fn a_v1_threshold_wakes_when_a_child_allocates_past_it_and_rearms() {
     threshold
         .rearm(&[usage.saturating_sub(32 * MIB), usage + 32 * MIB])
         .unwrap_or_else(|e| panic!("cannot re-arm: {e}"));
+    allocate_and_wake(&mut alloc, &threshold, "the re-armed threshold 32 MiB up");
+}
+
+/// Checks nothing was signalled yet, has `alloc` allocate 64 MiB, and waits for the wake-up
+/// of `threshold` (`what`), which consuming ends.
+fn allocate_and_wake(alloc: &mut Allocator, threshold: &CgroupV1Threshold, what: &str) {
     assert_eq!(
         threshold.consume().ok(),
         Some(0),
-        "a fresh eventfd starts at zero"
+        "{what}: signalled before allocating"
     );
     alloc.allocate(64);
     assert!(
         ready(threshold.fd(), CgroupV1Threshold::POLL, WAKE_TIMEOUT),
-        "no wake-up from the re-armed threshold within {WAKE_TIMEOUT:?}"
+        "{what}: no wake-up within {WAKE_TIMEOUT:?} after allocating 64 MiB"
     );
-    assert!(threshold.consume().is_ok_and(|n| n >= 1));
+    assert!(threshold.consume().is_ok_and(|n| n >= 1), "{what}");
+    assert!(
+        !ready(threshold.fd(), CgroupV1Threshold::POLL, Duration::ZERO),
+        "{what}: still ready after consuming"
+    );
 }
 
 /// Unmounts a bind mount on drop.
