@@ -39,6 +39,7 @@ fn allocate(usage: &Path, threshold: u64) -> Result<(), String> {
     let mut keep: Vec<Vec<u8>> = Vec::new();
     let mut buf = [0u8; 32];
     let mut seen = None;
+    let started = now_ns();
     // A leak goes on past the threshold: the kernel checks thresholds every 128 page
     // charges per CPU, so an allocator that stopped right at the crossing could stop
     // before the check that sees it.
@@ -59,14 +60,17 @@ fn allocate(usage: &Path, threshold: u64) -> Result<(), String> {
             return Err("never reached the threshold".into());
         }
     }
-    println!("{}", seen.unwrap_or_default());
+    let took = (now_ns() - started).max(1) as f64 / 1e9;
+    let rate = (keep.len() * CHUNK) as f64 / MIB as f64 / took;
+    println!("{} {rate:.0}", seen.unwrap_or_default());
     std::io::stdout().flush().map_err(|e| e.to_string())?;
     std::thread::sleep(Duration::from_secs(60));
     Ok(())
 }
 
-/// One trial: the lead of the kernel's wake-up over the allocator's own read, in ns.
-fn trial(n: usize) -> Result<i128, String> {
+/// One trial: the lead of the kernel's wake-up over the allocator's own read, in ns, and the
+/// allocator's rate in MiB/s.
+fn trial(n: usize) -> Result<(i128, f64), String> {
     let dir = PathBuf::from(format!(
         "/sys/fs/cgroup/memory/wd-wake-latency-{}-{n}",
         std::process::id()
@@ -82,7 +86,7 @@ fn trial(n: usize) -> Result<i128, String> {
     result
 }
 
-fn trial_in(dir: &Path) -> Result<i128, String> {
+fn trial_in(dir: &Path) -> Result<(i128, f64), String> {
     std::fs::write(dir.join("memory.limit_in_bytes"), (1024 * MIB).to_string())
         .map_err(|e| e.to_string())?;
     let usage_path = dir.join("memory.usage_in_bytes");
@@ -126,11 +130,11 @@ fn trial_in(dir: &Path) -> Result<i128, String> {
         }
         let mut line = String::new();
         stdout.read_line(&mut line).map_err(|e| e.to_string())?;
-        let seen: i128 = line
-            .trim()
-            .parse()
-            .map_err(|_| format!("allocator said {line:?}"))?;
-        Ok(seen - woke)
+        let said = || format!("allocator said {line:?}");
+        let mut words = line.split_whitespace();
+        let seen: i128 = words.next().and_then(|w| w.parse().ok()).ok_or_else(said)?;
+        let rate: f64 = words.next().and_then(|w| w.parse().ok()).ok_or_else(said)?;
+        Ok((seen - woke, rate))
     })();
     let _ = child.kill();
     let _ = child.wait();
@@ -157,9 +161,13 @@ fn main() -> std::process::ExitCode {
     }
     let trials: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(20);
     let mut leads = Vec::new();
+    let mut rates = Vec::new();
     for n in 0..trials {
         match trial(n) {
-            Ok(lead) => leads.push(lead),
+            Ok((lead, rate)) => {
+                leads.push(lead);
+                rates.push(rate);
+            }
             Err(e) => {
                 eprintln!("trial {n}: {e}");
                 return std::process::ExitCode::from(2);
@@ -167,6 +175,7 @@ fn main() -> std::process::ExitCode {
         }
     }
     leads.sort_unstable();
+    rates.sort_by(f64::total_cmp);
     let ms = |ns: i128| ns as f64 / 1e6;
     let at = |q: f64| leads[((leads.len() - 1) as f64 * q).round() as usize];
     println!(
@@ -177,6 +186,12 @@ fn main() -> std::process::ExitCode {
         ms(at(0.9)),
         ms(leads[0]),
         ms(leads[leads.len() - 1]),
+    );
+    println!(
+        "allocation rate: median {:.0} MiB/s (min {:.0}, max {:.0})",
+        rates[rates.len() / 2],
+        rates[0],
+        rates[rates.len() - 1]
     );
     std::process::ExitCode::SUCCESS
 }
