@@ -3,7 +3,8 @@
 //!
 //! Arming writes `"<eventfd> <fd of memory.usage_in_bytes> <threshold>"` to the cgroup's
 //! `cgroup.event_control`. The kernel signals a crossing in either direction, checked every
-//! 128 page charges or uncharges per CPU (mm/memcontrol-v1.c, `THRESHOLDS_EVENTS_TARGET`),
+//! 128 page charges or uncharges per CPU (`THRESHOLDS_EVENTS_TARGET` in mm/memcontrol.c,
+//! mm/memcontrol-v1.c since 6.11),
 //! so a crossing is seen within about 512 KiB per CPU of it. A threshold cannot be removed
 //! but by closing its eventfd: re-arming registers the new thresholds on a new eventfd, then
 //! closes the old one. `memory.usage_in_bytes` counts page cache (which the sampler's
@@ -41,8 +42,9 @@ impl CgroupV1Threshold {
     pub const POLL: PollFlags = PollFlags::IN;
 
     /// Arms `thresholds` (bytes of `memory.usage_in_bytes`) on the v1 memory cgroup
-    /// directory `dir`. An empty list arms nothing and still checks that thresholds can be
-    /// written there.
+    /// directory `dir`. An empty list arms nothing but still opens `cgroup.event_control`
+    /// for writing, so a read-only cgroupfs or a permission is found (not whether the kernel
+    /// takes thresholds: that shows at the first one).
     pub fn arm(dir: &Path, thresholds: &[u64]) -> Result<CgroupV1Threshold, Unarmable> {
         let control_path = dir.join("cgroup.event_control");
         let usage_path = dir.join("memory.usage_in_bytes");
