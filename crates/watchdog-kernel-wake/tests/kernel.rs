@@ -80,6 +80,17 @@ impl V1Cgroup {
     }
 }
 
+impl V1Cgroup {
+    /// A `memory.stat` line's value (`rss`, `cache`: bytes, this cgroup only).
+    fn stat(&self, name: &str) -> u64 {
+        let text = std::fs::read_to_string(self.dir.join("memory.stat"))
+            .unwrap_or_else(|e| panic!("no memory.stat in {}: {e}", self.dir.display()));
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in memory.stat"))
+    }
+}
+
 impl Drop for V1Cgroup {
     fn drop(&mut self) {
         for _ in 0..50 {
@@ -91,7 +102,9 @@ impl Drop for V1Cgroup {
     }
 }
 
-/// A python3 process that allocates (and touches) the MiB it is told, line by line.
+/// A python3 process that, line by line, allocates (and touches) the MiB it is told
+/// (`alloc N`), frees all it allocated (`free`), or writes a file of N MiB through the page
+/// cache from a 1 MiB buffer (`write N PATH`).
 struct Allocator {
     child: Child,
     stdin: ChildStdin,
@@ -100,7 +113,18 @@ struct Allocator {
 
 impl Allocator {
     const SCRIPT: &str = "import sys\nkeep = []\nprint('ready', flush=True)\n\
-        for line in sys.stdin:\n    keep.append(b'\\x01' * (int(line) << 20))\n    print('ok', flush=True)\n";
+        for line in sys.stdin:\n\
+        \x20   cmd = line.split()\n\
+        \x20   if cmd[0] == 'alloc':\n\
+        \x20       keep.append(b'\\x01' * (int(cmd[1]) << 20))\n\
+        \x20   elif cmd[0] == 'free':\n\
+        \x20       keep.clear()\n\
+        \x20   elif cmd[0] == 'write':\n\
+        \x20       chunk = b'\\x02' * (1 << 20)\n\
+        \x20       with open(cmd[2], 'wb') as f:\n\
+        \x20           for _ in range(int(cmd[1])):\n\
+        \x20               f.write(chunk)\n\
+        \x20   print('ok', flush=True)\n";
 
     /// Starts it and moves it into `cg` before it allocates anything.
     fn start_in(cg: &V1Cgroup) -> Allocator {
@@ -132,9 +156,9 @@ impl Allocator {
         assert_eq!(line.trim(), word, "python3 said {line:?}");
     }
 
-    /// Allocates `mib` more and waits until it is done.
-    fn allocate(&mut self, mib: u64) {
-        writeln!(self.stdin, "{mib}").unwrap_or_else(|e| panic!("python3: {e}"));
+    /// Sends one command and waits until it is done.
+    fn say(&mut self, command: &str) {
+        writeln!(self.stdin, "{command}").unwrap_or_else(|e| panic!("python3: {e}"));
         self.expect("ok");
     }
 }
@@ -154,29 +178,70 @@ fn a_v1_threshold_wakes_when_a_child_allocates_past_it_and_rearms() {
     let mut alloc = Allocator::start_in(&cg);
     let mut threshold = CgroupV1Threshold::arm(&cg.dir, &[cg.usage() + 32 * MIB])
         .unwrap_or_else(|e| panic!("cannot arm: {e}"));
-    allocate_and_wake(&mut alloc, &threshold, "a threshold 32 MiB up");
+    say_and_wake(&mut alloc, "alloc 64", &threshold, "a threshold 32 MiB up");
 
     // Re-armed around the usage now: the old eventfd is closed, the new one fires.
-    let usage = threshold.usage_bytes().unwrap_or_else(|e| panic!("{e}"));
-    assert!(usage >= 64 * MIB, "usage {usage} after allocating 64 MiB");
-    threshold
-        .rearm(&[usage.saturating_sub(32 * MIB), usage + 32 * MIB])
-        .unwrap_or_else(|e| panic!("cannot re-arm: {e}"));
-    allocate_and_wake(&mut alloc, &threshold, "the re-armed threshold 32 MiB up");
+    rearm_around(&mut threshold, 64 * MIB);
+    say_and_wake(
+        &mut alloc,
+        "alloc 64",
+        &threshold,
+        "the re-armed threshold 32 MiB up",
+    );
+
+    // A crossing downwards wakes too: the band's lower threshold, when the child frees.
+    rearm_around(&mut threshold, 128 * MIB);
+    say_and_wake(&mut alloc, "free", &threshold, "the threshold 32 MiB down");
 }
 
-/// Checks nothing was signalled yet, has `alloc` allocate 64 MiB, and waits for the wake-up
-/// of `threshold` (`what`), which consuming ends.
-fn allocate_and_wake(alloc: &mut Allocator, threshold: &CgroupV1Threshold, what: &str) {
+#[test]
+fn a_v1_threshold_counts_page_cache() {
+    let Some(cg) = V1Cgroup::create(512 * MIB) else {
+        return;
+    };
+    let mut alloc = Allocator::start_in(&cg);
+    let threshold = CgroupV1Threshold::arm(&cg.dir, &[cg.usage() + 32 * MIB])
+        .unwrap_or_else(|e| panic!("cannot arm: {e}"));
+    let rss_before = cg.stat("rss");
+    // 64 MiB written to a disk file from a 1 MiB buffer: page cache, not the child's memory.
+    let dir = scratch();
+    let file = dir.path().join("cache");
+    let command = format!("write 64 {}", file.display());
+    say_and_wake(
+        &mut alloc,
+        &command,
+        &threshold,
+        "a threshold 32 MiB up, by a file",
+    );
+    let rss_growth = cg.stat("rss").saturating_sub(rss_before);
+    assert!(
+        rss_growth < 16 * MIB,
+        "the child's own memory grew {rss_growth} bytes: the wake-up was not the page cache's"
+    );
+    assert!(cg.stat("cache") >= 32 * MIB, "cache {}", cg.stat("cache"));
+}
+
+/// Re-arms `threshold` 32 MiB below and above the usage now, which must be at least `least`.
+fn rearm_around(threshold: &mut CgroupV1Threshold, least: u64) {
+    let usage = threshold.usage_bytes().unwrap_or_else(|e| panic!("{e}"));
+    assert!(usage >= least, "usage {usage}, expected at least {least}");
+    threshold
+        .rearm(&[usage - 32 * MIB, usage + 32 * MIB])
+        .unwrap_or_else(|e| panic!("cannot re-arm: {e}"));
+}
+
+/// Checks nothing was signalled yet, has `alloc` carry out `command`, and waits for the
+/// wake-up of `threshold` (`what`), which consuming ends.
+fn say_and_wake(alloc: &mut Allocator, command: &str, threshold: &CgroupV1Threshold, what: &str) {
     assert_eq!(
         threshold.consume().ok(),
         Some(0),
-        "{what}: signalled before allocating"
+        "{what}: signalled before {command:?}"
     );
-    alloc.allocate(64);
+    alloc.say(command);
     assert!(
         ready(threshold.fd(), CgroupV1Threshold::POLL, WAKE_TIMEOUT),
-        "{what}: no wake-up within {WAKE_TIMEOUT:?} after allocating 64 MiB"
+        "{what}: no wake-up within {WAKE_TIMEOUT:?} after {command:?}"
     );
     assert!(threshold.consume().is_ok_and(|n| n >= 1), "{what}");
     assert!(
