@@ -4,10 +4,9 @@
 //! Arming writes `"<eventfd> <fd of memory.usage_in_bytes> <threshold>"` to the cgroup's
 //! `cgroup.event_control`. The kernel signals a crossing in either direction, checked every
 //! 128 page charges or uncharges per CPU (`THRESHOLDS_EVENTS_TARGET` in mm/memcontrol.c,
-//! mm/memcontrol-v1.c since 6.11),
-//! so a crossing is seen within about 512 KiB per CPU of it. A threshold cannot be removed
-//! but by closing its eventfd: re-arming registers the new thresholds on a new eventfd, then
-//! closes the old one. `memory.usage_in_bytes` counts page cache (which the sampler's
+//! mm/memcontrol-v1.c since 6.11), so a crossing is seen within about 512 KiB per CPU of
+//! it. A threshold cannot be removed but by closing its eventfd: re-arming registers the new
+//! thresholds on a new eventfd, then closes the old one. `memory.usage_in_bytes` counts page cache (which the sampler's
 //! `cgroup_memory` does not): while cache keeps usage near the limit a threshold there
 //! fires again and again, and the caller should poll instead.
 
