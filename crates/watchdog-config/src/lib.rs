@@ -549,7 +549,10 @@ mod tests {
             .filter(|k| is_key(k))
             .collect();
         assert_eq!(documented, KEYS, "config/watchdog.toml drifted from KEYS");
-        parse_file(&text, Path::new("config/watchdog.toml")).unwrap();
+        let file = parse_file(&text, Path::new("config/watchdog.toml")).unwrap();
+        for key in KEYS {
+            assert!(file.is_set(key), "{key} is documented but not read");
+        }
     }
 
     #[test]

@@ -97,6 +97,14 @@ macro_rules! settings {
         }
 
         impl WatchOptions {
+            /// The id (field name) of config key `key`'s flag; `None` for a key with no flag.
+            pub fn flag_id(key: &str) -> Option<&'static str> {
+                match key {
+                    $($(stringify!($key) => Some(stringify!($flag)),)?)*
+                    _ => None,
+                }
+            }
+
             /// Whether the flag of config key `key` was given (false for a key with no flag).
             pub fn gives(&self, key: &str) -> bool {
                 match key {
@@ -358,5 +366,158 @@ settings! {
         /// At most N restarts in any hour: a run that fails faster is left stopped [default: 6].
         #[arg(long, value_name = "N", value_parser = Utf8(parse_count))]
         restart_per_hour: Option<u32>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use clap::{CommandFactory, Parser};
+
+    /// The flags alone, as the binary flattens them into its command line.
+    #[derive(Debug, Parser)]
+    struct Flags {
+        #[command(flatten)]
+        options: WatchOptions,
+    }
+
+    fn flags(args: &[&str]) -> WatchOptions {
+        Flags::try_parse_from(std::iter::once("watchdog").chain(args.iter().copied()))
+            .unwrap()
+            .options
+    }
+
+    fn file(text: &str) -> FileConfig {
+        crate::parse_file(text, std::path::Path::new("w.toml")).unwrap()
+    }
+
+    fn merged(args: &[&str], text: &str) -> Settings {
+        Settings::merge(Host::from_env(), &flags(args), file(text))
+    }
+
+    /// A value each flag takes, by its value name.
+    fn sample(value_name: &str) -> &'static str {
+        match value_name {
+            "DUR" => "7s",
+            "SIG" => "USR2",
+            "SIZE" => "1GiB",
+            "PATH" => "/tmp",
+            "RFC3339" => "2099-01-01T00:00:00Z",
+            "CMD" => "true",
+            "MODE" => "off",
+            "FORMAT" => "json",
+            "PERCENT" => "7",
+            "N" => "2",
+            "LIST" => "crash",
+            other => panic!("no sample value for a flag taking {other}: add one here"),
+        }
+    }
+
+    /// `gives` and `flag_id` know every flag of the table by its config key.
+    #[test]
+    fn every_flag_is_known_by_its_config_key() {
+        let command = Flags::command();
+        let mut args: Vec<String> = Vec::new();
+        for key in KEYS {
+            let Some(id) = WatchOptions::flag_id(key) else {
+                assert_eq!(*key, "nvml_library", "{key} has no flag");
+                continue;
+            };
+            let arg = command
+                .get_arguments()
+                .find(|a| a.get_id().as_str() == id)
+                .unwrap();
+            args.push(format!("--{}", arg.get_long().unwrap()));
+            if arg.get_action().takes_values() {
+                let name = arg.get_value_names().unwrap()[0].as_str();
+                args.push(sample(name).to_string());
+            }
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let given = flags(&args);
+        let none = WatchOptions::default();
+        for key in KEYS {
+            let has_flag = WatchOptions::flag_id(key).is_some();
+            assert_eq!(given.gives(key), has_flag, "{key}");
+            assert!(!none.gives(key), "{key}");
+        }
+        assert!(!given.gives("no_such_key"));
+    }
+
+    /// The rows whose flag is not an `Option` of the setting: defaults < file < flags.
+    #[test]
+    fn flags_override_the_file_and_the_file_the_defaults() {
+        let defaults = merged(&[], "");
+        assert!(!defaults.dry_run && defaults.notify && defaults.status);
+        assert!(defaults.disks.is_empty());
+        assert_eq!(defaults.restart_on, options::DEFAULT_RESTART_ON);
+        assert_eq!(defaults.mem_limit, None);
+
+        let text = "dry_run = false\nnotify = true\nstatus = false\ndisks = [\"/\"]\n\
+                    restart_on = [\"crash\"]\nmem_limit = \"1GiB\"\n";
+        let from_file = merged(&[], text);
+        assert!(!from_file.dry_run && from_file.notify && !from_file.status);
+        assert_eq!(from_file.disks, [PathBuf::from("/")]);
+        assert_eq!(from_file.restart_on, [VerdictKind::Crash]);
+        assert_eq!(from_file.mem_limit, Some(1 << 30));
+
+        let s = merged(
+            &[
+                "--dry-run",
+                "--no-notify",
+                "--disk",
+                "/tmp",
+                "--disk",
+                "/dev/shm",
+                "--restart-on",
+                "oom_kill,signal",
+                "--mem-limit",
+                "2GiB",
+            ],
+            text,
+        );
+        assert!(s.dry_run && !s.notify && !s.status);
+        assert_eq!(s.disks, [PathBuf::from("/tmp"), PathBuf::from("/dev/shm")]);
+        assert_eq!(s.restart_on, [VerdictKind::OomKill, VerdictKind::Signal]);
+        assert_eq!(s.mem_limit, Some(2 << 30));
+        // A flag that can only turn a setting on (or off) leaves the file's value otherwise.
+        assert!(merged(&[], "dry_run = true\n").dry_run);
+        assert!(!merged(&[], "notify = false\n").notify);
+        assert_eq!(
+            merged(&[], "nvml_library = \"/x.so\"\n").nvml_library,
+            Some(PathBuf::from("/x.so"))
+        );
+    }
+
+    /// The options table of docs/configuration.md lists every key in the table's order,
+    /// each with its flag.
+    #[test]
+    fn the_configuration_doc_lists_every_key_with_its_flag() {
+        let doc = include_str!("../../../docs/configuration.md");
+        let command = Flags::command();
+        let rows: Vec<(&str, &str)> = doc
+            .lines()
+            .skip_while(|l| *l != "## Options")
+            .skip(1)
+            .take_while(|l| !l.starts_with("## "))
+            .filter_map(|l| {
+                let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+                let key = cells.get(2)?.strip_prefix('`')?.strip_suffix('`')?;
+                Some((*cells.get(1)?, key))
+            })
+            .collect();
+        let keys: Vec<&str> = rows.iter().map(|(_, key)| *key).collect();
+        assert_eq!(keys, KEYS, "docs/configuration.md drifted from KEYS");
+        for (flag, key) in rows {
+            let long = WatchOptions::flag_id(key).map(|id| {
+                let arg = command.get_arguments().find(|a| a.get_id() == id).unwrap();
+                format!("`--{}", arg.get_long().unwrap())
+            });
+            match long {
+                Some(long) => assert!(flag.starts_with(&long), "{key}: {flag} is not {long}"),
+                None => assert!(!flag.starts_with("`--"), "{key} has no flag: {flag}"),
+            }
+        }
     }
 }

@@ -79,6 +79,7 @@ fn example_config_parses_as_shipped_and_uncommented_and_documents_every_key() {
     assert_eq!(full.metrics, Some("127.0.0.1:9187".parse().unwrap()));
     for (key, _) in REFUSED_WATCH_KEYS {
         assert!(EXAMPLE.contains(key), "{key} not documented as refused");
+        assert!(watchdog_config::KEYS.contains(key), "{key} is no watch key");
     }
 }
 
