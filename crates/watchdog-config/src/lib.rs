@@ -1,7 +1,9 @@
 //! The settings, from defaults, the TOML config file and the command line, in that
 //! order of precedence (flags win). The file is strict: an unknown key or a bad value is
 //! an error naming the file, the line and what was expected. Every key is documented in
-//! `config/watchdog.toml`, which a test keeps in step with [`KEYS`].
+//! `config/watchdog.toml`, which a test keeps in step with [`KEYS`]. Each setting is
+//! declared once, in the table of `settings.rs`, which yields its flag, its key, its default
+//! and the merge.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

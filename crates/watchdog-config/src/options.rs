@@ -1,6 +1,7 @@
-//! The watch settings as flags: [`WatchOptions`] (shared by `--pid`, `run`, `replay` and
-//! the daemon's rules through the same keys), and the parsers that turn a flag's text into a
-//! value or a one-line error naming the value and what was expected.
+//! The watch settings as flags: [`WatchOptions`] (shared by `--pid`, `run` and `replay`,
+//! declared with the other forms of each setting in the settings table, `settings.rs`), the
+//! types of their values, and the parsers that turn a flag's text into a value or a one-line
+//! error naming the value and what was expected.
 
 use std::ffi::OsStr;
 use std::time::Duration;
