@@ -5,7 +5,8 @@
 //! merge of the three (defaults < file < flags).
 //!
 //! To add a setting: add its row where `config/watchdog.toml` documents it (the file's keys
-//! are in table order, and so are the flags in `--help`), then document it in
+//! are in table order, and so are the flags in `--help`, between `--config` and `-v`, `-q`),
+//! then document it in
 //! `config/watchdog.toml` and `docs/configuration.md`; tests fail until both list it. Checks
 //! of a value that parses but cannot be used go in [`Settings::validate`].
 
