@@ -1,7 +1,9 @@
 //! The settings, from defaults, the TOML config file and the command line, in that
 //! order of precedence (flags win). The file is strict: an unknown key or a bad value is
 //! an error naming the file, the line and what was expected. Every key is documented in
-//! `config/watchdog.toml`, which a test keeps in step with [`KEYS`].
+//! `config/watchdog.toml`, which a test keeps in step with [`KEYS`]. Each setting is
+//! declared once, in the table of `settings.rs`, which yields its flag, its key, its default
+//! and the merge.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -13,110 +15,10 @@ use watchdog_types::VerdictKind;
 use watchdog_types::units;
 
 pub mod options;
+mod settings;
 
-use crate::options::{GpuMode, LogFormat, WatchOptions};
-
-/// Every key the config file accepts, in the order `config/watchdog.toml` documents them.
-#[cfg(test)]
-pub const KEYS: &[&str] = &[
-    "interval",
-    "lead",
-    "signal",
-    "mem_limit",
-    "disks",
-    "max_runtime",
-    "deadline",
-    "request_file",
-    "events",
-    "on_alert",
-    "hook_timeout",
-    "record",
-    "record_window",
-    "dry_run",
-    "gpu",
-    "nvml_library",
-    "floor",
-    "notify",
-    "status",
-    "log_format",
-    "restart",
-    "restart_on",
-    "restart_per_hour",
-];
-
-/// The config file as written; every field optional, unknown keys rejected. The daemon's
-/// rules deserialize their `[rule.watch]` tables into it too.
-#[derive(Debug, Default, Clone, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct FileConfig {
-    #[serde(deserialize_with = "de_duration")]
-    interval: Option<Duration>,
-    #[serde(deserialize_with = "de_duration")]
-    lead: Option<Duration>,
-    #[serde(deserialize_with = "de_signal")]
-    signal: Option<i32>,
-    #[serde(deserialize_with = "de_size")]
-    mem_limit: Option<u64>,
-    disks: Option<Vec<PathBuf>>,
-    #[serde(deserialize_with = "de_duration")]
-    max_runtime: Option<Duration>,
-    #[serde(deserialize_with = "de_deadline")]
-    deadline: Option<jiff::Timestamp>,
-    request_file: Option<PathBuf>,
-    events: Option<PathBuf>,
-    on_alert: Option<String>,
-    #[serde(deserialize_with = "de_duration")]
-    hook_timeout: Option<Duration>,
-    record: Option<PathBuf>,
-    #[serde(deserialize_with = "de_duration")]
-    record_window: Option<Duration>,
-    dry_run: Option<bool>,
-    gpu: Option<GpuMode>,
-    nvml_library: Option<PathBuf>,
-    #[serde(deserialize_with = "de_percent")]
-    floor: Option<f64>,
-    notify: Option<bool>,
-    status: Option<bool>,
-    log_format: Option<LogFormat>,
-    #[serde(deserialize_with = "de_count")]
-    restart: Option<u32>,
-    #[serde(deserialize_with = "de_restart_on")]
-    restart_on: Option<Vec<VerdictKind>>,
-    #[serde(deserialize_with = "de_count")]
-    restart_per_hour: Option<u32>,
-}
-
-impl FileConfig {
-    /// Whether `key` (a config key such as `"request_file"`) is set; false for unknown keys.
-    pub fn is_set(&self, key: &str) -> bool {
-        match key {
-            "interval" => self.interval.is_some(),
-            "lead" => self.lead.is_some(),
-            "signal" => self.signal.is_some(),
-            "mem_limit" => self.mem_limit.is_some(),
-            "disks" => self.disks.is_some(),
-            "max_runtime" => self.max_runtime.is_some(),
-            "deadline" => self.deadline.is_some(),
-            "request_file" => self.request_file.is_some(),
-            "events" => self.events.is_some(),
-            "on_alert" => self.on_alert.is_some(),
-            "hook_timeout" => self.hook_timeout.is_some(),
-            "record" => self.record.is_some(),
-            "record_window" => self.record_window.is_some(),
-            "dry_run" => self.dry_run.is_some(),
-            "gpu" => self.gpu.is_some(),
-            "nvml_library" => self.nvml_library.is_some(),
-            "floor" => self.floor.is_some(),
-            "notify" => self.notify.is_some(),
-            "status" => self.status.is_some(),
-            "log_format" => self.log_format.is_some(),
-            "restart" => self.restart.is_some(),
-            "restart_on" => self.restart_on.is_some(),
-            "restart_per_hour" => self.restart_per_hour.is_some(),
-            _ => false,
-        }
-    }
-}
+use crate::options::WatchOptions;
+pub use crate::settings::{FileConfig, KEYS, Settings};
 
 /// The host as the watchdog sees it: where the kernel's interfaces are, and what the
 /// environment says. Built once, here (the only place that reads environment variables
@@ -177,68 +79,10 @@ impl Host {
 }
 
 /// An environment variable holding an absolute path.
-fn env_path(var: &str) -> Option<PathBuf> {
+pub(crate) fn env_path(var: &str) -> Option<PathBuf> {
     std::env::var_os(var)
         .map(PathBuf::from)
         .filter(|p| p.is_absolute())
-}
-
-/// The settings in force for one watchdog, after defaults, file and flags.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    /// Where the host's kernel interfaces are, and what the environment said.
-    pub host: Host,
-    /// Sampling period.
-    pub interval: Duration,
-    /// Lead time before predicted exhaustion.
-    pub lead: Duration,
-    /// Signal number to send.
-    pub signal: i32,
-    /// Budget for the tree's RSS.
-    pub mem_limit: Option<u64>,
-    /// Filesystems to watch; empty means the defaults.
-    pub disks: Vec<PathBuf>,
-    /// Runtime limit from the target's start.
-    pub max_runtime: Option<Duration>,
-    /// Wall-clock deadline.
-    pub deadline: Option<jiff::Timestamp>,
-    /// Where the request file goes; `None` means the default.
-    pub request_file: Option<PathBuf>,
-    /// Where events are appended.
-    pub events: Option<PathBuf>,
-    /// Hook run on every alert.
-    pub on_alert: Option<String>,
-    /// How long a hook may run before it is ended.
-    pub hook_timeout: Duration,
-    /// Where the flight recording goes; `None` means beside the request file.
-    pub record: Option<PathBuf>,
-    /// History the flight recorder keeps.
-    pub record_window: Duration,
-    /// Send and write nothing.
-    pub dry_run: bool,
-    /// GPU watching mode.
-    pub gpu: GpuMode,
-    /// A specific libnvidia-ml.so to load.
-    pub nvml_library: Option<PathBuf>,
-    /// Headroom floor in percent of the limit.
-    pub floor_percent: f64,
-    /// Desktop notifications on alerts.
-    pub notify: bool,
-    /// Live status line on a terminal.
-    pub status: bool,
-    /// Log format.
-    pub log_format: LogFormat,
-    /// Log verbosity: -1 quiet, 0 info, 1 debug, 2 trace.
-    pub verbosity: i8,
-    /// How often the tree's RSS is summed when there is no `mem_limit` (it is then recorded
-    /// and shown, never alerted on); `None`: every tick. Only the service sets it.
-    pub tree_interval: Option<Duration>,
-    /// How many times `run` starts the command again after a failure (0: never).
-    pub restart: u32,
-    /// The verdicts that restart the command.
-    pub restart_on: Vec<VerdictKind>,
-    /// At most this many restarts in any hour.
-    pub restart_per_hour: u32,
 }
 
 /// Shortest supported sampling interval.
@@ -256,7 +100,7 @@ impl Settings {
         EngineSettings {
             lead_s: self.lead.as_secs_f64(),
             interval_s: self.interval.as_secs_f64(),
-            floor_percent: self.floor_percent,
+            floor_percent: self.floor,
             signal: self.signal,
             dry_run: self.dry_run,
             hook: self.on_alert.is_some(),
@@ -272,19 +116,7 @@ impl Settings {
         let settings = Settings::merge(Host::from_env(), flags, file);
         settings.validate().map_err(|(key, msg)| {
             // A bad value from the file is reported at its line there.
-            let from_flag = match key {
-                "interval" => flags.interval.is_some(),
-                "mem_limit" => flags.mem_limit.is_some(),
-                "disks" => !flags.disks.is_empty(),
-                "request_file" => flags.request_file.is_some(),
-                "events" => flags.events.is_some(),
-                "record" => flags.record.is_some(),
-                "max_runtime" => flags.max_runtime.is_some(),
-                "deadline" => flags.deadline.is_some(),
-                "hook_timeout" => flags.hook_timeout.is_some(),
-                "restart_per_hour" => flags.restart_per_hour.is_some(),
-                _ => true,
-            };
+            let from_flag = flags.gives(key);
             match (&flags.config, from_flag) {
                 (Some(path), false) => {
                     let text = read_capped(path).unwrap_or_default();
@@ -303,71 +135,6 @@ impl Settings {
     /// `[rule.watch]` table. Not validated: [`Settings::validate`] says what cannot be used.
     pub fn from_file(host: Host, file: &FileConfig) -> Settings {
         Settings::merge(host, &WatchOptions::default(), file.clone())
-    }
-
-    /// Defaults, then `file`, then `flags`; pure but for `WATCHDOG_NVML_LIB`.
-    fn merge(host: Host, flags: &WatchOptions, file: FileConfig) -> Settings {
-        // The engine's defaults are the only ones: a live watch and `replay` share them.
-        let defaults = EngineSettings::default();
-        Settings {
-            host,
-            interval: flags
-                .interval
-                .or(file.interval)
-                .unwrap_or(Duration::from_secs_f64(defaults.interval_s)),
-            lead: flags
-                .lead
-                .or(file.lead)
-                .unwrap_or(Duration::from_secs_f64(defaults.lead_s)),
-            signal: flags.signal.or(file.signal).unwrap_or(defaults.signal),
-            mem_limit: flags.mem_limit.or(file.mem_limit),
-            disks: if flags.disks.is_empty() {
-                file.disks.unwrap_or_default()
-            } else {
-                flags.disks.clone()
-            },
-            max_runtime: flags.max_runtime.or(file.max_runtime),
-            deadline: flags.deadline.or(file.deadline),
-            request_file: flags.request_file.clone().or(file.request_file),
-            events: flags.events.clone().or(file.events),
-            on_alert: flags.on_alert.clone().or(file.on_alert),
-            hook_timeout: flags
-                .hook_timeout
-                .or(file.hook_timeout)
-                .unwrap_or(watchdog_alerter::hook::DEFAULT_HOOK_TIMEOUT),
-            record: flags.record.clone().or(file.record),
-            record_window: flags
-                .record_window
-                .or(file.record_window)
-                .unwrap_or(Duration::from_secs(600)),
-            dry_run: flags.dry_run || file.dry_run.unwrap_or(false),
-            gpu: flags.gpu.or(file.gpu).unwrap_or(GpuMode::Auto),
-            nvml_library: file.nvml_library.or_else(|| env_path("WATCHDOG_NVML_LIB")),
-            floor_percent: flags.floor.or(file.floor).unwrap_or(defaults.floor_percent),
-            tree_interval: None,
-            notify: !flags.no_notify && file.notify.unwrap_or(true),
-            status: !flags.no_status && file.status.unwrap_or(true),
-            log_format: flags
-                .log_format
-                .or(file.log_format)
-                .unwrap_or(LogFormat::Text),
-            restart: flags.restart.or(file.restart).unwrap_or(0),
-            restart_on: flags
-                .restart_on
-                .clone()
-                .map(|r| r.0)
-                .or(file.restart_on)
-                .unwrap_or_else(|| options::DEFAULT_RESTART_ON.to_vec()),
-            restart_per_hour: flags
-                .restart_per_hour
-                .or(file.restart_per_hour)
-                .unwrap_or(options::DEFAULT_RESTART_PER_HOUR),
-            verbosity: if flags.quiet {
-                -1
-            } else {
-                flags.verbose.min(2) as i8
-            },
-        }
     }
 
     /// Checks values that parse but cannot be used; the error names the config key.
@@ -784,7 +551,10 @@ mod tests {
             .filter(|k| is_key(k))
             .collect();
         assert_eq!(documented, KEYS, "config/watchdog.toml drifted from KEYS");
-        parse_file(&text, Path::new("config/watchdog.toml")).unwrap();
+        let file = parse_file(&text, Path::new("config/watchdog.toml")).unwrap();
+        for key in KEYS {
+            assert!(file.is_set(key), "{key} is documented but not read");
+        }
     }
 
     #[test]
@@ -881,7 +651,7 @@ mod tests {
     fn a_long_disk_path_with_a_quote_is_cut_to_80_characters() {
         let long = format!("/nonexistent/it's {}", "a ".repeat(20_000));
         let flags = WatchOptions {
-            disks: vec![long.clone().into()],
+            disks: Some(vec![long.clone().into()]),
             ..Default::default()
         };
         let e = Settings::resolve(&flags).unwrap_err();

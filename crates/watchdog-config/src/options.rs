@@ -1,13 +1,13 @@
-//! The watch settings as flags: [`WatchOptions`] (shared by `--pid`, `run`, `replay` and
-//! the daemon's rules through the same keys), and the parsers that turn a flag's text into a
-//! value or a one-line error naming the value and what was expected.
+//! The watch settings as flags: [`WatchOptions`] (shared by `--pid`, `run` and `replay`,
+//! declared with the other forms of each setting in the settings table, `settings.rs`), the
+//! types of their values, and the parsers that turn a flag's text into a value or a one-line
+//! error naming the value and what was expected.
 
 use std::ffi::OsStr;
-use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::ValueEnum;
 use clap::builder::TypedValueParser;
-use clap::{Args, ValueEnum};
 use watchdog_types::VerdictKind;
 use watchdog_types::quote::quote_value;
 use watchdog_types::units;
@@ -34,94 +34,7 @@ pub enum LogFormat {
     Json,
 }
 
-/// Options shared by `--pid` and `run`; every one can also be set in the config file.
-#[derive(Debug, Clone, Default, Args)]
-pub struct WatchOptions {
-    /// TOML config file with the same settings (flags override it).
-    #[arg(long, value_name = "FILE", global = true)]
-    pub config: Option<PathBuf>,
-    /// Sampling period [default: 100ms; down to 1ms].
-    #[arg(long, value_name = "DUR", value_parser = Utf8(parse_duration), global = true)]
-    pub interval: Option<Duration>,
-    /// Alert when the predicted time to exhaustion falls below this [default: 30s].
-    #[arg(long, value_name = "DUR", value_parser = Utf8(parse_duration), global = true)]
-    pub lead: Option<Duration>,
-    /// Signal sent to the processes that catch it; not a crash signal such as SEGV or ABRT
-    /// [default: SIGUSR1].
-    #[arg(long, value_name = "SIG", value_parser = Utf8(parse_signal), global = true)]
-    pub signal: Option<i32>,
-    /// Memory budget for the watched process tree's total RSS (e.g. 512MiB, 2GiB, 1.5G).
-    #[arg(long, value_name = "SIZE", value_parser = Utf8(parse_size), global = true)]
-    pub mem_limit: Option<u64>,
-    /// Watch free space and inodes of the filesystem holding PATH (repeatable)
-    /// [default: the target's working directory, plus /dev/shm when it is a tmpfs].
-    #[arg(long = "disk", value_name = "PATH", global = true)]
-    pub disks: Vec<PathBuf>,
-    /// Runtime limit, measured from the target's own start time.
-    #[arg(long, value_name = "DUR", value_parser = Utf8(parse_duration), global = true)]
-    pub max_runtime: Option<Duration>,
-    /// Wall-clock deadline (RFC 3339, e.g. 2026-11-23T08:00:00Z).
-    #[arg(long, value_name = "RFC3339", value_parser = Utf8(parse_deadline), global = true)]
-    pub deadline: Option<jiff::Timestamp>,
-    /// JSON file written on every alert [default: $XDG_RUNTIME_DIR/watchdog-PID.request.json,
-    /// else watchdog-PID.request.json in the target's working directory].
-    #[arg(long, value_name = "PATH", global = true)]
-    pub request_file: Option<PathBuf>,
-    /// Append one JSON line per event (start, limit, alert, ack, exit) to PATH.
-    #[arg(long, value_name = "PATH", global = true)]
-    pub events: Option<PathBuf>,
-    /// Run CMD through `sh -c` on every alert, with WATCHDOG_* variables describing it.
-    #[arg(long, value_name = "CMD", value_parser = Utf8(text), global = true)]
-    pub on_alert: Option<String>,
-    /// How long an --on-alert hook may run before its process group is ended (SIGTERM,
-    /// then SIGKILL 2 s later) [default: 60s].
-    #[arg(long, value_name = "DUR", value_parser = Utf8(parse_duration), global = true)]
-    pub hook_timeout: Option<Duration>,
-    /// Where the flight recording is written (on every alert, at exit, on SIGUSR2)
-    /// [default: $XDG_STATE_HOME/watchdog/ or ~/.local/state/watchdog/,
-    /// watchdog-PID-YYYYMMDDTHHMMSSZ.recording.csv; the newest 50 kept].
-    #[arg(long, value_name = "PATH", global = true)]
-    pub record: Option<PathBuf>,
-    /// How much history the flight recorder keeps [default: 10m].
-    #[arg(long, value_name = "DUR", value_parser = Utf8(parse_duration), global = true)]
-    pub record_window: Option<Duration>,
-    /// Sample, predict and log what would be done; send and write nothing.
-    #[arg(long, global = true)]
-    pub dry_run: bool,
-    /// Watch GPU memory through NVML: auto, off or required [default: auto].
-    #[arg(long, value_name = "MODE", global = true)]
-    pub gpu: Option<GpuMode>,
-    /// Log format on stderr [default: text].
-    #[arg(long, value_name = "FORMAT", global = true)]
-    pub log_format: Option<LogFormat>,
-    /// Alert whatever the trend when headroom falls below this percentage of a limit [default: 5].
-    #[arg(long, value_name = "PERCENT", value_parser = Utf8(parse_percent), global = true)]
-    pub floor: Option<f64>,
-    /// Do not send desktop notifications.
-    #[arg(long, global = true)]
-    pub no_notify: bool,
-    /// Never show the live status line, even on a terminal.
-    #[arg(long, global = true)]
-    pub no_status: bool,
-    /// Log more (-v: debug, -vv: trace).
-    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
-    pub verbose: u8,
-    /// Log only warnings and errors.
-    #[arg(short, long, global = true)]
-    pub quiet: bool,
-    /// `run` only: start the command again up to N times when it fails with a verdict of
-    /// --restart-on, resuming from its last acknowledged checkpoint (see docs/restart.md)
-    /// [default: 0].
-    #[arg(long, value_name = "N", value_parser = Utf8(parse_count), global = true)]
-    pub restart: Option<u32>,
-    /// The verdicts that restart: a comma list of oom_kill, gpu_oom, disk_full, crash,
-    /// signal, exited [default: oom_kill,gpu_oom,disk_full].
-    #[arg(long, value_name = "LIST", value_parser = Utf8(parse_restart_on), global = true)]
-    pub restart_on: Option<RestartOn>,
-    /// At most N restarts in any hour: a run that fails faster is left stopped [default: 6].
-    #[arg(long, value_name = "N", value_parser = Utf8(parse_count), global = true)]
-    pub restart_per_hour: Option<u32>,
-}
+pub use crate::settings::WatchOptions;
 
 /// The verdicts of a `--restart-on` list (a newtype: clap would take a `Vec` for a
 /// repeated flag).
@@ -225,19 +138,19 @@ where
 }
 
 /// Any UTF-8 text (`--on-alert`).
-fn text(s: &str) -> Result<String, String> {
+pub(crate) fn text(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     units::parse_duration(s).map_err(|e| e.to_string())
 }
 
-fn parse_size(s: &str) -> Result<u64, String> {
+pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
     units::parse_size(s).map_err(|e| e.to_string())
 }
 
-fn parse_signal(s: &str) -> Result<i32, String> {
+pub(crate) fn parse_signal(s: &str) -> Result<i32, String> {
     units::parse_signal(s).map_err(|e| e.to_string())
 }
 

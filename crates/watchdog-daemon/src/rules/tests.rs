@@ -79,6 +79,7 @@ fn example_config_parses_as_shipped_and_uncommented_and_documents_every_key() {
     assert_eq!(full.metrics, Some("127.0.0.1:9187".parse().unwrap()));
     for (key, _) in REFUSED_WATCH_KEYS {
         assert!(EXAMPLE.contains(key), "{key} not documented as refused");
+        assert!(watchdog_config::KEYS.contains(key), "{key} is no watch key");
     }
 }
 
@@ -253,7 +254,7 @@ fn a_rules_settings_are_the_defaults_with_its_watch_table_at_the_daemon_interval
     assert_eq!(s.tree_interval, Some(DEFAULT_TREE_INTERVAL));
     // Unset keys are the single-run watchdog's defaults.
     let defaults = Settings::from_file(host.clone(), &FileConfig::default());
-    assert_eq!(s.floor_percent, defaults.floor_percent);
+    assert_eq!(s.floor, defaults.floor);
     assert_eq!(s.hook_timeout, defaults.hook_timeout);
     assert_eq!(s.record_window, defaults.record_window);
 }
