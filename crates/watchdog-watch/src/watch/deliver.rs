@@ -250,3 +250,6 @@ impl Outlet for Watch {
         self.actions.notify(title, body);
     }
 }
+
+#[cfg(test)]
+mod tests;
