@@ -190,7 +190,7 @@ impl RequestPlace {
         }
     }
 
-    /// Whether it is a regular file whose content parses as an [`SentRequest`]; see
+    /// Whether it is a regular file whose content parses as a [`SentRequest`]; see
     /// [`is_request_file`].
     pub fn is_request(&self) -> bool {
         matches!(
@@ -263,7 +263,7 @@ pub fn write_ack(request_file: &Path, ack: &Ack) -> Result<(), RequestError> {
 /// Largest request or acknowledgment read; a request is well under 1 KiB.
 const MAX_REQUEST_BYTES: u64 = crate::beneath::MAX_USER_FILE_BYTES;
 
-/// Whether `path` is an existing regular file whose content parses as an [`SentRequest`]
+/// Whether `path` is an existing regular file whose content parses as a [`SentRequest`]
 /// (a request left by an earlier run, safe to delete). `false` when it is missing, a
 /// symlink (not followed, even to a request), a directory, FIFO or device, larger than
 /// 64 KiB, unreadable, or anything but a request's JSON.
