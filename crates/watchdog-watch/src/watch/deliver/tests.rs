@@ -251,9 +251,16 @@ fn the_request_is_written_then_only_the_processes_that_catch_the_signal_are_sent
 
     let sent = carry_out(plan(&mut e, 0), &mut e, fx.courier(false), &mut kept);
 
-    // The file is the request, typed fields and all.
-    let file: SentRequest = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-    assert_eq!(file, sent);
+    // The file is the request, typed fields and all: its serialization, byte for byte.
+    let bytes = std::fs::read(&path).unwrap();
+    let mut want = serde_json::to_vec_pretty(&sent).unwrap();
+    want.push(b'\n');
+    assert_eq!(
+        String::from_utf8_lossy(&bytes),
+        String::from_utf8_lossy(&want)
+    );
+    let file: SentRequest = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(file.request, sent.request);
     assert_eq!(file.request.seq, 1);
     assert_eq!(file.request.resource, "tree_memory");
     assert_eq!(file.request.kind, ResourceKind::TreeMemory);
