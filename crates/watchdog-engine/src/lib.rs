@@ -160,7 +160,8 @@ pub enum Action {
 /// This tick's alerts, the most urgent first, and the request to make for it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AlertPlan {
-    /// The request file's content.
+    /// The request to make: what ran out (the request file adds how it was sent, see
+    /// [`watchdog_types::request::SentRequest`]).
     pub request: Request,
     alerts: Vec<Pending>,
 }

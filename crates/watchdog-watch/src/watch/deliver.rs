@@ -50,8 +50,11 @@ pub(crate) struct Courier<'a> {
 /// A plan carried out: the request as it was sent, the file written (if it was), and the
 /// engine's actions that follow, for [`perform`].
 pub(crate) struct Delivered {
+    /// The request, as written (or as it would have been).
     pub request: SentRequest,
+    /// The request file's path, when it was written.
     pub written: Option<String>,
+    /// What the engine says follows.
     pub actions: Vec<Action>,
 }
 
