@@ -59,7 +59,7 @@ use std::time::{Duration, Instant};
 use rustix::process::{Pid, Signal};
 
 use crate::pidfd::PidFd;
-use crate::request::AlertRequest;
+use watchdog_types::request::SentRequest;
 
 /// How long a hook may run by default (`--hook-timeout`).
 pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(60);
@@ -872,18 +872,19 @@ fn signal_group(pgid: u32, sig: Signal) {
 /// The `WATCHDOG_*` variables describing an alert: `WATCHDOG_RESOURCE`, `WATCHDOG_REASON`,
 /// `WATCHDOG_USED`, `WATCHDOG_LIMIT`, `WATCHDOG_PREDICTED_S` (empty when unknown),
 /// `WATCHDOG_PID` (the watchdog's own PID, `std::process::id()`, as in `watchdog run`'s
-/// child), `WATCHDOG_TARGET_PID` (the watched target's PID, `req.pid`),
+/// child), `WATCHDOG_TARGET_PID` (the watched target's PID, `sent.pid`),
 /// `WATCHDOG_REQUEST_FILE` (empty when none was written), `WATCHDOG_SIGNAL`, plus
 /// `WATCHDOG_KIND`, `WATCHDOG_UNIT` and `WATCHDOG_SEQ`.
-pub fn hook_env(req: &AlertRequest, request_file: Option<&Path>) -> Vec<(String, String)> {
+pub fn hook_env(sent: &SentRequest, request_file: Option<&Path>) -> Vec<(String, String)> {
+    let req = &sent.request;
     let v = |k: &str, val: String| (k.to_string(), val);
     vec![
         v("WATCHDOG_RESOURCE", req.resource.clone()),
-        v("WATCHDOG_KIND", req.kind.clone()),
-        v("WATCHDOG_REASON", req.reason.clone()),
+        v("WATCHDOG_KIND", req.kind.to_string()),
+        v("WATCHDOG_REASON", req.reason.to_string()),
         v("WATCHDOG_USED", req.used.to_string()),
         v("WATCHDOG_LIMIT", req.limit.to_string()),
-        v("WATCHDOG_UNIT", req.unit.clone()),
+        v("WATCHDOG_UNIT", req.kind.unit().to_string()),
         v(
             "WATCHDOG_PREDICTED_S",
             req.predicted_s
@@ -891,14 +892,14 @@ pub fn hook_env(req: &AlertRequest, request_file: Option<&Path>) -> Vec<(String,
                 .unwrap_or_default(),
         ),
         v("WATCHDOG_PID", std::process::id().to_string()),
-        v("WATCHDOG_TARGET_PID", req.pid.to_string()),
+        v("WATCHDOG_TARGET_PID", sent.sent.pid.to_string()),
         v(
             "WATCHDOG_REQUEST_FILE",
             request_file
                 .map(|p| p.display().to_string())
                 .unwrap_or_default(),
         ),
-        v("WATCHDOG_SIGNAL", req.signal.clone()),
+        v("WATCHDOG_SIGNAL", sent.sent.signal.clone()),
         v("WATCHDOG_SEQ", req.seq.to_string()),
     ]
 }
@@ -916,24 +917,10 @@ mod tests {
     /// child's environment; hooks now agree with `run` and get the target separately.
     #[test]
     fn watchdog_pid_is_the_watchdogs_in_hooks_too() {
-        let req = AlertRequest {
-            seq: 4,
-            resource: "disk:/data".into(),
-            kind: "disk_bytes".into(),
-            reason: "trend".into(),
-            used: 9,
-            limit: 10,
-            unit: "bytes".into(),
-            predicted_s: None,
-            time: "2026-11-22T20:31:05.123Z".into(),
-            time_unix: 1.0,
-            pid: 4242,
-            signal: "SIGUSR1".into(),
-            watchdog_pid: 4141,
-            phase: None,
-            step: None,
-            predicted_peak: None,
-        };
+        let mut req = crate::request::tests::sample();
+        req.request.seq = 4;
+        req.request.predicted_s = None;
+        req.sent.pid = 4242;
         let env = hook_env(&req, None);
         assert_eq!(
             get(&env, "WATCHDOG_PID"),

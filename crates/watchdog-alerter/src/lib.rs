@@ -30,9 +30,8 @@ pub use notify::notify_desktop;
 pub use notify::{Notifier, NotifyError, NotifyOutcome, spawn_notify};
 pub use pidfd::{PidFd, PidFdError};
 pub use request::{
-    Ack, AckWatcher, AlertRequest, RequestError, RequestPlace, ack_path, clear_request,
-    clear_request_files, is_request_file, read_ack, write_ack, write_ack_at, write_request,
-    write_request_file,
+    Ack, AckWatcher, RequestError, RequestPlace, ack_path, clear_request, clear_request_files,
+    is_request_file, read_ack, write_ack, write_ack_at, write_request, write_request_file,
 };
 pub use sigcgt::{catches, parse_sigcgt};
 pub use signal::{

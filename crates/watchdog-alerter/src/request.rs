@@ -1,7 +1,7 @@
 //! The request file: what the watchdog asks for, written atomically, and the client's acknowledgment.
 //!
-//! On every alert the watchdog writes an [`AlertRequest`] as JSON to the request file
-//! (`--request-file`). The write is atomic: a temp file in the same directory, created
+//! On every alert the watchdog writes a [`SentRequest`] (the one request type, see
+//! [`watchdog_types::request`]) as JSON to the request file (`--request-file`). The write is atomic: a temp file in the same directory, created
 //! with `O_CREAT|O_EXCL|O_NOFOLLOW` (never following a symlink, never reusing a file
 //! someone planted), then renamed over the destination ([`Durability::Visible`]): a
 //! reader sees the old request or the new one, whole, never a torn one. It is not
@@ -40,49 +40,9 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use watchdog_types::fs::{Durability, Owner, WriteError, write_atomic_owned};
+use watchdog_types::request::SentRequest;
 
 use crate::beneath::{BeneathError, UserDir, read_path_capped};
-
-/// The JSON document written to the request file on every alert.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct AlertRequest {
-    /// Sequence number, increasing by one per alert within a watchdog run (first alert: 1).
-    pub seq: u64,
-    /// Resource name, e.g. `cgroup_memory`, `disk:/data`, `runtime`.
-    pub resource: String,
-    /// Resource kind, e.g. `cgroup_memory`, `disk_bytes` (the snake_case `ResourceKind`).
-    pub kind: String,
-    /// Why: `trend`, `headroom_floor` or `next_step`.
-    pub reason: String,
-    /// Usage at the alert, in `unit`.
-    pub used: u64,
-    /// Limit, in `unit`.
-    pub limit: u64,
-    /// `bytes`, `count` or `millis`.
-    pub unit: String,
-    /// Predicted seconds until the limit is reached (absent when the headroom floor fired on a flat trend).
-    pub predicted_s: Option<f64>,
-    /// When, RFC 3339 UTC with milliseconds: `2026-11-22T20:31:05.123Z`.
-    pub time: String,
-    /// When, seconds since the Unix epoch.
-    pub time_unix: f64,
-    /// The target PID (root of the watched tree).
-    pub pid: u32,
-    /// The signal the watchdog sends, e.g. `SIGUSR1` (sent only to processes that catch it).
-    pub signal: String,
-    /// The watchdog's own PID.
-    pub watchdog_pid: u32,
-    /// The training phase whose step peak alerted (`train`, `eval`, `other`); absent for
-    /// the other reasons.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<String>,
-    /// The last step the run reported when the step peak alerted.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub step: Option<u64>,
-    /// The predicted allocator peak of the step or evaluation that would not fit, in bytes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub predicted_peak: Option<u64>,
-}
 
 /// The client's acknowledgment, read from `<request file>.ack` (fields in `docs/recording.md`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -230,12 +190,12 @@ impl RequestPlace {
         }
     }
 
-    /// Whether it is a regular file whose content parses as an [`AlertRequest`]; see
+    /// Whether it is a regular file whose content parses as a [`SentRequest`]; see
     /// [`is_request_file`].
     pub fn is_request(&self) -> bool {
         matches!(
             self.read_capped(MAX_REQUEST_BYTES),
-            Ok(Some(bytes)) if serde_json::from_slice::<AlertRequest>(&bytes).is_ok()
+            Ok(Some(bytes)) if serde_json::from_slice::<SentRequest>(&bytes).is_ok()
         )
     }
 
@@ -271,19 +231,19 @@ impl RequestPlace {
 }
 
 /// The request as the file holds it: pretty JSON and a newline.
-fn request_bytes(req: &AlertRequest) -> Result<Vec<u8>, RequestError> {
+fn request_bytes(req: &SentRequest) -> Result<Vec<u8>, RequestError> {
     let mut json = serde_json::to_vec_pretty(req)?;
     json.push(b'\n');
     Ok(json)
 }
 
 /// Writes `req` to `place` atomically, never following a symlink. See the module documentation.
-pub fn write_request(place: &RequestPlace, req: &AlertRequest) -> Result<(), RequestError> {
+pub fn write_request(place: &RequestPlace, req: &SentRequest) -> Result<(), RequestError> {
     place.write(&request_bytes(req)?, Durability::Visible)
 }
 
 /// Writes `req` to `path` atomically, never following a symlink: [`write_request`] at a path.
-pub fn write_request_file(path: &Path, req: &AlertRequest) -> Result<(), RequestError> {
+pub fn write_request_file(path: &Path, req: &SentRequest) -> Result<(), RequestError> {
     write_request(&RequestPlace::Path(path.to_path_buf()), req)
 }
 
@@ -303,7 +263,7 @@ pub fn write_ack(request_file: &Path, ack: &Ack) -> Result<(), RequestError> {
 /// Largest request or acknowledgment read; a request is well under 1 KiB.
 const MAX_REQUEST_BYTES: u64 = crate::beneath::MAX_USER_FILE_BYTES;
 
-/// Whether `path` is an existing regular file whose content parses as an [`AlertRequest`]
+/// Whether `path` is an existing regular file whose content parses as a [`SentRequest`]
 /// (a request left by an earlier run, safe to delete). `false` when it is missing, a
 /// symlink (not followed, even to a request), a directory, FIFO or device, larger than
 /// 64 KiB, unreadable, or anything but a request's JSON.
@@ -403,27 +363,30 @@ impl AckWatcher {
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    pub(crate) fn sample() -> AlertRequest {
-        AlertRequest {
-            seq: 1,
-            resource: "cgroup_memory".into(),
-            kind: "cgroup_memory".into(),
-            reason: "trend".into(),
-            used: 900,
-            limit: 1000,
-            unit: "bytes".into(),
-            predicted_s: Some(12.5),
-            time: "2026-11-22T20:31:05.123Z".into(),
-            time_unix: 1_795_379_465.123,
-            pid: 42,
-            signal: "SIGUSR1".into(),
-            watchdog_pid: 41,
-            phase: None,
-            step: None,
-            predicted_peak: None,
+    pub(crate) fn sample() -> SentRequest {
+        use watchdog_types::request::{Request, Sent};
+        use watchdog_types::{AlertReason, ResourceKind};
+        SentRequest {
+            request: Request {
+                seq: 1,
+                resource: "cgroup_memory".into(),
+                kind: ResourceKind::CgroupMemory,
+                reason: AlertReason::Trend,
+                used: 900,
+                limit: 1000,
+                predicted_s: Some(12.5),
+                step_peak: None,
+            },
+            sent: Sent {
+                time: "2026-11-22T20:31:05.123Z".into(),
+                time_unix: 1_795_379_465.123,
+                pid: 42,
+                signal: "SIGUSR1".into(),
+                watchdog_pid: 41,
+            },
         }
     }
 
@@ -458,11 +421,11 @@ mod tests {
         ] {
             assert!(v.get(k).is_some(), "missing {k} in {v}");
         }
-        let back: AlertRequest = serde_json::from_value(v).unwrap();
+        let back: SentRequest = serde_json::from_value(v).unwrap();
         assert_eq!(back, sample());
         // Overwrite works and leaves no temp files behind.
         let mut r = sample();
-        r.seq = 2;
+        r.request.seq = 2;
         write_request_file(&p, &r).unwrap();
         let names: Vec<_> = std::fs::read_dir(dir.path())
             .unwrap()

@@ -8,7 +8,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use watchdog_alerter::*;
-use watchdog_types::{AlertReason, Event, EventBody, Unit};
+use watchdog_types::request::{Request, Sent, SentRequest};
+use watchdog_types::{AlertReason, Event, EventBody, ResourceKind, Unit};
 
 /// Installs a SIGUSR1 handler that appends to argv[1], then publishes its pid in argv[2].
 const WITH_HANDLER: &str = r#"
@@ -209,24 +210,25 @@ fn exited_process_is_gone() {
     assert!(report.failed.is_empty(), "{report:?}");
 }
 
-fn request(seq: u64) -> AlertRequest {
-    AlertRequest {
-        seq,
-        resource: "tree_memory".into(),
-        kind: "tree_memory".into(),
-        reason: "trend".into(),
-        used: 1 << 30,
-        limit: 2 << 30,
-        unit: "bytes".into(),
-        predicted_s: Some(21.5),
-        time: now_rfc3339(),
-        time_unix: unix_time_s(std::time::SystemTime::now()),
-        pid: 1234,
-        signal: "SIGUSR1".into(),
-        watchdog_pid: std::process::id(),
-        phase: None,
-        step: None,
-        predicted_peak: None,
+fn request(seq: u64) -> SentRequest {
+    SentRequest {
+        request: Request {
+            seq,
+            resource: "tree_memory".into(),
+            kind: ResourceKind::TreeMemory,
+            reason: AlertReason::Trend,
+            used: 1 << 30,
+            limit: 2 << 30,
+            predicted_s: Some(21.5),
+            step_peak: None,
+        },
+        sent: Sent {
+            time: now_rfc3339(),
+            time_unix: unix_time_s(std::time::SystemTime::now()),
+            pid: 1234,
+            signal: "SIGUSR1".into(),
+            watchdog_pid: std::process::id(),
+        },
     }
 }
 
@@ -244,10 +246,10 @@ fn request_file_is_atomic_under_concurrent_readers() {
             let mut last = 0;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let bytes = std::fs::read(&path).unwrap();
-                let r: AlertRequest = serde_json::from_slice(&bytes)
+                let r: SentRequest = serde_json::from_slice(&bytes)
                     .unwrap_or_else(|e| panic!("partial read: {e}: {bytes:?}"));
-                assert!(r.seq >= last);
-                last = r.seq;
+                assert!(r.request.seq >= last);
+                last = r.request.seq;
                 reads += 1;
             }
             reads
@@ -478,7 +480,7 @@ while time.time() < deadline:
     let mut acks = AckWatcher::new(&reqfile);
     assert_eq!(acks.check(), None);
     let mut req = request(1);
-    req.pid = pid;
+    req.sent.pid = pid;
     write_request_file(&reqfile, &req).unwrap();
     let report = signal_tree(Path::new("/proc"), &[pid], pid, libc::SIGUSR1);
     assert_eq!(report.sent, vec![pid], "{report:?}");
@@ -491,7 +493,7 @@ while time.time() < deadline:
         std::thread::sleep(Duration::from_millis(20));
     };
     assert_eq!(ack.seq, 1);
-    assert!(ack.time_unix >= req.time_unix);
+    assert!(ack.time_unix >= req.sent.time_unix);
     assert_eq!(std::fs::read_to_string(&saved).unwrap(), "tree_memory");
     assert!(procs.children[0].wait().unwrap().success());
 }

@@ -24,11 +24,12 @@ pub mod text;
 pub mod verdict;
 
 pub use step_peaks::{Acknowledgment, GpuUse, StepBatch};
+pub use watchdog_types::request::{Delivery, Request, StepPeak};
 
 use watchdog_predictor::{Decision, Observation, PredictorConfig, ResourcePredictor};
 use watchdog_types::status::ResourceStatus;
 use watchdog_types::units::format_duration_s;
-use watchdog_types::{AlertReason, EventBody, Forecast, Resource, ResourceKind, Sample, Unit};
+use watchdog_types::{AlertReason, EventBody, Forecast, Resource, Sample, Unit};
 
 use text::{alert_sentence, format_amount};
 use verdict::{ExitFacts, ResourceEnd, Verdict};
@@ -156,55 +157,13 @@ pub enum Action {
     FlushRecording(&'static str),
 }
 
-/// One checkpoint request: what ran out, as the request file says it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Request {
-    /// Sequence number, from 1.
-    pub seq: u64,
-    /// The resource's name.
-    pub resource: String,
-    /// Its kind.
-    pub kind: ResourceKind,
-    /// Why it alerted.
-    pub reason: AlertReason,
-    /// Usage when it alerted.
-    pub used: u64,
-    /// The limit.
-    pub limit: u64,
-    /// Predicted seconds left, when there is a forecast.
-    pub predicted_s: Option<f64>,
-    /// What a step-peak alert adds (`step_peak`, `eval_peak`, `fragmentation`); `None` otherwise.
-    pub step_peak: Option<StepPeakFields>,
-}
-
-/// The request fields of an alert from the run's step reports.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct StepPeakFields {
-    /// The phase whose peak will not fit.
-    pub phase: watchdog_types::Phase,
-    /// The last step reported.
-    pub step: u64,
-    /// The predicted peak, in bytes.
-    pub predicted_peak: u64,
-}
-
 /// This tick's alerts, the most urgent first, and the request to make for it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AlertPlan {
-    /// The request file's content.
+    /// The request to make: what ran out (the request file adds how it was sent, see
+    /// [`watchdog_types::request::SentRequest`]).
     pub request: Request,
     alerts: Vec<Pending>,
-}
-
-/// What the binary did about an [`AlertPlan`].
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Delivery {
-    /// The request file written, if it was.
-    pub request_file: Option<String>,
-    /// The PIDs that were sent the signal.
-    pub signalled: Vec<u32>,
-    /// Whether the target itself was among them.
-    pub target_signalled: bool,
 }
 
 /// An alert decided this tick.
@@ -366,24 +325,28 @@ impl Engine {
             let left = |p: &Pending| p.forecast.seconds_left.unwrap_or(0.0);
             left(a).total_cmp(&left(b))
         });
-        let first = alerts.first()?;
-        let st = self.states.get(first.id)?;
-        self.seq += 1;
-        let request = Request {
-            seq: self.seq,
+        let request = self.request_of(alerts.first()?, self.seq + 1)?;
+        self.seq = request.seq;
+        Some(AlertPlan { request, alerts })
+    }
+
+    /// The request an alert makes, numbered `seq`; `None` for an unknown resource.
+    fn request_of(&self, p: &Pending, seq: u64) -> Option<Request> {
+        let st = self.states.get(p.id)?;
+        Some(Request {
+            seq,
             resource: st.resource.name.clone(),
             kind: st.resource.kind,
-            reason: first.reason,
-            used: first.sample.used,
-            limit: first.sample.limit,
-            predicted_s: first.forecast.seconds_left,
-            step_peak: first.step.map(|a| StepPeakFields {
+            reason: p.reason,
+            used: p.sample.used,
+            limit: p.sample.limit,
+            predicted_s: p.forecast.seconds_left,
+            step_peak: p.step.map(|a| StepPeak {
                 phase: a.phase,
                 step: a.step,
                 predicted_peak: a.predicted_peak,
             }),
-        };
-        Some(AlertPlan { request, alerts })
+        })
     }
 
     /// Drops this tick's alerts unacted (the target is gone).
@@ -441,23 +404,10 @@ impl Engine {
                 t_s: p.sample.t_ns as f64 / 1e9,
                 signalled: delivery.signalled.len(),
             });
-            out.push(Action::Emit(EventBody::Alert {
-                resource: st.resource.name.clone(),
-                reason: p.reason,
-                used: p.sample.used,
-                limit: p.sample.limit,
-                unit: st.resource.kind.unit(),
-                predicted_s: p.forecast.seconds_left,
-                rate_per_s: p.forecast.rate_per_s,
-                signalled: delivery.signalled.clone(),
-                signal: (!delivery.signalled.is_empty())
-                    .then(|| watchdog_types::units::signal_name(signal)),
-                request_file: delivery.request_file.clone(),
-                dry_run,
-                phase: p.step.map(|a| a.phase),
-                step: p.step.map(|a| a.step),
-                predicted_peak: p.step.map(|a| a.predicted_peak),
-            }));
+            if let Some(request) = self.request_of(p, plan.request.seq) {
+                let event = request.alert_event(p.forecast.rate_per_s, delivery, signal, dry_run);
+                out.push(Action::Emit(event));
+            }
         }
         out.push(Action::FlushRecording("alert"));
         out

@@ -22,7 +22,7 @@ use watchdog_predictor::step_peak::{
 };
 use watchdog_predictor::{Decision, Observation};
 
-use crate::{Action, Delivery, Engine, EngineSettings, StepPeakFields};
+use crate::{Action, Delivery, Engine, EngineSettings, StepPeak};
 
 /// One alert raised during the replay.
 #[derive(Debug, Clone, PartialEq)]
@@ -47,7 +47,7 @@ pub struct AlertRecord {
     pub confidence: f64,
     /// For a step-peak trace: the phase, the step and the predicted peak (`used` is then
     /// the step's peak and `limit` what the allocator could have).
-    pub step_peak: Option<StepPeakFields>,
+    pub step_peak: Option<StepPeak>,
 }
 
 /// Per-resource totals.
@@ -478,7 +478,7 @@ impl StepReplay {
                 limit: a.available,
                 rate_per_s: 0.0,
                 confidence: 1.0,
-                step_peak: Some(StepPeakFields {
+                step_peak: Some(StepPeak {
                     phase: a.phase,
                     step: a.step,
                     predicted_peak: a.predicted_peak,

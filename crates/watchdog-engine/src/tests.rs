@@ -3,7 +3,7 @@
 
 use super::*;
 use verdict::VerdictKind;
-use watchdog_types::ResourceId;
+use watchdog_types::{ResourceId, ResourceKind};
 
 const MIB: u64 = 1 << 20;
 const SIGUSR1: i32 = 10;

@@ -8,13 +8,15 @@
 //! [`Event`] is one line of the `--events` JSON log. The unit parsers for the
 //! command line and the config file live in [`units`]; the names of the enums (as
 //! serde writes them) in [`names`]; the
-//! atomic file write every output uses in [`fs`].
+//! atomic file write every output uses in [`fs`]; the checkpoint request, from the
+//! engine's decision to the request file's JSON, in [`request`].
 #![deny(missing_docs)]
 
 pub mod environment;
 pub mod fs;
 pub mod names;
 pub mod quote;
+pub mod request;
 pub mod status;
 pub mod units;
 

@@ -12,9 +12,9 @@ use std::time::{Duration, Instant, SystemTime};
 use watchdog_alerter::beneath::UserDirs;
 use watchdog_alerter::events::EventLog;
 use watchdog_alerter::hook::HookUser;
-use watchdog_alerter::request::{AckWatcher, AlertRequest, RequestPlace};
+use watchdog_alerter::request::{AckWatcher, RequestPlace};
 use watchdog_engine::verdict::{self, ExitFacts};
-use watchdog_engine::{Action, AlertPlan, Delivery, Ending, Engine, Level};
+use watchdog_engine::{Ending, Engine};
 use watchdog_sampler::shared::Reads;
 use watchdog_sampler::{ResourceTable, Sampler};
 use watchdog_types::fs::Owner;
@@ -35,6 +35,7 @@ use crate::{Failure, Published};
 use watchdog_config::Settings;
 
 mod actions;
+mod deliver;
 mod kmsg;
 mod lineage;
 mod restart;
@@ -909,134 +910,6 @@ impl Watch {
             }
             None => {}
         }
-    }
-
-    /// Carries out what the engine decided; `request` is the request just made (for the
-    /// hook) and where it was written.
-    fn perform(&mut self, actions: Vec<Action>, request: Option<(&AlertRequest, Option<&str>)>) {
-        for action in actions {
-            match action {
-                Action::Log(Level::Info, line) => tracing::info!("{line}"),
-                Action::Log(Level::Warn, line) => tracing::warn!("{line}"),
-                Action::Emit(body) => self.emit(body),
-                Action::RunHook => {
-                    if let (Some(cmd), Some((req, written))) = (&self.settings.on_alert, request) {
-                        self.actions.hook(
-                            cmd.clone(),
-                            watchdog_alerter::hook::hook_env(req, written.map(Path::new)),
-                        );
-                    }
-                }
-                Action::Notify { title, body } => self.actions.notify(title, body),
-                Action::FlushRecording(why) => self.save_recording_in_background(why),
-            }
-        }
-    }
-
-    /// Carries out this tick's alert: the request file and one signal to the tree, then
-    /// what the engine says follows (events, log lines, hook, notification).
-    fn act(&mut self, plan: AlertPlan) {
-        let now = SystemTime::now();
-        let request = self.request_for(&plan, now);
-        let mut delivery = Delivery::default();
-        if self.settings.dry_run {
-            tracing::info!(
-                "dry run: would write {} and signal the tree",
-                self.request_file.display()
-            );
-        } else {
-            // The tree may be refreshed less often than every tick (a service's run with no
-            // mem_limit): look again before signalling it, and before the request is written,
-            // so the signal follows the file as closely as it can.
-            self.sampler.tree_mut().refresh();
-            let tree: Vec<u32> = self.sampler.tree_pids().to_vec();
-            match watchdog_alerter::request::write_request(&self.request, &request) {
-                Ok(()) => {
-                    outputs::write_ok("request_file");
-                    delivery.request_file = Some(self.request_file.display().to_string());
-                }
-                Err(e) => {
-                    outputs::write_failed("request_file", &self.request_file, &e.to_string());
-                    // The signal must not arrive beside an earlier, acknowledged request: the
-                    // client would take it for that request's late signal (a full disk
-                    // still lets a file be removed).
-                    if let Err(e) = self.request.remove() {
-                        tracing::warn!(
-                            "could not remove the earlier request {}: {e}",
-                            self.request_file.display()
-                        );
-                    }
-                }
-            }
-            let roots = self.roots();
-            let signal = self.settings.signal;
-            let report = watchdog_alerter::signal::signal_tree_with_roots(
-                &self.settings.host.proc,
-                &tree,
-                &self.target.pidfd,
-                &roots,
-                signal,
-            );
-            for (pid, why) in &report.failed {
-                tracing::warn!("could not signal PID {pid}: {why}");
-            }
-            if report.none_catching() {
-                tracing::warn!(
-                    "{}",
-                    watchdog_alerter::signal::no_handler_warning(signal, &report)
-                );
-            }
-            delivery.target_signalled = report.sent.contains(&self.target.pid);
-            delivery.signalled = report.sent;
-        }
-        let unix = watchdog_alerter::events::unix_time_s(now);
-        let written = delivery.request_file.clone();
-        let actions = self.engine.alerted(plan, &delivery, unix);
-        self.perform(actions, Some((&request, written.as_deref())));
-    }
-
-    /// The request file's content for a plan, with the time and the processes.
-    fn request_for(&self, plan: &AlertPlan, now: SystemTime) -> AlertRequest {
-        let r = &plan.request;
-        AlertRequest {
-            seq: r.seq,
-            resource: r.resource.clone(),
-            kind: r.kind.to_string(),
-            reason: r.reason.to_string(),
-            used: r.used,
-            limit: r.limit,
-            unit: r.kind.unit().to_string(),
-            predicted_s: r.predicted_s,
-            time: watchdog_alerter::events::format_rfc3339_ms(now),
-            time_unix: watchdog_alerter::events::unix_time_s(now),
-            pid: self.target.pid,
-            signal: signal_name(self.settings.signal),
-            watchdog_pid: std::process::id(),
-            phase: r.step_peak.map(|p| p.phase.to_string()),
-            step: r.step_peak.map(|p| p.step),
-            predicted_peak: r.step_peak.map(|p| p.predicted_peak),
-        }
-    }
-
-    /// Reads the acknowledgment file and tells the engine of a new one.
-    fn check_ack(&mut self) {
-        let Some(ack) = self.ack.check() else {
-            return;
-        };
-        // Only a save no request asked for is taken before the first request.
-        if ack.cause.is_none() && self.engine.alerts_sent() == 0 {
-            return;
-        }
-        let actions = self
-            .engine
-            .acknowledged_with(&watchdog_engine::Acknowledgment {
-                seq: ack.seq,
-                time_unix: ack.time_unix,
-                path: ack.path,
-                step: ack.step,
-                cause: ack.cause,
-            });
-        self.perform(actions, None);
     }
 
     /// Reads the Python client's environment file once it appears: an `environment`

@@ -38,6 +38,26 @@ use crate::wake::Woken;
 /// How often the processes a run left running are looked at between samples.
 const SURVIVORS_EVERY: Duration = Duration::from_millis(100);
 
+/// The processes of `tree` whose parent is not in it, but the `target`, each pinned by a
+/// pidfd checked to be the process the tree tracks: orphans the watchdog adopted, or what
+/// the target left running.
+pub(super) fn roots(tree: &mut ProcessTree, target: u32) -> Vec<PidFd> {
+    let mut candidates: Vec<u32> = tree.survivors().to_vec();
+    let adopted = tree.adopter_children();
+    candidates.extend(tree.pids().iter().filter(|p| adopted.contains(p)));
+    candidates.sort_unstable();
+    candidates.dedup();
+    candidates
+        .into_iter()
+        .filter(|&p| p != target)
+        .filter_map(|pid| {
+            let fd = PidFd::open(pid).ok()?;
+            // Opened first, checked after: alive now means the pidfd is the tracked one.
+            tree.still_tracked(pid).then_some(fd)
+        })
+        .collect()
+}
+
 /// Makes the watchdog a child subreaper, before `run` starts the command.
 pub fn become_subreaper() -> Result<(), Failure> {
     rustix::process::set_child_subreaper(Some(rustix::process::getpid())).map_err(|e| {
@@ -235,25 +255,9 @@ impl Watch {
         }
     }
 
-    /// The processes of the tree whose parent is not in it, each pinned by a pidfd checked
-    /// to be the process the tree tracks: orphans the watchdog adopted, or what the target
-    /// left running.
+    /// The processes of the tree whose parent is not in it (see [`roots`]).
     pub(super) fn roots(&mut self) -> Vec<PidFd> {
-        let tree = self.sampler.tree_mut();
-        let mut candidates: Vec<u32> = tree.survivors().to_vec();
-        let adopted = tree.adopter_children();
-        candidates.extend(tree.pids().iter().filter(|p| adopted.contains(p)));
-        candidates.sort_unstable();
-        candidates.dedup();
-        candidates
-            .into_iter()
-            .filter(|&p| p != self.target.pid)
-            .filter_map(|pid| {
-                let fd = PidFd::open(pid).ok()?;
-                // Opened first, checked after: alive now means the pidfd is the tracked one.
-                tree.still_tracked(pid).then_some(fd)
-            })
-            .collect()
+        roots(self.sampler.tree_mut(), self.target.pid)
     }
 
     /// In the survivors' time, a SIGINT/SIGTERM/SIGHUP that `run` could not forward to the
