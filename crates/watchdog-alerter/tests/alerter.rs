@@ -8,6 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use watchdog_alerter::*;
+use watchdog_procfs::ProcRoot;
 use watchdog_types::{AlertReason, Event, EventBody, Unit};
 
 /// Installs a SIGUSR1 handler that appends to argv[1], then publishes its pid in argv[2].
@@ -126,7 +127,12 @@ fn signals_only_handlers_in_the_tree() {
     let outsider = pid_in(&out_ready);
     assert_eq!(parent, procs.children[0].id());
 
-    let report = signal_tree(Path::new("/proc"), &[parent, child], parent, libc::SIGUSR1);
+    let report = signal_tree(
+        &ProcRoot::default(),
+        &[parent, child],
+        parent,
+        libc::SIGUSR1,
+    );
     assert_eq!(report.sent, vec![child], "{report:?}");
     assert_eq!(report.not_catching, vec![parent], "{report:?}");
     assert!(
@@ -149,7 +155,12 @@ fn signals_only_handlers_in_the_tree() {
     );
 
     // A second alert reaches the child again (the handler stays installed).
-    let report = signal_tree(Path::new("/proc"), &[child, parent], parent, libc::SIGUSR1);
+    let report = signal_tree(
+        &ProcRoot::default(),
+        &[child, parent],
+        parent,
+        libc::SIGUSR1,
+    );
     assert_eq!(report.sent, vec![child]);
     let t = Instant::now();
     while wait_for_file(&marker).lines().count() < 2 {
@@ -168,14 +179,14 @@ fn no_handler_nothing_sent_process_survives() {
         extra: vec![],
     };
     let pid = pid_in(&ready);
-    let report = signal_tree(Path::new("/proc"), &[pid], pid, libc::SIGUSR1);
+    let report = signal_tree(&ProcRoot::default(), &[pid], pid, libc::SIGUSR1);
     assert!(report.sent.is_empty(), "{report:?}");
     assert_eq!(report.not_catching, vec![pid]);
     assert!(report.none_catching());
     std::thread::sleep(Duration::from_millis(300));
     assert!(procs.children[0].try_wait().unwrap().is_none(), "it died");
     // SIGUSR2 is not caught either.
-    let report = signal_tree(Path::new("/proc"), &[pid], pid, libc::SIGUSR2);
+    let report = signal_tree(&ProcRoot::default(), &[pid], pid, libc::SIGUSR2);
     assert!(report.sent.is_empty());
     std::thread::sleep(Duration::from_millis(100));
     assert!(procs.children[0].try_wait().unwrap().is_none(), "it died");
@@ -192,7 +203,7 @@ fn pid_whose_parent_is_outside_the_tree_is_left_alone() {
     };
     let pid = pid_in(&ready);
     // Claim the tree is rooted at pid 1: our handler process's parent (this test) is not in it.
-    let report = signal_tree(Path::new("/proc"), &[1, pid], 1, libc::SIGUSR1);
+    let report = signal_tree(&ProcRoot::default(), &[1, pid], 1, libc::SIGUSR1);
     assert!(!report.sent.contains(&pid), "{report:?}");
     std::thread::sleep(Duration::from_millis(200));
     assert!(!marker.exists());
@@ -204,7 +215,7 @@ fn exited_process_is_gone() {
     let mut c = Command::new("true").spawn().unwrap();
     let pid = c.id();
     c.wait().unwrap();
-    let report = signal_tree(Path::new("/proc"), &[pid], pid, libc::SIGUSR1);
+    let report = signal_tree(&ProcRoot::default(), &[pid], pid, libc::SIGUSR1);
     assert!(report.sent.is_empty());
     assert!(report.failed.is_empty(), "{report:?}");
 }
@@ -480,7 +491,7 @@ while time.time() < deadline:
     let mut req = request(1);
     req.pid = pid;
     write_request_file(&reqfile, &req).unwrap();
-    let report = signal_tree(Path::new("/proc"), &[pid], pid, libc::SIGUSR1);
+    let report = signal_tree(&ProcRoot::default(), &[pid], pid, libc::SIGUSR1);
     assert_eq!(report.sent, vec![pid], "{report:?}");
     let t = Instant::now();
     let ack = loop {

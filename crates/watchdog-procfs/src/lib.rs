@@ -38,8 +38,8 @@ pub use cmdline::{COMMAND_MAX_BYTES, command_line, parse_environ};
 pub use mountinfo::{Mount, mount_of, parse_mountinfo};
 pub use parse::{key_value_lines, parse_u32, parse_u64};
 pub use stat::{
-    PF_EXITING, PF_KTHREAD, ProcStat, clock_ticks_per_second, page_size, parse_children,
-    parse_loadavg_change_key, parse_stat, parse_statm_resident_pages, parse_uptime,
+    PF_EXITING, PF_KTHREAD, ProcStat, clock_ticks_per_second, fields_after_comm, page_size,
+    parse_children, parse_loadavg_change_key, parse_stat, parse_statm_resident_pages, parse_uptime,
     start_time_from,
 };
 pub use status::{ProcStatus, Uids, parse_status};
@@ -257,11 +257,10 @@ impl ProcRoot {
         Ok(command_line(&self.read(pid, "cmdline")?))
     }
 
-    /// The command name of `pid` (`/proc/PID/comm`) without its newline, as the process
-    /// set it: any bytes, invalid UTF-8 replaced.
+    /// The text of `/proc/PID/comm`, the command name as the process set it, with the
+    /// kernel's newline (an error when it is not UTF-8).
     pub fn comm(&self, pid: u32) -> Result<String, Error> {
-        let text = self.read(pid, "comm")?;
-        Ok(String::from_utf8_lossy(text.strip_suffix(b"\n").unwrap_or(&text)).into_owned())
+        read_to_string(&self.pid_file(pid, "comm"))
     }
 
     /// The environment `pid` started with (changes it made later with `setenv` are not
@@ -376,7 +375,7 @@ mod tests {
         assert_eq!(root.status(21911).unwrap().ppid, Some(21910));
         assert_eq!(root.uids(21911).unwrap().real, 0);
         assert_eq!(root.cmdline(21911).unwrap(), "sleep 1000");
-        assert_eq!(root.comm(21911).unwrap(), "sleep");
+        assert_eq!(root.comm(21911).unwrap(), "sleep\n");
         assert_eq!(root.environ(21911).unwrap().len(), 3);
         assert!(root.cgroup(21911).unwrap().v1_memory.is_some());
         assert!(!root.own_mountinfo().unwrap().is_empty());

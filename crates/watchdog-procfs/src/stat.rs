@@ -37,6 +37,13 @@ pub const PF_EXITING: u64 = 0x4;
 /// `PF_KTHREAD` of `include/linux/sched.h`: the task is a kernel thread.
 pub const PF_KTHREAD: u64 = 0x0020_0000;
 
+/// The fields of `/proc/PID/stat` after the command name (index 0 is field 3, the state):
+/// what follows the *last* `)`. `None` when there is no `)`.
+pub fn fields_after_comm(text: &[u8]) -> Option<impl Iterator<Item = &[u8]>> {
+    let close = text.iter().rposition(|&b| b == b')')?;
+    Some(crate::parse::fields(&text[close + 1..]))
+}
+
 /// Parses `/proc/PID/stat`. The command name is everything between the first `(` and the
 /// *last* `)`, since a process may name itself `foo) Z 1 2`.
 pub fn parse_stat(text: &[u8]) -> Option<ProcStat<'_>> {
@@ -48,9 +55,7 @@ pub fn parse_stat(text: &[u8]) -> Option<ProcStat<'_>> {
     let pid = parse_u64(&text[..open])?;
     let comm = &text[open + 1..close];
     // Fields 3.. follow the last ')'; index 0 here is field 3.
-    let mut rest = text[close + 1..]
-        .split(|b| b.is_ascii_whitespace())
-        .filter(|f| !f.is_empty());
+    let mut rest = fields_after_comm(text)?;
     let state = *rest.next()?.first()?;
     let ppid = parse_u64(rest.next()?)?;
     let pgid = parse_u64(rest.next()?)?;
