@@ -57,7 +57,7 @@ mod tests {
     }
 
     #[test]
-    fn command_lines() {
+    fn command_lines_join_arguments_with_spaces() {
         assert_eq!(
             command_line(b"python3\0-u\0train.py\0"),
             "python3 -u train.py"
