@@ -191,7 +191,12 @@ mod tests {
             (21907, 1, 1903435)
         );
         assert!(!s.is_exiting());
+        assert_eq!(s.flags & PF_KTHREAD, 0);
         assert_eq!(parse_statm_resident_pages(SLEEP_STATM), Some(343));
+        // `/proc/2/stat` (kthreadd) recorded on the same machine: a kernel thread.
+        let k = parse_stat(include_bytes!("../fixtures/kthreadd/stat")).unwrap();
+        assert_eq!((k.pid, k.comm, k.ppid), (2, &b"kthreadd"[..], 0));
+        assert_ne!(k.flags & PF_KTHREAD, 0);
     }
 
     fn stat_line(comm: &str, state: char) -> String {

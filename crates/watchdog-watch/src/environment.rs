@@ -237,15 +237,15 @@ pub fn gather(host: &Host, pid: u32, resources: &[Resource]) -> Environment {
         arch: Some(std::env::consts::ARCH.to_string()),
         ..HostFacts::default()
     };
-    match std::fs::read_to_string(host.proc.join("sys/kernel/osrelease")) {
+    match std::fs::read_to_string(host.proc.file("sys/kernel/osrelease")) {
         Ok(s) => facts.kernel = Some(s.trim().to_string()),
         Err(e) => env.unknown.push(format!("kernel release: {e}")),
     }
-    match std::fs::read_to_string(host.proc.join("cpuinfo")) {
+    match std::fs::read_to_string(host.proc.file("cpuinfo")) {
         Ok(s) => (facts.cpu_model, facts.cpu_cores) = parse_cpuinfo(&s),
         Err(e) => env.unknown.push(format!("CPU: {e}")),
     }
-    match std::fs::read(host.proc.join("meminfo")) {
+    match std::fs::read(host.proc.file("meminfo")) {
         Ok(b) => {
             let m = watchdog_sampler::meminfo::parse_meminfo(&b);
             (facts.mem_total_bytes, facts.swap_total_bytes) = (m.mem_total, m.swap_total);
