@@ -9,8 +9,8 @@
 //! - [`notify`]: a desktop notification under a timeout (the `notify` feature, on by default);
 //! - [`events`]: the `--events` JSON-lines log and the RFC 3339 clock.
 //!
-//! Decisions ([`sigcgt::parse_sigcgt`], [`signal::decide`]) are pure; every `/proc`
-//! reader takes the proc root as a parameter.
+//! Decisions ([`sigcgt::catches`], [`signal::decide`]) are pure; `/proc` is read through
+//! the [`watchdog_procfs::ProcRoot`] the caller passes.
 #![deny(missing_docs)]
 
 pub mod beneath;
@@ -33,7 +33,7 @@ pub use request::{
     Ack, AckWatcher, RequestError, RequestPlace, ack_path, clear_request, clear_request_files,
     is_request_file, read_ack, write_ack, write_ack_at, write_request, write_request_file,
 };
-pub use sigcgt::{catches, parse_sigcgt};
+pub use sigcgt::catches;
 pub use signal::{
     SignalReport, no_handler_warning, signal_tree, signal_tree_with_roots, signal_tree_with_target,
 };

@@ -38,10 +38,10 @@
 //! the signal nothing is sent; the caller logs [`no_handler_warning`].
 
 use std::collections::BTreeSet;
-use std::path::Path;
 
 use crate::pidfd::PidFd;
-use crate::sigcgt::{catches, parse_status, read_status};
+use crate::sigcgt::catches;
+use watchdog_procfs::{ProcRoot, ProcStatus};
 use watchdog_types::units::signal_name;
 
 /// What [`signal_tree_with_target`] (or [`signal_tree`]) did, per PID.
@@ -81,18 +81,17 @@ pub enum Decision {
     Unreadable(String),
 }
 
-/// Decides whether `pid` gets signal `sig`, from the text of its `/proc/PID/status`.
+/// Decides whether `pid` gets signal `sig`, from its `/proc/PID/status`.
 ///
 /// `tree` is the set of watched PIDs; `target_pid` is the root of the tree, whose parent
 /// is not checked (it is outside the tree by definition).
 pub fn decide(
     pid: u32,
     target_pid: u32,
-    status_text: &str,
+    f: &ProcStatus,
     tree: &BTreeSet<u32>,
     sig: i32,
 ) -> Decision {
-    let f = parse_status(status_text);
     let Some(mask) = f.sigcgt else {
         return Decision::Unreadable("no SigCgt line in /proc/PID/status".to_string());
     };
@@ -167,7 +166,7 @@ fn join(pids: &[u32]) -> String {
 /// function with the pidfd opened when the watch started. If the target's pidfd cannot be
 /// opened, the target is reported gone (or failed) and the rest of the tree is handled
 /// without counting the target's PID as a parent.
-pub fn signal_tree(proc_root: &Path, tree: &[u32], target_pid: u32, sig: i32) -> SignalReport {
+pub fn signal_tree(proc_root: &ProcRoot, tree: &[u32], target_pid: u32, sig: i32) -> SignalReport {
     match PidFd::open(target_pid) {
         Ok(fd) => signal_tree_with_target(proc_root, tree, &fd, sig),
         Err(e) => {
@@ -194,7 +193,7 @@ pub fn signal_tree(proc_root: &Path, tree: &[u32], target_pid: u32, sig: i32) ->
 /// lists it), then the others in the order given; duplicates are ignored. See the module
 /// documentation for what is guaranteed.
 pub fn signal_tree_with_target(
-    proc_root: &Path,
+    proc_root: &ProcRoot,
     tree: &[u32],
     target: &PidFd,
     sig: i32,
@@ -208,7 +207,7 @@ pub fn signal_tree_with_target(
 /// and checked to be the process the tree lists. A root is signalled through its pidfd
 /// with no parent check, like the target; the rest of the tree as before.
 pub fn signal_tree_with_roots(
-    proc_root: &Path,
+    proc_root: &ProcRoot,
     tree: &[u32],
     target: &PidFd,
     roots: &[PidFd],
@@ -246,7 +245,7 @@ pub fn signal_tree_with_roots(
 /// handled) and the calling process. `target` is the target's pidfd; `None` means it could
 /// not be opened, so its PID is not a valid parent.
 fn signal_descendants(
-    proc_root: &Path,
+    proc_root: &ProcRoot,
     tree: &[u32],
     target_pid: u32,
     target: Option<&PidFd>,
@@ -278,7 +277,7 @@ fn signal_descendants(
                 continue;
             }
         };
-        let Some(text) = read_status_checked(proc_root, &fd, pid, report) else {
+        let Some(status) = read_status_checked(proc_root, &fd, pid, report) else {
             continue;
         };
         // The status was read before this check: if the target is alive now, a PPid equal
@@ -289,13 +288,13 @@ fn signal_descendants(
                 parents.remove(&target_pid);
             }
         }
-        act(&fd, pid, target_pid, &text, &parents, sig, report);
+        act(&fd, pid, target_pid, &status, &parents, sig, report);
     }
 }
 
 /// Reads, checks, decides and sends for one process already pinned by `fd`.
 fn signal_one(
-    proc_root: &Path,
+    proc_root: &ProcRoot,
     fd: &PidFd,
     target_pid: u32,
     parents: &BTreeSet<u32>,
@@ -303,39 +302,35 @@ fn signal_one(
     report: &mut SignalReport,
 ) {
     let pid = fd.pid();
-    if let Some(text) = read_status_checked(proc_root, fd, pid, report) {
-        act(fd, pid, target_pid, &text, parents, sig, report);
+    if let Some(status) = read_status_checked(proc_root, fd, pid, report) {
+        act(fd, pid, target_pid, &status, parents, sig, report);
     }
 }
 
-/// The status text of `pid`, or `None` (with the report updated) when it cannot be read
+/// The status of `pid`, or `None` (with the report updated) when it cannot be read
 /// or the pidfd's process exited before the read was done.
 fn read_status_checked(
-    proc_root: &Path,
+    proc_root: &ProcRoot,
     fd: &PidFd,
     pid: u32,
     report: &mut SignalReport,
-) -> Option<String> {
-    let text = match read_status(proc_root, pid) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+) -> Option<ProcStatus> {
+    let status = match proc_root.status(pid) {
+        Ok(s) => s,
+        Err(watchdog_procfs::Error::Read { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
             report.gone.push(pid);
             return None;
         }
         Err(e) => {
-            report.failed.push((
-                pid,
-                format!(
-                    "cannot read {}: {e}",
-                    crate::sigcgt::status_path(proc_root, pid).display()
-                ),
-            ));
+            report.failed.push((pid, e.to_string()));
             return None;
         }
     };
     // The status we read belongs to the pidfd's process only if that process was still alive after the read.
     match fd.is_exited() {
-        Ok(false) => Some(text),
+        Ok(false) => Some(status),
         Ok(true) => {
             report.gone.push(pid);
             None
@@ -347,17 +342,17 @@ fn read_status_checked(
     }
 }
 
-/// Decides from the status text and sends through `fd` when [`decide`] says so.
+/// Decides from the status and sends through `fd` when [`decide`] says so.
 fn act(
     fd: &PidFd,
     pid: u32,
     target_pid: u32,
-    text: &str,
+    status: &ProcStatus,
     parents: &BTreeSet<u32>,
     sig: i32,
     report: &mut SignalReport,
 ) {
-    match decide(pid, target_pid, text, parents, sig) {
+    match decide(pid, target_pid, status, parents, sig) {
         Decision::Send => match fd.send_signal(sig) {
             Ok(()) => report.sent.push(pid),
             Err(e) if e.is_gone() => report.gone.push(pid),
@@ -377,6 +372,7 @@ fn act(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use watchdog_procfs::parse_status;
 
     fn status(tgid: u32, ppid: u32, sigcgt: u64) -> String {
         format!(
@@ -413,7 +409,13 @@ mod tests {
         ];
         for (pid, text, want) in table {
             assert_eq!(
-                decide(pid, 100, &text, &tree, libc::SIGUSR1),
+                decide(
+                    pid,
+                    100,
+                    &parse_status(text.as_bytes()),
+                    &tree,
+                    libc::SIGUSR1
+                ),
                 want,
                 "{text:?}"
             );
@@ -429,7 +431,13 @@ mod tests {
         let ignoring =
             status(100, 1, 0).replace("SigCgt", &format!("SigIgn:\t{usr1:016x}\nSigCgt"));
         assert_eq!(
-            decide(100, 100, &ignoring, &tree, libc::SIGUSR1),
+            decide(
+                100,
+                100,
+                &parse_status(ignoring.as_bytes()),
+                &tree,
+                libc::SIGUSR1
+            ),
             Decision::Ignores
         );
         let report = SignalReport {
@@ -527,7 +535,7 @@ mod tests {
         let mut child = sleeper();
         let pid = child.id();
         let root = fake_proc(&[(pid, 1, 0)]);
-        let r = signal_tree(root.path(), &[pid, pid], pid, libc::SIGUSR1);
+        let r = signal_tree(&ProcRoot::new(root.path()), &[pid, pid], pid, libc::SIGUSR1);
         assert_eq!(r.not_catching, vec![pid]);
         assert!(r.sent.is_empty() && r.failed.is_empty() && r.gone.is_empty());
         assert!(r.none_catching());
@@ -535,7 +543,7 @@ mod tests {
         stop(child);
 
         // A PID missing from the fake root counts as gone.
-        let r = signal_tree(root.path(), &[1], 1, libc::SIGUSR1);
+        let r = signal_tree(&ProcRoot::new(root.path()), &[1], 1, libc::SIGUSR1);
         assert!(r.sent.is_empty());
     }
 
@@ -545,7 +553,7 @@ mod tests {
         let pid = child.id();
         let fd = PidFd::open(pid).unwrap();
         let root = fake_proc(&[(pid, 1, usr1())]);
-        let r = signal_tree_with_target(root.path(), &[pid], &fd, libc::SIGUSR1);
+        let r = signal_tree_with_target(&ProcRoot::new(root.path()), &[pid], &fd, libc::SIGUSR1);
         assert_eq!(r.sent, vec![pid], "{r:?}");
         assert_eq!(killed_by(&mut child), Some(libc::SIGUSR1));
     }
@@ -563,7 +571,12 @@ mod tests {
         let mut orphan = sleeper();
         let opid = orphan.id();
         let root = fake_proc(&[(target_pid, 1, usr1()), (opid, target_pid, usr1())]);
-        let r = signal_tree_with_target(root.path(), &[target_pid, opid], &held, libc::SIGUSR1);
+        let r = signal_tree_with_target(
+            &ProcRoot::new(root.path()),
+            &[target_pid, opid],
+            &held,
+            libc::SIGUSR1,
+        );
         assert!(r.sent.is_empty(), "{r:?}");
         assert!(
             r.gone.contains(&target_pid) && r.gone.contains(&opid),
@@ -581,7 +594,12 @@ mod tests {
         let (tpid, kpid) = (target.id(), kid.id());
         let held = PidFd::open(tpid).unwrap();
         let root = fake_proc(&[(tpid, 1, 0), (kpid, tpid, usr1())]);
-        let r = signal_tree_with_target(root.path(), &[tpid, kpid], &held, libc::SIGUSR1);
+        let r = signal_tree_with_target(
+            &ProcRoot::new(root.path()),
+            &[tpid, kpid],
+            &held,
+            libc::SIGUSR1,
+        );
         assert_eq!(r.sent, vec![kpid], "{r:?}");
         assert_eq!(r.not_catching, vec![tpid], "{r:?}");
         assert_eq!(killed_by(&mut kid), Some(libc::SIGUSR1));
@@ -599,7 +617,12 @@ mod tests {
         // Our fake status says we catch SIGUSR1 and are the target's child; if we were
         // signalled, the default action would end this test binary.
         let root = fake_proc(&[(tpid, 1, 0), (me, tpid, usr1())]);
-        let r = signal_tree_with_target(root.path(), &[tpid, me], &held, libc::SIGUSR1);
+        let r = signal_tree_with_target(
+            &ProcRoot::new(root.path()),
+            &[tpid, me],
+            &held,
+            libc::SIGUSR1,
+        );
         assert!(!r.sent.contains(&me), "{r:?}");
         assert!(r.none_catching(), "{r:?}");
         assert_eq!(r.not_catching, vec![tpid]);
@@ -610,11 +633,11 @@ mod tests {
         let root = fake_proc(&[(me, 1, usr1())]);
         let mine = PidFd::open(me).unwrap();
         assert_eq!(
-            signal_tree_with_target(root.path(), &[me], &mine, libc::SIGUSR1),
+            signal_tree_with_target(&ProcRoot::new(root.path()), &[me], &mine, libc::SIGUSR1),
             SignalReport::default()
         );
         assert_eq!(
-            signal_tree(root.path(), &[me], me, libc::SIGUSR1),
+            signal_tree(&ProcRoot::new(root.path()), &[me], me, libc::SIGUSR1),
             SignalReport::default()
         );
     }

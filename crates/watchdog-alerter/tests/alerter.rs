@@ -8,6 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use watchdog_alerter::*;
+use watchdog_procfs::ProcRoot;
 use watchdog_types::request::{Request, Sent, SentRequest};
 use watchdog_types::{AlertReason, Event, EventBody, ResourceKind, Unit};
 
@@ -127,7 +128,12 @@ fn signals_only_handlers_in_the_tree() {
     let outsider = pid_in(&out_ready);
     assert_eq!(parent, procs.children[0].id());
 
-    let report = signal_tree(Path::new("/proc"), &[parent, child], parent, libc::SIGUSR1);
+    let report = signal_tree(
+        &ProcRoot::default(),
+        &[parent, child],
+        parent,
+        libc::SIGUSR1,
+    );
     assert_eq!(report.sent, vec![child], "{report:?}");
     assert_eq!(report.not_catching, vec![parent], "{report:?}");
     assert!(
@@ -150,7 +156,12 @@ fn signals_only_handlers_in_the_tree() {
     );
 
     // A second alert reaches the child again (the handler stays installed).
-    let report = signal_tree(Path::new("/proc"), &[child, parent], parent, libc::SIGUSR1);
+    let report = signal_tree(
+        &ProcRoot::default(),
+        &[child, parent],
+        parent,
+        libc::SIGUSR1,
+    );
     assert_eq!(report.sent, vec![child]);
     let t = Instant::now();
     while wait_for_file(&marker).lines().count() < 2 {
@@ -169,14 +180,14 @@ fn no_handler_nothing_sent_process_survives() {
         extra: vec![],
     };
     let pid = pid_in(&ready);
-    let report = signal_tree(Path::new("/proc"), &[pid], pid, libc::SIGUSR1);
+    let report = signal_tree(&ProcRoot::default(), &[pid], pid, libc::SIGUSR1);
     assert!(report.sent.is_empty(), "{report:?}");
     assert_eq!(report.not_catching, vec![pid]);
     assert!(report.none_catching());
     std::thread::sleep(Duration::from_millis(300));
     assert!(procs.children[0].try_wait().unwrap().is_none(), "it died");
     // SIGUSR2 is not caught either.
-    let report = signal_tree(Path::new("/proc"), &[pid], pid, libc::SIGUSR2);
+    let report = signal_tree(&ProcRoot::default(), &[pid], pid, libc::SIGUSR2);
     assert!(report.sent.is_empty());
     std::thread::sleep(Duration::from_millis(100));
     assert!(procs.children[0].try_wait().unwrap().is_none(), "it died");
@@ -193,7 +204,7 @@ fn pid_whose_parent_is_outside_the_tree_is_left_alone() {
     };
     let pid = pid_in(&ready);
     // Claim the tree is rooted at pid 1: our handler process's parent (this test) is not in it.
-    let report = signal_tree(Path::new("/proc"), &[1, pid], 1, libc::SIGUSR1);
+    let report = signal_tree(&ProcRoot::default(), &[1, pid], 1, libc::SIGUSR1);
     assert!(!report.sent.contains(&pid), "{report:?}");
     std::thread::sleep(Duration::from_millis(200));
     assert!(!marker.exists());
@@ -205,7 +216,7 @@ fn exited_process_is_gone() {
     let mut c = Command::new("true").spawn().unwrap();
     let pid = c.id();
     c.wait().unwrap();
-    let report = signal_tree(Path::new("/proc"), &[pid], pid, libc::SIGUSR1);
+    let report = signal_tree(&ProcRoot::default(), &[pid], pid, libc::SIGUSR1);
     assert!(report.sent.is_empty());
     assert!(report.failed.is_empty(), "{report:?}");
 }
@@ -482,7 +493,7 @@ while time.time() < deadline:
     let mut req = request(1);
     req.sent.pid = pid;
     write_request_file(&reqfile, &req).unwrap();
-    let report = signal_tree(Path::new("/proc"), &[pid], pid, libc::SIGUSR1);
+    let report = signal_tree(&ProcRoot::default(), &[pid], pid, libc::SIGUSR1);
     assert_eq!(report.sent, vec![pid], "{report:?}");
     let t = Instant::now();
     let ack = loop {

@@ -9,6 +9,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use watchdog_engine::EngineSettings;
+use watchdog_procfs::ProcRoot;
 
 use serde::{Deserialize, Deserializer};
 use watchdog_types::VerdictKind;
@@ -27,8 +28,8 @@ pub use crate::settings::{FileConfig, KEYS, Settings};
 pub struct Host {
     /// The root directory (`/`), where container markers (`/.dockerenv`) are looked for.
     pub root: PathBuf,
-    /// procfs (`/proc`).
-    pub proc: PathBuf,
+    /// procfs (`/proc`), the root every `/proc` reader is given.
+    pub proc: ProcRoot,
     /// The cgroup mount root (`/sys/fs/cgroup`), used when mountinfo cannot be read.
     pub cgroup: PathBuf,
     /// The shared-memory tmpfs (`/dev/shm`), watched by default.
@@ -57,7 +58,7 @@ impl Host {
     pub fn from_env() -> Host {
         Host {
             root: PathBuf::from("/"),
-            proc: PathBuf::from("/proc"),
+            proc: ProcRoot::default(),
             cgroup: PathBuf::from("/sys/fs/cgroup"),
             shm: PathBuf::from("/dev/shm"),
             kmsg: PathBuf::from("/dev/kmsg"),
@@ -74,7 +75,7 @@ impl Host {
 
     /// `PROC/PID/NAME`.
     pub fn proc_file(&self, pid: u32, name: &str) -> PathBuf {
-        self.proc.join(pid.to_string()).join(name)
+        self.proc.pid_file(pid, name)
     }
 }
 

@@ -67,21 +67,19 @@
 use std::cell::OnceCell;
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::io::Read as _;
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rustix::fs::{Mode, OFlags, RawDir, SeekFrom};
+use rustix::fs::{RawDir, SeekFrom};
 use rustix::io::Errno;
-use watchdog_sampler::cgroup::parse_proc_cgroup;
-use watchdog_sampler::procfile::parse_u64;
-pub use watchdog_sampler::tree::{COMMAND_MAX_BYTES, command_line};
-use watchdog_sampler::tree::{
-    ProcStat, clock_ticks_per_second, parse_environ, parse_loadavg_change_key, parse_stat,
-    parse_status_uids,
+pub use watchdog_procfs::{COMMAND_MAX_BYTES, command_line};
+use watchdog_procfs::{
+    ProcRoot, ProcStat, clock_ticks_per_second, fields_after_comm, parse_environ,
+    parse_loadavg_change_key, parse_proc_cgroup, parse_stat, parse_status, parse_u32, parse_u64,
+    read_capped_at,
 };
 
 /// Caps of the other files read: `stat` is ~300 bytes, `status` ~1.5 KiB, `cgroup` one line
@@ -250,7 +248,7 @@ enum Skip {
 /// Finds processes not seen before.
 #[derive(Debug)]
 pub struct Scanner {
-    proc_root: PathBuf,
+    proc_root: ProcRoot,
     proc_dir: Option<OwnedFd>,
     excluded: Option<u32>,
     known: HashMap<u32, Known>,
@@ -288,7 +286,7 @@ impl Scanner {
     /// A scanner of `proc_root` that leaves out `excluded` and everything below it.
     pub fn with_excluded(proc_root: &Path, excluded: Option<u32>) -> Scanner {
         Scanner {
-            proc_root: proc_root.to_path_buf(),
+            proc_root: ProcRoot::from(proc_root),
             proc_dir: None,
             excluded,
             known: HashMap::new(),
@@ -461,11 +459,7 @@ impl Scanner {
     /// Opens the kept-open descriptor of `/proc` unless it is open.
     fn open_proc_dir(&mut self) -> Result<(), Errno> {
         if self.proc_dir.is_none() {
-            self.proc_dir = Some(rustix::fs::open(
-                &self.proc_root,
-                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                Mode::empty(),
-            )?);
+            self.proc_dir = Some(self.proc_root.open_dir()?);
         }
         Ok(())
     }
@@ -495,9 +489,7 @@ impl Scanner {
         let mut dir = RawDir::new(proc_dir, &mut self.dirbuf);
         while let Some(entry) = dir.next() {
             let entry = entry?;
-            let Some(pid) =
-                parse_u64(entry.file_name().to_bytes()).and_then(|p| u32::try_from(p).ok())
-            else {
+            let Some(pid) = parse_u32(entry.file_name().to_bytes()) else {
                 continue;
             };
             if let Some(k) = self.known.get(&pid) {
@@ -622,13 +614,11 @@ impl Scanner {
     /// Reads every fact of `pid`, and its image, through one descriptor of its `/proc/PID`
     /// directory.
     fn read_facts(&mut self, pid: u32) -> Result<(ProcessFacts, Image), Skip> {
-        let path = self.proc_root.join(pid.to_string());
-        let dir = rustix::fs::open(
-            &path,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| skip(e, &path))?;
+        let path = self.proc_root.pid_dir(pid);
+        let dir = self
+            .proc_root
+            .open_pid_dir(pid)
+            .map_err(|e| skip(e, &path))?;
         let buf = &mut self.buf;
         let read = |name: &str, cap: usize, buf: &mut Vec<u8>| {
             read_capped_at(dir.as_fd(), name, cap, buf).map_err(|e| skip(e, &path.join(name)))
@@ -662,7 +652,8 @@ impl Scanner {
         let command = command_line(buf);
 
         read("status", STATUS_MAX_BYTES, buf)?;
-        let uid = parse_status_uids(buf)
+        let uid = parse_status(buf)
+            .uids
             .ok_or_else(|| malformed("status", "no 'Uid:' line with four numbers"))?
             .real;
 
@@ -790,13 +781,10 @@ fn allocated_since(pid: u32, (prev, cur): (u32, u32)) -> bool {
 /// [`LAYOUT_FIELDS`] of a `stat` text; zeros for fields missing or not numbers.
 fn stat_layout(text: &[u8]) -> [u64; LAYOUT_FIELDS.len()] {
     let mut layout = [0; LAYOUT_FIELDS.len()];
-    let Some(close) = text.iter().rposition(|&b| b == b')') else {
+    let Some(fields) = fields_after_comm(text) else {
         return layout;
     };
-    let mut fields = text[close + 1..]
-        .split(|b| b.is_ascii_whitespace())
-        .filter(|f| !f.is_empty())
-        .enumerate();
+    let mut fields = fields.enumerate();
     for (slot, &index) in layout.iter_mut().zip(&LAYOUT_FIELDS) {
         if let Some((_, field)) = fields.find(|&(i, _)| i == index) {
             *slot = parse_u64(field).unwrap_or(0);
@@ -816,25 +804,6 @@ fn skip(e: Errno, path: &Path) -> Skip {
     } else {
         Skip::Malformed(format!("cannot read {}: {e}", path.display()))
     }
-}
-
-/// Reads file `name` under directory `dir` into `buf`, at most `cap` bytes; true when the
-/// file was longer (and `buf` holds its first `cap` bytes).
-fn read_capped_at(
-    dir: BorrowedFd<'_>,
-    name: &str,
-    cap: usize,
-    buf: &mut Vec<u8>,
-) -> Result<bool, Errno> {
-    let fd = rustix::fs::openat(dir, name, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
-    buf.clear();
-    std::fs::File::from(fd)
-        .take(cap as u64 + 1)
-        .read_to_end(buf)
-        .map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::IO))?;
-    let truncated = buf.len() > cap;
-    buf.truncate(cap);
-    Ok(truncated)
 }
 
 #[cfg(test)]

@@ -65,6 +65,10 @@ use std::path::{Component, Path, PathBuf};
 
 use watchdog_types::{ResourceId, ResourceKind, Sample};
 
+/// What `/proc/PID/cgroup` says about memory, as [`locate`] takes it.
+pub use watchdog_procfs::{ProcCgroup, parse_proc_cgroup};
+use watchdog_procfs::{ProcRoot, parse_stat};
+
 use crate::procfile::{KeptOpenFile, key_value_lines, parse_u64};
 use crate::shared::{Reads, TickFile};
 use crate::{Outcome, ResourceTable, Source, SourceError, Tick};
@@ -79,33 +83,6 @@ pub enum CgroupVersion {
     V1,
     /// The unified hierarchy (`/sys/fs/cgroup`).
     V2,
-}
-
-/// What `/proc/PID/cgroup` says about memory.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ProcCgroup {
-    /// Path in the v1 hierarchy holding the `memory` controller (`N:...memory...:/path`).
-    pub v1_memory: Option<String>,
-    /// Path in the unified hierarchy (`0::/path`).
-    pub v2: Option<String>,
-}
-
-/// Parses `/proc/PID/cgroup`. Lines it cannot read are skipped.
-pub fn parse_proc_cgroup(text: &str) -> ProcCgroup {
-    let mut out = ProcCgroup::default();
-    for line in text.lines() {
-        let mut parts = line.splitn(3, ':');
-        let (Some(id), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
-        else {
-            continue;
-        };
-        if id == "0" && controllers.is_empty() {
-            out.v2 = Some(path.to_string());
-        } else if controllers.split(',').any(|c| c == "memory") {
-            out.v1_memory = Some(path.to_string());
-        }
-    }
-    out
 }
 
 /// Where one cgroup hierarchy is mounted.
@@ -130,7 +107,7 @@ impl CgroupMounts {
     /// Finds the cgroup mounts in the text of `/proc/PID/mountinfo`; the first of each kind wins.
     pub fn from_mountinfo(text: &str) -> Self {
         let mut out = Self::default();
-        for m in crate::mountinfo::parse_mountinfo(text) {
+        for m in watchdog_procfs::parse_mountinfo(text) {
             let memory = m.super_options.split(',').any(|o| o == "memory");
             let mount = CgroupMount {
                 mount_point: m.mount_point,
@@ -147,8 +124,7 @@ impl CgroupMounts {
 
     /// Reads `<proc_root>/self/mountinfo`: the mounts as this process (the watchdog) sees them.
     pub fn read(proc_root: &Path) -> Result<Self, SourceError> {
-        let path = proc_root.join("self/mountinfo");
-        let text = read_to_string(&path)?;
+        let text = ProcRoot::from(proc_root).own_mountinfo_text()?;
         Ok(Self::from_mountinfo(&text))
     }
 
@@ -245,17 +221,9 @@ pub fn locate_for_pid(
     pid: u32,
     mounts: &CgroupMounts,
 ) -> Result<CgroupLocation, SourceError> {
-    let path = proc_cgroup_path(proc_root, pid);
-    locate_from_text(&read_to_string(&path)?, &path, pid, mounts)
-}
-
-fn proc_cgroup_path(proc_root: &Path, pid: u32) -> PathBuf {
-    proc_file(proc_root, pid, "cgroup")
-}
-
-/// `<proc_root>/PID/name`.
-fn proc_file(proc_root: &Path, pid: u32, name: &str) -> PathBuf {
-    proc_root.join(pid.to_string()).join(name)
+    let root = ProcRoot::from(proc_root);
+    let text = root.cgroup_text(pid)?;
+    locate_from_text(&text, &root.pid_file(pid, "cgroup"), pid, mounts)
 }
 
 /// [`locate`] on the text of `/proc/PID/cgroup` (read from `path`), asking the unified
@@ -278,13 +246,6 @@ fn locate_from_text(
             "process {pid} has no memory cgroup: {} names no mounted hierarchy with the memory controller",
             path.display()
         ))
-    })
-}
-
-fn read_to_string(path: &Path) -> Result<String, SourceError> {
-    std::fs::read_to_string(path).map_err(|source| SourceError::Read {
-        path: path.display().to_string(),
-        source,
     })
 }
 
@@ -490,9 +451,10 @@ impl CgroupMemory {
         reads: &Reads,
         table: &mut ResourceTable,
     ) -> Result<Self, SourceError> {
-        let path = proc_cgroup_path(proc_root, pid);
+        let root = ProcRoot::from(proc_root);
+        let path = root.pid_file(pid, "cgroup");
         let mut file = KeptOpenFile::with_capacity(&path, 1024)?;
-        let stat = KeptOpenFile::with_capacity(proc_file(proc_root, pid, "stat"), 512).ok();
+        let stat = KeptOpenFile::with_capacity(root.pid_file(pid, "stat"), 512).ok();
         let known = file.read()?.to_vec();
         let location = locate_from_text(&String::from_utf8_lossy(&known), &path, pid, mounts)?;
         let mut me = Self::open(location, reads)?;
@@ -646,8 +608,8 @@ impl CgroupMemory {
 /// Whether the process of this `/proc/PID/stat` is exiting or gone. Read after its
 /// `/proc/PID/cgroup`, a "no" means that text was read before the exit began.
 fn is_exiting(stat: &mut KeptOpenFile) -> bool {
-    match stat.read().ok().and_then(crate::tree::parse_stat) {
-        Some(s) => s.flags & crate::tree::PF_EXITING != 0 || matches!(s.state, b'Z' | b'X'),
+    match stat.read().ok().and_then(parse_stat) {
+        Some(s) => s.is_exiting(),
         None => true,
     }
 }
@@ -742,32 +704,6 @@ impl OomKillCounter {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn proc_cgroup_table() {
-        let cases: &[(&str, Option<&str>, Option<&str>)] = &[
-            (
-                "0::/user.slice/session-3.scope\n",
-                None,
-                Some("/user.slice/session-3.scope"),
-            ),
-            (
-                "4:memory:/docker/abc\n0::/\n",
-                Some("/docker/abc"),
-                Some("/"),
-            ),
-            ("7:cpu,cpuacct:/x\n3:memory,hugetlb:/y\n", Some("/y"), None),
-            ("2:name=systemd:/a\n", None, None),
-            ("garbage\n\n1:memory\n", None, None),
-            // A path may contain ':' (only the first two separate fields).
-            ("0::/odd:name\n", None, Some("/odd:name")),
-        ];
-        for (text, v1, v2) in cases {
-            let got = parse_proc_cgroup(text);
-            assert_eq!(got.v1_memory.as_deref(), *v1, "{text:?}");
-            assert_eq!(got.v2.as_deref(), *v2, "{text:?}");
-        }
-    }
 
     #[test]
     fn mountinfo_finds_hybrid_mounts_and_unescapes() {

@@ -38,8 +38,7 @@ pub mod holders;
 mod parse;
 
 pub use parse::{
-    DeviceSelector, VisibleDevices, parse_cuda_visible_devices, parse_nspid,
-    parse_nvidia_visible_devices,
+    DeviceSelector, VisibleDevices, parse_cuda_visible_devices, parse_nvidia_visible_devices,
 };
 
 use std::collections::{HashMap, VecDeque};
@@ -54,6 +53,7 @@ use std::time::{Duration, Instant};
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
+use watchdog_procfs::ProcRoot;
 use watchdog_types::{ResourceId, ResourceKind, Sample};
 
 use crate::{Outcome, ResourceTable, Source, SourceError, Tick};
@@ -133,7 +133,7 @@ pub struct GpuConfig {
     pub process_period: Duration,
     /// Where procfs is (`/proc`), to map NVML's host PIDs through `NSpid:`; point it
     /// at the host's procfs (`/host/proc`) when the watchdog runs in a container that has it.
-    pub proc_root: PathBuf,
+    pub proc_root: ProcRoot,
 }
 
 impl GpuConfig {
@@ -154,7 +154,7 @@ impl GpuConfig {
             visible: VisibleDevices::default(),
             memory_period: interval.max(Self::MIN_MEMORY_PERIOD),
             process_period: Self::PROCESS_PERIOD,
-            proc_root: PathBuf::from("/proc"),
+            proc_root: ProcRoot::default(),
         }
     }
 }
@@ -834,7 +834,7 @@ struct Poller {
     state: Vec<DeviceState>,
     memory_period: Duration,
     process_period: Duration,
-    proc_root: PathBuf,
+    proc_root: ProcRoot,
     tree: Vec<u32>,
     /// `Some(false)`: the watchdog is in a child PID namespace (a container).
     in_init_pid_ns: Option<bool>,
@@ -844,7 +844,7 @@ struct Poller {
 
 impl Poller {
     fn new(shared: Arc<Shared>, devices: Vec<Device<'static>>, config: &GpuConfig) -> Poller {
-        let own_pid_ns = std::fs::read_link(config.proc_root.join("self/ns/pid")).ok();
+        let own_pid_ns = config.proc_root.own_namespace("pid").ok();
         let in_init_pid_ns = own_pid_ns.as_ref().map(|l| l.as_os_str() == INIT_PID_NS);
         let n = devices.len();
         Poller {
@@ -954,13 +954,11 @@ impl Poller {
         if self.in_init_pid_ns != Some(false) {
             return None;
         }
-        let dir = self.proc_root.join(pid.to_string());
-        let ns = std::fs::read_link(dir.join("ns/pid")).ok()?;
+        let ns = self.proc_root.namespace(pid, "pid").ok()?;
         if Some(&ns) != self.own_pid_ns.as_ref() {
             return None;
         }
-        let status = std::fs::read_to_string(dir.join("status")).ok()?;
-        let inner = *parse_nspid(&status)?.last()?;
+        let inner = self.proc_root.status(pid).ok()?.nspid_innermost?;
         self.tree.contains(&inner).then_some(inner)
     }
 

@@ -17,7 +17,8 @@ pub mod cgroup;
 pub mod disk;
 pub mod fake;
 pub mod meminfo;
-pub mod mountinfo;
+/// The parser of `/proc/PID/mountinfo`, where the cgroup source finds its hierarchies.
+pub use watchdog_procfs::mountinfo;
 pub mod procfile;
 pub mod ring;
 pub mod runtime;
@@ -103,6 +104,21 @@ pub enum SourceError {
     /// The resource is gone for good (a device fell off the bus, a filesystem was unmounted).
     #[error("{0}")]
     Gone(String),
+}
+
+impl From<watchdog_procfs::Error> for SourceError {
+    fn from(e: watchdog_procfs::Error) -> SourceError {
+        match e {
+            watchdog_procfs::Error::Read { path, source } => SourceError::Read {
+                path: path.display().to_string(),
+                source,
+            },
+            watchdog_procfs::Error::Parse { path, what } => SourceError::Parse {
+                path: path.display().to_string(),
+                what,
+            },
+        }
+    }
 }
 
 /// One thing the watchdog reads every tick.

@@ -24,6 +24,9 @@ use rustix::fs::{Mode, OFlags};
 
 use crate::SourceError;
 
+// The number and line helpers every parser here uses live with the `/proc` parsers.
+pub use watchdog_procfs::{key_value_lines, parse_u64};
+
 /// Initial buffer size: enough for `/proc/meminfo` (~1.5 KiB) and a v2 `memory.stat` (~1.6 KiB).
 const INITIAL_CAPACITY: usize = 4096;
 /// Refuse to grow past this: no pseudo-file we read comes close, and a runaway file must not eat memory.
@@ -110,37 +113,6 @@ pub(crate) fn read_error(path: &Path, e: rustix::io::Errno) -> SourceError {
     }
 }
 
-/// Parses a decimal `u64` from ASCII digits, ignoring surrounding ASCII whitespace.
-///
-/// Returns `None` on anything else (including an empty field or overflow); never allocates.
-pub fn parse_u64(bytes: &[u8]) -> Option<u64> {
-    let bytes = bytes.trim_ascii();
-    if bytes.is_empty() {
-        return None;
-    }
-    let mut v: u64 = 0;
-    for &b in bytes {
-        if !b.is_ascii_digit() {
-            return None;
-        }
-        v = v.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
-    }
-    Some(v)
-}
-
-/// Iterates `key value` lines (`memory.stat`, `memory.events`, `/proc/stat`): yields the key and the
-/// bytes of the first value field, skipping lines with no value.
-pub fn key_value_lines(text: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
-    text.split(|&b| b == b'\n').filter_map(|line| {
-        let mut fields = line
-            .split(|b| b.is_ascii_whitespace())
-            .filter(|f| !f.is_empty());
-        let key = fields.next()?;
-        let value = fields.next()?;
-        Some((key, value))
-    })
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -188,33 +160,5 @@ mod tests {
     fn missing_file_names_the_path() {
         let err = KeptOpenFile::open("/nonexistent/wd-file").unwrap_err();
         assert!(err.to_string().contains("/nonexistent/wd-file"), "{err}");
-    }
-
-    #[test]
-    fn parse_u64_table() {
-        let cases: &[(&[u8], Option<u64>)] = &[
-            (b"0", Some(0)),
-            (b" 42\n", Some(42)),
-            (b"18446744073709551615", Some(u64::MAX)),
-            (b"18446744073709551616", None),
-            (b"", None),
-            (b"max\n", None),
-            (b"-1", None),
-            (b"12 kB", None),
-        ];
-        for (input, want) in cases {
-            assert_eq!(
-                parse_u64(input),
-                *want,
-                "{:?}",
-                String::from_utf8_lossy(input)
-            );
-        }
-    }
-
-    #[test]
-    fn key_value_lines_skip_blank_and_keyless() {
-        let got: Vec<_> = key_value_lines(b"a 1\n\nlonely\nb  2 extra\n").collect();
-        assert_eq!(got, vec![(&b"a"[..], &b"1"[..]), (&b"b"[..], &b"2"[..])]);
     }
 }

@@ -57,112 +57,25 @@
 //! parent's pages copy-on-write), so the sum overestimates; PSS from `smaps_rollup` would be
 //! exact but costs 52 us per process against 0.9 us.
 //!
-//! The helpers at the bottom ([`process_start_time`], [`process_cwd`], [`process_uids`],
-//! [`process_environ`], [`is_alive`]) read the other facts the binary needs about the target.
+//! The other facts about the target (its start, its working directory, its UIDs and
+//! environment, whether it is alive) are read through [`watchdog_procfs::ProcRoot`], which
+//! also holds the parsers of the files walked here.
 
 use std::mem::MaybeUninit;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use rustix::fs::{Mode, OFlags, RawDir, SeekFrom};
 use watchdog_types::{ResourceId, ResourceKind, Sample};
 
-use crate::procfile::{KeptOpenFile, parse_u64, read_error};
+use watchdog_procfs::{
+    page_size, parse_children, parse_loadavg_change_key, parse_statm_resident_pages, parse_u32,
+};
+
+use crate::procfile::{KeptOpenFile, read_error};
 use crate::shared::{Reads, TickFile};
 use crate::{Outcome, ResourceTable, Source, SourceError, Tick};
-
-/// The fields of `/proc/PID/stat` the watchdog uses
-/// (<https://man7.org/linux/man-pages/man5/proc_pid_stat.5.html>).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProcStat<'a> {
-    /// Field 1, the PID.
-    pub pid: u32,
-    /// Field 2 without its parentheses: the command name, any bytes (may contain `) `).
-    pub comm: &'a [u8],
-    /// Field 3, the state letter (`R`, `S`, `D`, `Z`, ...).
-    pub state: u8,
-    /// Field 4, the parent's PID.
-    pub ppid: u32,
-    /// Field 5, the process group ID.
-    pub pgid: u32,
-    /// Field 9, the kernel's `PF_*` flags of the task (see [`PF_EXITING`]).
-    pub flags: u64,
-    /// Field 20, the number of threads.
-    pub num_threads: u64,
-    /// Field 22, start time after boot in clock ticks (`sysconf(_SC_CLK_TCK)`).
-    pub starttime_ticks: u64,
-}
-
-/// `PF_EXITING` of `include/linux/sched.h`: set as the task starts to exit, before it leaves
-/// its cgroups, and never cleared.
-pub const PF_EXITING: u64 = 0x4;
-
-/// Parses `/proc/PID/stat`. The command name is everything between the first `(` and the
-/// *last* `)`, since a process may name itself `foo) Z 1 2`.
-pub fn parse_stat(text: &[u8]) -> Option<ProcStat<'_>> {
-    let open = text.iter().position(|&b| b == b'(')?;
-    let close = text.iter().rposition(|&b| b == b')')?;
-    if close < open {
-        return None;
-    }
-    let pid = parse_u64(&text[..open])?;
-    let comm = &text[open + 1..close];
-    // Fields 3.. follow the last ')'; index 0 here is field 3.
-    let mut rest = text[close + 1..]
-        .split(|b| b.is_ascii_whitespace())
-        .filter(|f| !f.is_empty());
-    let state = *rest.next()?.first()?;
-    let ppid = parse_u64(rest.next()?)?;
-    let pgid = parse_u64(rest.next()?)?;
-    // Skip fields 6..=8 to reach field 9, then 10..=19 to reach field 20.
-    let flags = parse_u64(rest.nth(3)?)?;
-    let num_threads = parse_u64(rest.nth(10)?)?;
-    // Field 21 is itrealvalue; field 22 is starttime.
-    let starttime_ticks = parse_u64(rest.nth(1)?)?;
-    Some(ProcStat {
-        pid: u32::try_from(pid).ok()?,
-        comm,
-        state,
-        ppid: u32::try_from(ppid).ok()?,
-        pgid: u32::try_from(pgid).ok()?,
-        flags,
-        num_threads,
-        starttime_ticks,
-    })
-}
-
-/// Parses the `children` file of a task: space-separated PIDs. Calls `f` for each.
-pub fn parse_children(text: &[u8], mut f: impl FnMut(u32)) {
-    for field in text.split(|b| b.is_ascii_whitespace()) {
-        if let Some(pid) = parse_u64(field).and_then(|p| u32::try_from(p).ok()) {
-            f(pid);
-        }
-    }
-}
-
-/// Parses `/proc/PID/statm` and returns `resident`, in pages (field 2).
-pub fn parse_statm_resident_pages(text: &[u8]) -> Option<u64> {
-    let mut fields = text
-        .split(|b| b.is_ascii_whitespace())
-        .filter(|f| !f.is_empty());
-    fields.next()?;
-    parse_u64(fields.next()?)
-}
-
-/// `sysconf(_SC_PAGESIZE)` in bytes.
-pub fn page_size() -> u64 {
-    // SAFETY: sysconf has no preconditions and only reads a constant of the C library.
-    let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    u64::try_from(v).unwrap_or(4096)
-}
-
-/// `sysconf(_SC_CLK_TCK)`: the unit of `starttime` in `/proc/PID/stat`.
-pub fn clock_ticks_per_second() -> u64 {
-    // SAFETY: sysconf has no preconditions and only reads a constant of the C library.
-    let v = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    u64::try_from(v).ok().filter(|&t| t > 0).unwrap_or(100)
-}
 
 /// One process being tracked: its task directory and each task's `children` file.
 #[derive(Debug)]
@@ -229,19 +142,6 @@ pub struct ProcessTree {
     previous: Vec<u32>,
     /// Scratch list of the adopter's children.
     scratch: Vec<u32>,
-}
-
-/// Parses `/proc/loadavg` (`0.86 1.30 0.95 2/102 15967`) into `(threads on the system, last
-/// PID allocated)`, fields 4 (after the `/`) and 5.
-pub fn parse_loadavg_change_key(text: &[u8]) -> Option<(u64, u64)> {
-    let mut fields = text
-        .split(|b| b.is_ascii_whitespace())
-        .filter(|f| !f.is_empty());
-    let running_total = fields.nth(3)?;
-    let slash = running_total.iter().position(|&b| b == b'/')?;
-    let threads = parse_u64(&running_total[slash + 1..])?;
-    let last_pid = parse_u64(fields.next()?)?;
-    Some((threads, last_pid))
 }
 
 impl ProcessTree {
@@ -366,7 +266,7 @@ impl ProcessTree {
     }
 
     /// Whether the target was there at the last refresh. An exited target that its parent has
-    /// not reaped yet (a zombie) still counts as there: use [`is_alive`] to tell.
+    /// not reaped yet (a zombie) still counts as there: use [`ProcRoot::is_alive`](watchdog_procfs::ProcRoot::is_alive) to tell.
     pub fn target_alive(&self) -> bool {
         self.target_alive
     }
@@ -559,9 +459,7 @@ impl ProcessTree {
         let mut dir = RawDir::new(&tracked.task_dir, dirbuf);
         while let Some(entry) = dir.next() {
             let entry = entry.map_err(|e| read_error(&tracked.task_dir_path, e))?;
-            if let Some(tid) =
-                parse_u64(entry.file_name().to_bytes()).and_then(|t| u32::try_from(t).ok())
-            {
+            if let Some(tid) = parse_u32(entry.file_name().to_bytes()) {
                 tids.push(tid);
             }
         }
@@ -776,258 +674,10 @@ impl Source for TreeMemory {
     }
 }
 
-fn pid_path(proc_root: &Path, pid: u32, file: &str) -> PathBuf {
-    let mut p = proc_root.join(pid.to_string());
-    p.push(file);
-    p
-}
-
-fn read_file(path: &Path) -> Result<Vec<u8>, SourceError> {
-    std::fs::read(path).map_err(|source| SourceError::Read {
-        path: path.display().to_string(),
-        source,
-    })
-}
-
-/// Parses the first field of `/proc/uptime` (seconds since boot, with a fraction, usually
-/// hundredths) as a duration.
-pub fn parse_uptime(text: &[u8]) -> Option<Duration> {
-    let first = text.split(|b| b.is_ascii_whitespace()).next()?;
-    let (whole, fraction) = match first.iter().position(|&b| b == b'.') {
-        Some(dot) => (&first[..dot], &first[dot + 1..]),
-        None => (first, &b""[..]),
-    };
-    let mut nanos: u64 = 0;
-    for (i, &b) in fraction.iter().enumerate() {
-        if !b.is_ascii_digit() {
-            return None;
-        }
-        if i < 9 {
-            nanos += u64::from(b - b'0') * 10u64.pow(8 - i as u32);
-        }
-    }
-    Some(Duration::from_secs(parse_u64(whole)?) + Duration::from_nanos(nanos))
-}
-
-/// When `pid` started: `starttime` of its `stat` (clock ticks after boot) against the
-/// uptime in `<proc_root>/uptime`, read beside the wall clock. Precise to about 20 ms (both
-/// count hundredths); `btime` of `/proc/stat` counts whole seconds and made it up to a
-/// second early.
-pub fn process_start_time(proc_root: &Path, pid: u32) -> Result<SystemTime, SourceError> {
-    let stat_path = pid_path(proc_root, pid, "stat");
-    let stat = read_file(&stat_path)?;
-    let parsed = parse_stat(&stat).ok_or_else(|| SourceError::Parse {
-        path: stat_path.display().to_string(),
-        what: "expected 'PID (comm) STATE PPID ...' with at least 22 fields".into(),
-    })?;
-    let uptime_path = proc_root.join("uptime");
-    let uptime = parse_uptime(&read_file(&uptime_path)?).ok_or_else(|| SourceError::Parse {
-        path: uptime_path.display().to_string(),
-        what: "expected seconds since boot, such as '12345.67 23456.78'".into(),
-    })?;
-    Ok(start_time_from(
-        SystemTime::now(),
-        uptime,
-        parsed.starttime_ticks,
-        clock_ticks_per_second(),
-    ))
-}
-
-/// The wall-clock instant `starttime_ticks` after boot, when at `now` the machine has been
-/// up for `uptime`. Pure.
-pub fn start_time_from(
-    now: SystemTime,
-    uptime: Duration,
-    starttime_ticks: u64,
-    ticks_per_s: u64,
-) -> SystemTime {
-    let ticks_per_s = ticks_per_s.max(1);
-    let after_boot = Duration::from_secs(starttime_ticks / ticks_per_s)
-        + Duration::from_nanos((starttime_ticks % ticks_per_s) * 1_000_000_000 / ticks_per_s);
-    now.checked_sub(uptime.saturating_sub(after_boot))
-        .unwrap_or(SystemTime::UNIX_EPOCH)
-}
-
-/// The working directory of `pid` (the `cwd` link).
-pub fn process_cwd(proc_root: &Path, pid: u32) -> Result<PathBuf, SourceError> {
-    let path = pid_path(proc_root, pid, "cwd");
-    std::fs::read_link(&path).map_err(|source| SourceError::Read {
-        path: path.display().to_string(),
-        source,
-    })
-}
-
-/// The user IDs of a process, from the `Uid:` line of `/proc/PID/status`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Uids {
-    /// Real UID.
-    pub real: u32,
-    /// Effective UID: the one that decides whether root-reserved disk blocks are usable.
-    pub effective: u32,
-    /// Saved set-UID.
-    pub saved: u32,
-    /// Filesystem UID.
-    pub filesystem: u32,
-}
-
-/// Parses the `Uid:` line of `/proc/PID/status` (real, effective, saved, filesystem).
-pub fn parse_status_uids(text: &[u8]) -> Option<Uids> {
-    let line = text
-        .split(|&b| b == b'\n')
-        .find_map(|l| l.strip_prefix(b"Uid:"))?;
-    let mut ids = line
-        .split(|b| b.is_ascii_whitespace())
-        .filter(|f| !f.is_empty())
-        .map(|f| parse_u64(f).and_then(|v| u32::try_from(v).ok()));
-    Some(Uids {
-        real: ids.next()??,
-        effective: ids.next()??,
-        saved: ids.next()??,
-        filesystem: ids.next()??,
-    })
-}
-
-/// The UIDs of `pid`; `.effective` is the one that matters for permissions.
-pub fn process_uids(proc_root: &Path, pid: u32) -> Result<Uids, SourceError> {
-    let path = pid_path(proc_root, pid, "status");
-    parse_status_uids(&read_file(&path)?).ok_or_else(|| SourceError::Parse {
-        path: path.display().to_string(),
-        what: "no 'Uid:' line with four numbers".into(),
-    })
-}
-
-/// Most bytes of a command line kept (what the service's `command` rules match).
-pub const COMMAND_MAX_BYTES: usize = 8192;
-
-/// The command line from `/proc/PID/cmdline` bytes: NUL-separated arguments joined by
-/// spaces (the trailing NUL dropped), invalid UTF-8 replaced, at most [`COMMAND_MAX_BYTES`].
-pub fn command_line(bytes: &[u8]) -> String {
-    let bytes = &bytes[..bytes.len().min(COMMAND_MAX_BYTES)];
-    let bytes = bytes.strip_suffix(&[0]).unwrap_or(bytes);
-    let spaced: Vec<u8> = bytes
-        .iter()
-        .map(|&b| if b == 0 { b' ' } else { b })
-        .collect();
-    String::from_utf8_lossy(&spaced).into_owned()
-}
-
-/// Parses `/proc/PID/environ` (`KEY=VALUE` entries separated by NUL); invalid UTF-8 is replaced,
-/// entries without `=` are skipped.
-pub fn parse_environ(bytes: &[u8]) -> Vec<(String, String)> {
-    bytes
-        .split(|&b| b == 0)
-        .filter_map(|entry| {
-            let eq = entry.iter().position(|&b| b == b'=')?;
-            if eq == 0 {
-                return None;
-            }
-            Some((
-                String::from_utf8_lossy(&entry[..eq]).into_owned(),
-                String::from_utf8_lossy(&entry[eq + 1..]).into_owned(),
-            ))
-        })
-        .collect()
-}
-
-/// The environment `pid` started with (changes it made later with `setenv` are not visible).
-/// Needs the right to ptrace-read the process (same user, or root).
-pub fn process_environ(proc_root: &Path, pid: u32) -> Result<Vec<(String, String)>, SourceError> {
-    Ok(parse_environ(&read_file(&pid_path(
-        proc_root, pid, "environ",
-    ))?))
-}
-
-/// Whether `pid` exists and is not a zombie (`Z`) or dead (`X`): a zombie has exited and
-/// only waits for its parent to reap it.
-pub fn is_alive(proc_root: &Path, pid: u32) -> bool {
-    match std::fs::read(pid_path(proc_root, pid, "stat")) {
-        Ok(text) => parse_stat(&text).is_some_and(|s| !matches!(s.state, b'Z' | b'X')),
-        Err(_) => false,
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-
-    fn stat_line(comm: &str, state: char) -> String {
-        // 52 fields as in Linux 6.x; field 9 flags = PF_EXITING | PF_FORKNOEXEC (0x44),
-        // field 20 num_threads = 3, field 22 starttime = 12345.
-        let mut fields: Vec<String> = vec![
-            "4242".into(),
-            format!("({comm})"),
-            state.to_string(),
-            "1".into(),
-        ];
-        for n in 5..=52 {
-            fields.push(match n {
-                9 => "68".into(),
-                20 => "3".into(),
-                22 => "12345".into(),
-                _ => "0".into(),
-            });
-        }
-        fields.join(" ") + "\n"
-    }
-
-    #[test]
-    fn stat_with_hostile_names() {
-        for comm in [
-            "python3",
-            "foo) Z ",
-            "a (b) c",
-            ")",
-            "((",
-            "x) R 1 2 3 4 5 6 7 8 9",
-        ] {
-            let text = stat_line(comm, 'S');
-            let s = parse_stat(text.as_bytes()).unwrap();
-            assert_eq!(s.comm, comm.as_bytes(), "{comm:?}");
-            assert_eq!((s.pid, s.state, s.ppid), (4242, b'S', 1));
-            assert_eq!((s.num_threads, s.starttime_ticks), (3, 12345));
-            assert_eq!(s.flags & PF_EXITING, PF_EXITING);
-        }
-    }
-
-    #[test]
-    fn stat_truncated_or_garbage_is_none() {
-        for text in [
-            &b""[..],
-            b"1 (x",
-            b"1 (x) S",
-            b"x (y) S 1",
-            b"1 (x) S 1 2 3",
-            b")(",
-        ] {
-            assert_eq!(
-                parse_stat(text),
-                None,
-                "{:?}",
-                String::from_utf8_lossy(text)
-            );
-        }
-    }
-
-    #[test]
-    fn stat_of_this_process() {
-        let text = std::fs::read("/proc/self/stat").unwrap();
-        let s = parse_stat(&text).unwrap();
-        assert_eq!(s.pid, std::process::id());
-        assert!(s.num_threads >= 1);
-        assert_eq!(s.flags & PF_EXITING, 0, "this process is not exiting");
-    }
-
-    #[test]
-    fn loadavg_change_key() {
-        assert_eq!(
-            parse_loadavg_change_key(b"0.86 1.30 0.95 2/102 15967\n"),
-            Some((102, 15967))
-        );
-        assert_eq!(parse_loadavg_change_key(b"0.86 1.30 0.95 2/102\n"), None);
-        assert_eq!(parse_loadavg_change_key(b"0.86 1.30 0.95 2-102 7\n"), None);
-        assert_eq!(parse_loadavg_change_key(b""), None);
-    }
 
     #[test]
     fn the_walk_is_skipped_only_while_loadavg_is_unchanged() {
@@ -1177,77 +827,5 @@ mod tests {
         }
         let _ = child.wait();
         assert!(found, "the sleep child never showed: {:?}", tree.pids());
-    }
-
-    #[test]
-    fn children_and_statm() {
-        let mut got = Vec::new();
-        parse_children(b"12 345 6789 ", |p| got.push(p));
-        assert_eq!(got, vec![12, 345, 6789]);
-        parse_children(b"", |_| panic!("no children"));
-        assert_eq!(
-            parse_statm_resident_pages(b"1000 250 30 1 0 400 0\n"),
-            Some(250)
-        );
-        assert_eq!(parse_statm_resident_pages(b"1000"), None);
-    }
-
-    #[test]
-    fn uids_environ_uptime() {
-        let status = b"Name:\tpython3\nUmask:\t0022\nState:\tS (sleeping)\nUid:\t1000\t1001\t1002\t1003\nGid:\t100\t100\t100\t100\n";
-        assert_eq!(
-            parse_status_uids(status),
-            Some(Uids {
-                real: 1000,
-                effective: 1001,
-                saved: 1002,
-                filesystem: 1003
-            })
-        );
-        assert_eq!(parse_status_uids(b"Uid:\t1 2\n"), None);
-        let env = parse_environ(b"A=1\0SLURM_JOB_END_TIME=1790000000\0=bad\0noeq\0B=x=y\0\xff=z\0");
-        assert_eq!(
-            env,
-            vec![
-                ("A".into(), "1".into()),
-                ("SLURM_JOB_END_TIME".into(), "1790000000".into()),
-                ("B".into(), "x=y".into()),
-                ("\u{fffd}".into(), "z".into()),
-            ]
-        );
-        assert_eq!(
-            parse_uptime(b"350735.47 234388.90\n"),
-            Some(Duration::from_millis(350_735_470))
-        );
-        assert_eq!(parse_uptime(b"12"), Some(Duration::from_secs(12)));
-        assert_eq!(parse_uptime(b"1.5x 2"), None);
-        assert_eq!(parse_uptime(b""), None);
-        // Up 1,000 s at now; started 2.5 s after boot: 997.5 s ago.
-        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-        let t = start_time_from(now, Duration::from_secs(1000), 250, 100);
-        assert_eq!(
-            now.duration_since(t).unwrap(),
-            Duration::from_millis(997_500)
-        );
-    }
-
-    #[test]
-    fn helpers_on_this_process() {
-        let proc = Path::new("/proc");
-        let me = std::process::id();
-        assert!(is_alive(proc, me));
-        assert!(!is_alive(proc, u32::MAX - 1));
-        assert_eq!(
-            process_cwd(proc, me).unwrap(),
-            std::env::current_dir().unwrap()
-        );
-        // SAFETY: geteuid has no preconditions.
-        let euid = unsafe { libc::geteuid() };
-        assert_eq!(process_uids(proc, me).unwrap().effective, euid);
-        let start = process_start_time(proc, me).unwrap();
-        let age = SystemTime::now().duration_since(start).unwrap_or_default();
-        assert!(age < Duration::from_secs(600), "{age:?}");
-        let env = process_environ(proc, me).unwrap();
-        assert!(env.iter().any(|(k, _)| k == "PATH"));
     }
 }

@@ -71,7 +71,7 @@ fn config(lib: &Path, proc_root: &Path) -> GpuConfig {
     c.lib_path = Some(lib.to_path_buf());
     c.memory_period = Duration::from_millis(20);
     c.process_period = Duration::from_millis(50);
-    c.proc_root = proc_root.to_path_buf();
+    c.proc_root = proc_root.into();
     c.visible = VisibleDevices::default();
     c
 }

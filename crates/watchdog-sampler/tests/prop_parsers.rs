@@ -13,6 +13,10 @@ use std::path::{Path, PathBuf};
 
 use prop_support::{arbitrary_bytes, check_message, config, near_valid};
 use proptest::prelude::*;
+use watchdog_procfs::{
+    cgroup_lines, command_line, parse_children, parse_environ, parse_loadavg_change_key,
+    parse_mountinfo, parse_stat, parse_statm_resident_pages, parse_status, parse_uptime,
+};
 use watchdog_sampler::cgroup::{
     CgroupMemory, CgroupMounts, locate, normalize_v1_limit, parse_proc_cgroup, parse_v2_limit,
     stat_value,
@@ -20,10 +24,6 @@ use watchdog_sampler::cgroup::{
 use watchdog_sampler::meminfo::{HostMemory, parse_meminfo};
 use watchdog_sampler::procfile::{key_value_lines, parse_u64};
 use watchdog_sampler::shared::Reads;
-use watchdog_sampler::tree::{
-    parse_children, parse_environ, parse_loadavg_change_key, parse_stat,
-    parse_statm_resident_pages, parse_status_uids, parse_uptime,
-};
 use watchdog_sampler::{ResourceTable, Sampler, Source, SourceError};
 
 /// `unexpected contents in PATH: ...` with a temporary path, without what it quotes.
@@ -47,8 +47,11 @@ fn parse_everything(bytes: &[u8]) {
     }
     parse_children(bytes, |_| {});
     let _ = parse_statm_resident_pages(bytes);
-    let _ = parse_status_uids(bytes);
+    let _ = parse_status(bytes);
     let _ = parse_environ(bytes);
+    let _ = command_line(bytes);
+    let _ = cgroup_lines(&text).count();
+    let _ = parse_mountinfo(&text);
     let _ = parse_uptime(bytes);
     let _ = parse_loadavg_change_key(bytes);
     let _ = parse_u64(bytes);
@@ -75,11 +78,10 @@ fn parse_everything(bytes: &[u8]) {
     #[cfg(feature = "gpu")]
     {
         use watchdog_sampler::gpu::{
-            VisibleDevices, parse_cuda_visible_devices, parse_nspid, parse_nvidia_visible_devices,
+            VisibleDevices, parse_cuda_visible_devices, parse_nvidia_visible_devices,
         };
         let _ = parse_cuda_visible_devices(&text);
         let _ = parse_nvidia_visible_devices(&text);
-        let _ = parse_nspid(&text);
         let devices = VisibleDevices {
             cuda: Some(text.to_string()),
             nvidia: Some(text.to_string()),

@@ -6,7 +6,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use watchdog_sampler::tree::{ProcessTree, TreeMemory, is_alive, parse_stat, process_start_time};
+use watchdog_procfs::{ProcRoot, parse_stat};
+use watchdog_sampler::tree::{ProcessTree, TreeMemory};
 use watchdog_sampler::{ResourceTable, Source, Tick};
 
 const PROC: &str = "/proc";
@@ -120,7 +121,7 @@ time.sleep(60)
     }
     assert!(!tree.target_alive());
     assert!(tree.pids().is_empty());
-    assert!(!is_alive(Path::new(PROC), pid));
+    assert!(!ProcRoot::default().is_alive(pid));
     got.clear();
     let outcome = mem
         .sample(
@@ -232,8 +233,8 @@ time.sleep(60)
         "{}",
         parsed.state as char
     );
-    assert!(is_alive(Path::new(PROC), pid));
-    let started = process_start_time(Path::new(PROC), pid).unwrap();
+    assert!(ProcRoot::default().is_alive(pid));
+    let started = ProcRoot::default().start_time(pid).unwrap();
     let age = std::time::SystemTime::now()
         .duration_since(started)
         .unwrap_or_default();

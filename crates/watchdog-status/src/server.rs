@@ -25,8 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use watchdog_sampler::procfile::{key_value_lines, parse_u64};
-use watchdog_sampler::tree::parse_status_uids;
+use watchdog_procfs::{ProcRoot, ProcStatus};
 use watchdog_types::status::WatchStatus;
 
 use crate::intake::{Arrived, Intake};
@@ -41,9 +40,6 @@ pub const MAX_CONNECTIONS: usize = 16;
 
 /// How often the accept loop looks at its stop flag.
 const STOP_POLL: Duration = Duration::from_millis(100);
-
-/// Most bytes read from one `/proc/PID/status` (a few KiB in practice; `Groups:` can grow).
-const MAX_PROC_STATUS_BYTES: u64 = 64 * 1024;
 
 /// Longest chain of parents walked looking for an ancestor (a chain is far shorter; this
 /// only bounds the walk if `/proc` changes under it).
@@ -417,7 +413,7 @@ pub fn visible_to(status: &WatchStatus, uid: u32) -> WatchStatus {
 /// else only its own process or one of its ancestors (walking `PPid:` in
 /// `<proc_root>/P/status`), and only when `pid`'s real uid is the peer's uid. A one-line
 /// reason otherwise.
-pub fn may_register(proc_root: &Path, peer: &Peer, pid: u32) -> Result<(), String> {
+pub fn may_register(proc_root: &ProcRoot, peer: &Peer, pid: u32) -> Result<(), String> {
     if peer.uid == 0 {
         return Ok(());
     }
@@ -437,12 +433,11 @@ pub fn may_register(proc_root: &Path, peer: &Peer, pid: u32) -> Result<(), Strin
         if current <= 1 {
             break;
         }
-        let text = read_proc_status(proc_root, current)?;
-        current = parse_ppid(&text).ok_or_else(|| {
+        current = read_proc_status(proc_root, current)?.ppid.ok_or_else(|| {
             format!(
                 "cannot check the ancestry of PID {}: {} has no PPid line",
                 peer.pid,
-                status_path(proc_root, current).display()
+                proc_root.pid_file(current, "status").display()
             )
         })?;
     }
@@ -452,12 +447,12 @@ pub fn may_register(proc_root: &Path, peer: &Peer, pid: u32) -> Result<(), Strin
             peer.pid
         ));
     }
-    let text = read_proc_status(proc_root, pid)?;
-    let owner = parse_status_uids(&text)
+    let owner = read_proc_status(proc_root, pid)?
+        .uids
         .ok_or_else(|| {
             format!(
                 "cannot tell who owns PID {pid}: {} has no Uid line",
-                status_path(proc_root, pid).display()
+                proc_root.pid_file(pid, "status").display()
             )
         })?
         .real;
@@ -470,31 +465,16 @@ pub fn may_register(proc_root: &Path, peer: &Peer, pid: u32) -> Result<(), Strin
     Ok(())
 }
 
-/// `<proc_root>/<pid>/status`.
-fn status_path(proc_root: &Path, pid: u32) -> PathBuf {
-    proc_root.join(pid.to_string()).join("status")
-}
-
-/// The first [`MAX_PROC_STATUS_BYTES`] of `<proc_root>/<pid>/status`.
-fn read_proc_status(proc_root: &Path, pid: u32) -> Result<Vec<u8>, String> {
-    let path = status_path(proc_root, pid);
-    let mut text = Vec::new();
-    fs::File::open(&path)
-        .and_then(|f| f.take(MAX_PROC_STATUS_BYTES).read_to_end(&mut text))
-        .map_err(|e| match e.kind() {
-            io::ErrorKind::NotFound => format!("PID {pid} does not exist (no {})", path.display()),
-            _ => format!("cannot read {}: {e}", path.display()),
-        })?;
-    Ok(text)
-}
-
-/// The `PPid:` of a `/proc/PID/status` text (0 for a process whose parent is outside
-/// the PID namespace).
-pub fn parse_ppid(status_text: &[u8]) -> Option<u32> {
-    key_value_lines(status_text)
-        .find(|(key, _)| *key == b"PPid:")
-        .and_then(|(_, value)| parse_u64(value))
-        .and_then(|v| u32::try_from(v).ok())
+/// The parsed `<proc_root>/<pid>/status`, or why it cannot be read.
+fn read_proc_status(proc_root: &ProcRoot, pid: u32) -> Result<ProcStatus, String> {
+    proc_root.status(pid).map_err(|e| match e {
+        watchdog_procfs::Error::Read { path, source }
+            if source.kind() == io::ErrorKind::NotFound =>
+        {
+            format!("PID {pid} does not exist (no {})", path.display())
+        }
+        e => e.to_string(),
+    })
 }
 
 #[cfg(test)]
@@ -593,7 +573,7 @@ mod tests {
             (root, 9999, Ok(())),
         ];
         for (peer, pid, want) in table {
-            let got = may_register(proc.path(), peer, *pid);
+            let got = may_register(&ProcRoot::new(proc.path()), peer, *pid);
             match (want, &got) {
                 (Ok(()), Ok(())) => {}
                 (Err(w), Err(e)) => {
@@ -616,16 +596,8 @@ mod tests {
             uid: 1000,
             gid: 1000,
         };
-        let e = may_register(proc.path(), &peer, 12).unwrap_err();
+        let e = may_register(&ProcRoot::new(proc.path()), &peer, 12).unwrap_err();
         assert!(e.contains("nor one of its ancestors"), "{e}");
-    }
-
-    #[test]
-    fn ppid_is_read_from_its_own_line_only() {
-        assert_eq!(parse_ppid(b"Name:\tPPid: 5\nPPid:\t7\n"), Some(7));
-        assert_eq!(parse_ppid(b"PPid:\t0\n"), Some(0));
-        assert_eq!(parse_ppid(b"PPid:\t99999999999\n"), None);
-        assert_eq!(parse_ppid(b"Name:\tx\n"), None);
     }
 
     #[test]
@@ -638,9 +610,10 @@ mod tests {
             uid,
             gid: 0,
         };
-        may_register(Path::new("/proc"), &peer, me).unwrap();
-        let text = read_proc_status(Path::new("/proc"), me).unwrap();
+        let proc = ProcRoot::default();
+        may_register(&proc, &peer, me).unwrap();
+        let status = read_proc_status(&proc, me).unwrap();
         // SAFETY: getppid cannot fail.
-        assert_eq!(parse_ppid(&text), Some(unsafe { libc::getppid() } as u32));
+        assert_eq!(status.ppid, Some(unsafe { libc::getppid() } as u32));
     }
 }

@@ -53,14 +53,16 @@ fn daemon_handler(peers: Arc<Mutex<Vec<Peer>>>) -> Handler {
         peers.lock().unwrap().push(*peer);
         match req {
             Request::Status => Response::Status(visible_to(&status, peer.uid)),
-            Request::Register { pid } => match may_register(Path::new("/proc"), peer, pid) {
-                Ok(()) => Response::Registered(Registration {
-                    pid,
-                    request_file: format!("/run/watchdog/{pid}.json"),
-                    signal: "SIGUSR1".into(),
-                }),
-                Err(e) => Response::error(&e),
-            },
+            Request::Register { pid } => {
+                match may_register(&watchdog_procfs::ProcRoot::default(), peer, pid) {
+                    Ok(()) => Response::Registered(Registration {
+                        pid,
+                        request_file: format!("/run/watchdog/{pid}.json"),
+                        signal: "SIGUSR1".into(),
+                    }),
+                    Err(e) => Response::error(&e),
+                }
+            }
         }
     })
 }

@@ -19,7 +19,7 @@ use watchdog_types::{Resource, ResourceKind};
 
 use watchdog_alerter::request::RequestPlace;
 use watchdog_config::Host;
-use watchdog_sampler::mountinfo::{mount_of, parse_mountinfo};
+use watchdog_procfs::mount_of;
 
 /// Largest Python environment file read (the client writes well under 4 KiB).
 pub const MAX_PYTHON_FILE_BYTES: u64 = 64 * 1024;
@@ -237,15 +237,15 @@ pub fn gather(host: &Host, pid: u32, resources: &[Resource]) -> Environment {
         arch: Some(std::env::consts::ARCH.to_string()),
         ..HostFacts::default()
     };
-    match std::fs::read_to_string(host.proc.join("sys/kernel/osrelease")) {
+    match std::fs::read_to_string(host.proc.file("sys/kernel/osrelease")) {
         Ok(s) => facts.kernel = Some(s.trim().to_string()),
         Err(e) => env.unknown.push(format!("kernel release: {e}")),
     }
-    match std::fs::read_to_string(host.proc.join("cpuinfo")) {
+    match std::fs::read_to_string(host.proc.file("cpuinfo")) {
         Ok(s) => (facts.cpu_model, facts.cpu_cores) = parse_cpuinfo(&s),
         Err(e) => env.unknown.push(format!("CPU: {e}")),
     }
-    match std::fs::read(host.proc.join("meminfo")) {
+    match std::fs::read(host.proc.file("meminfo")) {
         Ok(b) => {
             let m = watchdog_sampler::meminfo::parse_meminfo(&b);
             (facts.mem_total_bytes, facts.swap_total_bytes) = (m.mem_total, m.swap_total);
@@ -254,7 +254,7 @@ pub fn gather(host: &Host, pid: u32, resources: &[Resource]) -> Environment {
     }
     env.host = Some(facts);
 
-    let target_env = watchdog_sampler::tree::process_environ(&host.proc, pid).unwrap_or_else(|e| {
+    let target_env = host.proc.environ(pid).unwrap_or_else(|e| {
         env.unknown
             .push(format!("the target's environment (platform): {e}"));
         Vec::new()
@@ -262,7 +262,7 @@ pub fn gather(host: &Host, pid: u32, resources: &[Resource]) -> Environment {
     let markers = ContainerMarkers {
         dockerenv: host.root.join(".dockerenv").exists(),
         containerenv: host.root.join("run/.containerenv").exists(),
-        pid1_cgroup: std::fs::read_to_string(host.proc_file(1, "cgroup")).unwrap_or_default(),
+        pid1_cgroup: host.proc.cgroup_text(1).unwrap_or_default(),
     };
     env.platform = detect_platforms(&target_env, &markers);
 
@@ -276,18 +276,18 @@ pub fn gather(host: &Host, pid: u32, resources: &[Resource]) -> Environment {
         .filter(|r| r.kind == ResourceKind::DiskBytes)
         .map(|r| r.name.strip_prefix("disk:").unwrap_or(&r.name))
         .collect();
-    let mountinfo = host.proc.join("self/mountinfo");
     let mounts = if disks.is_empty() {
         Vec::new()
     } else {
-        std::fs::read_to_string(&mountinfo).map_or_else(
-            |e| {
-                env.unknown
-                    .push(format!("the disks' mounts: {}: {e}", mountinfo.display()));
-                Vec::new()
-            },
-            |text| parse_mountinfo(&text),
-        )
+        host.proc.own_mountinfo().unwrap_or_else(|e| {
+            let why = match &e {
+                watchdog_procfs::Error::Read { source, .. } => source.to_string(),
+                other => other.to_string(),
+            };
+            env.unknown
+                .push(format!("the disks' mounts: {}: {why}", e.path().display()));
+            Vec::new()
+        })
     };
     for path in disks {
         match vfs_size(Path::new(path)) {

@@ -2,12 +2,13 @@
 //! pidfd from the first moment so its exit is seen at once and its PID is never
 //! confused with a later process's.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::Duration;
 
 use watchdog_alerter::pidfd::PidFd;
+use watchdog_procfs::{PF_KTHREAD, ProcRoot, parse_stat};
 
 use crate::Failure;
 
@@ -25,18 +26,18 @@ pub struct Target {
     /// The working directory it started in, when the watchdog started it (it inherits ours).
     pub(crate) start_cwd: Option<PathBuf>,
     /// procfs, where its working directory is read.
-    proc: PathBuf,
+    proc: ProcRoot,
 }
 
 impl Target {
     /// Attaches to a running process, or explains in one line why it cannot be watched.
-    pub fn attach(proc: &Path, pid: u32) -> Result<Target, Failure> {
+    pub fn attach(proc: &ProcRoot, pid: u32) -> Result<Target, Failure> {
         if pid == std::process::id() {
             return Err(Failure::Usage(format!(
                 "invalid PID {pid}: that is the watchdog itself; expected the PID of the training process"
             )));
         }
-        if let Ok(stat) = std::fs::read(proc.join(pid.to_string()).join("stat"))
+        if let Ok(stat) = proc.read(pid, "stat")
             && is_kernel_thread(&stat)
         {
             return Err(Failure::Usage(format!(
@@ -63,13 +64,13 @@ impl Target {
             name,
             child: None,
             start_cwd: None,
-            proc: proc.to_path_buf(),
+            proc: proc.clone(),
         })
     }
 
     /// Starts `argv` with the extra environment and holds it as the target.
     pub fn spawn(
-        proc: &Path,
+        proc: &ProcRoot,
         argv: &[std::ffi::OsString],
         env: &[(String, String)],
     ) -> Result<Target, Failure> {
@@ -106,7 +107,7 @@ impl Target {
             name: program.to_string_lossy().into_owned(),
             child: Some(child),
             start_cwd: std::env::current_dir().ok(),
-            proc: proc.to_path_buf(),
+            proc: proc.clone(),
         })
     }
 
@@ -119,7 +120,7 @@ impl Target {
     pub fn cwd(&self) -> std::io::Result<PathBuf> {
         match &self.start_cwd {
             Some(dir) => Ok(dir.clone()),
-            None => std::fs::read_link(self.proc.join(self.pid.to_string()).join("cwd")),
+            None => std::fs::read_link(self.proc.pid_file(self.pid, "cwd")),
         }
     }
 
@@ -165,23 +166,12 @@ fn exit_from_wait_status(status: i32) -> TargetExit {
     }
 }
 
-/// `PF_KTHREAD` from `<linux/sched.h>`: the task is a kernel thread.
-const PF_KTHREAD: u64 = 0x0020_0000;
-
 /// Whether `/proc/PID/stat` text is a kernel thread's: `PF_KTHREAD` in its flags (field 9,
 /// <https://man7.org/linux/man-pages/man5/proc_pid_stat.5.html>). A kernel thread has no
 /// memory of its own, no `/proc/PID/exe`, and ignores the checkpoint signal. The fields
 /// are counted after the *last* `)`, since a command name may hold `) `.
 fn is_kernel_thread(stat: &[u8]) -> bool {
-    let Some(close) = stat.iter().rposition(|&b| b == b')') else {
-        return false;
-    };
-    stat[close + 1..]
-        .split(u8::is_ascii_whitespace)
-        .filter(|f| !f.is_empty())
-        .nth(6) // index 0 is field 3 (state)
-        .and_then(|f| std::str::from_utf8(f).ok()?.parse::<u64>().ok())
-        .is_some_and(|flags| flags & PF_KTHREAD != 0)
+    parse_stat(stat).is_some_and(|s| s.flags & PF_KTHREAD != 0)
 }
 
 /// Refuses a PID we may not signal (another user's process, when not root).
@@ -205,10 +195,8 @@ fn check_may_signal(pid: u32) -> Result<(), Failure> {
 
 /// The owner (its name from the user database, the uid as text when it has none) and
 /// command line of `pid` as status readers show them.
-pub fn label(proc: &Path, pid: u32) -> crate::Label {
-    let uid = watchdog_sampler::tree::process_uids(proc, pid)
-        .map(|u| u.real)
-        .unwrap_or(u32::MAX);
+pub fn label(proc: &ProcRoot, pid: u32) -> crate::Label {
+    let uid = proc.uids(pid).map(|u| u.real).unwrap_or(u32::MAX);
     let user = watchdog_alerter::hook::HookUser::of_uid(uid)
         .map(|u| u.name)
         .unwrap_or_else(|_| uid.to_string());
@@ -221,16 +209,15 @@ pub fn label(proc: &Path, pid: u32) -> crate::Label {
 }
 
 /// The command line of `pid` as status readers show it: at most 200 characters.
-fn command_line_of(proc: &Path, pid: u32) -> String {
-    let bytes = std::fs::read(proc.join(pid.to_string()).join("cmdline")).unwrap_or_default();
-    let command = watchdog_sampler::tree::command_line(&bytes);
+fn command_line_of(proc: &ProcRoot, pid: u32) -> String {
+    let command = proc.cmdline(pid).unwrap_or_default();
     command.trim().chars().take(200).collect()
 }
 
 /// The process's command name from `/proc/PID/comm` (any process may name itself with a
 /// newline or an escape sequence: those are escaped), or `?`.
-pub fn comm(proc: &Path, pid: u32) -> String {
-    std::fs::read_to_string(proc.join(pid.to_string()).join("comm"))
+pub fn comm(proc: &ProcRoot, pid: u32) -> String {
+    proc.comm(pid)
         .map(|s| watchdog_types::units::printable(s.trim_end()).into_owned())
         .unwrap_or_else(|_| "?".to_string())
 }
@@ -364,8 +351,9 @@ mod tests {
         let proc = tempfile::tempdir().expect("tempdir");
         std::fs::create_dir(proc.path().join("42")).expect("mkdir");
         std::fs::write(proc.path().join("42/comm"), "a\x1b[2J\nWARN x\n").expect("write");
-        assert_eq!(comm(proc.path(), 42), "a\\u{1b}[2J\\nWARN x");
-        assert_eq!(comm(proc.path(), 43), "?");
+        let root = ProcRoot::new(proc.path());
+        assert_eq!(comm(&root, 42), "a\\u{1b}[2J\\nWARN x");
+        assert_eq!(comm(&root, 43), "?");
     }
 
     /// `--pid 2` (kthreadd) and kworkers were accepted as targets.

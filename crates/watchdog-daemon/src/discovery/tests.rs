@@ -457,17 +457,6 @@ fn hostile_and_malformed_files_skip_the_process_never_panic() {
 }
 
 #[test]
-fn command_lines_join_arguments_with_spaces() {
-    assert_eq!(
-        command_line(b"python3\0-u\0train.py\0"),
-        "python3 -u train.py"
-    );
-    assert_eq!(command_line(b"set by setproctitle"), "set by setproctitle");
-    assert_eq!(command_line(b"a\0\xff\0"), "a \u{fffd}");
-    assert_eq!(command_line(b""), "");
-}
-
-#[test]
 fn the_environment_is_read_lazily_through_the_process_directory() {
     let root = machine();
     let r = root.path();

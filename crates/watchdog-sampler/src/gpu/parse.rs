@@ -2,7 +2,7 @@
 //! (`CUDA_VISIBLE_DEVICES`, `NVIDIA_VISIBLE_DEVICES`) and the `NSpid:` line of
 //! `/proc/PID/status` that maps PIDs across PID namespaces.
 
-use std::path::Path;
+use watchdog_procfs::ProcRoot;
 
 /// One entry of a `CUDA_VISIBLE_DEVICES` or `NVIDIA_VISIBLE_DEVICES` list.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -82,26 +82,24 @@ impl VisibleDevices {
     /// (the watchdog outside the target's container): inside the same container the
     /// runtime has already hidden the other GPUs from NVML and renumbered the rest.
     /// An unreadable environment gives no filter.
-    pub fn of_process(proc_root: &Path, pid: u32) -> VisibleDevices {
-        let Ok(environ) = std::fs::read(proc_root.join(pid.to_string()).join("environ")) else {
+    pub fn of_process(proc_root: &ProcRoot, pid: u32) -> VisibleDevices {
+        let Ok(environ) = proc_root.environ(pid) else {
             return VisibleDevices::default();
         };
         let mut cuda = None;
         let mut nvidia = None;
-        for var in environ.split(|b| *b == 0) {
-            let var = String::from_utf8_lossy(var);
-            if let Some(v) = var.strip_prefix("CUDA_VISIBLE_DEVICES=") {
-                cuda = Some(v.to_string());
-            } else if let Some(v) = var.strip_prefix("NVIDIA_VISIBLE_DEVICES=") {
-                nvidia = Some(v.to_string());
+        for (key, value) in environ {
+            match key.as_str() {
+                "CUDA_VISIBLE_DEVICES" => cuda = Some(value),
+                "NVIDIA_VISIBLE_DEVICES" => nvidia = Some(value),
+                _ => {}
             }
         }
-        let ns = |p: &Path| std::fs::read_link(p.join("ns/mnt")).ok();
         let same_mnt_ns = match (
-            ns(&proc_root.join("self")),
-            ns(&proc_root.join(pid.to_string())),
+            proc_root.own_namespace("mnt"),
+            proc_root.namespace(pid, "mnt"),
         ) {
-            (Some(a), Some(b)) => a == b,
+            (Ok(a), Ok(b)) => a == b,
             _ => true,
         };
         if same_mnt_ns {
@@ -176,40 +174,9 @@ fn apply(list: &[DeviceSelector], current: &[usize], uuids: &[&str]) -> Vec<usiz
     out
 }
 
-/// Parses the `NSpid:` line of `/proc/PID/status` (Linux 4.1+,
-/// <https://docs.kernel.org/filesystems/proc.html>): the process's PID in each
-/// PID namespace it belongs to, from the namespace of that procfs mount (first)
-/// to its own, innermost namespace (last). `None` when the line is missing or malformed.
-pub fn parse_nspid(status: &str) -> Option<Vec<u32>> {
-    let line = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
-    let pids: Option<Vec<u32>> = line.split_whitespace().map(|f| f.parse().ok()).collect();
-    pids.filter(|p| !p.is_empty())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn nspid_host_and_container() {
-        let host = "Name:\tpython\nPid:\t4242\nNSpid:\t4242\nNSpgid:\t4242\n";
-        assert_eq!(parse_nspid(host), Some(vec![4242]));
-        let nested = "Name:\tpython\nNSpid:\t4242\t17\t3\nPPid:\t1\n";
-        assert_eq!(parse_nspid(nested), Some(vec![4242, 17, 3]));
-        assert_eq!(parse_nspid(nested).and_then(|p| p.last().copied()), Some(3));
-    }
-
-    #[test]
-    fn nspid_missing_or_hostile() {
-        assert_eq!(parse_nspid("Name:\tx\nPid:\t1\n"), None);
-        assert_eq!(parse_nspid("NSpid:\t12\tx\n"), None);
-        assert_eq!(parse_nspid("NSpid:\n"), None);
-        // A process name cannot fake the line: the name field comes first and is its own line.
-        assert_eq!(
-            parse_nspid("Name:\tNSpid: 1\nNSpid:\t99\t5\n"),
-            Some(vec![99, 5])
-        );
-    }
 
     const UUIDS: [&str; 4] = [
         "GPU-aaaa1111-0000",
@@ -289,15 +256,18 @@ mod tests {
         .expect("write");
         std::os::unix::fs::symlink("mnt:[1]", dir.path().join("self/ns/mnt")).expect("ln");
         std::os::unix::fs::symlink("mnt:[2]", p.join("ns/mnt")).expect("ln");
-        let v = VisibleDevices::of_process(dir.path(), 77);
+        let v = VisibleDevices::of_process(&ProcRoot::new(dir.path()), 77);
         assert_eq!(v.cuda.as_deref(), Some("1,0"));
         assert_eq!(v.nvidia.as_deref(), Some("all"));
         // Same mount namespace: the runtime already applied NVIDIA_VISIBLE_DEVICES.
         std::fs::remove_file(p.join("ns/mnt")).expect("rm");
         std::os::unix::fs::symlink("mnt:[1]", p.join("ns/mnt")).expect("ln");
-        assert_eq!(VisibleDevices::of_process(dir.path(), 77).nvidia, None);
         assert_eq!(
-            VisibleDevices::of_process(dir.path(), 78),
+            VisibleDevices::of_process(&ProcRoot::new(dir.path()), 77).nvidia,
+            None
+        );
+        assert_eq!(
+            VisibleDevices::of_process(&ProcRoot::new(dir.path()), 78),
             VisibleDevices::default()
         );
     }

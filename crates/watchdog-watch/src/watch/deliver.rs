@@ -23,6 +23,7 @@ use std::time::SystemTime;
 use watchdog_alerter::pidfd::PidFd;
 use watchdog_alerter::request::{AckWatcher, RequestPlace};
 use watchdog_engine::{Action, AlertPlan, Delivery, Engine, Level};
+use watchdog_procfs::ProcRoot;
 use watchdog_sampler::tree::ProcessTree;
 use watchdog_types::EventBody;
 use watchdog_types::request::{Sent, SentRequest};
@@ -40,7 +41,7 @@ pub(crate) struct Courier<'a> {
     /// The target, signalled through its pidfd.
     pub target: &'a PidFd,
     /// procfs, where each process's caught signals are read.
-    pub proc: &'a Path,
+    pub proc: &'a ProcRoot,
     /// The checkpoint signal.
     pub signal: i32,
     /// Write and signal nothing.

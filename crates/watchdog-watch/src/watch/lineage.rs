@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use rustix::process::{Pid, WaitId, WaitIdOptions};
 use watchdog_alerter::hook::Hooks;
 use watchdog_alerter::pidfd::PidFd;
-use watchdog_sampler::tree::{ProcessTree, is_alive};
+use watchdog_sampler::tree::ProcessTree;
 use watchdog_types::EventBody;
 use watchdog_types::units::{format_duration_s, signal_name};
 
@@ -207,18 +207,18 @@ impl Watch {
 
     /// The processes of the tree other than the target that have not exited, with names.
     fn survivors_alive(&self) -> Vec<(u32, String)> {
-        let proc = self.settings.host.proc.as_path();
+        let proc = &self.settings.host.proc;
         self.survivor_pids().map(|p| (p, comm(proc, p))).collect()
     }
 
     /// The PIDs of [`survivors_alive`](Self::survivors_alive), without reading their names.
     fn survivor_pids(&self) -> impl Iterator<Item = u32> + '_ {
-        let proc = self.settings.host.proc.as_path();
+        let proc = &self.settings.host.proc;
         self.sampler
             .tree_pids()
             .iter()
             .copied()
-            .filter(move |&p| p != self.target.pid && is_alive(proc, p))
+            .filter(move |&p| p != self.target.pid && proc.is_alive(p))
     }
 
     /// Reaps the adopted processes that exited (`run` mode), each by its PID: never the

@@ -10,7 +10,7 @@ use watchdog_sampler::disk::{Filesystem, is_tmpfs, one_per_filesystem};
 use watchdog_sampler::meminfo::HostMemory;
 use watchdog_sampler::runtime::{Runtime, runtime_limit};
 use watchdog_sampler::shared::Reads;
-use watchdog_sampler::tree::{self, TreeMemory};
+use watchdog_sampler::tree::TreeMemory;
 use watchdog_sampler::{ResourceTable, Source};
 
 use crate::Failure;
@@ -40,7 +40,7 @@ pub fn build(
     gpu: GpuSetup,
     reads: &Reads,
 ) -> Built {
-    let proc_root = settings.host.proc.as_path();
+    let proc_root = &settings.host.proc;
     let pid = target.pid;
     let mut sources: Vec<Box<dyn Source>> = Vec::new();
     let mut unwatched = Vec::new();
@@ -67,7 +67,8 @@ pub fn build(
     }
     sources.push(Box::new(tree_memory));
 
-    let target_is_root = tree::process_uids(proc_root, pid)
+    let target_is_root = proc_root
+        .uids(pid)
         .map(|u| u.effective == 0)
         .unwrap_or(false);
     // One source per filesystem, however many of the paths are on it.
@@ -81,9 +82,9 @@ pub fn build(
         }
     }
 
-    match tree::process_start_time(proc_root, pid) {
+    match proc_root.start_time(pid) {
         Ok(start) => {
-            let env = tree::process_environ(proc_root, pid).unwrap_or_default();
+            let env = proc_root.environ(pid).unwrap_or_default();
             // Deadlines are checked to be in the future, so after 1970; one too far
             // ahead for the clock to hold is no limit at all.
             let deadline = settings.deadline.and_then(|d| {

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use watchdog_alerter::request::{Ack, AckWatcher, RequestPlace, write_ack_at};
 use watchdog_engine::{Action, AlertPlan, Engine, EngineSettings};
+use watchdog_procfs::ProcRoot;
 use watchdog_sampler::tree::ProcessTree;
 use watchdog_types::request::SentRequest;
 use watchdog_types::{AlertReason, EventBody, Resource, ResourceId, ResourceKind, Sample};
@@ -198,6 +199,7 @@ fn plan(e: &mut Engine, id: u16) -> AlertPlan {
 /// What a delivery is given, for the run's target.
 struct Fixture {
     place: RequestPlace,
+    proc: ProcRoot,
     tree: ProcessTree,
     target: watchdog_alerter::pidfd::PidFd,
 }
@@ -206,7 +208,8 @@ impl Fixture {
     fn new(request_file: PathBuf, target: u32) -> Fixture {
         Fixture {
             place: RequestPlace::Path(request_file),
-            tree: ProcessTree::new(Path::new("/proc"), target).unwrap(),
+            proc: ProcRoot::default(),
+            tree: ProcessTree::new(&ProcRoot::default(), target).unwrap(),
             target: watchdog_alerter::pidfd::PidFd::open(target).unwrap(),
         }
     }
@@ -216,7 +219,7 @@ impl Fixture {
             place: &self.place,
             tree: &mut self.tree,
             target: &self.target,
-            proc: Path::new("/proc"),
+            proc: &self.proc,
             signal: libc::SIGUSR1,
             dry_run,
         }

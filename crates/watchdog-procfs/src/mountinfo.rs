@@ -1,7 +1,7 @@
 //! `/proc/PID/mountinfo` (<https://docs.kernel.org/filesystems/proc.html#proc-pid-mountinfo-information-about-mounts>):
-//! the one parser of it. The cgroup source finds its hierarchies here
-//! ([`crate::cgroup::CgroupMounts`]); the environment record finds each watched path's
-//! mount point and filesystem type ([`mount_of`]).
+//! the one parser of it. The sampler's cgroup source finds its hierarchies here; the
+//! environment record finds each watched path's mount point and filesystem type
+//! ([`mount_of`]).
 //!
 //! A line is `ID PARENT MAJ:MIN ROOT MOUNT_POINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE
 //! SUPER_OPTIONS`; the root, the mount point and the source escape a space, tab, newline
@@ -95,6 +95,23 @@ mod tests {
         40 22 0:40 / /data/my\\040runs rw - tmpfs none rw,size=65536k\n\
         41 40 254:0 /srv /data/my\\040runs rw - ext4 /dev/vda rw\n\
         garbage line\n";
+
+    /// Recorded from `/proc/PID/mountinfo` of a `sleep` on Linux 6.18 (this project's CI
+    /// machine: cgroup v1 hierarchies, the unified one at `/sys/fs/cgroup/unified`).
+    const RECORDED: &str = include_str!("../fixtures/sleep/mountinfo");
+
+    #[test]
+    fn recorded_mountinfo() {
+        let mounts = parse_mountinfo(RECORDED);
+        assert_eq!(mounts.len(), RECORDED.lines().count());
+        let proc = mount_of(&mounts, Path::new("/proc/1/status")).unwrap();
+        assert_eq!((proc.fs_type.as_str(), proc.root.as_str()), ("proc", "/"));
+        let memory = mounts
+            .iter()
+            .find(|m| m.fs_type == "cgroup" && m.super_options.split(',').any(|o| o == "memory"))
+            .unwrap();
+        assert_eq!(memory.mount_point, Path::new("/sys/fs/cgroup/memory"));
+    }
 
     #[test]
     fn the_longest_and_latest_mount_point_holds_a_path() {
