@@ -8,6 +8,7 @@ pub mod outputs;
 mod published;
 pub mod ready;
 pub mod recorder;
+pub mod schedule;
 pub mod steps;
 pub mod target;
 pub mod terminal;
