@@ -788,6 +788,65 @@ notify = false
     );
 }
 
+/// The service counts the ticks that came late while a run was watched, in that run's
+/// summary as the single-run mode does: it said "0 late" whatever happened. The daemon is
+/// frozen (SIGSTOP) for a second while sampling every 100 ms, so about ten deadlines pass
+/// unsampled; at least one must be counted.
+#[test]
+fn a_frozen_daemon_counts_the_ticks_it_missed_in_the_runs_summary() {
+    if !require(is_root(), "root (the daemon reads every process)") {
+        return;
+    }
+    let dir = public_scratch("wd-daemon-late-");
+    let conf = write_config(
+        dir.path(),
+        r#"
+[[rule]]
+name = "late-ticks"
+[rule.match]
+command = "^/bin/sh -c : 7306;"
+[rule.watch]
+notify = false
+"#,
+    );
+    let log = dir.path().join("daemon.log");
+    let daemon = start_daemon(&conf, &log, &[]);
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let gate = Gate::new(dir.path(), "gate");
+    let mut run = Command::new("/bin/sh")
+        .arg("-c")
+        .arg(format!(": 7306; read _ < '{}'", gate.path().display()))
+        .spawn()
+        .expect("start the run");
+    let pid = run.id();
+    wait_for_match(&log, "late-ticks", pid);
+    let daemon_pid = daemon.0.id() as i32;
+    send_signal(daemon_pid, libc::SIGSTOP);
+    std::thread::sleep(Duration::from_secs(1));
+    send_signal(daemon_pid, libc::SIGCONT);
+    // A few samples after the thaw, so the late one is counted before the run ends.
+    std::thread::sleep(Duration::from_millis(500));
+    gate.release();
+    assert!(run.wait().unwrap().success());
+    let summary = format!("PID {pid} (sh) exited");
+    assert!(
+        wait_for(Duration::from_secs(10), || log_text().contains(&summary)),
+        "no summary for PID {pid}: {}",
+        log_text()
+    );
+    let text = log_text();
+    let line = text
+        .lines()
+        .find(|l| l.contains(&summary))
+        .unwrap_or_default();
+    let late: u64 = line
+        .split_once(" late, ")
+        .and_then(|(before, _)| before.rsplit('(').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no late count in the summary {line:?}"));
+    assert!(late >= 1, "no tick counted late in {line:?}");
+}
+
 /// A daemon sampling every 60 s was still running 40 s after SIGTERM, past the unit's
 /// `TimeoutStopSec=30s`, and took as long to act on SIGHUP: both now wake its loop at once
 /// (measured: the stop takes about 30 ms here; checked against 5 s for a busy machine).
