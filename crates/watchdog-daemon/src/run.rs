@@ -62,6 +62,46 @@ pub fn run(config_path: &Path, host: Host, metrics: Option<String>) -> Result<Ex
     Ok(ExitCode::SUCCESS)
 }
 
+/// The signals the service acts on, caught before anything else is set up.
+struct Signals {
+    /// The last SIGINT or SIGTERM (0: none).
+    stop: Arc<AtomicUsize>,
+    /// SIGHUP: read the config again.
+    reload: Arc<AtomicBool>,
+    /// SIGUSR2: write every run's recording now.
+    record_now: Arc<AtomicBool>,
+    /// Woken by SIGINT, SIGTERM and SIGHUP, whatever the interval.
+    wake: Wake,
+}
+
+impl Signals {
+    /// Registers the flags, then the wake-up (after them, so a woken loop sees the flag).
+    fn catch() -> Result<Signals, Failure> {
+        let stop = Arc::new(AtomicUsize::new(0));
+        for sig in [libc::SIGINT, libc::SIGTERM] {
+            signal_hook::flag::register_usize(sig, stop.clone(), sig as usize)
+                .map_err(|e| Failure::Runtime(format!("cannot catch signal {sig}: {e}")))?;
+        }
+        let reload = Arc::new(AtomicBool::new(false));
+        signal_hook::flag::register(libc::SIGHUP, reload.clone())
+            .map_err(|e| Failure::Runtime(format!("cannot catch SIGHUP: {e}")))?;
+        let record_now = Arc::new(AtomicBool::new(false));
+        let _ = signal_hook::flag::register(libc::SIGUSR2, record_now.clone());
+        let wake = Wake::new()
+            .and_then(|w| {
+                w.on_signals(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP])
+                    .map(|()| w)
+            })
+            .map_err(|e| Failure::Runtime(format!("cannot set up the loop's wake-up: {e}")))?;
+        Ok(Signals {
+            stop,
+            reload,
+            record_now,
+            wake,
+        })
+    }
+}
+
 /// The service between its start and its stop: what it was set up with, the runs it
 /// watches, and when each of its chores next falls due.
 struct Service<'a> {
@@ -99,24 +139,12 @@ impl<'a> Service<'a> {
         host: Host,
         metrics: Option<String>,
     ) -> Result<Service<'a>, Failure> {
-        let stop = Arc::new(AtomicUsize::new(0));
-        for sig in [libc::SIGINT, libc::SIGTERM] {
-            signal_hook::flag::register_usize(sig, stop.clone(), sig as usize)
-                .map_err(|e| Failure::Runtime(format!("cannot catch signal {sig}: {e}")))?;
-        }
-        let reload = Arc::new(AtomicBool::new(false));
-        signal_hook::flag::register(libc::SIGHUP, reload.clone())
-            .map_err(|e| Failure::Runtime(format!("cannot catch SIGHUP: {e}")))?;
-        let record_now = Arc::new(AtomicBool::new(false));
-        let _ = signal_hook::flag::register(libc::SIGUSR2, record_now.clone());
-        // After the flags: a stop or a reload wakes the loop at once, whatever the interval.
-        let wake = Wake::new()
-            .and_then(|w| {
-                w.on_signals(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP])
-                    .map(|()| w)
-            })
-            .map_err(|e| Failure::Runtime(format!("cannot set up the loop's wake-up: {e}")))?;
-
+        let Signals {
+            stop,
+            reload,
+            record_now,
+            wake,
+        } = Signals::catch()?;
         let config = DaemonConfig::load(config_path).map_err(Failure::Usage)?;
         let user_dirs = UserDirs::open(&config.request_dir).map_err(|e| request_dir_failure(&e))?;
         check_state_dir(&config.state_dir).map_err(Failure::Usage)?;
