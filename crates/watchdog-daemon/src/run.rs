@@ -1,6 +1,7 @@
-//! The service's one loop, in earlyoom's style: wake at each deadline, step every watched
-//! run (sample, decide, act), find new runs every scan interval, take registrations from
-//! the socket, publish the status for the socket and the metrics, tell systemd it is alive.
+//! The service, on the loop `watchdog --pid` runs too ([`schedule::drive`]): wake at each
+//! deadline, step every watched run (sample, decide, act), find new runs every scan
+//! interval, take registrations from the socket, publish the status for the socket and the
+//! metrics, tell systemd it is alive. [`Service`] has one method per phase.
 //! Everything slow (hooks, notifications, recordings, socket and HTTP clients) happens on
 //! other threads, so one run's trouble never delays another's sample.
 
