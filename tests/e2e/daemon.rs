@@ -16,7 +16,9 @@ use std::time::Duration;
 use serde_json::Value;
 use watchdog_testsupport::{prometheus, public_scratch};
 
-use crate::support::{Gate, RunnableCopy, assert_success, bin, is_root, require, wait_for};
+use crate::support::{
+    Gate, RunnableCopy, assert_success, bin, is_root, require, summary_late_ticks, wait_for,
+};
 
 /// A user that exists until dropped.
 pub(crate) struct TempUser {
@@ -834,17 +836,8 @@ notify = false
         "no summary for PID {pid}: {}",
         log_text()
     );
-    let text = log_text();
-    let line = text
-        .lines()
-        .find(|l| l.contains(&summary))
-        .unwrap_or_default();
-    let late: u64 = line
-        .split_once(" late, ")
-        .and_then(|(before, _)| before.rsplit('(').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no late count in the summary {line:?}"));
-    assert!(late >= 1, "no tick counted late in {line:?}");
+    let late = summary_late_ticks(&log_text(), &summary);
+    assert!(late >= 1, "no tick counted late: {}", log_text());
 }
 
 /// A daemon sampling every 60 s was still running 40 s after SIGTERM, past the unit's
