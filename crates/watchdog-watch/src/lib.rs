@@ -1,7 +1,8 @@
 //! The live watch: a running target, its sources, the engine's decisions carried out
 //! (request file, signals, hooks, notifications, events, the flight recording), and the
 //! `--pid` / `run` lifecycle. The binary parses the command line and calls [`attach`] or
-//! [`run_command`]; the service runs many targets through the same parts.
+//! [`run_command`]; the service runs many targets through the same parts and the same
+//! loop ([`schedule`]).
 
 pub mod environment;
 pub mod outputs;
