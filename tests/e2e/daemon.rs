@@ -16,7 +16,9 @@ use std::time::Duration;
 use serde_json::Value;
 use watchdog_testsupport::{prometheus, public_scratch};
 
-use crate::support::{Gate, RunnableCopy, assert_success, bin, is_root, require, wait_for};
+use crate::support::{
+    Gate, RunnableCopy, assert_success, bin, is_root, require, summary_late_ticks, wait_for,
+};
 
 /// A user that exists until dropped.
 pub(crate) struct TempUser {
@@ -786,6 +788,56 @@ notify = false
         "wanted {want:?} in the log: {}",
         log_text()
     );
+}
+
+/// The service counts the ticks that came late while a run was watched, in that run's
+/// summary as the single-run mode does: it said "0 late" whatever happened. The daemon is
+/// frozen (SIGSTOP) for a second while sampling every 100 ms, so about ten deadlines pass
+/// unsampled; at least one must be counted.
+#[test]
+fn a_frozen_daemon_counts_the_ticks_it_missed_in_the_runs_summary() {
+    if !require(is_root(), "root (the daemon reads every process)") {
+        return;
+    }
+    let dir = public_scratch("wd-daemon-late-");
+    let conf = write_config(
+        dir.path(),
+        r#"
+[[rule]]
+name = "late-ticks"
+[rule.match]
+command = "^/bin/sh -c : 7306;"
+[rule.watch]
+notify = false
+"#,
+    );
+    let log = dir.path().join("daemon.log");
+    let daemon = start_daemon(&conf, &log, &[]);
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let gate = Gate::new(dir.path(), "gate");
+    let mut run = Command::new("/bin/sh")
+        .arg("-c")
+        .arg(format!(": 7306; read _ < '{}'", gate.path().display()))
+        .spawn()
+        .expect("start the run");
+    let pid = run.id();
+    wait_for_match(&log, "late-ticks", pid);
+    let daemon_pid = daemon.0.id() as i32;
+    send_signal(daemon_pid, libc::SIGSTOP);
+    std::thread::sleep(Duration::from_secs(1));
+    send_signal(daemon_pid, libc::SIGCONT);
+    // A few samples after the thaw, so the late one is counted before the run ends.
+    std::thread::sleep(Duration::from_millis(500));
+    gate.release();
+    assert!(run.wait().unwrap().success());
+    let summary = format!("PID {pid} (sh) exited");
+    assert!(
+        wait_for(Duration::from_secs(10), || log_text().contains(&summary)),
+        "no summary for PID {pid}: {}",
+        log_text()
+    );
+    let late = summary_late_ticks(&log_text(), &summary);
+    assert!(late >= 1, "no tick counted late: {}", log_text());
 }
 
 /// A daemon sampling every 60 s was still running 40 s after SIGTERM, past the unit's

@@ -187,6 +187,18 @@ pub fn summary_recording(stderr: &str) -> PathBuf {
     PathBuf::from(&rest[..end])
 }
 
+/// The "K late" of the closing summary line that contains `line_with` in `text`.
+pub fn summary_late_ticks(text: &str, line_with: &str) -> u64 {
+    let line = text
+        .lines()
+        .find(|l| l.contains(line_with))
+        .unwrap_or_else(|| panic!("no summary with {line_with:?} in {text}"));
+    line.split_once(" late, ")
+        .and_then(|(before, _)| before.rsplit('(').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no late count in the summary {line:?}"))
+}
+
 /// Reads a JSON-lines events file.
 pub fn read_events(path: &Path) -> Vec<Value> {
     std::fs::read_to_string(path)

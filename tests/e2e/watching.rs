@@ -468,3 +468,43 @@ fn leaks_right_after_a_checkpoint_are_each_warned_in_time() {
     }
     assert!(of_kind(&ev, "ack").len() >= 3, "{ev:?}");
 }
+
+/// A watchdog frozen (SIGSTOP) for a second while sampling every 100 ms counts the
+/// deadlines it missed in its summary, and does not catch up on them: the same loop and
+/// the same count as the service's (`daemon::a_frozen_daemon_counts_the_ticks_it_missed_in_the_runs_summary`).
+#[test]
+fn a_frozen_watchdog_counts_the_ticks_it_missed_in_the_summary() {
+    let scene = Scene::new();
+    let gate = Gate::new(scene.dir.path(), "gate");
+    let stderr = scene.dir.path().join("stderr");
+    let mut watchdog = bin()
+        .args(["--gpu", "off", "--interval", "100ms", "--events"])
+        .arg(&scene.events)
+        .arg("--request-file")
+        .arg(&scene.req)
+        .args(["run", "--", "sh", "-c"])
+        .arg(format!("read _ < '{}'", gate.path().display()))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn()
+        .expect("start the watchdog");
+    let started = wait_for(Duration::from_secs(20), || {
+        of_kind(&read_events(&scene.events), "start").len() == 1
+    });
+    assert!(started, "the watch never started");
+    let pid = watchdog.id().to_string();
+    let kill = |sig: &str| {
+        let ok = Command::new("kill").args([sig, &pid]).status().unwrap();
+        assert!(ok.success(), "kill {sig} {pid}");
+    };
+    kill("-STOP");
+    std::thread::sleep(Duration::from_secs(1));
+    kill("-CONT");
+    // A few samples after the thaw, so the late one is counted before the run ends.
+    std::thread::sleep(Duration::from_millis(500));
+    gate.release();
+    assert!(watchdog.wait().unwrap().success());
+    let text = std::fs::read_to_string(&stderr).unwrap();
+    let late = summary_late_ticks(&text, "Sampled ");
+    assert!(late >= 1, "no tick counted late: {text}");
+}

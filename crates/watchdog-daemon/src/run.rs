@@ -1,6 +1,7 @@
-//! The service's one loop, in earlyoom's style: wake at each deadline, step every watched
-//! run (sample, decide, act), find new runs every scan interval, take registrations from
-//! the socket, publish the status for the socket and the metrics, tell systemd it is alive.
+//! The service, on the loop `watchdog --pid` runs too ([`schedule::drive`]): wake at each
+//! deadline, step every watched run (sample, decide, act), find new runs every scan
+//! interval, take registrations from the socket, publish the status for the socket and the
+//! metrics, tell systemd it is alive. [`Service`] has one method per phase.
 //! Everything slow (hooks, notifications, recordings, socket and HTTP clients) happens on
 //! other threads, so one run's trouble never delays another's sample.
 
@@ -19,6 +20,7 @@ use watchdog_status::protocol::{Registration, Request, Response};
 use watchdog_status::server::{Peer, ServerHandle, StatusServer, may_register, visible_to};
 use watchdog_types::quote::quote_value;
 use watchdog_watch::recorder::Recorders;
+use watchdog_watch::schedule::{self, Driven, Loop};
 use watchdog_watch::wake::{Wake, Waker};
 use watchdog_watch::{Failure, Published, ServiceRun, Watch};
 
@@ -53,165 +55,274 @@ struct Run {
 /// every run left running), reloading the config on SIGHUP. `metrics`, from the command
 /// line, wins over the config's `metrics`.
 pub fn run(config_path: &Path, host: Host, metrics: Option<String>) -> Result<ExitCode, Failure> {
-    let stop = Arc::new(AtomicUsize::new(0));
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        signal_hook::flag::register_usize(sig, stop.clone(), sig as usize)
-            .map_err(|e| Failure::Runtime(format!("cannot catch signal {sig}: {e}")))?;
+    let mut service = Service::setup(config_path, host, metrics)?;
+    let interval = service.config.interval;
+    if let Driven::Stopped(sig) = schedule::drive(&mut service, interval) {
+        service.shut_down(sig);
     }
-    let reload = Arc::new(AtomicBool::new(false));
-    signal_hook::flag::register(libc::SIGHUP, reload.clone())
-        .map_err(|e| Failure::Runtime(format!("cannot catch SIGHUP: {e}")))?;
-    let record_now = Arc::new(AtomicBool::new(false));
-    let _ = signal_hook::flag::register(libc::SIGUSR2, record_now.clone());
-    // After the flags: a stop or a reload wakes the loop at once, whatever the interval.
-    let wake = Wake::new()
-        .and_then(|w| {
-            w.on_signals(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP])
-                .map(|()| w)
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The signals the service acts on, caught before anything else is set up.
+struct Signals {
+    /// The last SIGINT or SIGTERM (0: none).
+    stop: Arc<AtomicUsize>,
+    /// SIGHUP: read the config again.
+    reload: Arc<AtomicBool>,
+    /// SIGUSR2: write every run's recording now.
+    record_now: Arc<AtomicBool>,
+    /// Woken by SIGINT, SIGTERM and SIGHUP, whatever the interval.
+    wake: Wake,
+}
+
+impl Signals {
+    /// Registers the flags, then the wake-up (after them, so a woken loop sees the flag).
+    fn catch() -> Result<Signals, Failure> {
+        let stop = Arc::new(AtomicUsize::new(0));
+        for sig in [libc::SIGINT, libc::SIGTERM] {
+            signal_hook::flag::register_usize(sig, stop.clone(), sig as usize)
+                .map_err(|e| Failure::Runtime(format!("cannot catch signal {sig}: {e}")))?;
+        }
+        let reload = Arc::new(AtomicBool::new(false));
+        signal_hook::flag::register(libc::SIGHUP, reload.clone())
+            .map_err(|e| Failure::Runtime(format!("cannot catch SIGHUP: {e}")))?;
+        let record_now = Arc::new(AtomicBool::new(false));
+        let _ = signal_hook::flag::register(libc::SIGUSR2, record_now.clone());
+        let wake = Wake::new()
+            .and_then(|w| {
+                w.on_signals(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP])
+                    .map(|()| w)
+            })
+            .map_err(|e| Failure::Runtime(format!("cannot set up the loop's wake-up: {e}")))?;
+        Ok(Signals {
+            stop,
+            reload,
+            record_now,
+            wake,
         })
-        .map_err(|e| Failure::Runtime(format!("cannot set up the loop's wake-up: {e}")))?;
+    }
+}
 
-    let mut config = DaemonConfig::load(config_path).map_err(Failure::Usage)?;
-    let user_dirs = UserDirs::open(&config.request_dir).map_err(|e| request_dir_failure(&e))?;
-    check_state_dir(&config.state_dir).map_err(Failure::Usage)?;
-    let recorders = Recorders::start().map_err(Failure::Runtime)?;
-    let published = Arc::new(Published::new("daemon", config.interval.as_secs_f64()));
-    let (register_tx, register_rx) = mpsc::channel::<Pending>();
-    let socket = serve_socket(&config.socket, &host, &published, register_tx, wake.waker())?;
-    // The flag's address stays whatever a reload says.
-    let metrics_flag = metrics.is_some();
-    let metrics = serve_metrics(
-        metrics.or_else(|| config.metrics.map(|a| a.to_string())),
-        &published,
-    )?;
-    let mut notifier = ServiceNotifier::from_host(&host).unwrap_or_else(|e| {
-        tracing::warn!("systemd will not hear from the service: {e}");
-        ServiceNotifier::disabled()
-    });
-    let mut scanner = Scanner::with_excluded(&host.proc, Some(std::process::id()));
-    let mut runs: Vec<Run> = Vec::new();
-    // Host-wide files and filesystems, read once per tick for all runs.
-    let shared = SharedReads::new();
-    let reads = Reads::Shared(Arc::clone(&shared));
-    let starter = Starter {
-        host: &host,
-        reads: &reads,
-        user_dirs: &user_dirs,
-        recorders: &recorders,
-        record_now: &record_now,
-    };
-    tracing::info!(
-        "watching for training runs: {} rule(s), sampling every {}, status on {}",
-        config.rules.len(),
-        watchdog_types::units::format_duration_s(config.interval.as_secs_f64()),
-        config.socket.display()
-    );
-    let _ = notifier.ready("watching 0 runs");
-    watchdog_watch::ready::notify_service(&config.socket);
+/// The service between its start and its stop: what it was set up with, the runs it
+/// watches, and when each of its chores next falls due.
+struct Service<'a> {
+    config_path: &'a Path,
+    config: DaemonConfig,
+    /// Whether `--metrics` was given (a reload does not change its address).
+    metrics_flag: bool,
+    stop: Arc<AtomicUsize>,
+    reload: Arc<AtomicBool>,
+    wake: Wake,
+    starter: Starter,
+    shared: Arc<SharedReads>,
+    published: Arc<Published>,
+    register_rx: mpsc::Receiver<Pending>,
+    socket: ServerHandle,
+    metrics: Option<MetricsHandle>,
+    notifier: ServiceNotifier,
+    scanner: Scanner,
+    runs: Vec<Run>,
+    /// Started once a rule matches on `gpu` (now or after a reload).
+    gpu: Option<GpuSet>,
+    gpu_generation: u64,
+    gpu_pids: HashSet<u32>,
+    next_scan: Instant,
+    next_publish: Instant,
+    /// The number of runs systemd was last told of.
+    last_count: usize,
+}
 
-    // Started once a rule matches on `gpu` (now or after a reload).
-    let mut gpu: Option<GpuSet> = None;
-    let (mut gpu_generation, mut gpu_pids) = (0u64, HashSet::new());
-    let mut deadline = Instant::now();
-    let mut next_scan = deadline;
-    let mut next_publish = deadline;
-    let mut last_count = usize::MAX;
-    loop {
-        let sig = stop.load(Ordering::Relaxed);
-        if sig != 0 {
-            let _ = notifier.stopping();
-            // A run that has ended (waiting to be reaped) is concluded, not left running.
-            let (ended, mut going): (Vec<Run>, Vec<Run>) = std::mem::take(&mut runs)
-                .into_iter()
-                .partition(|run| run.ended.is_some());
-            for mut run in ended {
-                run.watch.conclude_within(Duration::ZERO);
-            }
-            for run in &mut going {
-                run.watch.leave(sig as i32);
-            }
-            tracing::info!(
-                "stopped by signal {sig}; {} run(s) left running unwatched",
-                going.len()
-            );
-            drop(socket);
-            drop(metrics);
-            return Ok(ExitCode::SUCCESS);
-        }
-        if reload.swap(false, Ordering::Relaxed) {
-            let _ = notifier.reloading();
-            let loaded = DaemonConfig::load(config_path)
-                .and_then(|new| check_state_dir(&new.state_dir).map(|()| new));
-            match loaded {
-                Ok(new) => {
-                    if new.socket != config.socket
-                        || new.request_dir != config.request_dir
-                        || (new.metrics != config.metrics && !metrics_flag)
-                        || new.interval != config.interval
-                    {
-                        tracing::warn!(
-                            "reload: socket, request_dir, metrics and interval take effect at the next restart"
-                        );
-                    }
-                    tracing::info!(
-                        "config reloaded from {}: {} rule(s); runs already watched keep their settings",
-                        config_path.display(),
-                        new.rules.len()
-                    );
-                    config = DaemonConfig {
-                        socket: config.socket.clone(),
-                        request_dir: config.request_dir.clone(),
-                        metrics: config.metrics,
-                        interval: config.interval,
-                        ..new
-                    };
-                }
-                Err(e) => tracing::error!("reload refused, the previous config stays: {e}"),
-            }
-            // systemd waits for READY=1 after RELOADING=1, whatever the outcome.
-            let _ = notifier.ready(&format!("watching {} runs", runs.len()));
-        }
-        let now = Instant::now();
-        shared.next_tick();
-        // The loop also wakes between samples, for a signal, a registration, a scan or a
-        // keep-alive that falls due before the next sample (`interval` may be a minute).
-        let sample_due = now >= deadline;
-        let watched = |runs: &[Run]| -> HashSet<u32> {
-            runs.iter().flat_map(|r| r.watch.tree_pids()).collect()
+impl<'a> Service<'a> {
+    /// Catches the signals, loads the config, opens the directories, serves the socket and
+    /// the metrics, and tells systemd it is ready.
+    fn setup(
+        config_path: &'a Path,
+        host: Host,
+        metrics: Option<String>,
+    ) -> Result<Service<'a>, Failure> {
+        let Signals {
+            stop,
+            reload,
+            record_now,
+            wake,
+        } = Signals::catch()?;
+        let config = DaemonConfig::load(config_path).map_err(Failure::Usage)?;
+        let user_dirs = UserDirs::open(&config.request_dir).map_err(|e| request_dir_failure(&e))?;
+        check_state_dir(&config.state_dir).map_err(Failure::Usage)?;
+        let recorders = Recorders::start().map_err(Failure::Runtime)?;
+        let published = Arc::new(Published::new("daemon", config.interval.as_secs_f64()));
+        let (register_tx, register_rx) = mpsc::channel::<Pending>();
+        let socket = serve_socket(&config.socket, &host, &published, register_tx, wake.waker())?;
+        // The flag's address stays whatever a reload says.
+        let metrics_flag = metrics.is_some();
+        let metrics = serve_metrics(
+            metrics.or_else(|| config.metrics.map(|a| a.to_string())),
+            &published,
+        )?;
+        let notifier = ServiceNotifier::from_host(&host).unwrap_or_else(|e| {
+            tracing::warn!("systemd will not hear from the service: {e}");
+            ServiceNotifier::disabled()
+        });
+        let scanner = Scanner::with_excluded(&host.proc, Some(std::process::id()));
+        // Host-wide files and filesystems, read once per tick for all runs.
+        let shared = SharedReads::new();
+        let starter = Starter {
+            reads: Reads::Shared(Arc::clone(&shared)),
+            host,
+            user_dirs,
+            recorders,
+            record_now,
         };
-        while let Ok(p) = register_rx.try_recv() {
-            let answer = register(p.pid, &gpu_pids, &starter, &mut scanner, &config, &mut runs);
+        tracing::info!(
+            "watching for training runs: {} rule(s), sampling every {}, status on {}",
+            config.rules.len(),
+            watchdog_types::units::format_duration_s(config.interval.as_secs_f64()),
+            config.socket.display()
+        );
+        let _ = notifier.ready("watching 0 runs");
+        watchdog_watch::ready::notify_service(&config.socket);
+        let now = Instant::now();
+        Ok(Service {
+            config_path,
+            config,
+            metrics_flag,
+            stop,
+            reload,
+            wake,
+            starter,
+            shared,
+            published,
+            register_rx,
+            socket,
+            metrics,
+            notifier,
+            scanner,
+            runs: Vec::new(),
+            gpu: None,
+            gpu_generation: 0,
+            gpu_pids: HashSet::new(),
+            next_scan: now,
+            next_publish: now,
+            last_count: usize::MAX,
+        })
+    }
+
+    /// Loads the config again after a SIGHUP; a bad one is refused and the old one stays.
+    fn reload(&mut self) {
+        let _ = self.notifier.reloading();
+        let loaded = DaemonConfig::load(self.config_path)
+            .and_then(|new| check_state_dir(&new.state_dir).map(|()| new));
+        match loaded {
+            Ok(new) => {
+                let config = &self.config;
+                if new.socket != config.socket
+                    || new.request_dir != config.request_dir
+                    || (new.metrics != config.metrics && !self.metrics_flag)
+                    || new.interval != config.interval
+                {
+                    tracing::warn!(
+                        "reload: socket, request_dir, metrics and interval take effect at the next restart"
+                    );
+                }
+                tracing::info!(
+                    "config reloaded from {}: {} rule(s); runs already watched keep their settings",
+                    self.config_path.display(),
+                    new.rules.len()
+                );
+                self.config = DaemonConfig {
+                    socket: config.socket.clone(),
+                    request_dir: config.request_dir.clone(),
+                    metrics: config.metrics,
+                    interval: config.interval,
+                    ..new
+                };
+            }
+            Err(e) => tracing::error!("reload refused, the previous config stays: {e}"),
+        }
+        // systemd waits for READY=1 after RELOADING=1, whatever the outcome.
+        let _ = self
+            .notifier
+            .ready(&format!("watching {} runs", self.runs.len()));
+    }
+
+    /// Answers the registrations the socket passed on.
+    fn take_registrations(&mut self) {
+        while let Ok(p) = self.register_rx.try_recv() {
+            let answer = register(
+                p.pid,
+                &self.gpu_pids,
+                &self.starter,
+                &mut self.scanner,
+                &self.config,
+                &mut self.runs,
+            );
             let _ = p.reply.send(answer);
         }
-        if gpu.is_none() && config.rules.iter().any(Rule::uses_gpu) {
-            gpu = Some(GpuSet::start(config.gpu_library(&host)));
+    }
+
+    /// Starts GPU watching once a rule needs it, and looks again at the processes that
+    /// came to hold GPU memory since they were found.
+    fn follow_gpu(&mut self) {
+        if self.gpu.is_none() && self.config.rules.iter().any(Rule::uses_gpu) {
+            self.gpu = Some(GpuSet::start(self.config.gpu_library(&self.starter.host)));
         }
-        if let Some((generation, pids)) = gpu.as_ref().and_then(|g| g.newer_than(gpu_generation)) {
-            gpu_generation = generation;
-            // A process found before it held GPU memory is looked at again now.
-            let inside = watched(&runs);
-            let new: Vec<u32> = pids
-                .difference(&gpu_pids)
-                .copied()
-                .filter(|&pid| !scanner.inside_watched_tree(pid, |p| inside.contains(&p)))
-                .collect();
-            let mut entered: Vec<ProcessFacts> = new
-                .into_iter()
-                .filter_map(|pid| scanner.facts(pid))
-                .collect();
-            entered.sort_by_key(|f| f.pid);
-            gpu_pids = pids;
-            start_matching(&entered, &gpu_pids, &starter, &config, &mut runs);
-        }
-        if now >= next_scan {
-            let inside = watched(&runs);
-            let found = scanner.scan(|pid| inside.contains(&pid));
-            start_matching(&found, &gpu_pids, &starter, &config, &mut runs);
-            next_scan = now + config.scan_interval;
-        }
+        let Some((generation, pids)) = self
+            .gpu
+            .as_ref()
+            .and_then(|g| g.newer_than(self.gpu_generation))
+        else {
+            return;
+        };
+        self.gpu_generation = generation;
+        // A process found before it held GPU memory is looked at again now.
+        let inside = self.watched();
+        let new: Vec<u32> = pids
+            .difference(&self.gpu_pids)
+            .copied()
+            .filter(|&pid| {
+                !self
+                    .scanner
+                    .inside_watched_tree(pid, |p| inside.contains(&p))
+            })
+            .collect();
+        let mut entered: Vec<ProcessFacts> = new
+            .into_iter()
+            .filter_map(|pid| self.scanner.facts(pid))
+            .collect();
+        entered.sort_by_key(|f| f.pid);
+        self.gpu_pids = pids;
+        self.start_matching(&entered);
+    }
+
+    /// Finds the new processes and starts watching those a rule takes.
+    fn scan(&mut self, now: Instant) {
+        let inside = self.watched();
+        let found = self.scanner.scan(|pid| inside.contains(&pid));
+        self.start_matching(&found);
+        self.next_scan = now + self.config.scan_interval;
+    }
+
+    /// Starts a run for each process of `found` a rule takes (see [`start_matching`]).
+    fn start_matching(&mut self, found: &[ProcessFacts]) {
+        start_matching(
+            found,
+            &self.gpu_pids,
+            &self.starter,
+            &self.config,
+            &mut self.runs,
+        );
+    }
+
+    /// Every PID of every watched run.
+    fn watched(&self) -> HashSet<u32> {
+        self.runs.iter().flat_map(|r| r.watch.tree_pids()).collect()
+    }
+
+    /// Steps every run once, and concludes each that ended and was reaped.
+    fn step_runs(&mut self, now: Instant) {
         let mut i = 0;
-        while sample_due && i < runs.len() {
-            let run = &mut runs[i];
+        while i < self.runs.len() {
+            let run = &mut self.runs[i];
             if run.ended.is_none() && run.watch.step(now) {
                 run.ended = Some(now);
             }
@@ -221,42 +332,124 @@ pub fn run(config_path: &Path, host: Host, metrics: Option<String>) -> Result<Ex
                 run.watch.exit_status_ready() || now.duration_since(since) >= REAP_GRACE
             });
             if done {
-                let mut run = runs.swap_remove(i);
+                let mut run = self.runs.swap_remove(i);
                 run.watch.conclude_within(Duration::ZERO);
             } else {
                 i += 1;
             }
         }
-        if now >= next_publish {
-            published.set_targets(runs.iter().map(|r| r.watch.status(r.since_unix)).collect());
-            next_publish = now + PUBLISH_EVERY;
-            if runs.len() != last_count {
-                last_count = runs.len();
-                let _ = notifier.status(&format!("watching {} runs", runs.len()));
-            }
+    }
+
+    /// Renews the status the socket and the metrics serve, and tells systemd how many
+    /// runs are watched when that changed.
+    fn publish(&mut self, now: Instant) {
+        let runs = &self.runs;
+        self.published
+            .set_targets(runs.iter().map(|r| r.watch.status(r.since_unix)).collect());
+        self.next_publish = now + PUBLISH_EVERY;
+        if runs.len() != self.last_count {
+            self.last_count = runs.len();
+            let _ = self
+                .notifier
+                .status(&format!("watching {} runs", runs.len()));
         }
-        if notifier.keepalive_due(now) {
-            let _ = notifier.keepalive(now);
+    }
+
+    /// Tells systemd's watchdog the service is alive, when that is due.
+    fn keep_alive(&mut self, now: Instant) {
+        if self.notifier.keepalive_due(now) {
+            let _ = self.notifier.keepalive(now);
         }
-        let after = Instant::now();
-        if sample_due {
-            deadline += config.interval;
-            if deadline < after {
-                deadline = after;
-            }
+    }
+
+    /// Stops on `sig`: concludes the runs that ended, leaves the others running unwatched.
+    fn shut_down(self, sig: i32) {
+        let Service {
+            notifier,
+            runs,
+            socket,
+            metrics,
+            ..
+        } = self;
+        let _ = notifier.stopping();
+        // A run that has ended (waiting to be reaped) is concluded, not left running.
+        let (ended, mut going): (Vec<Run>, Vec<Run>) =
+            runs.into_iter().partition(|run| run.ended.is_some());
+        for mut run in ended {
+            run.watch.conclude_within(Duration::ZERO);
         }
-        let wake_at = [
-            Some(next_scan),
-            Some(next_publish),
-            notifier.next_keepalive(after),
+        for run in &mut going {
+            run.watch.leave(sig);
+        }
+        tracing::info!(
+            "stopped by signal {sig}; {} run(s) left running unwatched",
+            going.len()
+        );
+        drop(socket);
+        drop(metrics);
+    }
+}
+
+/// The service on the loop of [`schedule`]: every run sampled at each deadline, and woken
+/// between samples for a signal, a registration, a scan, a publish or a keep-alive that
+/// falls due before the next sample (`interval` may be a minute).
+impl Loop for Service<'_> {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+
+    fn stop(&mut self) -> Option<i32> {
+        let sig = self.stop.load(Ordering::Relaxed);
+        (sig != 0).then_some(sig as i32)
+    }
+
+    fn before_sample(&mut self, now: Instant) {
+        if self.reload.swap(false, Ordering::Relaxed) {
+            self.reload();
+        }
+        self.shared.next_tick();
+        self.take_registrations();
+        self.follow_gpu();
+        if now >= self.next_scan {
+            self.scan(now);
+        }
+    }
+
+    fn sample(&mut self, now: Instant) {
+        self.step_runs(now);
+    }
+
+    fn after_sample(&mut self, now: Instant) {
+        if now >= self.next_publish {
+            self.publish(now);
+        }
+        self.keep_alive(now);
+    }
+
+    fn late(&mut self, ticks: u64) {
+        for run in &mut self.runs {
+            run.watch.count_late(ticks);
+        }
+    }
+
+    fn next_chore(&self, now: Instant) -> Option<Instant> {
+        [
+            Some(self.next_scan),
+            Some(self.next_publish),
+            self.notifier.next_keepalive(now),
         ]
         .into_iter()
         .flatten()
-        .fold(deadline, Instant::min);
-        if let Err(e) = wake.wait(None, wake_at.saturating_duration_since(after)) {
+        .min()
+    }
+
+    fn wait(&mut self, until: Instant) -> bool {
+        let left = until.saturating_duration_since(Instant::now());
+        if let Err(e) = self.wake.wait(None, left) {
             tracing::warn!("cannot wait for the next tick: {e}");
-            std::thread::sleep(wake_at.saturating_duration_since(after));
+            std::thread::sleep(left);
         }
+        false
     }
 }
 
@@ -266,7 +459,7 @@ pub fn run(config_path: &Path, host: Host, metrics: Option<String>) -> Result<Ex
 fn start_matching(
     found: &[ProcessFacts],
     gpu_pids: &HashSet<u32>,
-    starter: &Starter<'_>,
+    starter: &Starter,
     config: &DaemonConfig,
     runs: &mut Vec<Run>,
 ) {
@@ -295,15 +488,15 @@ fn start_matching(
 }
 
 /// What starting a run needs besides the run and its rule.
-struct Starter<'a> {
-    host: &'a Host,
-    user_dirs: &'a UserDirs,
-    recorders: &'a Recorders,
-    record_now: &'a Arc<AtomicBool>,
-    reads: &'a Reads,
+struct Starter {
+    host: Host,
+    user_dirs: UserDirs,
+    recorders: Recorders,
+    record_now: Arc<AtomicBool>,
+    reads: Reads,
 }
 
-impl Starter<'_> {
+impl Starter {
     /// Starts watching the run `facts` describes under `rule`.
     fn start(
         &self,
@@ -311,20 +504,20 @@ impl Starter<'_> {
         rule: &Rule,
         config: &DaemonConfig,
     ) -> Result<Run, Failure> {
-        let settings = rule.settings(self.host, config.interval, config.tree_interval);
+        let settings = rule.settings(&self.host, config.interval, config.tree_interval);
         let run = ServiceRun {
             uid: facts.uid,
             command: facts.command.clone(),
             rule: rule.name().to_string(),
-            user_dirs: self.user_dirs,
+            user_dirs: &self.user_dirs,
             state_dir: &config.state_dir,
-            reads: self.reads,
+            reads: &self.reads,
         };
         let watch = Watch::for_service(
             facts.pid,
             settings,
             run,
-            self.recorders,
+            &self.recorders,
             self.record_now.clone(),
         )?;
         tracing::info!(
@@ -347,7 +540,7 @@ impl Starter<'_> {
 fn register(
     pid: u32,
     gpu_pids: &HashSet<u32>,
-    starter: &Starter<'_>,
+    starter: &Starter,
     scanner: &mut Scanner,
     config: &DaemonConfig,
     runs: &mut Vec<Run>,

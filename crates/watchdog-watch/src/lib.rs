@@ -1,13 +1,15 @@
 //! The live watch: a running target, its sources, the engine's decisions carried out
 //! (request file, signals, hooks, notifications, events, the flight recording), and the
 //! `--pid` / `run` lifecycle. The binary parses the command line and calls [`attach`] or
-//! [`run_command`]; the service runs many targets through the same parts.
+//! [`run_command`]; the service runs many targets through the same parts and the same
+//! loop ([`schedule`]).
 
 pub mod environment;
 pub mod outputs;
 mod published;
 pub mod ready;
 pub mod recorder;
+pub mod schedule;
 pub mod steps;
 pub mod target;
 pub mod terminal;

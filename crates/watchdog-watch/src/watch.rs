@@ -1,9 +1,10 @@
-//! The poll loop: one thread that wakes at each deadline, has the sampler push one
-//! sample per resource into the ring buffer, drains the ring through the predictors,
-//! and acts on their decisions. Signals and the request file are sent from this
-//! thread (they take microseconds and must not wait); hooks and desktop
-//! notifications go to a helper thread so a slow hook or a hung bus never delays
-//! the next sample.
+//! One watched run ([`Watch`]): its target, its sources, its engine and its outputs. Each
+//! tick the sampler pushes one sample per resource into the ring buffer, the predictors
+//! read them, and the watch acts on their decisions. Signals and the request file are
+//! sent from the loop's thread (they take microseconds and must not wait); hooks and
+//! desktop notifications go to a helper thread so a slow hook or a hung bus never delays
+//! the next sample. The loop itself is [`crate::schedule`]'s: `single` runs one watch on
+//! it for `--pid` and `run`, the service runs many.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -32,6 +33,7 @@ use crate::target::{self, Target, TargetExit};
 use crate::terminal;
 use crate::wake::Wake;
 use crate::{Failure, Published};
+use lineage::Waiting;
 use watchdog_config::Settings;
 
 mod actions;
@@ -39,6 +41,7 @@ mod deliver;
 mod kmsg;
 mod lineage;
 mod restart;
+mod single;
 mod sources;
 mod steps_intake;
 
@@ -85,10 +88,11 @@ pub fn attach(
     let recorders = Recorders::start().map_err(Failure::Runtime)?;
     let mut watch = Watch::new(target, settings, prepared, outputs, record_now, &recorders)?;
     // Stopping the watchdog (Ctrl-C, kill) ends the watch with a summary, not silently.
-    watch.stop = Some(stop);
-    watch.wake = Some(wake);
-    watch.publish_to(published);
-    match watch.run() {
+    let waiting = Waiting {
+        wake: Some(&wake),
+        stop: Some(&stop),
+    };
+    match single::watch_one(&mut watch, waiting, published) {
         Ended::Target(_) => Ok(ExitCode::SUCCESS),
         Ended::Stopped(sig) => Ok(ExitCode::from((128 + sig).clamp(0, 255) as u8)),
     }
@@ -137,8 +141,7 @@ pub fn run_command(
         outputs::live_cwd(&settings.host, own).as_deref(),
     )?;
     let mut watch = session.attempt(argv, settings, outputs, &[])?;
-    watch.publish_to(published);
-    match watch.run() {
+    match single::watch_one(&mut watch, session.waiting(), published) {
         Ended::Target(exit) => Ok(ExitCode::from(exit.shell_status())),
         Ended::Stopped(sig) => Ok(ExitCode::from((128 + sig).clamp(0, 255) as u8)),
     }
@@ -152,7 +155,7 @@ struct Session {
     forwarded: Option<target::Forwarded>,
     forward_to: Option<target::ForwardTo>,
     unforwarded: Arc<AtomicUsize>,
-    wake: Option<Wake>,
+    wake: Wake,
     recorders: Option<Recorders>,
     subreaper: bool,
 }
@@ -167,7 +170,7 @@ impl Session {
             forwarded: Some(forwarded),
             forward_to: None,
             unforwarded: Arc::new(AtomicUsize::new(0)),
-            wake: Some(new_wake()?),
+            wake: new_wake()?,
             recorders: None,
             subreaper: false,
         })
@@ -184,10 +187,6 @@ impl Session {
         let prepared = Prepared::new(&settings, None)?;
         let mut env = target::child_env(settings.signal, &outputs.request_file, settings.interval);
         env.extend(extra.iter().cloned());
-        let wake = match self.wake.take() {
-            Some(wake) => wake,
-            None => new_wake()?,
-        };
         // Before the spawn, so nothing the command backgrounds can leave the watch.
         if !self.subreaper {
             lineage::become_subreaper()?;
@@ -203,7 +202,7 @@ impl Session {
             (None, Some(signals)) => {
                 let to = target::ForwardTo::new(pidfd.clone());
                 self.forward_to = Some(to.clone());
-                target::forward_signals(signals, to, self.unforwarded.clone(), wake.waker())
+                target::forward_signals(signals, to, self.unforwarded.clone(), self.wake.waker())
             }
             (None, None) => Ok(()),
         };
@@ -226,7 +225,6 @@ impl Session {
         match built {
             Ok(mut w) => {
                 w.unforwarded = Some(self.unforwarded.clone());
-                w.wake = Some(wake);
                 Ok(w)
             }
             Err(e) => {
@@ -237,9 +235,13 @@ impl Session {
         }
     }
 
-    /// Takes back what the ended attempt's watch borrowed.
-    fn end_attempt(&mut self, watch: &mut Watch) {
-        self.wake = watch.wake.take();
+    /// What an attempt's watch waits on between ticks: the wake-up (a signal `run` could
+    /// not forward wakes it); no stop flag, the stop signals go to the command.
+    fn waiting(&self) -> Waiting<'_> {
+        Waiting {
+            wake: Some(&self.wake),
+            stop: None,
+        }
     }
 
     /// The last SIGINT, SIGTERM or SIGHUP the watchdog received (0: none).
@@ -276,8 +278,9 @@ impl Prepared {
     }
 }
 
-/// One watched run: its target, sources, engine and outputs. The single-run watchdog drives
-/// one with [`Watch::run`]; the service drives many, one [`Watch::step`] each per tick.
+/// One watched run: its target, sources, engine and outputs. The loop is outside it
+/// ([`crate::schedule`]): the single-run watchdog drives one, the service many, one
+/// [`Watch::step`] each per tick.
 pub struct Watch {
     settings: Settings,
     target: Target,
@@ -293,15 +296,13 @@ pub struct Watch {
     actions: actions::Actions,
     start: Instant,
     ticks: u64,
+    /// Ticks that came late while this run was watched (counted by the loop's schedule).
     late_ticks: u64,
     recorder: Recording,
     record_path: Option<PathBuf>,
     record_now: Arc<AtomicBool>,
     oom_counter: Option<(OomKillCounter, u64)>,
     kmsg: Option<kmsg::Kmsg>,
-    stop: Option<Arc<AtomicUsize>>,
-    /// What the single-run loop sleeps on between ticks, so a signal wakes it at once.
-    wake: Option<Wake>,
     /// The target's status, once it exited (the watch goes on while the run's other
     /// processes remain; see `lineage`).
     target_exit: Option<TargetExit>,
@@ -321,8 +322,6 @@ pub struct Watch {
     next_python: Instant,
     /// Who the run belongs to and what it is, for status readers.
     label: Label,
-    /// Where the single-run loop publishes its status (for `--metrics`).
-    published: Option<Arc<Published>>,
     start_unix: f64,
     /// When this watch is one attempt of a `run --restart`.
     attempting: Option<restart::Attempting>,
@@ -558,8 +557,6 @@ impl Watch {
             record_now,
             oom_counter,
             kmsg: kmsg::Kmsg::open_at_end(&settings_kmsg),
-            stop: None,
-            wake: None,
             target_exit: None,
             survivors_since: None,
             unforwarded: None,
@@ -572,7 +569,6 @@ impl Watch {
             next_ack: start,
             next_python: start,
             label: Label::default(),
-            published: None,
             start_unix: watchdog_alerter::events::unix_time_s(start_wall),
             attempting: None,
             max_step: None,
@@ -635,46 +631,6 @@ impl Watch {
         );
     }
 
-    /// Runs until the target exits; returns how it ended.
-    fn run(&mut self) -> Ended {
-        let interval = self.settings.interval;
-        let show_status = terminal::status_wanted(&self.settings);
-        let mut deadline = Instant::now();
-        let mut next_status = deadline + STATUS_EVERY;
-        loop {
-            if let Some(sig) = self.stop.as_ref().map(|s| s.load(Ordering::Relaxed))
-                && sig != 0
-            {
-                return self.stopped(sig as i32);
-            }
-            let now = Instant::now();
-            self.tick(now);
-            self.read_from_the_run(now);
-            if now >= next_status {
-                if show_status {
-                    terminal::draw_status(&self.engine.status_line());
-                }
-                if let Some(published) = &self.published {
-                    published.set_targets(vec![self.status(self.start_unix)]);
-                }
-                next_status = now + STATUS_EVERY;
-            }
-            deadline += interval;
-            let after = Instant::now();
-            if deadline < after {
-                // The tick overran one or more deadlines: count them, do not try to catch up.
-                let behind = after.duration_since(deadline);
-                self.late_ticks += 1 + (behind.as_nanos() / interval.as_nanos().max(1)) as u64;
-                deadline = after;
-            }
-            if self.wait_for_the_run(deadline.saturating_duration_since(after)) {
-                break;
-            }
-        }
-        terminal::clear_status();
-        Ended::Target(self.conclude())
-    }
-
     /// One tick of the service's loop: sample, decide, act, read what the run wrote back;
     /// `true` once the run has ended (call [`conclude`](Self::conclude) then). Never blocks.
     pub fn step(&mut self, now: Instant) -> bool {
@@ -685,7 +641,13 @@ impl Watch {
 
     /// Whether the run has ended, without waiting.
     fn ended(&mut self) -> bool {
-        self.wait_for_the_run(Duration::ZERO)
+        self.wait_for_the_run(&Waiting::default(), Duration::ZERO)
+    }
+
+    /// Counts `ticks` deadlines the loop's last sample overran while this run was watched
+    /// (the summary's "K late").
+    pub fn count_late(&mut self, ticks: u64) {
+        self.late_ticks += ticks;
     }
 
     /// The end of a run: one last look for the verdict (a full disk stays full after the
@@ -728,13 +690,9 @@ impl Watch {
         self.target.pid
     }
 
-    /// Publishes this watch's status to `published` every few ticks of [`run`](Self::run),
-    /// labelled with the target's owner and command line.
-    fn publish_to(&mut self, published: Option<Arc<Published>>) {
-        if published.is_some() {
-            self.label = crate::target::label(&self.settings.host.proc, self.target.pid);
-        }
-        self.published = published;
+    /// Labels the status with the target's owner and command line, for `--metrics`.
+    fn label_from_proc(&mut self) {
+        self.label = crate::target::label(&self.settings.host.proc, self.target.pid);
     }
 
     /// Sets what status readers show of the run besides its figures.

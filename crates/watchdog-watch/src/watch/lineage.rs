@@ -35,6 +35,23 @@ use crate::Failure;
 use crate::target::{TargetExit, comm};
 use crate::wake::Woken;
 
+/// What the single-run loop sleeps on between ticks: the wake-up, so a signal wakes it at
+/// once, and the stop flag of `--pid` (SIGINT, SIGTERM, SIGHUP). The service waits on its
+/// own and asks with neither, never blocking.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Waiting<'a> {
+    pub(super) wake: Option<&'a crate::wake::Wake>,
+    pub(super) stop: Option<&'a std::sync::atomic::AtomicUsize>,
+}
+
+impl Waiting<'_> {
+    /// The signal the watchdog was told to stop by, if it was.
+    pub(super) fn stop_signal(&self) -> Option<i32> {
+        let sig = self.stop?.load(Ordering::Relaxed);
+        (sig != 0).then_some(sig as i32)
+    }
+}
+
 /// How often the processes a run left running are looked at between samples.
 const SURVIVORS_EVERY: Duration = Duration::from_millis(100);
 
@@ -91,10 +108,10 @@ impl Watch {
     /// the target exited and no process of the run is left. A stop signal ends the wait
     /// at once (the loop then stops), and so does a signal `run` could not forward to the
     /// exited target (it goes to the processes left running, then the wait goes on).
-    pub(super) fn wait_for_the_run(&mut self, timeout: Duration) -> bool {
+    pub(super) fn wait_for_the_run(&mut self, waiting: &Waiting<'_>, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         if self.target_exit.is_none() {
-            return match self.pause(deadline, true) {
+            return match self.pause(waiting, deadline, true) {
                 Woken::Other => self.target_exited(),
                 Woken::Woken | Woken::Timeout => false,
             };
@@ -103,7 +120,7 @@ impl Watch {
         // SURVIVORS_EVERY, so the watch ends soon after the last one (a forwarded SIGTERM).
         loop {
             let next = deadline.min(Instant::now() + SURVIVORS_EVERY);
-            self.pause(next, false);
+            self.pause(waiting, next, false);
             self.forward_to_survivors();
             self.end_failed_survivors();
             self.reap_adopted();
@@ -117,7 +134,7 @@ impl Watch {
                 );
                 return true;
             }
-            if Instant::now() >= deadline || self.stop_requested() {
+            if Instant::now() >= deadline || waiting.stop_signal().is_some() {
                 return false;
             }
         }
@@ -125,12 +142,12 @@ impl Watch {
 
     /// Sleeps until `deadline`, a stop signal, or (`for_exit`) the target's exit
     /// ([`Woken::Other`]).
-    fn pause(&mut self, deadline: Instant, for_exit: bool) -> Woken {
+    fn pause(&mut self, waiting: &Waiting<'_>, deadline: Instant, for_exit: bool) -> Woken {
         let pidfd = std::sync::Arc::clone(&self.target.pidfd);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let other = for_exit.then(|| pidfd.as_fd());
-            let woken = match &self.wake {
+            let woken = match waiting.wake {
                 Some(wake) => wake.wait(other, left),
                 None if for_exit => pidfd
                     .wait_exit(Some(left))
@@ -142,7 +159,7 @@ impl Watch {
                 }
             };
             match woken {
-                Ok(Woken::Woken) if !self.stop_requested() => {
+                Ok(Woken::Woken) if waiting.stop_signal().is_none() => {
                     self.forward_to_survivors();
                     if Instant::now() >= deadline {
                         return Woken::Timeout;
@@ -156,13 +173,6 @@ impl Watch {
                 }
             }
         }
-    }
-
-    /// Whether the watchdog was told to stop (`--pid`: SIGINT, SIGTERM, SIGHUP).
-    pub(super) fn stop_requested(&self) -> bool {
-        self.stop
-            .as_ref()
-            .is_some_and(|s| s.load(Ordering::Relaxed) != 0)
     }
 
     /// The target just exited: collects its status and, when processes of the run remain,

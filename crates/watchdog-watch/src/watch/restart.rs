@@ -551,9 +551,8 @@ pub(super) fn run(
                 step: resume.as_ref().and_then(|c| c.step),
             });
         }
-        watch.publish_to(published.clone());
-        let ended = watch.run();
-        session.end_attempt(&mut watch);
+        // Each attempt runs on the same loop as a single run.
+        let ended = super::single::watch_one(&mut watch, session.waiting(), published.clone());
         let exit = match ended {
             Ended::Target(exit) => exit,
             Ended::Stopped(sig) => return Ok(ExitCode::from((128 + sig).clamp(0, 255) as u8)),

@@ -1,0 +1,304 @@
+//! The one loop both modes run: `watchdog --pid` and `run` drive it with one target, the
+//! service with every run it watches. [`Schedule`] owns the sampling deadline and the
+//! late-tick accounting (a sample that overruns one or more deadlines counts them and does
+//! not try to catch up); [`drive`] wakes for the next sample or the earliest chore,
+//! whichever comes first, and asks a [`Loop`] for what differs between the modes: the stop
+//! check, the chores around a sample, sampling every run, and waiting (on the wake-up
+//! socket, and the target's pidfd when there is one). Tests drive it with a scripted clock.
+
+use std::time::{Duration, Instant};
+
+/// The sampling deadline and the ticks that came late.
+#[derive(Debug, Clone)]
+pub struct Schedule {
+    interval: Duration,
+    next: Instant,
+    late: u64,
+}
+
+impl Schedule {
+    /// A schedule sampling every `interval`, the first sample due at `start`.
+    pub fn new(interval: Duration, start: Instant) -> Schedule {
+        Schedule {
+            interval,
+            next: start,
+            late: 0,
+        }
+    }
+
+    /// Whether a sample is due at `now`.
+    pub fn due(&self, now: Instant) -> bool {
+        now >= self.next
+    }
+
+    /// When the next sample is due.
+    pub fn next(&self) -> Instant {
+        self.next
+    }
+
+    /// Moves the deadline one interval on after a sample that finished at `after`; returns
+    /// how many deadlines it overran (0: on time). An overrun is counted, not caught up on:
+    /// the next sample is due at once, then every interval from there.
+    pub fn advance(&mut self, after: Instant) -> u64 {
+        self.next += self.interval;
+        if self.next >= after {
+            return 0;
+        }
+        let behind = after.duration_since(self.next);
+        let late = 1 + (behind.as_nanos() / self.interval.as_nanos().max(1)) as u64;
+        self.late += late;
+        self.next = after;
+        late
+    }
+
+    /// The ticks that came late so far.
+    pub fn late_ticks(&self) -> u64 {
+        self.late
+    }
+
+    /// When to wake: the next sample, or `chore` when it falls earlier.
+    pub fn wake_at(&self, chore: Option<Instant>) -> Instant {
+        chore.map_or(self.next, |c| c.min(self.next))
+    }
+}
+
+/// What the loop asks of the mode it runs: one target, or the service's many.
+pub trait Loop {
+    /// The time now (a scripted clock in tests).
+    fn now(&self) -> Instant;
+    /// The signal the watchdog was told to stop by, if it was.
+    fn stop(&mut self) -> Option<i32>;
+    /// The chores of every wake that come before the sample (reload, registrations, scans).
+    fn before_sample(&mut self, _now: Instant) {}
+    /// Samples every run once: the deadline came.
+    fn sample(&mut self, now: Instant);
+    /// The chores of every wake that come after the sample (status, publishing, keep-alive).
+    fn after_sample(&mut self, _now: Instant) {}
+    /// The last sample overran `ticks` deadlines (at least 1): every run watched counts them.
+    fn late(&mut self, ticks: u64);
+    /// When the earliest chore falls due after `now` (`None`: only samples wake the loop).
+    fn next_chore(&self, _now: Instant) -> Option<Instant> {
+        None
+    }
+    /// Sleeps until `until` or a wake-up; `true` when the loop is over (the one run ended).
+    fn wait(&mut self, until: Instant) -> bool;
+}
+
+/// How [`drive`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Driven {
+    /// [`Loop::stop`] said this signal.
+    Stopped(i32),
+    /// [`Loop::wait`] said the loop is over.
+    Over,
+}
+
+/// Runs `l` until it is stopped or over, sampling every `interval`.
+pub fn drive(l: &mut impl Loop, interval: Duration) -> Driven {
+    let mut schedule = Schedule::new(interval, l.now());
+    loop {
+        if let Some(sig) = l.stop() {
+            return Driven::Stopped(sig);
+        }
+        let now = l.now();
+        l.before_sample(now);
+        let due = schedule.due(now);
+        if due {
+            l.sample(now);
+        }
+        l.after_sample(now);
+        let after = l.now();
+        if due {
+            let late = schedule.advance(after);
+            if late > 0 {
+                l.late(late);
+            }
+        }
+        if l.wait(schedule.wake_at(l.next_chore(after))) {
+            return Driven::Over;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn on_time_samples_advance_by_one_interval_and_count_nothing() {
+        let t0 = Instant::now();
+        let mut s = Schedule::new(100 * MS, t0);
+        assert!(s.due(t0));
+        assert_eq!(s.advance(t0 + 10 * MS), 0);
+        assert_eq!(s.next(), t0 + 100 * MS);
+        assert!(!s.due(t0 + 99 * MS));
+        assert_eq!(
+            s.advance(t0 + 100 * MS),
+            0,
+            "finishing at the deadline is on time"
+        );
+        assert_eq!(s.next(), t0 + 200 * MS);
+        assert_eq!(s.late_ticks(), 0);
+    }
+
+    #[test]
+    fn an_overrun_counts_each_deadline_missed_and_does_not_catch_up() {
+        let t0 = Instant::now();
+        let mut s = Schedule::new(100 * MS, t0);
+        // Past the next deadline by 1 ms: one tick late, the next sample due at once.
+        assert_eq!(s.advance(t0 + 101 * MS), 1);
+        assert_eq!(s.next(), t0 + 101 * MS);
+        // From there, past 3.5 deadlines: the one missed and three whole intervals.
+        assert_eq!(s.advance(t0 + 101 * MS + 450 * MS), 4);
+        assert_eq!(s.next(), t0 + 551 * MS);
+        assert_eq!(s.late_ticks(), 5);
+        // Back on time: the interval counts from where it was left.
+        assert_eq!(s.advance(t0 + 560 * MS), 0);
+        assert_eq!(s.next(), t0 + 651 * MS);
+        assert_eq!(s.late_ticks(), 5);
+    }
+
+    #[test]
+    fn the_wake_is_the_earlier_of_the_sample_and_the_chore() {
+        let t0 = Instant::now();
+        let s = Schedule::new(MS, t0 + 100 * MS);
+        assert_eq!(s.wake_at(None), t0 + 100 * MS);
+        assert_eq!(s.wake_at(Some(t0 + 30 * MS)), t0 + 30 * MS);
+        assert_eq!(s.wake_at(Some(t0 + 300 * MS)), t0 + 100 * MS);
+    }
+
+    /// A mode scripted in time: each sample takes `cost(n)`, a chore falls due every
+    /// `chore_every`, the run ends at `ends_at`, a stop comes after `stop_after` samples.
+    struct Script {
+        clock: Instant,
+        t0: Instant,
+        cost: fn(u64) -> Duration,
+        chore_every: Option<Duration>,
+        next_chore: Option<Instant>,
+        ends_at: Option<Instant>,
+        stop_after: Option<u64>,
+        samples: Vec<Duration>,
+        chores: Vec<Duration>,
+        late: Vec<(u64, u64)>,
+        wakes: u64,
+    }
+
+    impl Script {
+        fn new(cost: fn(u64) -> Duration) -> Script {
+            let t0 = Instant::now();
+            Script {
+                clock: t0,
+                t0,
+                cost,
+                chore_every: None,
+                next_chore: None,
+                ends_at: None,
+                stop_after: None,
+                samples: Vec::new(),
+                chores: Vec::new(),
+                late: Vec::new(),
+                wakes: 0,
+            }
+        }
+    }
+
+    impl Loop for Script {
+        fn now(&self) -> Instant {
+            self.clock
+        }
+        fn stop(&mut self) -> Option<i32> {
+            let stopped = self
+                .stop_after
+                .is_some_and(|n| self.samples.len() as u64 >= n);
+            stopped.then_some(libc::SIGTERM)
+        }
+        fn sample(&mut self, now: Instant) {
+            let n = self.samples.len() as u64;
+            self.samples.push(now - self.t0);
+            self.clock += (self.cost)(n);
+        }
+        fn after_sample(&mut self, now: Instant) {
+            if let Some(every) = self.chore_every
+                && self.next_chore.is_none_or(|at| now >= at)
+            {
+                self.chores.push(now - self.t0);
+                self.next_chore = Some(now + every);
+            }
+        }
+        fn late(&mut self, ticks: u64) {
+            self.late.push((self.samples.len() as u64, ticks));
+        }
+        fn next_chore(&self, _now: Instant) -> Option<Instant> {
+            self.next_chore
+        }
+        fn wait(&mut self, until: Instant) -> bool {
+            self.wakes += 1;
+            assert!(self.wakes < 10_000, "the loop never ended");
+            if let Some(end) = self.ends_at
+                && end <= until
+            {
+                self.clock = self.clock.max(end);
+                return true;
+            }
+            self.clock = self.clock.max(until);
+            false
+        }
+    }
+
+    fn ms(v: &[u64]) -> Vec<Duration> {
+        v.iter().map(|&m| Duration::from_millis(m)).collect()
+    }
+
+    #[test]
+    fn samples_come_every_interval_and_the_run_ending_ends_the_loop() {
+        let mut s = Script::new(|_| 5 * MS);
+        s.ends_at = Some(s.t0 + 350 * MS);
+        assert_eq!(drive(&mut s, 100 * MS), Driven::Over);
+        assert_eq!(s.samples, ms(&[0, 100, 200, 300]));
+        assert!(s.late.is_empty());
+    }
+
+    #[test]
+    fn one_overrun_is_counted_once_and_the_next_sample_comes_at_once() {
+        // The second sample takes 150 ms: the deadline at 200 ms passes during it.
+        let mut s = Script::new(|n| if n == 1 { 150 * MS } else { MS });
+        s.stop_after = Some(5);
+        assert_eq!(drive(&mut s, 100 * MS), Driven::Stopped(libc::SIGTERM));
+        assert_eq!(s.samples, ms(&[0, 100, 250, 350, 450]));
+        assert_eq!(s.late, vec![(2, 1)]);
+    }
+
+    #[test]
+    fn a_long_overrun_counts_every_deadline_it_missed() {
+        // The first sample takes 420 ms: the deadlines at 100, 200, 300 and 400 ms pass.
+        let mut s = Script::new(|n| if n == 0 { 420 * MS } else { MS });
+        s.stop_after = Some(3);
+        drive(&mut s, 100 * MS);
+        assert_eq!(s.samples, ms(&[0, 420, 520]));
+        assert_eq!(s.late, vec![(1, 4)]);
+    }
+
+    #[test]
+    fn chores_wake_the_loop_between_samples_without_sampling() {
+        let mut s = Script::new(|_| MS);
+        s.chore_every = Some(250 * MS);
+        s.ends_at = Some(s.t0 + 2500 * MS);
+        drive(&mut s, 1000 * MS);
+        assert_eq!(s.samples, ms(&[0, 1000, 2000]));
+        assert_eq!(
+            s.chores,
+            ms(&[0, 250, 500, 750, 1000, 1250, 1500, 1750, 2000, 2250])
+        );
+        assert!(s.late.is_empty());
+    }
+
+    #[test]
+    fn a_stop_ends_the_loop_before_the_next_sample() {
+        let mut s = Script::new(|_| MS);
+        s.stop_after = Some(2);
+        assert_eq!(drive(&mut s, 100 * MS), Driven::Stopped(libc::SIGTERM));
+        assert_eq!(s.samples.len(), 2);
+    }
+}
