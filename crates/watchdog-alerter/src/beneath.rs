@@ -24,7 +24,8 @@
 //!   `renameat`s it over the name (a symlink planted there is replaced, never followed);
 //!   [`UserDir::read_capped`] opens `O_NOFOLLOW|O_NONBLOCK`, refuses anything but a
 //!   regular file owned by the user (so a hard link to a file of root's or another
-//!   user's is not read) and reads at most the cap; [`UserDir::remove`] unlinks.
+//!   user's is not read) and reads at most the cap; [`UserDir::remove`] unlinks and
+//!   [`UserDir::rename`] renames one name to another.
 //!
 //! The user owns the directory and may rename or delete anything in it at any time; that
 //! is harmless, because root acts only on descriptors it opened itself and never
@@ -352,6 +353,18 @@ impl UserDir {
         match rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(st) => Ok(Some(st)),
             Err(Errno::NOENT) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Renames `from` to `to` in it (a symlink itself, never what it points to; whatever
+    /// `to` was is replaced); `Ok(false)` when `from` is missing.
+    pub fn rename(&self, from: &str, to: &str) -> io::Result<bool> {
+        let from = component(from).map_err(|_| invalid_name(from))?;
+        let to = component(to).map_err(|_| invalid_name(to))?;
+        match rustix::fs::renameat(&self.fd, from, &self.fd, to) {
+            Ok(()) => Ok(true),
+            Err(Errno::NOENT) => Ok(false),
             Err(e) => Err(e.into()),
         }
     }

@@ -35,6 +35,24 @@ pub fn steps_file(request: &RequestPlace) -> RequestPlace {
     request.sibling(".steps")
 }
 
+/// Where a step-report file is renamed to be read and removed (see `Watched::look`).
+const TAKING_SUFFIX: &str = ".taking";
+
+/// The step reports at `place`, when there and `accept` takes its writer's PID: read
+/// without following a symlink, only a regular file of at most [`MAX_STEPS_FILE_BYTES`].
+fn read_steps_at(
+    place: &RequestPlace,
+    accept: &mut impl FnMut(u32) -> Result<(), String>,
+) -> Result<Option<StepsFile>, String> {
+    let file = match place.read_capped(MAX_STEPS_FILE_BYTES) {
+        Ok(None) => return Ok(None),
+        Ok(Some(bytes)) => parse_steps(&bytes)?,
+        Err(e) => return Err(e.to_string()),
+    };
+    accept(file.pid)?;
+    Ok(Some(file))
+}
+
 /// The CUDA device the client names: `torch.cuda.current_device()` and its UUID.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(default)]
@@ -213,13 +231,14 @@ impl Watched {
     }
 
     /// The file, parsed, when it changed since the last look and `accept` takes its
-    /// writer's PID; removed once taken when `remove` (only when it did not change since
-    /// it was read: a newer one is read at the next look, its old entries taken once, by
-    /// `n`). `Ok(None)` when missing or unchanged; `Err` says why it is not used.
+    /// writer's PID. When `remove`, it is then renamed to `<file>.taking` and that is read
+    /// and removed: the client takes a missing file for read, so the version taken must be
+    /// the one that went, where a read then an unlink could remove a newer version written
+    /// in between. `Ok(None)` when missing or unchanged; `Err` says why it is not used.
     fn look(
         &mut self,
         remove: bool,
-        accept: impl FnOnce(u32) -> Result<(), String>,
+        mut accept: impl FnMut(u32) -> Result<(), String>,
     ) -> Result<Option<StepsFile>, String> {
         let Some(stamp) = self.place.stamp() else {
             return Ok(None);
@@ -228,21 +247,43 @@ impl Watched {
             return Ok(None);
         }
         self.stamp = Some(stamp);
-        let file = match self.place.read_capped(MAX_STEPS_FILE_BYTES) {
-            Ok(None) => return Ok(None),
-            Ok(Some(bytes)) => parse_steps(&bytes)?,
-            Err(e) => return Err(e.to_string()),
+        let Some(file) = read_steps_at(&self.place, &mut accept)? else {
+            return Ok(None);
         };
-        accept(file.pid)?;
-        if remove && self.place.stamp() == Some(stamp) {
-            self.remove();
+        if !remove {
+            return Ok(Some(file));
         }
-        Ok(Some(file))
+        let taking = match self.place.rename_to_sibling(TAKING_SUFFIX) {
+            Ok(Some(taking)) => taking,
+            // Gone already, or it cannot be removed: what was read is taken (the client
+            // rewrites an unremoved file with these entries, taken once by `n`).
+            Ok(None) => return Ok(Some(file)),
+            Err(e) => {
+                tracing::debug!("cannot remove {}: {e}", self.place.path().display());
+                return Ok(Some(file));
+            }
+        };
+        let last = read_steps_at(&taking, &mut accept);
+        if let Err(e) = taking.remove() {
+            tracing::debug!("cannot remove {}: {e}", taking.path().display());
+        }
+        // The version renamed is the newer one; if it cannot be used (replaced by something
+        // else in between), what was read before stands.
+        Ok(Some(last.ok().flatten().unwrap_or(file)))
     }
 
-    fn remove(&self) {
-        if let Err(e) = self.place.remove() {
-            tracing::debug!("cannot remove {}: {e}", self.place.path().display());
+    /// Removes what is left of it unless it changed since the last look (a writer still
+    /// there): whether nothing is left to look at.
+    fn remove_leftover(&self) -> bool {
+        match self.place.stamp() {
+            None => true,
+            Some(now) if Some(now) == self.stamp => {
+                if let Err(e) = self.place.remove() {
+                    tracing::debug!("cannot remove {}: {e}", self.place.path().display());
+                }
+                true
+            }
+            Some(_) => false,
         }
     }
 }
@@ -299,7 +340,7 @@ impl StepsIntake {
     /// One look at `<request file>.steps`: `None` when the file is missing, unchanged,
     /// bad (warned once) or not the run's (`in_tree` says which PIDs are).
     pub fn check(&mut self, mut in_tree: impl FnMut(u32) -> bool) -> Option<Taken> {
-        let looked = self.shared.look(self.remove, |pid| {
+        let looked = self.shared.look(self.remove, move |pid| {
             if in_tree(pid) {
                 Ok(())
             } else {
@@ -359,10 +400,7 @@ impl StepsIntake {
             if let Some(t) = self.taken(looked, &path) {
                 out.push(t);
             }
-            if left {
-                if self.remove {
-                    self.ranks[i].file.remove();
-                }
+            if left && (!self.remove || self.ranks[i].file.remove_leftover()) {
                 self.ranks.remove(i);
             } else {
                 i += 1;
