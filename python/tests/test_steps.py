@@ -693,6 +693,84 @@ class AttachSetsTheInterval(unittest.TestCase):
                 os.environ["WATCHDOG_INTERVAL"] = saved
 
 
+# One rank of two under a launcher (WORLD_SIZE=2, as torchrun sets it). Both start together
+# and report STEPS training steps through the fake allocator, writing at every step while
+# the watchdog reads once a second: one shared file would hold one rank's entries at each
+# read, and the other rank would drop its own when it found the file gone. Then a CUDA
+# out-of-memory error at step 1000 + rank, rank 1's right after rank 0's (it waits for rank
+# 0's marker), so that one shared file would be replaced before the watchdog read rank 0's.
+RANK_SCRIPT = r"""
+import os, sys, time
+sys.path[:0] = sys.argv[1:3]
+import torch
+from fake_allocator import FakeAllocator
+import training_watchdog as tw
+from training_watchdog import allocator
+rank, markers, steps = int(os.environ["RANK"]), sys.argv[3], int(sys.argv[4])
+os.environ["WATCHDOG_INTERVAL"] = "0"
+def mark(what):
+    open(os.path.join(markers, "%s.%d" % (what, rank)), "w").close()
+def wait(what, other):
+    while not os.path.exists(os.path.join(markers, "%s.%d" % (what, other))):
+        time.sleep(0.0005)
+fake = FakeAllocator("steady").install()
+mark("ready")
+wait("ready", 1 - rank)
+for step in range(steps):
+    fake.step("train")
+    tw.report_step(step)
+    time.sleep(0.003)
+allocator.flush()
+if rank == 1:
+    wait("oom", 0)
+allocator.report_exception(torch.OutOfMemoryError("CUDA out of memory (rank %d)" % rank),
+                           step=1000 + rank, phase="train")
+mark("oom")
+time.sleep(1.5)
+"""
+
+LAUNCHER = r"""
+import os, subprocess, sys
+procs = [subprocess.Popen([sys.executable] + sys.argv[1:],
+                          env=dict(os.environ, WORLD_SIZE="2", RANK=str(r), LOCAL_RANK=str(r)))
+         for r in range(2)]
+sys.exit(max(p.wait() for p in procs))
+"""
+
+
+class SeveralRanks(unittest.TestCase):
+    """Two ranks of one run share the request file: each one's reports reach the watchdog."""
+
+    STEPS = 1000
+
+    def test_two_ranks_reports_and_errors_each_reach_the_watchdog(self):
+        need.require_modules("torch")
+        binary = need.watchdog_bin()
+        with tempfile.TemporaryDirectory(prefix="tw-ranks-") as d:
+            events = os.path.join(d, "events.jsonl")
+            request = os.path.join(d, "request.json")
+            rank = os.path.join(d, "rank.py")
+            with open(rank, "w") as f:
+                f.write(RANK_SCRIPT)
+            env = {k: v for k, v in os.environ.items()
+                   if not k.startswith("WATCHDOG_") and k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
+            markers = os.path.join(d, "markers")
+            os.mkdir(markers)
+            cmd = [binary, "-v", "--gpu", "off", "--interval", "1s", "--events", events,
+                   "--request-file", request, "run", "--", sys.executable, "-c", LAUNCHER,
+                   rank, PYTHON_DIR, HERE, markers, str(self.STEPS)]
+            p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+            with open(events) as f:
+                kinds = [json.loads(line) for line in f if line.strip()]
+            taken = {}
+            for m in re.finditer(r"step reports: \d+ new from PID (\d+) \((\d+) steps\)", p.stderr):
+                taken[m.group(1)] = taken.get(m.group(1), 0) + int(m.group(2))
+            self.assertEqual(sorted(taken.values()), [self.STEPS, self.STEPS], p.stderr[-3000:])
+            ooms = sorted(e.get("step") for e in kinds if e.get("event") == "cuda_oom")
+            self.assertEqual(ooms, [1000, 1001], p.stderr[-3000:])
+            self.assertEqual([n for n in os.listdir(d) if ".steps" in n], [], "every file was read and removed")
+
+
 def _oom(message):
     import torch
 
