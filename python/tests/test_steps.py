@@ -30,7 +30,7 @@ from training_watchdog import allocator  # noqa: E402
 from training_watchdog.distributed import Agreement  # noqa: E402
 
 MiB = 1 << 20
-ENV_KEYS = ("WATCHDOG_REQUEST_FILE", "WATCHDOG_INTERVAL", "WATCHDOG_SIGNAL", "WATCHDOG_PID")
+ENV_KEYS = ("WATCHDOG_REQUEST_FILE", "WATCHDOG_INTERVAL", "WATCHDOG_SIGNAL", "WATCHDOG_PID", "WORLD_SIZE")
 
 
 def documented_fields():
@@ -207,6 +207,21 @@ class Delivery(Steps):
         os.unlink(self.steps_file)  # what the watchdog does once it has read it
         self.run_steps(["train"] * 2)
         self.assertEqual([e["n"] for e in self.read()["steps"]], [4, 5], "n goes on; read entries are gone")
+
+    def test_one_of_several_ranks_writes_a_file_of_its_own(self):
+        # Ranks share the request file: each writes <request file>.steps.<pid>; one process
+        # (no WORLD_SIZE, 1, or not a number) writes .steps as before.
+        for world, name in (("2", "%s.%d" % (self.steps_file, os.getpid())), ("1", self.steps_file),
+                            (None, self.steps_file), ("two", self.steps_file)):
+            os.environ.pop("WORLD_SIZE", None)
+            if world is not None:
+                os.environ["WORLD_SIZE"] = world
+            self.run_steps(["train"])
+            self.assertEqual([n for n in os.listdir(self.dir.name) if ".steps" in n],
+                             [os.path.basename(name)], world)
+            with open(name) as f:
+                self.assertEqual(json.load(f)["pid"], os.getpid())
+            os.unlink(name)  # read by the watchdog
 
     def test_at_most_256_entries_the_oldest_folded_per_phase_into_their_maximum(self):
         os.environ["WATCHDOG_INTERVAL"] = "3600"  # one write (the first), then none till flush
@@ -627,7 +642,10 @@ class TwoRanks(unittest.TestCase):
             for rank in (0, 1):
                 with open(os.path.join(d, "rank%d.json" % rank)) as f:
                     ranks.append(json.load(f))
-                with open(os.path.join(d, "request-rank%d.json.steps" % rank)) as f:
+                # One rank of two (WORLD_SIZE=2): its own file, named by its PID.
+                names = [n for n in os.listdir(d) if n.startswith("request-rank%d.json.steps." % rank)]
+                self.assertEqual(len(names), 1, names)
+                with open(os.path.join(d, names[0])) as f:
                     steps = json.load(f)["steps"]
                 self.assertEqual(phases_and_passes(steps), [("train", 1), ("eval", 1), ("train", 2), ("eval", 2)])
                 evals = [e["peak"] for e in steps if e["phase"] == "eval"]
