@@ -818,6 +818,37 @@ mod tests {
         assert!(a.exists(), "a dry run removes nothing");
     }
 
+    /// What looking for the ranks' files costs a tick when there are none (each PID of the
+    /// tree one `stat` of a missing file): `cargo test -p watchdog-watch -- --ignored
+    /// the_cost_of_looking --nocapture` prints the figures in docs/performance.md.
+    #[test]
+    #[ignore = "a measurement, not a check"]
+    fn the_cost_of_looking_for_the_ranks_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut intake = StepsIntake::new(&at(&dir.path().join("req.json")), false);
+        for n in [1u32, 8, 64, 256] {
+            let tree: Vec<u32> = (1000..1000 + n).collect();
+            intake.check_ranks(&tree);
+            let mut per_look: Vec<f64> = (0..200)
+                .map(|_| {
+                    let t = std::time::Instant::now();
+                    for _ in 0..10 {
+                        assert!(intake.check_ranks(&tree).is_empty());
+                    }
+                    t.elapsed().as_secs_f64() * 1e6 / 10.0
+                })
+                .collect();
+            per_look.sort_by(f64::total_cmp);
+            println!(
+                "{n} PIDs: median {:.1} us a look ({:.2} us a PID), fastest {:.1}, p99 {:.1}",
+                per_look[100],
+                per_look[100] / f64::from(n),
+                per_look[0],
+                per_look[198]
+            );
+        }
+    }
+
     #[test]
     fn a_symlink_a_directory_or_an_oversized_file_is_not_read() {
         let dir = tempfile::tempdir().unwrap();
