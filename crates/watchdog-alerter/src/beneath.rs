@@ -577,6 +577,14 @@ mod tests {
         // Over the cap: refused, not truncated.
         let err = d.read_capped("a.json", 4).unwrap_err();
         assert!(err.to_string().contains("more than the 4"), "{err}");
+        // Renamed within it (what the watchdog does to take a step-report file whole).
+        assert!(d.rename("a.json", "a.json.taking").unwrap());
+        assert!(!d.rename("a.json", "a.json.taking").unwrap(), "missing");
+        assert_eq!(
+            d.read_capped("a.json.taking", 100).unwrap().as_deref(),
+            Some(&b"{\"seq\":2}"[..])
+        );
+        d.rename("a.json.taking", "a.json").unwrap();
         d.remove("a.json").unwrap();
         d.remove("a.json").unwrap();
         assert_eq!(d.read_capped("a.json", 100).unwrap(), None);
@@ -593,6 +601,10 @@ mod tests {
             assert!(matches!(err, BeneathError::Name { .. }), "{bad:?}: {err}");
             assert!(d.read_capped(bad, 10).is_err(), "{bad:?}");
             assert!(d.remove(bad).is_err(), "{bad:?}");
+            assert!(
+                d.rename("x", bad).is_err() && d.rename(bad, "x").is_err(),
+                "{bad:?}"
+            );
             assert!(!is_component(bad), "{bad:?}");
         }
         assert!(is_component("123.request.json"));
