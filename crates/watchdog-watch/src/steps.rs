@@ -7,9 +7,9 @@
 //! one per PID of the tree, at most [`MAX_RANK_FILES`]) and parses it only when it
 //! changed; it is read without following a symlink, only as a regular file of at most
 //! [`MAX_STEPS_FILE_BYTES`], taken only when the writing PID is the target or in its tree
-//! (a rank's file: the PID its name carries), removed once taken (not in a dry run) and
-//! its entries deduplicated by writer and `n`. A bad file is warned about once. [`parse_steps`] is pure and tested with fixtures;
-//! [`GpuView`] maps the report's device (UUID, else the one the writer holds memory on,
+//! (a rank's file: the PID its name carries), renamed aside and removed once taken (not
+//! in a dry run), and its entries deduplicated by writer and `n`. A bad file is warned
+//! about once. [`parse_steps`] is pure and tested with fixtures; [`GpuView`] maps the report's device (UUID, else the one the writer holds memory on,
 //! else the index) to an NVML device and reads who holds what on it.
 
 use serde::Deserialize;
@@ -349,8 +349,8 @@ impl StepsIntake {
                 ))
             }
         });
-        let path = self.shared.place.path();
-        self.taken(looked, &path)
+        let looked = looked.map_err(|why| (why, self.shared.place.path()));
+        self.taken(looked)
     }
 
     /// One look at `<request file>.steps.<pid>` of each PID in `tree` (the first
@@ -395,9 +395,9 @@ impl StepsIntake {
                     ))
                 }
             });
-            let path = r.file.place.path();
+            let looked = looked.map_err(|why| (why, r.file.place.path()));
             let left = r.in_tree_at != look;
-            if let Some(t) = self.taken(looked, &path) {
+            if let Some(t) = self.taken(looked) {
                 out.push(t);
             }
             if left && (!self.remove || self.ranks[i].file.remove_leftover()) {
@@ -409,15 +409,15 @@ impl StepsIntake {
         out
     }
 
-    /// What a look brought: its new entries, or the reason it is not used warned once.
+    /// What a look brought: its new entries, or why the file at the path is not used,
+    /// warned once.
     fn taken(
         &mut self,
-        looked: Result<Option<StepsFile>, String>,
-        path: &std::path::Path,
+        looked: Result<Option<StepsFile>, (String, std::path::PathBuf)>,
     ) -> Option<Taken> {
         match looked {
             Ok(file) => file.map(|f| self.take(f)),
-            Err(why) => {
+            Err((why, path)) => {
                 if !self.warned {
                     self.warned = true;
                     tracing::warn!("the step reports {} are not used: {why}", path.display());
