@@ -823,6 +823,7 @@ mod tests {
     /// the_cost_of_looking --nocapture` prints the figures in docs/performance.md.
     #[test]
     #[ignore = "a measurement, not a check"]
+    #[allow(clippy::print_stdout)]
     fn the_cost_of_looking_for_the_ranks_files() {
         let dir = tempfile::tempdir().unwrap();
         let mut intake = StepsIntake::new(&at(&dir.path().join("req.json")), false);
