@@ -775,6 +775,8 @@ mod tests {
             .collect();
         assert_eq!(got, vec![(7, vec![1, 2, 3]), (9, vec![1, 2])]);
         assert!(!a.exists() && !b.exists(), "removed once read");
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert!(left.is_empty(), "nothing left aside: {left:?}");
         // Each rank rewrites its unread entries with new ones: each `n` is taken once per writer.
         std::fs::write(&a, entries(7, 3..=4)).unwrap();
         std::fs::write(&b, entries(9, 1..=3)).unwrap();
