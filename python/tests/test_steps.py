@@ -30,7 +30,7 @@ from training_watchdog import allocator  # noqa: E402
 from training_watchdog.distributed import Agreement  # noqa: E402
 
 MiB = 1 << 20
-ENV_KEYS = ("WATCHDOG_REQUEST_FILE", "WATCHDOG_INTERVAL", "WATCHDOG_SIGNAL", "WATCHDOG_PID")
+ENV_KEYS = ("WATCHDOG_REQUEST_FILE", "WATCHDOG_INTERVAL", "WATCHDOG_SIGNAL", "WATCHDOG_PID", "WORLD_SIZE")
 
 
 def documented_fields():
@@ -207,6 +207,21 @@ class Delivery(Steps):
         os.unlink(self.steps_file)  # what the watchdog does once it has read it
         self.run_steps(["train"] * 2)
         self.assertEqual([e["n"] for e in self.read()["steps"]], [4, 5], "n goes on; read entries are gone")
+
+    def test_one_of_several_ranks_writes_a_file_of_its_own(self):
+        # Ranks share the request file: each writes <request file>.steps.<pid>; one process
+        # (no WORLD_SIZE, 1, or not a number) writes .steps as before.
+        for world, name in (("2", "%s.%d" % (self.steps_file, os.getpid())), ("1", self.steps_file),
+                            (None, self.steps_file), ("two", self.steps_file)):
+            os.environ.pop("WORLD_SIZE", None)
+            if world is not None:
+                os.environ["WORLD_SIZE"] = world
+            self.run_steps(["train"])
+            self.assertEqual([n for n in os.listdir(self.dir.name) if ".steps" in n],
+                             [os.path.basename(name)], world)
+            with open(name) as f:
+                self.assertEqual(json.load(f)["pid"], os.getpid())
+            os.unlink(name)  # read by the watchdog
 
     def test_at_most_256_entries_the_oldest_folded_per_phase_into_their_maximum(self):
         os.environ["WATCHDOG_INTERVAL"] = "3600"  # one write (the first), then none till flush
@@ -627,7 +642,10 @@ class TwoRanks(unittest.TestCase):
             for rank in (0, 1):
                 with open(os.path.join(d, "rank%d.json" % rank)) as f:
                     ranks.append(json.load(f))
-                with open(os.path.join(d, "request-rank%d.json.steps" % rank)) as f:
+                # One rank of two (WORLD_SIZE=2): its own file, named by its PID.
+                names = [n for n in os.listdir(d) if n.startswith("request-rank%d.json.steps." % rank)]
+                self.assertEqual(len(names), 1, names)
+                with open(os.path.join(d, names[0])) as f:
                     steps = json.load(f)["steps"]
                 self.assertEqual(phases_and_passes(steps), [("train", 1), ("eval", 1), ("train", 2), ("eval", 2)])
                 evals = [e["peak"] for e in steps if e["phase"] == "eval"]
@@ -691,6 +709,84 @@ class AttachSetsTheInterval(unittest.TestCase):
             tw._reset()
             if saved is not None:
                 os.environ["WATCHDOG_INTERVAL"] = saved
+
+
+# One rank of two under a launcher (WORLD_SIZE=2, as torchrun sets it). Both start together
+# and report STEPS training steps through the fake allocator, writing at every step while
+# the watchdog reads once a second: one shared file would hold one rank's entries at each
+# read, and the other rank would drop its own when it found the file gone. Then a CUDA
+# out-of-memory error at step 1000 + rank, rank 1's right after rank 0's (it waits for rank
+# 0's marker), so that one shared file would be replaced before the watchdog read rank 0's.
+RANK_SCRIPT = r"""
+import os, sys, time
+sys.path[:0] = sys.argv[1:3]
+import torch
+from fake_allocator import FakeAllocator
+import training_watchdog as tw
+from training_watchdog import allocator
+rank, markers, steps = int(os.environ["RANK"]), sys.argv[3], int(sys.argv[4])
+os.environ["WATCHDOG_INTERVAL"] = "0"
+def mark(what):
+    open(os.path.join(markers, "%s.%d" % (what, rank)), "w").close()
+def wait(what, other):
+    while not os.path.exists(os.path.join(markers, "%s.%d" % (what, other))):
+        time.sleep(0.0005)
+fake = FakeAllocator("steady").install()
+mark("ready")
+wait("ready", 1 - rank)
+for step in range(steps):
+    fake.step("train")
+    tw.report_step(step)
+    time.sleep(0.003)
+allocator.flush()
+if rank == 1:
+    wait("oom", 0)
+allocator.report_exception(torch.OutOfMemoryError("CUDA out of memory (rank %d)" % rank),
+                           step=1000 + rank, phase="train")
+mark("oom")
+time.sleep(1.5)
+"""
+
+LAUNCHER = r"""
+import os, subprocess, sys
+procs = [subprocess.Popen([sys.executable] + sys.argv[1:],
+                          env=dict(os.environ, WORLD_SIZE="2", RANK=str(r), LOCAL_RANK=str(r)))
+         for r in range(2)]
+sys.exit(max(p.wait() for p in procs))
+"""
+
+
+class SeveralRanks(unittest.TestCase):
+    """Two ranks of one run share the request file: each one's reports reach the watchdog."""
+
+    STEPS = 1000
+
+    def test_two_ranks_reports_and_errors_each_reach_the_watchdog(self):
+        need.require_modules("torch")
+        binary = need.watchdog_bin()
+        with tempfile.TemporaryDirectory(prefix="tw-ranks-") as d:
+            events = os.path.join(d, "events.jsonl")
+            request = os.path.join(d, "request.json")
+            rank = os.path.join(d, "rank.py")
+            with open(rank, "w") as f:
+                f.write(RANK_SCRIPT)
+            env = {k: v for k, v in os.environ.items()
+                   if not k.startswith("WATCHDOG_") and k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
+            markers = os.path.join(d, "markers")
+            os.mkdir(markers)
+            cmd = [binary, "-v", "--gpu", "off", "--interval", "1s", "--events", events,
+                   "--request-file", request, "run", "--", sys.executable, "-c", LAUNCHER,
+                   rank, PYTHON_DIR, HERE, markers, str(self.STEPS)]
+            p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+            with open(events) as f:
+                kinds = [json.loads(line) for line in f if line.strip()]
+            taken = {}
+            for m in re.finditer(r"step reports: \d+ new from PID (\d+) \((\d+) steps\)", p.stderr):
+                taken[m.group(1)] = taken.get(m.group(1), 0) + int(m.group(2))
+            self.assertEqual(sorted(taken.values()), [self.STEPS, self.STEPS], p.stderr[-3000:])
+            ooms = sorted(e.get("step") for e in kinds if e.get("event") == "cuda_oom")
+            self.assertEqual(ooms, [1000, 1001], p.stderr[-3000:])
+            self.assertEqual([n for n in os.listdir(d) if ".steps" in n], [], "every file was read and removed")
 
 
 def _oom(message):

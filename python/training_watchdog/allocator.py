@@ -3,8 +3,9 @@
 A CUDA out-of-memory error is decided by the peak inside one step, which the device total
 that NVML reports cannot show. PyTorch's caching allocator knows it: this module reads
 ``torch.cuda.memory_stats()`` for the process's current device at the end of each step and
-writes what it read to ``<request file>.steps`` (format: docs/recording.md, "The step
-reports")::
+writes what it read to ``<request file>.steps``, or ``<request file>.steps.<pid>`` when the
+process is one of several ranks (``WORLD_SIZE`` above 1: they share the request file)
+(format: docs/recording.md, "The step reports")::
 
     import training_watchdog as tw
     for step, batch in enumerate(loader):
@@ -261,13 +262,29 @@ def _body(entries):
     return "".join(parts).encode("utf-8")
 
 
+def _several_ranks():
+    """Whether this process is one of several ranks (torchrun, torch.distributed and Lightning
+    set ``WORLD_SIZE``), which share the request file and so each need a file of their own."""
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1")) > 1
+    except ValueError:
+        return False
+
+
+def _suffix():
+    """``.steps``, or ``.steps.<pid>`` for one of several ranks: one shared file would be
+    replaced by each rank's write, and a rank would drop its entries when another's was read."""
+    return ".steps.%d" % os.getpid() if _several_ranks() else ".steps"
+
+
 def _write(now):
-    """Write every entry the watchdog has not read (and an exception) to ``<request file>.steps``."""
+    """Write every entry the watchdog has not read (and an exception) to ``<request file>`` and
+    :func:`_suffix`."""
     _state.last_write = now
     path = _tw._request_file_or_register()
     if not path:
         return False  # no watchdog yet: the entries wait (folded) for one
-    path += ".steps"
+    path += _suffix()
     if path == _state.path and os.path.lexists(path):
         _state.backoff = min(_state.backoff * 2, 1 << 20)
     else:

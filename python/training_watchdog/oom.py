@@ -73,7 +73,8 @@ def _log(text):
 
 
 def _report_exception(exc, step, phase):
-    """The allocator's record of the error, in ``<request file>.steps``."""
+    """The allocator's record of the error, in ``<request file>.steps`` (``.steps.<pid>`` for one
+    of several ranks)."""
     try:
         allocator.report_exception(exc, step=step, phase=phase)
     except Exception as e:  # a report must never stop the save

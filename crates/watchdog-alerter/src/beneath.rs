@@ -24,7 +24,8 @@
 //!   `renameat`s it over the name (a symlink planted there is replaced, never followed);
 //!   [`UserDir::read_capped`] opens `O_NOFOLLOW|O_NONBLOCK`, refuses anything but a
 //!   regular file owned by the user (so a hard link to a file of root's or another
-//!   user's is not read) and reads at most the cap; [`UserDir::remove`] unlinks.
+//!   user's is not read) and reads at most the cap; [`UserDir::remove`] unlinks and
+//!   [`UserDir::rename`] renames one name to another.
 //!
 //! The user owns the directory and may rename or delete anything in it at any time; that
 //! is harmless, because root acts only on descriptors it opened itself and never
@@ -356,6 +357,18 @@ impl UserDir {
         }
     }
 
+    /// Renames `from` to `to` in it (a symlink itself, never what it points to; whatever
+    /// `to` was is replaced); `Ok(false)` when `from` is missing.
+    pub fn rename(&self, from: &str, to: &str) -> io::Result<bool> {
+        let from = component(from).map_err(|_| invalid_name(from))?;
+        let to = component(to).map_err(|_| invalid_name(to))?;
+        match rustix::fs::renameat(&self.fd, from, &self.fd, to) {
+            Ok(()) => Ok(true),
+            Err(Errno::NOENT) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Removes `name` (a symlink itself, never what it points to); missing is fine.
     pub fn remove(&self, name: &str) -> io::Result<()> {
         let name = component(name).map_err(|_| invalid_name(name))?;
@@ -564,6 +577,14 @@ mod tests {
         // Over the cap: refused, not truncated.
         let err = d.read_capped("a.json", 4).unwrap_err();
         assert!(err.to_string().contains("more than the 4"), "{err}");
+        // Renamed within it (what the watchdog does to take a step-report file whole).
+        assert!(d.rename("a.json", "a.json.taking").unwrap());
+        assert!(!d.rename("a.json", "a.json.taking").unwrap(), "missing");
+        assert_eq!(
+            d.read_capped("a.json.taking", 100).unwrap().as_deref(),
+            Some(&b"{\"seq\":2}"[..])
+        );
+        d.rename("a.json.taking", "a.json").unwrap();
         d.remove("a.json").unwrap();
         d.remove("a.json").unwrap();
         assert_eq!(d.read_capped("a.json", 100).unwrap(), None);
@@ -580,6 +601,10 @@ mod tests {
             assert!(matches!(err, BeneathError::Name { .. }), "{bad:?}: {err}");
             assert!(d.read_capped(bad, 10).is_err(), "{bad:?}");
             assert!(d.remove(bad).is_err(), "{bad:?}");
+            assert!(
+                d.rename("x", bad).is_err() && d.rename(bad, "x").is_err(),
+                "{bad:?}"
+            );
             assert!(!is_component(bad), "{bad:?}");
         }
         assert!(is_component("123.request.json"));

@@ -190,6 +190,25 @@ impl RequestPlace {
         }
     }
 
+    /// Renames it to [`sibling(suffix)`](Self::sibling) (a symlink itself, never what it
+    /// points to) and returns that place; `None` when it is missing. The version that was
+    /// here at that instant is then there, whatever is written here after: read there, it
+    /// is taken whole, where a read then a remove here could remove a newer version.
+    pub fn rename_to_sibling(&self, suffix: &str) -> io::Result<Option<RequestPlace>> {
+        let to = self.sibling(suffix);
+        let renamed = match (self, &to) {
+            (RequestPlace::Beneath { dir, name }, RequestPlace::Beneath { name: new, .. }) => {
+                dir.rename(name, new)?
+            }
+            _ => match std::fs::rename(self.path(), to.path()) {
+                Ok(()) => true,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+                Err(e) => return Err(e),
+            },
+        };
+        Ok(renamed.then_some(to))
+    }
+
     /// Whether it is a regular file whose content parses as a [`SentRequest`]; see
     /// [`is_request_file`].
     pub fn is_request(&self) -> bool {

@@ -1,13 +1,15 @@
 //! The run's step reports: `<request file>.steps`, what PyTorch's caching allocator knew
 //! at each step, written by the Python client (format in `docs/recording.md`, "What the
-//! run writes back"), and where its device is in NVML.
+//! run writes back"), and where its device is in NVML. Each of several ranks (which share
+//! the request file) writes `<request file>.steps.<pid>` instead.
 //!
-//! [`StepsIntake`] looks at the file once per tick with one `stat` and parses it only
-//! when it changed; it is read without following a symlink, only as a regular file of at
-//! most [`MAX_STEPS_FILE_BYTES`], taken only when the writing PID is the target or in its
-//! tree, removed once taken (not in a dry run) and its entries deduplicated by `n`. A bad
-//! file is warned about once. [`parse_steps`] is pure and tested with fixtures;
-//! [`GpuView`] maps the report's device (UUID, else the one the writer holds memory on,
+//! [`StepsIntake`] looks at each file once per tick with one `stat` (the ranks' files:
+//! one per PID of the tree, at most [`MAX_RANK_FILES`]) and parses it only when it
+//! changed; it is read without following a symlink, only as a regular file of at most
+//! [`MAX_STEPS_FILE_BYTES`], taken only when the writing PID is the target or in its tree
+//! (a rank's file: the PID its name carries), renamed aside and removed once taken (not
+//! in a dry run), and its entries deduplicated by writer and `n`. A bad file is warned
+//! about once. [`parse_steps`] is pure and tested with fixtures; [`GpuView`] maps the report's device (UUID, else the one the writer holds memory on,
 //! else the index) to an NVML device and reads who holds what on it.
 
 use serde::Deserialize;
@@ -31,6 +33,24 @@ const MAX_UUID_BYTES: usize = 96;
 /// The path of the step reports: `<request file>.steps`.
 pub fn steps_file(request: &RequestPlace) -> RequestPlace {
     request.sibling(".steps")
+}
+
+/// Where a step-report file is renamed to be read and removed (see `Watched::look`).
+const TAKING_SUFFIX: &str = ".taking";
+
+/// The step reports at `place`, when there and `accept` takes its writer's PID: read
+/// without following a symlink, only a regular file of at most [`MAX_STEPS_FILE_BYTES`].
+fn read_steps_at(
+    place: &RequestPlace,
+    accept: &mut impl FnMut(u32) -> Result<(), String>,
+) -> Result<Option<StepsFile>, String> {
+    let file = match place.read_capped(MAX_STEPS_FILE_BYTES) {
+        Ok(None) => return Ok(None),
+        Ok(Some(bytes)) => parse_steps(&bytes)?,
+        Err(e) => return Err(e.to_string()),
+    };
+    accept(file.pid)?;
+    Ok(Some(file))
 }
 
 /// The CUDA device the client names: `torch.cuda.current_device()` and its UUID.
@@ -190,12 +210,105 @@ pub struct Taken {
     pub exception: Option<CudaOom>,
 }
 
-/// Watches `<request file>.steps`; see the module documentation.
+/// Most PIDs of the tree whose `.steps.<pid>` is looked for at each look (one `stat` each).
+pub const MAX_RANK_FILES: usize = 256;
+
+/// The path of one rank's step reports: `<request file>.steps.<pid>`.
+pub fn rank_steps_file(request: &RequestPlace, pid: u32) -> RequestPlace {
+    request.sibling(&format!(".steps.{pid}"))
+}
+
+/// One file the intake looks at, and the version of it last read.
 #[derive(Debug)]
-pub struct StepsIntake {
+struct Watched {
     place: RequestPlace,
     stamp: Option<FileStamp>,
-    /// Each writer (the ranks of a run share the file) and the highest `n` taken from it.
+}
+
+impl Watched {
+    fn new(place: RequestPlace) -> Watched {
+        Watched { place, stamp: None }
+    }
+
+    /// The file, parsed, when it changed since the last look and `accept` takes its
+    /// writer's PID. When `remove`, it is then renamed to `<file>.taking` and that is read
+    /// and removed: the client takes a missing file for read, so the version taken must be
+    /// the one that went, where a read then an unlink could remove a newer version written
+    /// in between. `Ok(None)` when missing or unchanged; `Err` says why it is not used.
+    fn look(
+        &mut self,
+        remove: bool,
+        mut accept: impl FnMut(u32) -> Result<(), String>,
+    ) -> Result<Option<StepsFile>, String> {
+        let Some(stamp) = self.place.stamp() else {
+            return Ok(None);
+        };
+        if self.stamp == Some(stamp) {
+            return Ok(None);
+        }
+        self.stamp = Some(stamp);
+        let Some(file) = read_steps_at(&self.place, &mut accept)? else {
+            return Ok(None);
+        };
+        if !remove {
+            return Ok(Some(file));
+        }
+        let taking = match self.place.rename_to_sibling(TAKING_SUFFIX) {
+            Ok(Some(taking)) => taking,
+            // Gone already, or it cannot be removed: what was read is taken (the client
+            // rewrites an unremoved file with these entries, taken once by `n`).
+            Ok(None) => return Ok(Some(file)),
+            Err(e) => {
+                tracing::debug!("cannot remove {}: {e}", self.place.path().display());
+                return Ok(Some(file));
+            }
+        };
+        let last = read_steps_at(&taking, &mut accept);
+        if let Err(e) = taking.remove() {
+            tracing::debug!("cannot remove {}: {e}", taking.path().display());
+        }
+        // The version renamed is the newer one; if it cannot be used (replaced by something
+        // else in between), what was read before stands.
+        Ok(Some(last.ok().flatten().unwrap_or(file)))
+    }
+
+    /// Removes what is left of it unless it changed since the last look (a writer still
+    /// there): whether nothing is left to look at.
+    fn remove_leftover(&self) -> bool {
+        match self.place.stamp() {
+            None => true,
+            Some(now) if Some(now) == self.stamp => {
+                if let Err(e) = self.place.remove() {
+                    tracing::debug!("cannot remove {}: {e}", self.place.path().display());
+                }
+                true
+            }
+            Some(_) => false,
+        }
+    }
+}
+
+/// A rank's file: `<request file>.steps.<pid>`, and the look at which its PID was last
+/// in the tree.
+#[derive(Debug)]
+struct RankFile {
+    pid: u32,
+    file: Watched,
+    in_tree_at: u64,
+}
+
+/// Watches `<request file>.steps`, and `<request file>.steps.<pid>` of each PID of the
+/// tree (the ranks of a run share the request file, so each writes its own); see the
+/// module documentation.
+#[derive(Debug)]
+pub struct StepsIntake {
+    request: RequestPlace,
+    shared: Watched,
+    /// The ranks' files, by PID.
+    ranks: Vec<RankFile>,
+    /// Looks at the ranks' files so far.
+    looks: u64,
+    /// Each writer and the highest `n` taken from it.
     last: Vec<(u32, u64)>,
     /// The exception taken: its writer and time (or step).
     exception: Option<(u32, u64)>,
@@ -204,12 +317,14 @@ pub struct StepsIntake {
 }
 
 impl StepsIntake {
-    /// Watches the step reports of the request at `request`; in a dry run the file is
-    /// left where it is.
+    /// Watches the step reports of the request at `request`; in a dry run the files are
+    /// left where they are.
     pub fn new(request: &RequestPlace, dry_run: bool) -> StepsIntake {
         StepsIntake {
-            place: steps_file(request),
-            stamp: None,
+            request: request.clone(),
+            shared: Watched::new(steps_file(request)),
+            ranks: Vec::new(),
+            looks: 0,
             last: Vec::new(),
             exception: None,
             warned: false,
@@ -217,47 +332,99 @@ impl StepsIntake {
         }
     }
 
-    /// Where it is.
+    /// Where the shared file is.
     pub fn place(&self) -> &RequestPlace {
-        &self.place
+        &self.shared.place
     }
 
-    /// One look: `None` when the file is missing, unchanged, bad (warned once) or not
-    /// the run's (`in_tree` says which PIDs are).
+    /// One look at `<request file>.steps`: `None` when the file is missing, unchanged,
+    /// bad (warned once) or not the run's (`in_tree` says which PIDs are).
     pub fn check(&mut self, mut in_tree: impl FnMut(u32) -> bool) -> Option<Taken> {
-        let stamp = self.place.stamp()?;
-        if self.stamp == Some(stamp) {
-            return None;
-        }
-        self.stamp = Some(stamp);
-        let file = match self.place.read_capped(MAX_STEPS_FILE_BYTES) {
-            Ok(None) => return None,
-            Ok(Some(bytes)) => parse_steps(&bytes),
-            Err(e) => Err(e.to_string()),
-        };
-        let file = match file {
-            Ok(f) => f,
-            Err(e) => {
-                self.warn(&e);
-                return None;
+        let looked = self.shared.look(self.remove, move |pid| {
+            if in_tree(pid) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "written by PID {pid}, which is not the watched process nor in its tree"
+                ))
             }
-        };
-        if !in_tree(file.pid) {
-            self.warn(&format!(
-                "written by PID {}, which is not the watched process nor in its tree",
-                file.pid
-            ));
-            return None;
+        });
+        let looked = looked.map_err(|why| (why, self.shared.place.path()));
+        self.taken(looked)
+    }
+
+    /// One look at `<request file>.steps.<pid>` of each PID in `tree` (the first
+    /// [`MAX_RANK_FILES`]), and a last one at those of PIDs that left it since the last
+    /// look, whose files are then removed (not in a dry run): at the end of the run, with
+    /// the tree then, it reads the last ones and removes what the ranks left. A file is
+    /// taken only when the PID in it is the one its name carries.
+    pub fn check_ranks(&mut self, tree: &[u32]) -> Vec<Taken> {
+        self.looks += 1;
+        let look = self.looks;
+        for &pid in tree.iter().take(MAX_RANK_FILES) {
+            match self.ranks.binary_search_by_key(&pid, |r| r.pid) {
+                Ok(i) => self.ranks[i].in_tree_at = look,
+                Err(i) if self.ranks.len() < MAX_RANK_FILES => self.ranks.insert(
+                    i,
+                    RankFile {
+                        pid,
+                        file: Watched::new(rank_steps_file(&self.request, pid)),
+                        in_tree_at: look,
+                    },
+                ),
+                Err(_) => {}
+            }
         }
-        // Only a file that did not change since it was read is removed: a newer one
-        // is read at the next look (its old entries are taken once, by `n`).
-        if self.remove
-            && self.place.stamp() == Some(stamp)
-            && let Err(e) = self.place.remove()
-        {
-            tracing::debug!("cannot remove {}: {e}", self.place.path().display());
+        self.look_at_ranks(look)
+    }
+
+    /// Each rank's file; those whose PID was not in the tree at `look` are looked at one
+    /// last time, their leftovers removed and forgotten.
+    fn look_at_ranks(&mut self, look: u64) -> Vec<Taken> {
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < self.ranks.len() {
+            let r = &mut self.ranks[i];
+            let pid = r.pid;
+            let looked = r.file.look(self.remove, |writer| {
+                if writer == pid {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "written by PID {writer}, not by the PID its name carries"
+                    ))
+                }
+            });
+            let looked = looked.map_err(|why| (why, r.file.place.path()));
+            let left = r.in_tree_at != look;
+            if let Some(t) = self.taken(looked) {
+                out.push(t);
+            }
+            if left && (!self.remove || self.ranks[i].file.remove_leftover()) {
+                self.ranks.remove(i);
+            } else {
+                i += 1;
+            }
         }
-        Some(self.take(file))
+        out
+    }
+
+    /// What a look brought: its new entries, or why the file at the path is not used,
+    /// warned once.
+    fn taken(
+        &mut self,
+        looked: Result<Option<StepsFile>, (String, std::path::PathBuf)>,
+    ) -> Option<Taken> {
+        match looked {
+            Ok(file) => file.map(|f| self.take(f)),
+            Err((why, path)) => {
+                if !self.warned {
+                    self.warned = true;
+                    tracing::warn!("the step reports {} are not used: {why}", path.display());
+                }
+                None
+            }
+        }
     }
 
     /// The entries of `file` not taken before, and its exception the first time.
@@ -310,16 +477,6 @@ impl StepsIntake {
             device: file.device,
             new,
             exception,
-        }
-    }
-
-    fn warn(&mut self, why: &str) {
-        if !self.warned {
-            self.warned = true;
-            tracing::warn!(
-                "the step reports {} are not used: {why}",
-                self.place.path().display()
-            );
         }
     }
 }
@@ -595,6 +752,106 @@ mod tests {
         assert!(intake.check(tree).unwrap().new.is_empty());
     }
 
+    /// Two ranks of one run share the request file: each writes `.steps.<pid>`, and each
+    /// one's entries are taken, where one shared file kept only the last writer's.
+    #[test]
+    fn two_ranks_files_are_each_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let req = dir.path().join("req.json");
+        let (a, b) = (
+            dir.path().join("req.json.steps.7"),
+            dir.path().join("req.json.steps.9"),
+        );
+        let mut intake = StepsIntake::new(&at(&req), false);
+        let tree = [1, 7, 9];
+        assert!(intake.check_ranks(&tree).is_empty());
+        std::fs::write(&a, entries(7, 1..=3)).unwrap();
+        std::fs::write(&b, entries(9, 1..=2)).unwrap();
+        let mut t = intake.check_ranks(&tree);
+        t.sort_by_key(|t| t.pid);
+        let got: Vec<(u32, Vec<u64>)> = t
+            .iter()
+            .map(|t| (t.pid, t.new.iter().map(|r| r.n).collect()))
+            .collect();
+        assert_eq!(got, vec![(7, vec![1, 2, 3]), (9, vec![1, 2])]);
+        assert!(!a.exists() && !b.exists(), "removed once read");
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert!(left.is_empty(), "nothing left aside: {left:?}");
+        // Each rank rewrites its unread entries with new ones: each `n` is taken once per writer.
+        std::fs::write(&a, entries(7, 3..=4)).unwrap();
+        std::fs::write(&b, entries(9, 1..=3)).unwrap();
+        let t = intake.check_ranks(&tree);
+        let n: usize = t.iter().map(|t| t.new.len()).sum();
+        assert_eq!(n, 2, "{t:?}");
+        // The shared file is still read beside them (a single process of the same run).
+        std::fs::write(dir.path().join("req.json.steps"), entries(1, 1..=1)).unwrap();
+        assert_eq!(intake.check(|p| tree.contains(&p)).unwrap().new.len(), 1);
+    }
+
+    /// A rank's file is taken only when written by the PID its name carries; a PID that
+    /// left the tree has its last file read and its leftovers removed; a dry run removes
+    /// nothing.
+    #[test]
+    fn a_ranks_file_is_its_pids_and_is_read_last_when_the_pid_leaves() {
+        let dir = tempfile::tempdir().unwrap();
+        let req = dir.path().join("req.json");
+        let a = dir.path().join("req.json.steps.7");
+        let b = dir.path().join("req.json.steps.9");
+        let mut intake = StepsIntake::new(&at(&req), false);
+        std::fs::write(&b, entries(7, 1..=2)).unwrap();
+        assert!(intake.check_ranks(&[7, 9]).is_empty());
+        assert!(b.exists(), "another PID's entries under 9's name are left");
+        // 7 wrote its last entries and exited before the next look.
+        std::fs::write(&a, entries(7, 1..=4)).unwrap();
+        let t = intake.check_ranks(&[9]);
+        assert_eq!(t.len(), 1);
+        assert_eq!(t[0].new.len(), 4);
+        assert!(!a.exists());
+        // At the end of the run 9 is gone too: its leftover is removed.
+        assert!(intake.check_ranks(&[]).is_empty());
+        assert!(!b.exists(), "the leftover of a PID that left is removed");
+        // A PID outside the tree is never looked at.
+        std::fs::write(&a, entries(7, 5..=6)).unwrap();
+        assert!(intake.check_ranks(&[9]).is_empty());
+        assert!(a.exists());
+        let mut dry = StepsIntake::new(&at(&req), true);
+        assert_eq!(dry.check_ranks(&[7]).len(), 1);
+        assert!(dry.check_ranks(&[]).is_empty());
+        assert!(a.exists(), "a dry run removes nothing");
+    }
+
+    /// What looking for the ranks' files costs a tick when there are none (each PID of the
+    /// tree one `stat` of a missing file): `cargo test -p watchdog-watch -- --ignored
+    /// the_cost_of_looking --nocapture` prints the figures in docs/performance.md.
+    #[test]
+    #[ignore = "a measurement, not a check"]
+    #[allow(clippy::print_stdout)]
+    fn the_cost_of_looking_for_the_ranks_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut intake = StepsIntake::new(&at(&dir.path().join("req.json")), false);
+        for n in [1u32, 8, 64, 256] {
+            let tree: Vec<u32> = (1000..1000 + n).collect();
+            intake.check_ranks(&tree);
+            let mut per_look: Vec<f64> = (0..200)
+                .map(|_| {
+                    let t = std::time::Instant::now();
+                    for _ in 0..10 {
+                        assert!(intake.check_ranks(&tree).is_empty());
+                    }
+                    t.elapsed().as_secs_f64() * 1e6 / 10.0
+                })
+                .collect();
+            per_look.sort_by(f64::total_cmp);
+            println!(
+                "{n} PIDs: median {:.1} us a look ({:.2} us a PID), fastest {:.1}, p99 {:.1}",
+                per_look[100],
+                per_look[100] / f64::from(n),
+                per_look[0],
+                per_look[198]
+            );
+        }
+    }
+
     #[test]
     fn a_symlink_a_directory_or_an_oversized_file_is_not_read() {
         let dir = tempfile::tempdir().unwrap();
@@ -604,6 +861,14 @@ mod tests {
         let link = dir.path().join("link.json");
         std::os::unix::fs::symlink(&real, dir.path().join("link.json.steps")).unwrap();
         assert_eq!(StepsIntake::new(&at(&link), false).check(tree), None);
+        assert!(real.exists());
+        // A rank's file the same.
+        std::os::unix::fs::symlink(&real, dir.path().join("link.json.steps.7")).unwrap();
+        assert!(
+            StepsIntake::new(&at(&link), false)
+                .check_ranks(&[7])
+                .is_empty()
+        );
         assert!(real.exists());
         let d = dir.path().join("d.json");
         std::fs::create_dir(dir.path().join("d.json.steps")).unwrap();

@@ -32,12 +32,13 @@ impl Watch {
         }
     }
 
-    /// One look at `<request file>.steps` at `now`: the new reports to the engine (their
-    /// alerts wait for the next decision), the exception for the verdict.
+    /// One look at `<request file>.steps` and at each rank's `<request file>.steps.<pid>`
+    /// at `now`: the new reports to the engine (their alerts wait for the next decision),
+    /// the exception for the verdict.
     fn check_steps(&mut self, now: Instant) {
         let target = self.target.pid;
         let sampler = &mut self.sampler;
-        let Some(taken) = self.steps.check(|pid| {
+        let shared = self.steps.check(|pid| {
             if pid == target || sampler.tree_pids().contains(&pid) {
                 return true;
             }
@@ -45,9 +46,17 @@ impl Watch {
             // spawned) is looked for once more before its file is refused.
             sampler.tree_mut().refresh_if_changed();
             sampler.tree_pids().contains(&pid)
-        }) else {
-            return;
-        };
+        });
+        if let Some(taken) = shared {
+            self.take_steps(taken, now);
+        }
+        for taken in self.steps.check_ranks(self.sampler.tree_pids()) {
+            self.take_steps(taken, now);
+        }
+    }
+
+    /// One writer's new reports to the engine, and its exception.
+    fn take_steps(&mut self, taken: crate::steps::Taken, now: Instant) {
         let (resource, gpu) = self.gpu_view.locate(&taken.device, taken.pid);
         if resource.is_none() && !self.steps_unmatched_said && !taken.new.is_empty() {
             self.steps_unmatched_said = true;
@@ -56,6 +65,12 @@ impl Watch {
                 describe(&taken.device)
             );
         }
+        tracing::debug!(
+            "step reports: {} new from PID {} ({} steps)",
+            taken.new.len(),
+            taken.pid,
+            taken.new.iter().map(|r| u64::from(r.folded)).sum::<u64>()
+        );
         // A training step counts towards the step the attempt reached (the restart's
         // progress rule); an evaluation's batch index is not a training step.
         for r in taken.new.iter().filter(|r| r.phase == Phase::Train) {
