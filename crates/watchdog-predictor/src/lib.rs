@@ -22,6 +22,7 @@
 #![deny(missing_docs)]
 
 mod envelope;
+pub mod sample_rate;
 pub mod step_peak;
 mod steps;
 
