@@ -106,6 +106,135 @@ fn run_ours(t: &Trace, cfg: &PredictorConfig) -> Outcome {
     o
 }
 
+/// The same as [`run_ours`], sampled at adaptive rates; and how each resource was sampled.
+fn run_adaptive(
+    t: &Trace,
+    cfg: &PredictorConfig,
+    adaptive: replay::Adaptive,
+) -> (Outcome, Vec<replay::RateSummary>) {
+    let mut o = Outcome::default();
+    let settings = watchdog_engine::EngineSettings {
+        lead_s: cfg.lead_s,
+        interval_s: cfg.interval_s,
+        floor_percent: cfg.floor_percent,
+        ..watchdog_engine::EngineSettings::default()
+    };
+    let (_, rates) = replay::run_trace_adaptive(t, &settings, adaptive, |s, time, obs| {
+        if let Decision::Alert(reason) = obs.decision {
+            let below_floor = (s.limit.saturating_sub(s.used) as f64)
+                < s.limit as f64 * cfg.floor_percent / 100.0;
+            o.alerts
+                .push((time, below_floor || reason == AlertReason::NextStep));
+            o.first_alert.get_or_insert(time);
+        }
+    });
+    (o, rates)
+}
+
+/// Samples a second as "1.0/s", "-" when never in that mode.
+fn fmt_rate(rate: Option<f64>) -> String {
+    rate.map_or("-".to_string(), |r| format!("{r:.2}/s"))
+}
+
+/// The adaptive-rate table: every trace at the fixed rate beside adaptive rates with
+/// `max_interval` at its largest (lead / 8), without and with a modelled kernel wake for
+/// cgroup memory.
+fn adaptive_table(root: &std::path::Path) -> String {
+    let paths = csv_files(&root.join("tests/traces"));
+    let mut table = String::from(
+        "| trace | interval / max | fixed: lead achieved | adaptive: lead achieved | adaptive: later than fixed | adaptive: false alarms | samples/s far / approaching / overall (fixed) | with kernel wake: lead achieved | with kernel wake: later than fixed | with kernel wake: false alarms | with kernel wake: samples/s far / approaching / overall (woken) |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    let mut totals = [(0usize, 0usize, 0usize); 2];
+    let (mut far_n, mut far_s, mut near_n, mut near_s) = (0usize, 0.0f64, 0usize, 0.0f64);
+    for p in &paths {
+        let name = p.file_stem().unwrap().to_string_lossy().into_owned();
+        let text = std::fs::read_to_string(p).unwrap();
+        let t = trace::parse(&text).unwrap();
+        let lead: f64 = t.meta("lead_s").unwrap().parse().unwrap();
+        let interval: f64 = t.meta("interval_s").unwrap().parse().unwrap();
+        let exhausts = t.meta("exhausts_at").and_then(|v| v.parse::<f64>().ok());
+        let cfg = PredictorConfig {
+            lead_s: lead,
+            interval_s: interval,
+            ..PredictorConfig::default()
+        };
+        let scored_from = t
+            .meta("scored_from")
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(f64::NEG_INFINITY);
+        let fixed = run_ours(&t, &cfg).scored_from(scored_from);
+        let max_interval = watchdog_predictor::sample_rate::clamp_max_interval(
+            interval,
+            lead / 8.0,
+            lead,
+            cfg.bucket_width_s(),
+        );
+        let mut cells = Vec::new();
+        for (k, kernel_wake) in [false, true].into_iter().enumerate() {
+            let adaptive = replay::Adaptive {
+                max_interval_s: max_interval,
+                kernel_wake,
+            };
+            let (o, rates) = run_adaptive(&t, &cfg, adaptive);
+            let o = o.scored_from(scored_from);
+            let late = exhausts.is_some_and(|e| o.first_alert.is_none_or(|a| e - a < lead));
+            let later = match (fixed.first_alert, o.first_alert) {
+                (Some(f), Some(a)) => format!("{:+.1} s", a - f),
+                (None, None) => "-".to_string(),
+                _ => "**differs**".to_string(),
+            };
+            let falses = false_alarms(&o, exhausts, lead);
+            // A false alarm the fixed rate did not have, or a missed alert.
+            let extra = falses.saturating_sub(false_alarms(&fixed, exhausts, lead))
+                + usize::from(o.alerts.len() != fixed.alerts.len());
+            totals[k].0 += usize::from(late);
+            totals[k].1 += falses;
+            totals[k].2 += extra;
+            let r = &rates[0];
+            if !kernel_wake {
+                far_n += r.slow_samples;
+                far_s += r.slow_s;
+                near_n += r.fast_samples;
+                near_s += r.fast_s;
+            }
+            let overall = (r.slow_samples + r.fast_samples) as f64 / (r.slow_s + r.fast_s);
+            let fixed_rate = (r.offered.saturating_sub(1)) as f64 / (r.slow_s + r.fast_s);
+            let tail = if kernel_wake {
+                format!("{} woken", r.woken)
+            } else {
+                format!("{fixed_rate:.2}/s")
+            };
+            cells.push(format!(
+                "{} | {later} | {falses} | {} / {} / {overall:.2}/s ({tail})",
+                fmt_lead(&o, exhausts),
+                fmt_rate(r.slow_rate()),
+                fmt_rate(r.fast_rate()),
+            ));
+        }
+        let _ = writeln!(
+            table,
+            "| {name} | {interval} s / {max_interval} s | {} | {} | {} |",
+            fmt_lead(&fixed, exhausts),
+            cells[0],
+            cells[1],
+        );
+    }
+    let _ = writeln!(
+        table,
+        "\nTotals over {} traces: adaptive {} late or missed, {} false alarms, {} alerts the fixed rate did not have or had and it did not; with kernel wake {} late or missed, {} false alarms, {} such differences. Far from every limit the first resource was sampled {:.2} times a second on average, approaching {:.2} times.",
+        paths.len(),
+        totals[0].0,
+        totals[0].1,
+        totals[0].2,
+        totals[1].0,
+        totals[1].1,
+        totals[1].2,
+        far_n as f64 / far_s.max(1e-9),
+        near_n as f64 / near_s.max(1e-9),
+    );
+    table
+}
+
 fn run_baseline(t: &Trace, cfg: &PredictorConfig) -> Outcome {
     let mut o = Outcome::default();
     let start = t.start_s();
@@ -356,6 +485,8 @@ fn main() {
     print!("{table}");
     let steps = step_table(&root);
     print!("\n{steps}");
+    let adaptive = adaptive_table(&root);
+    print!("\n{adaptive}");
     if std::env::args().any(|a| a == "--update-doc") {
         let doc_path = root.join("docs/prediction.md");
         let doc = std::fs::read_to_string(&doc_path).unwrap();
@@ -371,6 +502,14 @@ fn main() {
                 "<!-- step-accuracy:begin -->",
                 "<!-- step-accuracy:end -->",
                 &steps,
+            )
+        })
+        .and_then(|d| {
+            splice(
+                &d,
+                "<!-- adaptive-accuracy:begin -->",
+                "<!-- adaptive-accuracy:end -->",
+                &adaptive,
             )
         });
         let Some(updated) = updated else {

@@ -321,7 +321,7 @@ impl Engine {
     }
 
     /// The longest interval in force, seconds: `max_interval` clamped to `[interval,
-    /// min(bucket, lead / 8)]` so every bucket of the trend windows gets a sample.
+    /// bucket / 4]` so every bucket of the trend windows gets four samples.
     pub fn max_interval_s(&self) -> f64 {
         let p = self.settings.predictor();
         sample_rate::clamp_max_interval(

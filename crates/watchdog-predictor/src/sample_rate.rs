@@ -8,13 +8,20 @@
 //! wake it) come out. Going fast is immediate; going slow again waits until the resource
 //! has been far for a whole lead, so a forecast that comes and goes does not flap.
 //!
-//! `max_interval` is clamped to `[interval, min(bucket, lead / 8)]`
-//! ([`clamp_max_interval`]): the predictor folds usage into buckets an eighth of a lead
-//! wide, and every bucket must hold a sample for the trend windows to stay filled. The
-//! rule and its measurements are in `docs/prediction.md` ("Sampling rates").
+//! `max_interval` is clamped to `[interval, bucket / 4]` ([`clamp_max_interval`]): the
+//! predictor folds usage into buckets an eighth of a lead wide (at least four intervals),
+//! and every bucket must hold four samples, as at the fixed rate, for the trend windows to
+//! stay filled and a bucket's span to measure the usage's jitter (with one sample a
+//! bucket a saw-tooth's troughs were learned as steps). The rule and its measurements are
+//! in `docs/prediction.md` ("Sampling rates").
 
 /// The default longest interval between two samples of a far resource, seconds.
 pub const DEFAULT_MAX_INTERVAL_S: f64 = 1.0;
+
+/// Samples every bucket gets at the least, as at the fixed rate (a bucket is at least
+/// four intervals wide): its span is the usage's jitter the step learner and the trend's
+/// noise check measure, and a bucket of one sample has none.
+const SAMPLES_PER_BUCKET: f64 = 4.0;
 
 /// Approaching: a forecast under this many leads makes the resource fast ...
 const NEAR_LEADS: f64 = 4.0;
@@ -29,8 +36,9 @@ const NEAR_STEPS: f64 = 2.0;
 /// ... far again from the floor plus this many.
 const FAR_STEPS: f64 = 3.0;
 
-/// The longest interval allowed: `max_interval_s` clamped to `[interval_s, min(bucket_s,
-/// lead_s / 8)]`; [`DEFAULT_MAX_INTERVAL_S`] when it is not a positive number.
+/// The longest interval allowed: `max_interval_s` clamped to `[interval_s, min(bucket_s / 4,
+/// lead_s / 8)]` (the bucket is at least lead / 8); [`DEFAULT_MAX_INTERVAL_S`] when it is
+/// not a positive number.
 pub fn clamp_max_interval(interval_s: f64, max_interval_s: f64, lead_s: f64, bucket_s: f64) -> f64 {
     let interval = if interval_s.is_finite() && interval_s > 0.0 {
         interval_s
@@ -44,7 +52,7 @@ pub fn clamp_max_interval(interval_s: f64, max_interval_s: f64, lead_s: f64, buc
     };
     let mut high = wanted;
     if bucket_s.is_finite() && bucket_s > 0.0 {
-        high = high.min(bucket_s);
+        high = high.min(bucket_s / SAMPLES_PER_BUCKET);
     }
     if lead_s.is_finite() && lead_s > 0.0 {
         high = high.min(lead_s / 8.0);
@@ -98,6 +106,12 @@ pub struct SampleRate {
     started: bool,
     /// Since when the resource has been far (while fast).
     far_since: Option<f64>,
+    /// The highest usage seen since `window_start`, and in the window of a lead before.
+    high: u64,
+    high_before: u64,
+    window_start: f64,
+    /// Whether the last sample was in an alert episode.
+    alerting: bool,
 }
 
 impl SampleRate {
@@ -107,6 +121,10 @@ impl SampleRate {
             slow: false,
             started: false,
             far_since: None,
+            high: 0,
+            high_before: 0,
+            window_start: 0.0,
+            alerting: false,
         }
     }
 
@@ -166,7 +184,18 @@ impl SampleRate {
                 self.far_since = None;
             }
         }
+        if !self.started || input.t_s - self.window_start >= lead || self.alerting != input.alerting
+        {
+            // A new window; an episode's start or end (a drop) forgets the old highs too.
+            let keep = self.started && self.alerting == input.alerting;
+            self.high_before = if keep { self.high } else { 0 };
+            self.high = 0;
+            self.window_start = input.t_s;
+        }
+        self.high = self.high.max(input.used);
+        self.alerting = input.alerting;
         self.started = true;
+        let high = self.high.max(self.high_before);
         let after_s = if self.slow {
             input.max_interval_s.max(input.interval_s)
         } else {
@@ -176,27 +205,29 @@ impl SampleRate {
             after_s,
             wake_at: input
                 .kernel_wake
-                .then(|| wake_level(input, headroom, floor, lead)),
+                .then(|| wake_level(input, high, headroom, floor, lead)),
             slow: self.slow,
         }
     }
 }
 
-/// The usage whose crossing should wake the loop: the floor, or sooner a rise that a leak
-/// running out within 4 leads makes in one interval, so such a leak is sampled at least
-/// once an interval however slow the poll.
-fn wake_level(input: &RateInput, headroom: f64, floor: f64, lead: f64) -> u64 {
+/// The usage whose crossing should wake the loop: the floor, or sooner a new high (above
+/// the highest usage of the last lead or two, `high`) by the rise that a leak running out
+/// within 4 leads makes in one interval. Such a leak is then sampled at least once an
+/// interval however slow the poll, while a saw-tooth or noise that stays under its old
+/// peaks does not wake it.
+fn wake_level(input: &RateInput, high: u64, headroom: f64, floor: f64, lead: f64) -> u64 {
     if !headroom.is_finite() {
         return u64::MAX;
     }
-    let to_floor = (headroom - floor).max(0.0);
+    let at_floor = input.used as f64 + (headroom - floor).max(1.0);
     let rise = if lead > 0.0 {
         headroom * input.interval_s.max(0.0) / (NEAR_LEADS * lead)
     } else {
         0.0
     };
-    let delta = rise.min(to_floor).max(1.0);
-    input.used.saturating_add(delta as u64)
+    let new_high = high.max(input.used) as f64 + rise.max(1.0);
+    at_floor.min(new_high) as u64
 }
 
 #[cfg(test)]
@@ -223,13 +254,15 @@ mod tests {
     }
 
     #[test]
-    fn max_interval_is_clamped_to_the_interval_and_an_eighth_of_the_lead() {
-        assert_eq!(clamp_max_interval(0.1, 1.0, 30.0, 3.75), 1.0);
-        assert_eq!(clamp_max_interval(0.1, 10.0, 30.0, 3.75), 3.75);
-        assert_eq!(clamp_max_interval(0.1, 10.0, 3.0, 0.4), 0.375);
+    fn max_interval_is_clamped_to_the_interval_and_a_quarter_bucket() {
+        assert_eq!(clamp_max_interval(0.1, 0.5, 30.0, 3.75), 0.5);
+        assert_eq!(clamp_max_interval(0.1, 1.0, 30.0, 3.75), 0.9375);
+        assert_eq!(clamp_max_interval(0.1, 10.0, 30.0, 3.75), 0.9375);
+        assert_eq!(clamp_max_interval(0.1, 10.0, 3.0, 0.4), 0.1);
+        assert_eq!(clamp_max_interval(0.01, 10.0, 3.0, 0.375), 0.09375);
         assert_eq!(clamp_max_interval(0.5, 0.1, 30.0, 3.75), 0.5);
         assert_eq!(clamp_max_interval(2.0, 10.0, 3.0, 8.0), 2.0);
-        assert_eq!(clamp_max_interval(0.1, f64::NAN, 30.0, 3.75), 1.0);
+        assert_eq!(clamp_max_interval(0.1, f64::NAN, 120.0, 15.0), 1.0);
     }
 
     /// The table of the rule: (used, seconds left, step, alerting, kernel) -> slow.
