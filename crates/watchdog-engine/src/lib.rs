@@ -814,6 +814,7 @@ fn rate_input(
         interval_s: config.interval_s,
         max_interval_s,
         kernel_wake: st.kernel_wake,
+        bucket_close_s: st.predictor.next_bucket_close(),
     }
 }
 

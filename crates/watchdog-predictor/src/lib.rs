@@ -233,6 +233,12 @@ impl ResourcePredictor {
         if s > 0.0 { s as u64 } else { 0 }
     }
 
+    /// When the current bucket closes: the first sample from then on refits the trend, so
+    /// a forecast can change there whatever the usage does. `None` before any sample.
+    pub fn next_bucket_close(&self) -> Option<f64> {
+        self.env.next_edge()
+    }
+
     /// How many steps have been learned so far.
     pub fn steps_seen(&self) -> u32 {
         self.steps.count()

@@ -32,9 +32,9 @@ const NEAR_FLOORS: f64 = 2.0;
 /// ... far again from this many.
 const FAR_FLOORS: f64 = 3.0;
 /// Approaching: headroom under the floor plus this many largest steps ...
-const NEAR_STEPS: f64 = 2.0;
+const NEAR_STEPS: f64 = 4.0;
 /// ... far again from the floor plus this many.
-const FAR_STEPS: f64 = 3.0;
+const FAR_STEPS: f64 = 6.0;
 
 /// The longest interval allowed: `max_interval_s` clamped to `[interval_s, min(bucket_s / 4,
 /// lead_s / 8)]` (the bucket is at least lead / 8); [`DEFAULT_MAX_INTERVAL_S`] when it is
@@ -85,6 +85,9 @@ pub struct RateInput {
     pub max_interval_s: f64,
     /// Whether a kernel source wakes the loop when usage crosses a level armed for it.
     pub kernel_wake: bool,
+    /// When the predictor's current bucket closes (its trend is refitted at the first
+    /// sample from then on), seconds; `None` when unknown.
+    pub bucket_close_s: Option<f64>,
 }
 
 /// When to sample next.
@@ -106,13 +109,33 @@ pub struct SampleRate {
     started: bool,
     /// Since when the resource has been far (while fast).
     far_since: Option<f64>,
-    /// The highest usage seen since `window_start`, and in the window of a lead before.
-    high: u64,
-    high_before: u64,
+    /// What the samples showed since `window_start`, and in the window before.
+    recent: Recent,
+    before: Recent,
     window_start: f64,
+    /// The last sample's usage.
+    last_used: u64,
     /// Whether the last sample was in an alert episode.
     alerting: bool,
 }
+
+/// What one window of [`MEMORY_LEADS`] leads showed.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+struct Recent {
+    /// The highest usage.
+    high: u64,
+    /// The largest rise from one sample to the next: a step not learned yet (the
+    /// predictor learns a step size from the second on).
+    jump: u64,
+}
+
+/// A rise from one sample to the next of this fraction of the limit or more keeps the
+/// resource fast while it is remembered (the step learner's smallest step).
+const MIN_JUMP: f64 = 0.005;
+
+/// The highest usage and the largest jump are remembered for one to two windows this many
+/// leads long.
+const MEMORY_LEADS: f64 = 4.0;
 
 impl SampleRate {
     /// A resource not sampled yet.
@@ -121,9 +144,10 @@ impl SampleRate {
             slow: false,
             started: false,
             far_since: None,
-            high: 0,
-            high_before: 0,
+            recent: Recent { high: 0, jump: 0 },
+            before: Recent { high: 0, jump: 0 },
             window_start: 0.0,
+            last_used: 0,
             alerting: false,
         }
     }
@@ -136,16 +160,19 @@ impl SampleRate {
     /// Takes what one sample showed and says when to sample next.
     ///
     /// Approaching (any of: an alert episode; a forecast under 4 leads; without a kernel
-    /// wake, headroom under twice the floor; headroom under the floor plus twice the
-    /// largest step) makes it fast at once. Far (no forecast under 6 leads, headroom at
-    /// least three floors (with a kernel wake: above the floor) and the floor plus three
-    /// steps) held for a lead makes it slow; a first sample that is far starts slow.
+    /// wake, headroom under twice the floor; headroom under the floor plus 4 largest
+    /// steps, learned or seen from one sample to the next; a rise of 0.5% of the limit or
+    /// more from one sample to the next, over the last 4 to 8 leads) makes it fast at
+    /// once. Far (none of those, no forecast under 6 leads, headroom at least three floors
+    /// (with a kernel wake: above the floor) and the floor plus 6 steps) held for a lead
+    /// makes it slow; a resource starts fast.
     pub fn update(&mut self, input: &RateInput) -> NextSample {
         let lead = if input.lead_s.is_finite() && input.lead_s > 0.0 {
             input.lead_s
         } else {
             0.0
         };
+        self.remember(input, lead);
         let limited = input.limit != 0 && input.limit != u64::MAX;
         let headroom = if limited {
             input.limit.saturating_sub(input.used) as f64
@@ -153,7 +180,8 @@ impl SampleRate {
             f64::INFINITY
         };
         let floor = input.floor.max(0.0);
-        let step = input.step.max(0.0);
+        let jump = self.recent.jump.max(self.before.jump) as f64;
+        let step = input.step.max(jump).max(0.0);
         let left = input.seconds_left.filter(|_| limited);
         let floors = |n: f64| {
             if input.kernel_wake {
@@ -162,21 +190,27 @@ impl SampleRate {
                 headroom < n * floor
             }
         };
+        // A jump the step learner could take for a step: usage moves in steps, whose
+        // timing the staircase forecast rests on; seen late, it is extrapolated late.
+        let jumped = limited && jump >= MIN_JUMP * input.limit as f64;
         let near = input.alerting
+            || jumped
             || left.is_some_and(|s| s < NEAR_LEADS * lead)
             || floors(NEAR_FLOORS)
             || (step > 0.0 && headroom < floor + NEAR_STEPS * step);
         let far = !input.alerting
+            && !jumped
             && left.is_none_or(|s| s >= FAR_LEADS * lead)
             && !floors(FAR_FLOORS)
             && headroom >= floor + FAR_STEPS * step;
+        self.started = true;
         if near {
             self.slow = false;
             self.far_since = None;
         } else if !self.slow {
             if far {
                 let since = *self.far_since.get_or_insert(input.t_s);
-                if !self.started || input.t_s - since >= lead {
+                if input.t_s - since >= lead {
                     self.slow = true;
                     self.far_since = None;
                 }
@@ -184,23 +218,20 @@ impl SampleRate {
                 self.far_since = None;
             }
         }
-        if !self.started || input.t_s - self.window_start >= lead || self.alerting != input.alerting
-        {
-            // A new window; an episode's start or end (a drop) forgets the old highs too.
-            let keep = self.started && self.alerting == input.alerting;
-            self.high_before = if keep { self.high } else { 0 };
-            self.high = 0;
-            self.window_start = input.t_s;
-        }
-        self.high = self.high.max(input.used);
-        self.alerting = input.alerting;
-        self.started = true;
-        let high = self.high.max(self.high_before);
         let after_s = if self.slow {
-            input.max_interval_s.max(input.interval_s)
+            // A bucket closing before the next poll: sample within an interval of its
+            // close instead, where the fixed rate refits too (a trend that appears there,
+            // already under the lead, is then not one `max_interval` late).
+            let max = input.max_interval_s.max(input.interval_s);
+            let to_close = input
+                .bucket_close_s
+                .map(|c| c - input.t_s + input.interval_s)
+                .filter(|d| *d > 0.0 && d.is_finite());
+            to_close.map_or(max, |d| d.min(max))
         } else {
             input.interval_s
         };
+        let high = self.recent.high.max(self.before.high);
         NextSample {
             after_s,
             wake_at: input
@@ -208,6 +239,26 @@ impl SampleRate {
                 .then(|| wake_level(input, high, headroom, floor, lead)),
             slow: self.slow,
         }
+    }
+
+    /// Folds the sample into the recent highs and jumps; an episode's start or end (a
+    /// drop) forgets them.
+    fn remember(&mut self, input: &RateInput, lead: f64) {
+        let episode_changed = self.alerting != input.alerting;
+        if !self.started || episode_changed || input.t_s - self.window_start >= MEMORY_LEADS * lead
+        {
+            let keep = self.started && !episode_changed;
+            self.before = if keep { self.recent } else { Recent::default() };
+            self.recent = Recent::default();
+            self.window_start = input.t_s;
+        }
+        if self.started && !episode_changed {
+            let rise = input.used.saturating_sub(self.last_used);
+            self.recent.jump = self.recent.jump.max(rise);
+        }
+        self.recent.high = self.recent.high.max(input.used);
+        self.last_used = input.used;
+        self.alerting = input.alerting;
     }
 }
 
@@ -250,6 +301,7 @@ mod tests {
             interval_s: 0.1,
             max_interval_s: 1.0,
             kernel_wake: false,
+            bucket_close_s: None,
         }
     }
 
@@ -276,17 +328,20 @@ mod tests {
             (860, None, 0.0, false, false, false),        // under 3 floors: not far
             (860, None, 0.0, false, true, true),          // ... unless the kernel wakes
             (960, None, 0.0, false, true, false),         // within the floor
-            (600, None, 150.0, false, false, false),      // floor + 3 steps > headroom
-            (400, None, 150.0, false, false, true),
+            (600, None, 150.0, false, false, false),      // under the floor + 4 steps
+            (100, None, 100.0, false, false, true),       // the floor + 6 steps away
         ];
         for &(used, left, step, alerting, kernel, slow) in cases {
             let mut rate = SampleRate::new();
-            let next = rate.update(&RateInput {
+            let at = |t: f64| RateInput {
                 step,
                 alerting,
                 kernel_wake: kernel,
-                ..input(0.0, used, left)
-            });
+                ..input(t, used, left)
+            };
+            // A resource starts fast, and goes slow once it has been far for a lead.
+            assert!(!rate.update(&at(0.0)).slow);
+            let next = rate.update(&at(30.0));
             assert_eq!(
                 next.slow, slow,
                 "{used} {left:?} {step} {alerting} {kernel}"
@@ -296,21 +351,68 @@ mod tests {
     }
 
     #[test]
+    fn a_jump_keeps_it_fast_while_remembered() {
+        let mut rate = SampleRate::new();
+        rate.update(&input(0.0, 100, None));
+        assert!(rate.update(&input(30.0, 100, None)).slow);
+        // 10% of the limit from one sample to the next, far from the limit all the same.
+        assert!(!rate.update(&input(31.0, 200, None)).slow);
+        assert!(!rate.update(&input(100.0, 200, None)).slow);
+        // Forgotten after two windows of 4 leads; slow once far for a lead after that.
+        assert!(!rate.update(&input(280.0, 200, None)).slow);
+        assert!(!rate.update(&input(400.0, 200, None)).slow);
+        assert!(rate.update(&input(430.0, 200, None)).slow);
+    }
+
+    #[test]
+    fn the_kernel_wakes_only_above_the_recent_highs() {
+        let mut rate = SampleRate::new();
+        let at = |t: f64, used: u64| RateInput {
+            kernel_wake: true,
+            ..input(t, used, None)
+        };
+        rate.update(&at(0.0, 500));
+        // A saw-tooth back at its trough: its next peak does not wake the loop.
+        assert_eq!(rate.update(&at(1.0, 300)).wake_at, Some(501));
+        // An episode's end (a drop after an alert) forgets the old highs.
+        rate.update(&RateInput {
+            alerting: true,
+            ..at(2.0, 600)
+        });
+        assert_eq!(rate.update(&at(3.0, 100)).wake_at, Some(101));
+    }
+
+    #[test]
+    fn a_slow_resource_is_sampled_just_after_a_bucket_closes() {
+        let mut rate = SampleRate::new();
+        let close = |t: f64, c: f64| RateInput {
+            bucket_close_s: Some(c),
+            ..input(t, 200, None)
+        };
+        assert_eq!(rate.update(&close(0.0, 3.75)).after_s, 0.1);
+        assert_eq!(rate.update(&close(30.0, 33.75)).after_s, 1.0);
+        let next = rate.update(&close(33.0, 33.75));
+        assert!((next.after_s - 0.85).abs() < 1e-9, "{next:?}");
+        assert_eq!(rate.update(&close(33.85, 37.5)).after_s, 1.0);
+    }
+
+    #[test]
     fn fast_at_once_and_slow_again_only_after_a_lead_far() {
         let mut rate = SampleRate::new();
-        assert!(rate.update(&input(0.0, 200, None)).slow);
-        assert!(!rate.update(&input(1.0, 200, Some(90.0))).slow);
+        assert!(!rate.update(&input(0.0, 200, None)).slow);
+        assert!(rate.update(&input(30.0, 200, None)).slow);
+        assert!(!rate.update(&input(31.0, 200, Some(90.0))).slow);
         // Between the bands: stays fast.
-        assert!(!rate.update(&input(2.0, 200, Some(150.0))).slow);
+        assert!(!rate.update(&input(32.0, 200, Some(150.0))).slow);
         // Far again, but not for a lead yet; a forecast that comes and goes restarts it.
-        assert!(!rate.update(&input(3.0, 200, None)).slow);
-        assert!(!rate.update(&input(20.0, 200, None)).slow);
-        assert!(!rate.update(&input(21.0, 200, Some(150.0))).slow);
-        assert!(!rate.update(&input(22.0, 200, None)).slow);
-        assert!(!rate.update(&input(51.0, 200, None)).slow);
-        assert!(rate.update(&input(52.0, 200, None)).slow);
+        assert!(!rate.update(&input(33.0, 200, None)).slow);
+        assert!(!rate.update(&input(50.0, 200, None)).slow);
+        assert!(!rate.update(&input(51.0, 200, Some(150.0))).slow);
+        assert!(!rate.update(&input(52.0, 200, None)).slow);
+        assert!(!rate.update(&input(81.0, 200, None)).slow);
+        assert!(rate.update(&input(82.0, 200, None)).slow);
         // Slow holds between the bands.
-        assert!(rate.update(&input(53.0, 200, Some(150.0))).slow);
+        assert!(rate.update(&input(83.0, 200, Some(150.0))).slow);
     }
 
     #[test]
