@@ -8,7 +8,7 @@
 
 use proptest::prelude::*;
 use watchdog_engine::EngineSettings;
-use watchdog_engine::replay::{self, Adaptive, AlertRecord, ReplayReport};
+use watchdog_engine::replay::{self, Adaptive, AlertRecord};
 use watchdog_formats::trace::{Trace, TraceFormat, TraceSample};
 use watchdog_predictor::PredictorConfig;
 use watchdog_predictor::sample_rate::clamp_max_interval;

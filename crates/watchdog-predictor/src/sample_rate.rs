@@ -320,7 +320,9 @@ mod tests {
     /// The table of the rule: (used, seconds left, step, alerting, kernel) -> slow.
     #[test]
     fn far_is_slow_and_approaching_is_fast() {
-        let cases: &[(u64, Option<f64>, f64, bool, bool, bool)] = &[
+        /// (used, seconds left, step, alerting, kernel wake, slow).
+        type Case = (u64, Option<f64>, f64, bool, bool, bool);
+        let cases: &[Case] = &[
             (200, None, 0.0, false, false, true),
             (200, Some(1000.0), 0.0, false, false, true),
             (200, Some(100.0), 0.0, false, false, false), // under 4 leads
