@@ -86,24 +86,65 @@ impl LinearBaseline {
     }
 }
 
-fn run_ours(t: &Trace, cfg: &PredictorConfig) -> Outcome {
-    let mut o = Outcome::default();
-    let settings = watchdog_engine::EngineSettings {
+/// What a trace's headers say, for a replay at `interval` seconds.
+struct Scoring {
+    lead: f64,
+    exhausts: Option<f64>,
+    /// Alerts of earlier, freed episodes (before `# scored_from:`) are not scored.
+    scored_from: f64,
+    cfg: PredictorConfig,
+}
+
+fn scoring(t: &Trace, interval: f64) -> Scoring {
+    let lead: f64 = t.meta("lead_s").unwrap().parse().unwrap();
+    Scoring {
+        lead,
+        exhausts: t.meta("exhausts_at").and_then(|v| v.parse::<f64>().ok()),
+        scored_from: t
+            .meta("scored_from")
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(f64::NEG_INFINITY),
+        cfg: PredictorConfig {
+            lead_s: lead,
+            interval_s: interval,
+            ..PredictorConfig::default()
+        },
+    }
+}
+
+/// Records an alert of our predictor at `time` on sample `s`.
+fn note_alert(
+    o: &mut Outcome,
+    s: &TraceSample,
+    time: f64,
+    reason: AlertReason,
+    floor_percent: f64,
+) {
+    let below_floor =
+        (s.limit.saturating_sub(s.used) as f64) < s.limit as f64 * floor_percent / 100.0;
+    o.alerts
+        .push((time, below_floor || reason == AlertReason::NextStep));
+    o.first_alert.get_or_insert(time);
+}
+
+/// The engine's settings for this predictor configuration.
+fn engine_settings(cfg: &PredictorConfig) -> watchdog_engine::EngineSettings {
+    watchdog_engine::EngineSettings {
         lead_s: cfg.lead_s,
         interval_s: cfg.interval_s,
         floor_percent: cfg.floor_percent,
         ..watchdog_engine::EngineSettings::default()
-    };
-    replay::run_trace_with(t, &settings, |s, time, obs| {
+    }
+}
+
+fn run_ours(t: &Trace, cfg: &PredictorConfig) -> Outcome {
+    let mut o = Outcome::default();
+    replay::run_trace_with(t, &engine_settings(cfg), |s, time, obs| {
         if s.resource == 0 {
             o.forecasts.push((time, obs.forecast.seconds_left));
         }
         if let Decision::Alert(reason) = obs.decision {
-            let below_floor = (s.limit.saturating_sub(s.used) as f64)
-                < s.limit as f64 * cfg.floor_percent / 100.0;
-            o.alerts
-                .push((time, below_floor || reason == AlertReason::NextStep));
-            o.first_alert.get_or_insert(time);
+            note_alert(&mut o, s, time, reason, cfg.floor_percent);
         }
     });
     o
@@ -116,19 +157,10 @@ fn run_adaptive(
     adaptive: replay::Adaptive,
 ) -> (Outcome, Vec<replay::RateSummary>) {
     let mut o = Outcome::default();
-    let settings = watchdog_engine::EngineSettings {
-        lead_s: cfg.lead_s,
-        interval_s: cfg.interval_s,
-        floor_percent: cfg.floor_percent,
-        ..watchdog_engine::EngineSettings::default()
-    };
+    let settings = engine_settings(cfg);
     let (_, rates) = replay::run_trace_adaptive(t, &settings, adaptive, |s, time, obs| {
         if let Decision::Alert(reason) = obs.decision {
-            let below_floor = (s.limit.saturating_sub(s.used) as f64)
-                < s.limit as f64 * cfg.floor_percent / 100.0;
-            o.alerts
-                .push((time, below_floor || reason == AlertReason::NextStep));
-            o.first_alert.get_or_insert(time);
+            note_alert(&mut o, s, time, reason, cfg.floor_percent);
         }
     });
     (o, rates)
@@ -164,18 +196,13 @@ fn adaptive_table(root: &std::path::Path) -> String {
     }
     variants.sort_by(|a, b| a.0.cmp(&b.0));
     for (name, t, interval) in &variants {
-        let (t, interval) = (t, *interval);
-        let lead: f64 = t.meta("lead_s").unwrap().parse().unwrap();
-        let exhausts = t.meta("exhausts_at").and_then(|v| v.parse::<f64>().ok());
-        let cfg = PredictorConfig {
-            lead_s: lead,
-            interval_s: interval,
-            ..PredictorConfig::default()
-        };
-        let scored_from = t
-            .meta("scored_from")
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(f64::NEG_INFINITY);
+        let interval = *interval;
+        let Scoring {
+            lead,
+            exhausts,
+            scored_from,
+            cfg,
+        } = scoring(t, interval);
         let fixed = run_ours(t, &cfg).scored_from(scored_from);
         fixed_false += false_alarms(&fixed, exhausts, lead);
         let max_interval = watchdog_predictor::sample_rate::clamp_max_interval(
@@ -480,19 +507,13 @@ fn main() {
         let name = p.file_stem().unwrap().to_string_lossy().into_owned();
         let text = std::fs::read_to_string(p).unwrap();
         let t = trace::parse(&text).unwrap();
-        let lead: f64 = t.meta("lead_s").unwrap().parse().unwrap();
         let interval: f64 = t.meta("interval_s").unwrap().parse().unwrap();
-        let exhausts = t.meta("exhausts_at").and_then(|v| v.parse::<f64>().ok());
-        let cfg = PredictorConfig {
-            lead_s: lead,
-            interval_s: interval,
-            ..PredictorConfig::default()
-        };
-        // Alerts of earlier, freed episodes (before `# scored_from:`) are not scored.
-        let scored_from = t
-            .meta("scored_from")
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(f64::NEG_INFINITY);
+        let Scoring {
+            lead,
+            exhausts,
+            scored_from,
+            cfg,
+        } = scoring(&t, interval);
         let ours = run_ours(&t, &cfg).scored_from(scored_from);
         let base = run_baseline(&t, &cfg).scored_from(scored_from);
         let err = |o: &Outcome| exhausts.map_or("-".to_string(), |e| fmt_err(o, e));
