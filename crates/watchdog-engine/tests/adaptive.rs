@@ -275,3 +275,31 @@ fn far_is_sampled_slowly_and_approaching_fast() {
     // episode; slow in between.
     assert!(r.fast_s > 5.0 * lead && r.fast_s < 7.0 * lead, "{r:?}");
 }
+
+/// The recorded 2 s saw-tooth under a 256 MiB limit, asked to be sampled every eighth of
+/// the lead (one sample a bucket): the first policy, which took that and started slow, was
+/// aliased (its troughs were learned as steps) and alerted at 6.9 s, where the fixed rate
+/// never does. Now `max_interval` is clamped to a quarter bucket, and the saw-tooth's
+/// rises keep it at `interval` anyway.
+#[test]
+fn a_recorded_sawtooth_sampled_slowly_does_not_alert() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/traces/rec_stable_sawtooth.csv"
+    );
+    let trace = watchdog_formats::trace::parse(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let s = EngineSettings {
+        lead_s: 5.0,
+        interval_s: 0.02,
+        ..EngineSettings::default()
+    };
+    for kernel_wake in [false, true] {
+        let adaptive = Adaptive {
+            max_interval_s: 5.0 / 8.0,
+            kernel_wake,
+        };
+        let (report, rates) = replay::run_trace_adaptive(&trace, &s, adaptive, |_, _, _| {});
+        assert!(report.alerts.is_empty(), "{:?}", report.alerts);
+        assert!(rates[0].taken > 0);
+    }
+}
