@@ -328,3 +328,65 @@ fn a_recorded_sawtooth_sampled_slowly_does_not_alert() {
         assert!(rates[0].taken > 0);
     }
 }
+
+/// What the loop asks the engine: when each resource is due, and where a kernel source
+/// should wake it.
+#[test]
+fn the_engine_says_when_each_resource_is_due() {
+    use std::time::Duration;
+    use watchdog_engine::Engine;
+    use watchdog_types::{Resource, ResourceId, ResourceKind, Sample};
+    let resource = |id: u16, kind: ResourceKind, name: &str| Resource {
+        id: ResourceId(id),
+        kind,
+        name: name.to_string(),
+        source: "test".to_string(),
+    };
+    let mut engine = Engine::new(
+        &[
+            resource(0, ResourceKind::CgroupMemory, "cgroup_memory"),
+            resource(1, ResourceKind::DiskBytes, "disk:/"),
+        ],
+        settings(30.0),
+    );
+    engine.set_max_interval(10.0);
+    assert_eq!(engine.max_interval_s(), 0.9375);
+    engine.set_kernel_wake(ResourceId(0), true);
+    assert_eq!(engine.next_due(ResourceId(0)), Duration::ZERO);
+    let limit = 1u64 << 30;
+    let mut out = Vec::new();
+    let mut t = 0.0;
+    while t <= 31.0 {
+        for id in 0..2 {
+            let s = Sample {
+                resource: ResourceId(id),
+                t_ns: (t * 1e9) as u64,
+                used: limit / 5,
+                limit,
+            };
+            engine.observe(&s, &mut out);
+        }
+        t += 0.1;
+    }
+    // Far for a lead: slow, and the cgroup woken by the kernel just above its usage.
+    for id in [ResourceId(0), ResourceId(1)] {
+        assert!(engine.is_slow(id));
+        let due = engine.next_due(id).as_secs_f64();
+        assert!(due > 0.1 && due <= 0.9375 + 1e-9, "{due}");
+        let at = engine.due_at_s(id).unwrap();
+        assert!((at - (t - 0.1) - due).abs() < 1e-6, "{at} {t} {due}");
+    }
+    let wake = engine.wake_at(ResourceId(0)).unwrap();
+    assert!(wake > limit / 5 && wake < limit / 5 + limit / 100, "{wake}");
+    assert_eq!(engine.wake_at(ResourceId(1)), None);
+    // Near the floor: at `interval` again, at once.
+    let s = Sample {
+        resource: ResourceId(1),
+        t_ns: (t * 1e9) as u64,
+        used: limit - limit / 40,
+        limit,
+    };
+    engine.observe(&s, &mut out);
+    assert!(!engine.is_slow(ResourceId(1)));
+    assert_eq!(engine.next_due(ResourceId(1)), Duration::from_secs_f64(0.1));
+}
