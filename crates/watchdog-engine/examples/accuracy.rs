@@ -10,7 +10,10 @@
 //! `<!-- accuracy:end -->` in `docs/prediction.md`, and the step-peak table (the traces of
 //! `tests/traces/steps/`: the step-peak predictor beside today's NVML-total policy, the
 //! predictor above over the device's used memory the same trace implies) between
-//! `<!-- step-accuracy:begin -->` and `<!-- step-accuracy:end -->`.
+//! `<!-- step-accuracy:begin -->` and `<!-- step-accuracy:end -->`, and the adaptive-rate
+//! table (every trace at the fixed rate and at adaptive rates, see
+//! `watchdog_predictor::sample_rate`) between `<!-- adaptive-accuracy:begin -->` and
+//! `<!-- adaptive-accuracy:end -->`.
 #![allow(clippy::print_stdout, clippy::unwrap_used)]
 
 use std::collections::VecDeque;
@@ -83,27 +86,222 @@ impl LinearBaseline {
     }
 }
 
-fn run_ours(t: &Trace, cfg: &PredictorConfig) -> Outcome {
-    let mut o = Outcome::default();
-    let settings = watchdog_engine::EngineSettings {
+/// What a trace's headers say, for a replay at `interval` seconds.
+struct Scoring {
+    lead: f64,
+    exhausts: Option<f64>,
+    /// Alerts of earlier, freed episodes (before `# scored_from:`) are not scored.
+    scored_from: f64,
+    cfg: PredictorConfig,
+}
+
+fn scoring(t: &Trace, interval: f64) -> Scoring {
+    let lead: f64 = t.meta("lead_s").unwrap().parse().unwrap();
+    Scoring {
+        lead,
+        exhausts: t.meta("exhausts_at").and_then(|v| v.parse::<f64>().ok()),
+        scored_from: t
+            .meta("scored_from")
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(f64::NEG_INFINITY),
+        cfg: PredictorConfig {
+            lead_s: lead,
+            interval_s: interval,
+            ..PredictorConfig::default()
+        },
+    }
+}
+
+/// Records an alert of our predictor at `time` on sample `s`.
+fn note_alert(
+    o: &mut Outcome,
+    s: &TraceSample,
+    time: f64,
+    reason: AlertReason,
+    floor_percent: f64,
+) {
+    let below_floor =
+        (s.limit.saturating_sub(s.used) as f64) < s.limit as f64 * floor_percent / 100.0;
+    o.alerts
+        .push((time, below_floor || reason == AlertReason::NextStep));
+    o.first_alert.get_or_insert(time);
+}
+
+/// The engine's settings for this predictor configuration.
+fn engine_settings(cfg: &PredictorConfig) -> watchdog_engine::EngineSettings {
+    watchdog_engine::EngineSettings {
         lead_s: cfg.lead_s,
         interval_s: cfg.interval_s,
         floor_percent: cfg.floor_percent,
         ..watchdog_engine::EngineSettings::default()
-    };
-    replay::run_trace_with(t, &settings, |s, time, obs| {
+    }
+}
+
+fn run_ours(t: &Trace, cfg: &PredictorConfig) -> Outcome {
+    let mut o = Outcome::default();
+    replay::run_trace_with(t, &engine_settings(cfg), |s, time, obs| {
         if s.resource == 0 {
             o.forecasts.push((time, obs.forecast.seconds_left));
         }
         if let Decision::Alert(reason) = obs.decision {
-            let below_floor = (s.limit.saturating_sub(s.used) as f64)
-                < s.limit as f64 * cfg.floor_percent / 100.0;
-            o.alerts
-                .push((time, below_floor || reason == AlertReason::NextStep));
-            o.first_alert.get_or_insert(time);
+            note_alert(&mut o, s, time, reason, cfg.floor_percent);
         }
     });
     o
+}
+
+/// The same as [`run_ours`], sampled at adaptive rates; and how each resource was sampled.
+fn run_adaptive(
+    t: &Trace,
+    cfg: &PredictorConfig,
+    adaptive: replay::Adaptive,
+) -> (Outcome, Vec<replay::RateSummary>) {
+    let mut o = Outcome::default();
+    let settings = engine_settings(cfg);
+    let (_, rates) = replay::run_trace_adaptive(t, &settings, adaptive, |s, time, obs| {
+        if let Decision::Alert(reason) = obs.decision {
+            note_alert(&mut o, s, time, reason, cfg.floor_percent);
+        }
+    });
+    (o, rates)
+}
+
+/// Samples a second as "1.0/s", "-" when never in that mode.
+fn fmt_rate(rate: Option<f64>) -> String {
+    rate.map_or("-".to_string(), |r| format!("{r:.2}/s"))
+}
+
+/// The adaptive-rate table: every trace at the fixed rate beside adaptive rates with
+/// `max_interval` at its largest (lead / 8), without and with a modelled kernel wake for
+/// cgroup memory.
+fn adaptive_table(root: &std::path::Path) -> String {
+    let paths = csv_files(&root.join("tests/traces"));
+    let mut table = String::from(
+        "| trace | interval / max | fixed: lead achieved | fixed: false alarms | adaptive: lead achieved | adaptive: later than fixed | adaptive: false alarms | samples/s far / approaching / overall (fixed) | with kernel wake: lead achieved | with kernel wake: later than fixed | with kernel wake: false alarms | with kernel wake: samples/s far / approaching / overall (woken) |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    let mut totals = [(0usize, 0usize, 0usize); 2];
+    let (mut far_n, mut far_s, mut fixed_false) = (0usize, 0.0f64, 0usize);
+    let mut variants = Vec::new();
+    for p in &paths {
+        let name = p.file_stem().unwrap().to_string_lossy().into_owned();
+        let text = std::fs::read_to_string(p).unwrap();
+        let t = trace::parse(&text).unwrap();
+        let interval: f64 = t.meta("interval_s").unwrap().parse().unwrap();
+        if interval >= 0.5 {
+            // Sampled once a second, as slowly as the 30 s lead allows already: the same
+            // usage at a tenth of the interval (linear between the trace's samples) too.
+            variants.push((format!("{name} (x10)"), upsample(&t, 10), interval / 10.0));
+        }
+        variants.push((name, t, interval));
+    }
+    variants.sort_by(|a, b| a.0.cmp(&b.0));
+    for (name, t, interval) in &variants {
+        let interval = *interval;
+        let Scoring {
+            lead,
+            exhausts,
+            scored_from,
+            cfg,
+        } = scoring(t, interval);
+        let fixed = run_ours(t, &cfg).scored_from(scored_from);
+        fixed_false += false_alarms(&fixed, exhausts, lead);
+        let max_interval = watchdog_predictor::sample_rate::clamp_max_interval(
+            interval,
+            lead / 8.0,
+            lead,
+            cfg.bucket_width_s(),
+        );
+        let mut cells = Vec::new();
+        for (k, kernel_wake) in [false, true].into_iter().enumerate() {
+            let adaptive = replay::Adaptive {
+                max_interval_s: max_interval,
+                kernel_wake,
+            };
+            let (o, rates) = run_adaptive(t, &cfg, adaptive);
+            let o = o.scored_from(scored_from);
+            let late = exhausts.is_some_and(|e| o.first_alert.is_none_or(|a| e - a < lead));
+            let later = match (fixed.first_alert, o.first_alert) {
+                (Some(f), Some(a)) => format!("{:+.1} s", a - f),
+                (None, None) => "-".to_string(),
+                _ => "**differs**".to_string(),
+            };
+            let falses = false_alarms(&o, exhausts, lead);
+            // A false alarm the fixed rate did not have, or a missed alert.
+            let extra = falses.saturating_sub(false_alarms(&fixed, exhausts, lead))
+                + usize::from(o.alerts.len() != fixed.alerts.len());
+            totals[k].0 += usize::from(late);
+            totals[k].1 += falses;
+            totals[k].2 += extra;
+            let r = &rates[0];
+            if !kernel_wake {
+                far_n += r.slow_samples;
+                far_s += r.slow_s;
+            }
+            let overall = (r.slow_samples + r.fast_samples) as f64 / (r.slow_s + r.fast_s);
+            let fixed_rate = (r.offered.saturating_sub(1)) as f64 / (r.slow_s + r.fast_s);
+            let tail = if kernel_wake {
+                format!("{} woken", r.woken)
+            } else {
+                format!("{fixed_rate:.2}/s")
+            };
+            cells.push(format!(
+                "{} | {later} | {falses} | {} / {} / {overall:.2}/s ({tail})",
+                fmt_lead(&o, exhausts),
+                fmt_rate(r.slow_rate()),
+                fmt_rate(r.fast_rate()),
+            ));
+        }
+        let _ = writeln!(
+            table,
+            "| {name} | {interval} s / {max_interval} s | {} | {} | {} | {} |",
+            fmt_lead(&fixed, exhausts),
+            false_alarms(&fixed, exhausts, lead),
+            cells[0],
+            cells[1],
+        );
+    }
+    let _ = writeln!(
+        table,
+        "\nTotals over {} rows: the fixed rate {} false alarms; adaptive {} late or missed, {} false alarms, {} alerts the fixed rate did not have or had and it did not; with kernel wake {} late or missed, {} false alarms, {} such differences. Without a kernel wake, while far from its limit the first resource was sampled {:.2} times a second on average over all rows (whatever their interval).",
+        variants.len(),
+        fixed_false,
+        totals[0].0,
+        totals[0].1,
+        totals[0].2,
+        totals[1].0,
+        totals[1].1,
+        totals[1].2,
+        far_n as f64 / far_s.max(1e-9),
+    );
+    table
+}
+
+/// The same usage sampled `factor` times as often: linear between each resource's
+/// samples.
+fn upsample(t: &Trace, factor: usize) -> Trace {
+    let mut samples = Vec::new();
+    let mut last: Vec<Option<TraceSample>> = vec![None; t.resources.len()];
+    for &s in &t.samples {
+        if let Some(Some(prev)) = last.get(s.resource) {
+            for k in 1..factor {
+                let f = k as f64 / factor as f64;
+                samples.push(TraceSample {
+                    t_s: prev.t_s + f * (s.t_s - prev.t_s),
+                    used: (prev.used as f64 + f * (s.used as f64 - prev.used as f64)) as u64,
+                    ..*prev
+                });
+            }
+        }
+        samples.push(s);
+        if let Some(slot) = last.get_mut(s.resource) {
+            *slot = Some(s);
+        }
+    }
+    samples.sort_by(|a, b| a.t_s.total_cmp(&b.t_s));
+    Trace {
+        samples,
+        ..t.clone()
+    }
 }
 
 fn run_baseline(t: &Trace, cfg: &PredictorConfig) -> Outcome {
@@ -309,19 +507,13 @@ fn main() {
         let name = p.file_stem().unwrap().to_string_lossy().into_owned();
         let text = std::fs::read_to_string(p).unwrap();
         let t = trace::parse(&text).unwrap();
-        let lead: f64 = t.meta("lead_s").unwrap().parse().unwrap();
         let interval: f64 = t.meta("interval_s").unwrap().parse().unwrap();
-        let exhausts = t.meta("exhausts_at").and_then(|v| v.parse::<f64>().ok());
-        let cfg = PredictorConfig {
-            lead_s: lead,
-            interval_s: interval,
-            ..PredictorConfig::default()
-        };
-        // Alerts of earlier, freed episodes (before `# scored_from:`) are not scored.
-        let scored_from = t
-            .meta("scored_from")
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(f64::NEG_INFINITY);
+        let Scoring {
+            lead,
+            exhausts,
+            scored_from,
+            cfg,
+        } = scoring(&t, interval);
         let ours = run_ours(&t, &cfg).scored_from(scored_from);
         let base = run_baseline(&t, &cfg).scored_from(scored_from);
         let err = |o: &Outcome| exhausts.map_or("-".to_string(), |e| fmt_err(o, e));
@@ -356,6 +548,8 @@ fn main() {
     print!("{table}");
     let steps = step_table(&root);
     print!("\n{steps}");
+    let adaptive = adaptive_table(&root);
+    print!("\n{adaptive}");
     if std::env::args().any(|a| a == "--update-doc") {
         let doc_path = root.join("docs/prediction.md");
         let doc = std::fs::read_to_string(&doc_path).unwrap();
@@ -371,6 +565,14 @@ fn main() {
                 "<!-- step-accuracy:begin -->",
                 "<!-- step-accuracy:end -->",
                 &steps,
+            )
+        })
+        .and_then(|d| {
+            splice(
+                &d,
+                "<!-- adaptive-accuracy:begin -->",
+                "<!-- adaptive-accuracy:end -->",
+                &adaptive,
             )
         });
         let Some(updated) = updated else {

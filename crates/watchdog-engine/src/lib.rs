@@ -26,10 +26,15 @@ pub mod verdict;
 pub use step_peaks::{Acknowledgment, GpuUse, StepBatch};
 pub use watchdog_types::request::{Delivery, Request, StepPeak};
 
+use std::time::Duration;
+
+use watchdog_predictor::sample_rate::{self, NextSample, RateInput, SampleRate};
 use watchdog_predictor::{Decision, Observation, PredictorConfig, ResourcePredictor};
 use watchdog_types::status::ResourceStatus;
 use watchdog_types::units::format_duration_s;
-use watchdog_types::{AlertReason, EventBody, Forecast, Resource, Sample, Unit};
+use watchdog_types::{
+    AlertReason, EventBody, Forecast, Resource, ResourceId, ResourceKind, Sample, Unit,
+};
 
 use text::{alert_sentence, format_amount};
 use verdict::{ExitFacts, ResourceEnd, Verdict};
@@ -186,6 +191,12 @@ struct ResourceState {
     forecast: Forecast,
     peak: u64,
     peak_limit: u64,
+    /// How often it is to be sampled (see [`Engine::next_due`]).
+    rate: SampleRate,
+    /// What the rate policy said after the last sample.
+    next: Option<NextSample>,
+    /// Whether a kernel source wakes the loop when its usage crosses a level.
+    kernel_wake: bool,
 }
 
 /// One alert sent, for the summary.
@@ -215,6 +226,9 @@ pub struct Engine {
     save_s: f64,
     /// The CUDA out-of-memory error the run reported, for the verdict.
     cuda_oom: Option<verdict::CudaOom>,
+    /// The longest interval between two samples of a far resource, as asked (clamped
+    /// when used, see [`Engine::max_interval_s`]).
+    max_interval_s: f64,
 }
 
 impl Engine {
@@ -234,6 +248,7 @@ impl Engine {
             step_peaks: Vec::new(),
             save_s: 0.0,
             cuda_oom: None,
+            max_interval_s: sample_rate::DEFAULT_MAX_INTERVAL_S,
         };
         for r in resources {
             engine.add_resource(r.clone());
@@ -252,7 +267,70 @@ impl Engine {
             forecast: Forecast::default(),
             peak: 0,
             peak_limit: 0,
+            rate: SampleRate::new(),
+            next: None,
+            kernel_wake: false,
         });
+    }
+
+    /// Sets the longest interval between two samples of a far resource (`max_interval`);
+    /// it is clamped when used ([`max_interval_s`](Self::max_interval_s)).
+    pub fn set_max_interval(&mut self, max_interval_s: f64) {
+        self.max_interval_s = max_interval_s;
+    }
+
+    /// The longest interval in force, seconds: `max_interval` clamped to `[interval,
+    /// bucket / 4]` so every bucket of the trend windows gets four samples.
+    pub fn max_interval_s(&self) -> f64 {
+        let p = self.settings.predictor();
+        sample_rate::clamp_max_interval(
+            p.interval_s,
+            self.max_interval_s,
+            p.lead_s,
+            p.bucket_width_s(),
+        )
+    }
+
+    /// Says whether a kernel source wakes the loop when resource `id`'s usage crosses a
+    /// level armed for it ([`wake_at`](Self::wake_at)); with one, the resource may sleep
+    /// closer to its floor. Takes effect from its next sample.
+    pub fn set_kernel_wake(&mut self, id: ResourceId, covered: bool) {
+        if let Some(st) = self.states.get_mut(id.0 as usize) {
+            st.kernel_wake = covered;
+        }
+    }
+
+    /// How long after its last sample resource `id` is to be sampled again: `interval`
+    /// while it approaches its limit, up to [`max_interval_s`](Self::max_interval_s) while
+    /// it is far; zero before its first sample (and for an unknown resource).
+    pub fn next_due(&self, id: ResourceId) -> Duration {
+        self.states
+            .get(id.0 as usize)
+            .and_then(|st| st.next)
+            .map_or(Duration::ZERO, |n| {
+                Duration::from_secs_f64(n.after_s.max(0.0))
+            })
+    }
+
+    /// When resource `id` is due, on the samples' clock (seconds): its last sample's time
+    /// plus [`next_due`](Self::next_due); `None` before its first sample.
+    pub fn due_at_s(&self, id: ResourceId) -> Option<f64> {
+        let st = self.states.get(id.0 as usize)?;
+        Some(st.last?.t_ns as f64 / 1e9 + st.next?.after_s)
+    }
+
+    /// For a resource with a kernel wake: the usage at which the kernel should wake the
+    /// loop to sample it (re-armed after each sample); `None` without one.
+    pub fn wake_at(&self, id: ResourceId) -> Option<u64> {
+        self.states.get(id.0 as usize)?.next?.wake_at
+    }
+
+    /// Whether resource `id` is sampled slowly now (far from its limit).
+    pub fn is_slow(&self, id: ResourceId) -> bool {
+        self.states
+            .get(id.0 as usize)
+            .and_then(|st| st.next)
+            .is_some_and(|n| n.slow)
     }
 
     /// The settings in force.
@@ -279,6 +357,7 @@ impl Engine {
     /// queues an alert for [`decide`](Self::decide). Returns the predictor's observation
     /// (none for an unknown or unlimited resource).
     pub fn observe(&mut self, s: &Sample, out: &mut Vec<Action>) -> Option<Observation> {
+        let (lead_s, max_interval_s) = (self.lead_s, self.max_interval_s());
         let st = self.states.get_mut(s.resource.0 as usize)?;
         if s.used >= st.peak {
             st.peak = s.used;
@@ -289,10 +368,14 @@ impl Engine {
             announce_limit(&st.resource, s.limit, previous.is_none(), out);
         }
         if !s.is_limited() {
+            let input = rate_input(st, s, None, lead_s, max_interval_s);
+            st.next = Some(st.rate.update(&input));
             return None;
         }
         let obs = st.predictor.observe(s.t_ns as f64 / 1e9, s.used, s.limit);
         st.forecast = obs.forecast;
+        let input = rate_input(st, s, obs.forecast.seconds_left, lead_s, max_interval_s);
+        st.next = Some(st.rate.update(&input));
         match obs.decision {
             Decision::Quiet => {}
             Decision::Alert(reason) => self.pending.push(Pending {
@@ -652,6 +735,36 @@ impl Engine {
             }
         }
         (peaks, text)
+    }
+}
+
+/// What the rate policy is told of resource `st` after sample `s`.
+fn rate_input(
+    st: &ResourceState,
+    s: &Sample,
+    seconds_left: Option<f64>,
+    lead_s: f64,
+    max_interval_s: f64,
+) -> RateInput {
+    let config = st.predictor.config();
+    let floor = if st.resource.kind == ResourceKind::Runtime || !s.is_limited() {
+        0.0
+    } else {
+        s.limit as f64 * config.floor_percent.max(0.0) / 100.0
+    };
+    RateInput {
+        t_s: s.t_ns as f64 / 1e9,
+        seconds_left,
+        used: s.used,
+        limit: s.limit,
+        floor,
+        step: st.predictor.learned_step() as f64,
+        alerting: !st.predictor.is_armed(),
+        lead_s,
+        interval_s: config.interval_s,
+        max_interval_s,
+        kernel_wake: st.kernel_wake,
+        bucket_close_s: st.predictor.next_bucket_close(),
     }
 }
 

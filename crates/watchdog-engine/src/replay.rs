@@ -203,6 +203,138 @@ where
     replayer.finish()
 }
 
+/// How an adaptive replay samples: each resource when its rate policy says (see
+/// [`watchdog_predictor::sample_rate`]), not every sample of the trace.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Adaptive {
+    /// `max_interval`, seconds (clamped as the engine clamps it).
+    pub max_interval_s: f64,
+    /// Model a cgroup v1 usage threshold for every cgroup memory resource: besides when it
+    /// is due, it is sampled at the first sample of the trace whose usage reaches the
+    /// level the policy armed ([`Engine::wake_at`]).
+    pub kernel_wake: bool,
+}
+
+/// How one resource was sampled in an adaptive replay.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RateSummary {
+    /// Resource name as in the trace.
+    pub resource: String,
+    /// Samples the trace had of it.
+    pub offered: usize,
+    /// Samples taken.
+    pub taken: usize,
+    /// Of those, taken only because the modelled kernel threshold was crossed.
+    pub woken: usize,
+    /// Seconds spent sampling slowly (far from the limit), and the samples that ended them.
+    pub slow_s: f64,
+    /// Samples taken while slow.
+    pub slow_samples: usize,
+    /// Seconds spent sampling at `interval` (approaching).
+    pub fast_s: f64,
+    /// Samples taken while fast.
+    pub fast_samples: usize,
+}
+
+impl RateSummary {
+    /// Samples a second while slow (`None` when it never was).
+    pub fn slow_rate(&self) -> Option<f64> {
+        (self.slow_s > 0.0).then(|| self.slow_samples as f64 / self.slow_s)
+    }
+
+    /// Samples a second while fast (`None` when it never was).
+    pub fn fast_rate(&self) -> Option<f64> {
+        (self.fast_s > 0.0).then(|| self.fast_samples as f64 / self.fast_s)
+    }
+}
+
+/// Replays a parsed trace as a live watch with adaptive rates would sample it: the trace
+/// stands for the continuous usage (at its own resolution, the watch's `interval`), and
+/// each resource is sampled at the latest sample of the trace not after it is due
+/// ([`Engine::due_at_s`]), or when the modelled kernel threshold wakes it. `inspect` sees
+/// the samples taken. Returns the report and how each resource was sampled.
+pub fn run_trace_adaptive<F>(
+    trace: &Trace,
+    config: &EngineSettings,
+    adaptive: Adaptive,
+    inspect: F,
+) -> (ReplayReport, Vec<RateSummary>)
+where
+    F: FnMut(&TraceSample, f64, &Observation),
+{
+    let mut replayer = Replayer::new(config, inspect)
+        .acknowledging(trace.meta("ack_after_s").and_then(|v| v.parse().ok()));
+    replayer.engine.set_max_interval(adaptive.max_interval_s);
+    replayer.add_resources(&trace.resources);
+    let mut rates: Vec<RateSummary> = trace
+        .resources
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            if adaptive.kernel_wake && replayer.resources[i].kind == ResourceKind::CgroupMemory {
+                replayer.engine.set_kernel_wake(resource_id(i), true);
+            }
+            RateSummary {
+                resource: name.clone(),
+                ..RateSummary::default()
+            }
+        })
+        .collect();
+    // The time of the next sample of the same resource, for every sample.
+    let mut next_t = vec![None; trace.samples.len()];
+    let mut seen: Vec<Option<f64>> = vec![None; trace.resources.len()];
+    for (i, s) in trace.samples.iter().enumerate().rev() {
+        if let Some(slot) = seen.get_mut(s.resource) {
+            next_t[i] = *slot;
+            *slot = Some(s.t_s);
+        }
+    }
+    let start = trace.samples.first().map_or(0.0, |s| s.t_s);
+    // Per resource: the last sample taken (relative time) and whether it left it slow.
+    let mut last: Vec<Option<(f64, bool)>> = vec![None; trace.resources.len()];
+    for (i, &s) in trace.samples.iter().enumerate() {
+        let (Some(rate), Some(prev)) = (rates.get_mut(s.resource), last.get_mut(s.resource)) else {
+            replayer.observe(s, None);
+            continue;
+        };
+        rate.offered += 1;
+        let id = resource_id(s.resource);
+        let t = s.t_s - start;
+        let eps = 1e-9 * t.abs().max(1.0);
+        let due = replayer
+            .engine
+            .due_at_s(id)
+            .is_none_or(|due| t + eps >= due || next_t[i].is_none_or(|n| n - start > due + eps));
+        let woken = !due && replayer.engine.wake_at(id).is_some_and(|w| s.used >= w);
+        if !due && !woken {
+            continue;
+        }
+        let before = replayer.samples;
+        replayer.observe(s, None);
+        if replayer.samples == before {
+            continue;
+        }
+        rate.taken += 1;
+        rate.woken += usize::from(woken);
+        if let Some((t0, slow)) = *prev {
+            if slow {
+                rate.slow_s += t - t0;
+                rate.slow_samples += 1;
+            } else {
+                rate.fast_s += t - t0;
+                rate.fast_samples += 1;
+            }
+        }
+        *prev = Some((t, replayer.engine.is_slow(id)));
+    }
+    (replayer.finish(), rates)
+}
+
+/// The engine's id of the trace's `i`-th resource.
+fn resource_id(i: usize) -> ResourceId {
+    ResourceId(i.min(u16::MAX as usize) as u16)
+}
+
 /// The engine and one summary per resource, fed sample by sample.
 struct Replayer<'c, F> {
     config: &'c EngineSettings,
@@ -259,7 +391,7 @@ where
         for name in names.iter().skip(self.resources.len()) {
             let kind = ResourceKind::of_resource_name(name);
             self.engine.add_resource(Resource {
-                id: ResourceId(self.resources.len().min(u16::MAX as usize) as u16),
+                id: resource_id(self.resources.len()),
                 kind,
                 name: name.clone(),
                 source: "trace".to_string(),

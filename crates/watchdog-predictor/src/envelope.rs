@@ -179,6 +179,12 @@ impl Envelope {
         self.width
     }
 
+    /// When the current bucket closes (the next sample from then on refits); `None`
+    /// before the first sample.
+    pub fn next_edge(&self) -> Option<f64> {
+        (self.started && self.next_edge.is_finite()).then_some(self.next_edge)
+    }
+
     /// Adds one sample; returns true when at least one bucket closed (the caller then refits).
     #[inline]
     pub fn push(&mut self, t: f64, v: f64) -> bool {

@@ -22,6 +22,7 @@
 #![deny(missing_docs)]
 
 mod envelope;
+pub mod sample_rate;
 pub mod step_peak;
 mod steps;
 
@@ -230,6 +231,12 @@ impl ResourcePredictor {
     pub fn learned_step(&self) -> u64 {
         let s = self.steps.learned();
         if s > 0.0 { s as u64 } else { 0 }
+    }
+
+    /// When the current bucket closes: the first sample from then on refits the trend, so
+    /// a forecast can change there whatever the usage does. `None` before any sample.
+    pub fn next_bucket_close(&self) -> Option<f64> {
+        self.env.next_edge()
     }
 
     /// How many steps have been learned so far.

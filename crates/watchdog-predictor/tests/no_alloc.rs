@@ -1,11 +1,13 @@
 //! `observe` never allocates: a counting global allocator watches a long run of
-//! every resource kind through leaks, gaps, steps and alerts.
+//! every resource kind through leaks, gaps, steps and alerts (and the sampling-rate
+//! policy decided after each sample).
 #![allow(clippy::unwrap_used)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use watchdog_predictor::sample_rate::{RateInput, SampleRate};
 use watchdog_predictor::{PredictorConfig, ResourcePredictor};
 use watchdog_types::ResourceKind;
 
@@ -60,6 +62,8 @@ fn observe_does_not_allocate() {
         .collect();
     let limit: u64 = 1 << 30;
     let mut alerts = 0u32;
+    let mut rates = [SampleRate::new(); 4];
+    let mut slow = 0u32;
     WATCHED.with(|w| w.set(true));
     for i in 0..200_000u64 {
         let t = i as f64 * 0.01;
@@ -73,15 +77,32 @@ fn observe_does_not_allocate() {
             0
         };
         let used = (base + i * 200 + (i % 100) * 100_000).min(limit);
-        for p in predictors.iter_mut() {
-            if p.observe(t, used, limit).decision != watchdog_predictor::Decision::Quiet {
+        for (p, rate) in predictors.iter_mut().zip(rates.iter_mut()) {
+            let obs = p.observe(t, used, limit);
+            if obs.decision != watchdog_predictor::Decision::Quiet {
                 alerts += 1;
             }
+            let next = rate.update(&RateInput {
+                t_s: t,
+                seconds_left: obs.forecast.seconds_left,
+                used,
+                limit,
+                floor: limit as f64 * 0.05,
+                step: p.learned_step() as f64,
+                alerting: !p.is_armed(),
+                lead_s: 30.0,
+                interval_s: 0.01,
+                max_interval_s: 0.5,
+                kernel_wake: i % 2 == 0,
+                bucket_close_s: p.next_bucket_close(),
+            });
+            slow += u32::from(next.slow);
         }
     }
     WATCHED.with(|w| w.set(false));
     assert_eq!(ALLOCATIONS.load(Ordering::Relaxed), 0, "observe allocated");
     assert!(alerts > 0, "the run should have exercised the alert path");
+    assert!(slow > 0, "the run should have sampled slowly at times");
 }
 
 /// The step-peak predictor's `observe` and `decide` never allocate either: a leak, folded

@@ -1,0 +1,392 @@
+//! Adaptive sampling rates keep the promise of the fixed rate: over generated traces
+//! (leaks fast and slow, saw-tooths of short and long periods, sudden jumps, plateaus,
+//! with noise and frees between them), replayed at the fixed rate and at adaptive rates,
+//! every alert of the fixed rate comes at adaptive rates too, no later than one
+//! `max_interval` after it, a floor alert within one `interval` where a kernel wake is
+//! modelled for cgroup memory, and there is no alert the fixed rate did not have.
+//!
+//! Not promised for traces with a staircase (they are generated and replayed, and
+//! `ADAPTIVE_EXCESS=1` prints how much later each alert came): a step seen up to one
+//! `max_interval` late is extrapolated by the staircase forecast; in one case the fixed
+//! rate's `next_step` alert rested on a step it had learned and the adaptive replay had
+//! not, 22.8 s earlier (the adaptive alert still came more than a lead before the limit).
+//!
+//! Broken in a few cases in ten thousand without a staircase too (measured in
+//! `docs/prediction.md`): shapes on the edge of alerting whose alert times spread over more
+//! than 8 noise draws show, and a disk saw-tooth acknowledged on every tooth that the fixed
+//! rate alerts once and adaptive rates on every tooth.
+#![allow(clippy::unwrap_used)]
+
+use proptest::prelude::*;
+use watchdog_engine::EngineSettings;
+use watchdog_engine::replay::{self, Adaptive, AlertRecord};
+use watchdog_formats::trace::{Trace, TraceFormat, TraceSample};
+use watchdog_predictor::PredictorConfig;
+use watchdog_predictor::sample_rate::clamp_max_interval;
+use watchdog_types::AlertReason;
+
+const LIMIT: f64 = (1u64 << 30) as f64;
+/// The trace's resolution and the watch's `interval`, seconds.
+const DT: f64 = 0.1;
+
+fn xorshift(state: &mut u64) -> f64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    (*state >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// One segment, in fractions of the limit and multiples of the lead.
+#[derive(Debug, Clone)]
+enum Segment {
+    /// Linear growth from the base to the limit in `runway` leads, then a free.
+    Leak { runway: f64, next_base: f64 },
+    /// `steps` equal steps from the base to the limit, one every `period` leads, then a free.
+    Staircase {
+        steps: u32,
+        period: f64,
+        next_base: f64,
+    },
+    /// `teeth` saw-tooth periods of `period` leads rising `amp` above the base.
+    Sawtooth { amp: f64, period: f64, teeth: u32 },
+    /// A sudden jump to `level`, held `len` leads, and back to the base.
+    Jump { level: f64, len: f64 },
+    /// Flat at the base for `len` leads.
+    Plateau { len: f64 },
+}
+
+fn segment() -> impl Strategy<Value = Segment> {
+    prop_oneof![
+        3 => (1.0f64..15.0, 0.02f64..0.4)
+            .prop_map(|(runway, next_base)| Segment::Leak { runway, next_base }),
+        // As in the predictor's episodes test: at most a lead apart and at least three
+        // leads in all (a faster one outruns the history the trend needs, only the floor
+        // can catch it, and the fixed rate's own alert moves by many seconds with the noise).
+        1 => (5u32..12, 0.0f64..1.0, 0.02f64..0.4).prop_map(|(steps, p, next_base)| {
+            let shortest = (3.0 / steps as f64).max(0.3);
+            Segment::Staircase { steps, period: shortest + p * (1.0 - shortest), next_base }
+        }),
+        2 => (0.02f64..0.4, 0.02f64..3.0, 1u32..8)
+            .prop_map(|(amp, period, teeth)| Segment::Sawtooth { amp, period, teeth }),
+        1 => (0.4f64..1.0, 0.2f64..3.0).prop_map(|(level, len)| Segment::Jump { level, len }),
+        1 => (0.5f64..4.0).prop_map(|len| Segment::Plateau { len }),
+    ]
+}
+
+/// The usage of `parts` from `first_base`, sampled every DT with noise, as one resource.
+fn generate(
+    name: &str,
+    lead: f64,
+    first_base: f64,
+    parts: &[(f64, Segment)],
+    ack: bool,
+    seed: u64,
+) -> Trace {
+    let mut rng = seed | 1;
+    let mut samples = Vec::new();
+    let mut t = 0.0f64;
+    let mut base = first_base;
+    let mut push = |t: &mut f64, v: f64, rng: &mut u64| {
+        let jitter = 0.002 * (xorshift(rng) - 0.5);
+        samples.push(TraceSample {
+            resource: 0,
+            t_s: *t,
+            used: ((v + jitter).clamp(0.0, 1.0) * LIMIT) as u64,
+            limit: LIMIT as u64,
+        });
+        *t += DT;
+    };
+    let hold = |t: &mut f64,
+                v: f64,
+                len: f64,
+                rng: &mut u64,
+                push: &mut dyn FnMut(&mut f64, f64, &mut u64)| {
+        let end = *t + len * lead;
+        while *t < end {
+            push(t, v, rng);
+        }
+    };
+    for (gap, seg) in parts {
+        hold(&mut t, base, *gap, &mut rng, &mut push);
+        match *seg {
+            Segment::Leak { runway, next_base } => {
+                let (t0, rate) = (t, (1.0 - base) / (runway * lead));
+                while base + rate * (t - t0) < 1.0 {
+                    let v = base + rate * (t - t0);
+                    push(&mut t, v, &mut rng);
+                }
+                base = next_base;
+            }
+            Segment::Staircase {
+                steps,
+                period,
+                next_base,
+            } => {
+                let step = (1.0 - base) / steps as f64;
+                for k in 0..=steps {
+                    hold(&mut t, base + step * k as f64, period, &mut rng, &mut push);
+                }
+                base = next_base;
+            }
+            Segment::Sawtooth { amp, period, teeth } => {
+                for _ in 0..teeth {
+                    let t0 = t;
+                    while t < t0 + period * lead {
+                        let v = base + amp * (t - t0) / (period * lead);
+                        push(&mut t, v, &mut rng);
+                    }
+                }
+            }
+            Segment::Jump { level, len } => {
+                hold(&mut t, level.max(base), len, &mut rng, &mut push);
+            }
+            Segment::Plateau { len } => hold(&mut t, base, len, &mut rng, &mut push),
+        }
+    }
+    hold(&mut t, base, 1.0, &mut rng, &mut push);
+    let mut meta = vec![("lead_s".to_string(), lead.to_string())];
+    if ack {
+        meta.push(("ack_after_s".to_string(), "1".to_string()));
+    }
+    Trace {
+        format: TraceFormat::Csv,
+        resources: vec![name.to_string()],
+        samples,
+        meta,
+    }
+}
+
+fn settings(lead: f64) -> EngineSettings {
+    EngineSettings {
+        lead_s: lead,
+        interval_s: DT,
+        ..EngineSettings::default()
+    }
+}
+
+/// `max_interval` at its largest for this lead: a quarter bucket.
+fn max_interval(lead: f64) -> f64 {
+    let cfg = PredictorConfig {
+        lead_s: lead,
+        interval_s: DT,
+        ..PredictorConfig::default()
+    };
+    clamp_max_interval(DT, lead, lead, cfg.bucket_width_s())
+}
+
+fn times(alerts: &[AlertRecord]) -> Vec<f64> {
+    alerts.iter().map(|a| a.time_s).collect()
+}
+
+/// Noise draws of the same shape the fixed rate is replayed over.
+const DRAWS: u64 = 8;
+
+proptest! {
+    // A fixed seed unless PROPTEST_RNG_SEED is set: the promise is broken in a few cases
+    // in ten thousand (see the module's comment), so CI runs the same 64 cases.
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(64),
+        rng_seed: if std::env::var("PROPTEST_RNG_SEED").is_ok() {
+            ProptestConfig::default().rng_seed
+        } else {
+            proptest::test_runner::RngSeed::Fixed(22)
+        },
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn adaptive_rates_warn_no_later_and_no_more(
+        lead in prop::sample::select(vec![10.0, 30.0, 60.0]),
+        name in prop::sample::select(vec!["cgroup_memory", "disk:/ckpt"]),
+        first_base in 0.02f64..0.4,
+        parts in prop::collection::vec((0.0f64..3.0, segment()), 1..6),
+        ack in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let s = settings(lead);
+        let draw = |k: u64| generate(name, lead, first_base, &parts, ack, seed ^ k.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        // The fixed rate over this noise draw (k = 0) and others of the same shape: near
+        // the edge of alerting its own outcome depends on the noise (98 of 199 draws of
+        // one saw-tooth tooth rising 36% of the limit in 20 s alert), and its alert times
+        // move with it. Adaptive rates see other samples of the same usage.
+        let fixed: Vec<Vec<f64>> = (0..DRAWS).map(|k| times(&replay::run_trace(&draw(k), &s).alerts)).collect();
+        let trace = draw(0);
+        let first = replay::run_trace(&trace, &s);
+        let max = max_interval(lead);
+        for kernel_wake in [false, true] {
+            let adaptive = Adaptive { max_interval_s: max, kernel_wake };
+            let (report, rates) = replay::run_trace_adaptive(&trace, &s, adaptive, |_, _, _| {});
+            prop_assert!(rates[0].taken <= rates[0].offered);
+            let woken = kernel_wake && name == "cgroup_memory";
+            let a = times(&report.alerts);
+            let alike: Vec<&Vec<f64>> = fixed.iter().filter(|f| f.len() == a.len()).collect();
+            // How much later than the latest alike alert of the fixed rate.
+            let late = a
+                .iter()
+                .enumerate()
+                .map(|(i, a)| a - alike.iter().filter_map(|f| f.get(i)).fold(f64::NEG_INFINITY, |m, f| m.max(*f)))
+                .fold(0.0f64, f64::max);
+            let bound = max;
+            if std::env::var("ADAPTIVE_EXCESS").is_ok() {
+                let staircase = parts.iter().any(|(_, p)| matches!(p, Segment::Staircase { .. }));
+                eprintln!(
+                    "EXCESS woken={woken} alike={} late={late:.3} bound={bound:.3} lead={lead} kind={name} staircase={staircase}",
+                    !alike.is_empty()
+                );
+                if alike.is_empty() || late > bound + 1e-6 {
+                    eprintln!("CASE {lead} {name} {first_base} {ack} {seed} {parts:?} fixed {fixed:?} adaptive {a:?}");
+                }
+                continue;
+            }
+            if parts.iter().any(|(_, p)| matches!(p, Segment::Staircase { .. })) {
+                // Not promised: see the module's comment (ADAPTIVE_EXCESS=1 measures it).
+                continue;
+            }
+            prop_assert!(
+                !alike.is_empty(),
+                "adaptive rates alert at {:?}, the fixed rate at {:?} on {} noise draws",
+                a, fixed, DRAWS
+            );
+            prop_assert!(
+                late <= bound + 1e-6,
+                "kernel wake {}: adaptive rates alert at {:?}, {:.3} s later than the fixed rate's latest alike ({:?}); bound {:.3} s",
+                kernel_wake, a, late, fixed, bound
+            );
+            // Where the kernel wakes the loop, an alert for crossing the floor comes within
+            // one interval of the fixed rate's, on the same noise draw.
+            if woken && first.alerts.len() == report.alerts.len() {
+                for (f, a) in first.alerts.iter().zip(&report.alerts) {
+                    if f.reason == AlertReason::HeadroomFloor {
+                        prop_assert!(
+                            a.time_s <= f.time_s + DT + 1e-6,
+                            "floor alert at {:.2} woken, {:.2} at the fixed rate", a.time_s, f.time_s
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Far from its limit a resource is sampled every `max_interval`; a leak coming near is
+/// sampled at `interval` from 4 leads before it runs out.
+#[test]
+fn far_is_sampled_slowly_and_approaching_fast() {
+    let lead = 30.0;
+    let parts = [(
+        8.0,
+        Segment::Leak {
+            runway: 12.0,
+            next_base: 0.2,
+        },
+    )];
+    let trace = generate("disk:/ckpt", lead, 0.2, &parts, true, 7);
+    let adaptive = Adaptive {
+        max_interval_s: 1.0,
+        kernel_wake: false,
+    };
+    let (report, rates) =
+        replay::run_trace_adaptive(&trace, &settings(lead), adaptive, |_, _, _| {});
+    assert_eq!(report.alerts.len(), 1, "{report:?}");
+    let r = &rates[0];
+    let slow = r.slow_rate().unwrap();
+    let fast = r.fast_rate().unwrap();
+    // 1 s is clamped to a quarter bucket (0.9375 s); on the trace's 0.1 s grid each poll
+    // is the grid sample before it is due, and one more lands just after each bucket's
+    // close: five samples a 3.75 s bucket.
+    assert!((1.0..1.4).contains(&slow), "{r:?}");
+    assert!((9.0..=10.5).contains(&fast), "{r:?}");
+    // Fast for the first lead, and from about 4 leads before the limit through the
+    // episode; slow in between.
+    assert!(r.fast_s > 5.0 * lead && r.fast_s < 7.0 * lead, "{r:?}");
+}
+
+/// The recorded 2 s saw-tooth under a 256 MiB limit, asked to be sampled every eighth of
+/// the lead (one sample a bucket): the first policy, which took that and started slow, was
+/// aliased (its troughs were learned as steps) and alerted at 6.9 s, where the fixed rate
+/// never does. Now `max_interval` is clamped to a quarter bucket, and the saw-tooth's
+/// rises keep it at `interval` anyway.
+#[test]
+fn a_recorded_sawtooth_sampled_slowly_does_not_alert() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/traces/rec_stable_sawtooth.csv"
+    );
+    let trace = watchdog_formats::trace::parse(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let s = EngineSettings {
+        lead_s: 5.0,
+        interval_s: 0.02,
+        ..EngineSettings::default()
+    };
+    for kernel_wake in [false, true] {
+        let adaptive = Adaptive {
+            max_interval_s: 5.0 / 8.0,
+            kernel_wake,
+        };
+        let (report, rates) = replay::run_trace_adaptive(&trace, &s, adaptive, |_, _, _| {});
+        assert!(report.alerts.is_empty(), "{:?}", report.alerts);
+        assert!(rates[0].taken > 0);
+    }
+}
+
+/// What the loop asks the engine: when each resource is due, and where a kernel source
+/// should wake it.
+#[test]
+fn the_engine_says_when_each_resource_is_due() {
+    use std::time::Duration;
+    use watchdog_engine::Engine;
+    use watchdog_types::{Resource, ResourceId, ResourceKind, Sample};
+    let resource = |id: u16, kind: ResourceKind, name: &str| Resource {
+        id: ResourceId(id),
+        kind,
+        name: name.to_string(),
+        source: "test".to_string(),
+    };
+    let mut engine = Engine::new(
+        &[
+            resource(0, ResourceKind::CgroupMemory, "cgroup_memory"),
+            resource(1, ResourceKind::DiskBytes, "disk:/"),
+        ],
+        settings(30.0),
+    );
+    engine.set_max_interval(10.0);
+    assert_eq!(engine.max_interval_s(), 0.9375);
+    engine.set_kernel_wake(ResourceId(0), true);
+    assert_eq!(engine.next_due(ResourceId(0)), Duration::ZERO);
+    let limit = 1u64 << 30;
+    let mut out = Vec::new();
+    let mut t = 0.0;
+    while t <= 31.0 {
+        for id in 0..2 {
+            let s = Sample {
+                resource: ResourceId(id),
+                t_ns: (t * 1e9) as u64,
+                used: limit / 5,
+                limit,
+            };
+            engine.observe(&s, &mut out);
+        }
+        t += 0.1;
+    }
+    // Far for a lead: slow, and the cgroup woken by the kernel just above its usage.
+    for id in [ResourceId(0), ResourceId(1)] {
+        assert!(engine.is_slow(id));
+        let due = engine.next_due(id).as_secs_f64();
+        assert!(due > 0.1 && due <= 0.9375 + 1e-9, "{due}");
+        let at = engine.due_at_s(id).unwrap();
+        assert!((at - (t - 0.1) - due).abs() < 1e-6, "{at} {t} {due}");
+    }
+    let wake = engine.wake_at(ResourceId(0)).unwrap();
+    assert!(wake > limit / 5 && wake < limit / 5 + limit / 100, "{wake}");
+    assert_eq!(engine.wake_at(ResourceId(1)), None);
+    // Near the floor: at `interval` again, at once.
+    let s = Sample {
+        resource: ResourceId(1),
+        t_ns: (t * 1e9) as u64,
+        used: limit - limit / 40,
+        limit,
+    };
+    engine.observe(&s, &mut out);
+    assert!(!engine.is_slow(ResourceId(1)));
+    assert_eq!(engine.next_due(ResourceId(1)), Duration::from_secs_f64(0.1));
+}
