@@ -1,4 +1,4 @@
-//! How the watchdog tells a training run to checkpoint.
+//! `watchdog-alerter`: how an alert reaches the run, every way it is told to checkpoint.
 //!
 //! - [`signal`]: send the signal to every process of the watched tree that catches it,
 //!   through a pidfd ([`pidfd`]), after reading its caught-signal mask ([`sigcgt`]);

@@ -1,3 +1,5 @@
+//! `watchdog-config`: the settings, each declared once, and the host's paths.
+//!
 //! The settings, from defaults, the TOML config file and the command line, in that
 //! order of precedence (flags win). The file is strict: an unknown key or a bad value is
 //! an error naming the file, the line and what was expected. Every key is documented in

@@ -1,4 +1,7 @@
-//! `watchdog daemon`: finds training runs by rules and watches each with its own settings.
+//! `watchdog-daemon`: the service (`watchdog daemon`): finds runs by rules and watches each.
+//!
+//! It finds training runs by rules and watches each with its own settings, on the loop
+//! `watchdog --pid` runs too.
 //!
 //! - [`rules`]: the strict `daemon.toml` (the service's own settings and `[[rule]]`s).
 //! - [`discovery`]: the `/proc` scanner that finds new processes and what rules match on.

@@ -1,3 +1,5 @@
+//! `watchdog-engine`: every decision about a run, pure: the engine the loop turns each tick.
+//!
 //! The watch engine: everything that decides, for one target, as a pure step function in
 //! earlyoom's style. Samples and the clock go in; [`Action`]s come out (write the request
 //! file and signal, run the hook, notify, emit an event, log, flush the recording). It

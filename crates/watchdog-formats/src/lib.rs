@@ -1,3 +1,5 @@
+//! `watchdog-formats`: the file formats the watchdog records and reads back.
+//!
 //! The formats the watchdog records and reads back, parsed with bounds and no I/O beyond
 //! the bounded read of one input (`text`): usage traces (`trace`: the watchdog's own
 //! `time,resource,used,limit` and the common CSV exports), the step-peak traces of the

@@ -1,4 +1,4 @@
-//! Prometheus metrics: the watched figures as text exposition, served at `/metrics`.
+//! `watchdog-metrics`: the watched figures as Prometheus metrics, served at `/metrics`.
 //!
 //! Public API:
 //! - [`exposition::render`]`(&WatchStatus) -> String`: the Prometheus text format (0.0.4) of

@@ -1,4 +1,4 @@
-//! Time to exhaustion, and when to alert, as pure functions of the samples.
+//! `watchdog-predictor`: time to exhaustion and when to alert, pure functions of samples.
 //!
 //! No I/O and no clock: the caller passes each sample's time. One
 //! [`ResourcePredictor`] per resource keeps the recent history it needs in

@@ -1,4 +1,4 @@
-//! The one reader of /proc.
+//! `watchdog-procfs`: the one reader of /proc, a typed root and pure parsers of its files.
 //!
 //! Every part of the watchdog that looks at processes (the sampler's tree and cgroup
 //! sources, the alerter's signal decision, the status server's registration check, the

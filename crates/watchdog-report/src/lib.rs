@@ -1,4 +1,6 @@
-//! Reads a watchdog flight recording and renders it as a report a person can read.
+//! `watchdog-report`: the reports people read (`watchdog report`, `diff`), from recordings.
+//!
+//! It reads a watchdog flight recording and renders it as a report a person can read.
 //!
 //! `watchdog report RECORDING -o report.html|report.svg` is [`write_report`]: it
 //! parses the recording ([`recording::parse`], the format of `docs/recording.md`,

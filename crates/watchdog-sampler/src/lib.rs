@@ -1,4 +1,4 @@
-//! Everything `watchdog` reads from the machine, behind one [`Source`] trait.
+//! `watchdog-sampler`: everything the loop samples from the machine, behind one [`Source`].
 //!
 //! Each source reads its files through descriptors kept open and re-read with
 //! `pread` at offset 0, parses them with pure functions, and pushes one

@@ -1,4 +1,4 @@
-//! What the workspace's tests need from the machine, said one way (a dev-dependency only).
+//! `watchdog-testsupport`: what the tests need from the machine, said one way (tests only).
 //!
 //! Some tests need root, a memory cgroup, a tmpfs or headless Chromium. The rule, the same
 //! for every crate and for the Python tests (`python/tests/need.py`): when the facility is

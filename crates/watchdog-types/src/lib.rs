@@ -1,4 +1,4 @@
-//! The small vocabulary every `watchdog` crate shares.
+//! `watchdog-types`: the small vocabulary every `watchdog` crate shares.
 //!
 //! A [`Sample`] is one reading of one resource (`used` against `limit`) at one
 //! instant; it is `Copy`, fixed-size and allocation-free so the sampler can push

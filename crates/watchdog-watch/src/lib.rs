@@ -1,3 +1,5 @@
+//! `watchdog-watch`: one watched run (its sources, engine, outputs) and the loop driving it.
+//!
 //! The live watch: a running target, its sources, the engine's decisions carried out
 //! (request file, signals, hooks, notifications, events, the flight recording), and the
 //! `--pid` / `run` lifecycle. The binary parses the command line and calls [`attach`] or

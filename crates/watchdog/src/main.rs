@@ -1,8 +1,9 @@
-//! `watchdog`: the binary that wires the sampler, the predictor and the alerter together.
+//! `watchdog`: the binary: parses the command line, hands over to the crate doing the work.
 //!
-//! `main` parses the command line, resolves the settings, and hands over to
-//! [`watch`] (for `--pid` and `run`) or [`replay`]. Every error that is the
-//! user's to fix ends here as one line on stderr and exit status 2.
+//! `main` parses the command line, resolves the settings, sets up logging, and hands over
+//! to the watch (`--pid`, `run`: `watchdog_watch`), the service (`daemon`:
+//! `watchdog_daemon`), [`replay`], `report`, [`diff`] or the status client (`status`).
+//! Every error that is the user's to fix ends here as one line on stderr and exit status 2.
 
 mod cli;
 mod diff;
