@@ -455,7 +455,7 @@ fn restarts_that_cannot_work_are_refused() {
     let file = config.path().join("watchdog.toml");
     std::fs::write(&file, "restart = 2\n").unwrap();
     let file = file.to_str().unwrap();
-    let cases: [(&[&str], &str); 8] = [
+    let cases: [(&[&str], &str); 11] = [
         (
             &["--restart", "1", "--pid", "1"],
             "--restart cannot be used with --pid",
@@ -493,6 +493,18 @@ fn restarts_that_cannot_work_are_refused() {
         (
             &["--restart", "x", "run", "--", "true"],
             "invalid count 'x'",
+        ),
+        (
+            &["--restart-on", "oom_kill", "run", "--", "true"],
+            "--restart-on takes effect only with --restart N",
+        ),
+        (
+            &["--restart", "0", "--restart-on", "crash", "run", "--", "true"],
+            "--restart-on takes effect only with --restart N",
+        ),
+        (
+            &["--restart-per-hour", "3", "run", "--", "true"],
+            "--restart-per-hour takes effect only with --restart N",
         ),
     ];
     for (args, said) in cases {

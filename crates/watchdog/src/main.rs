@@ -102,6 +102,18 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
                 )));
             }
             let settings = Settings::resolve(&cli.options).map_err(Failure::Usage)?;
+            // Given on the command line, they ask for restarts that would never come.
+            let without_restart = [
+                ("--restart-on", cli.options.restart_on.is_some()),
+                ("--restart-per-hour", cli.options.restart_per_hour.is_some()),
+            ]
+            .into_iter()
+            .find_map(|(flag, given)| (given && settings.restart == 0).then_some(flag));
+            if let Some(flag) = without_restart {
+                return Err(Failure::Usage(format!(
+                    "{flag} takes effect only with --restart N: expected watchdog run --restart N {flag} ... -- CMD, or no {flag} (see docs/restart.md)"
+                )));
+            }
             logging::init(&settings);
             let (published, _metrics) = serve_metrics(cli.metrics.as_deref(), &settings)?;
             watchdog_watch::run_command(&command, settings, published)
