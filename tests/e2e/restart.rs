@@ -499,7 +499,15 @@ fn restarts_that_cannot_work_are_refused() {
             "--restart-on takes effect only with --restart N",
         ),
         (
-            &["--restart", "0", "--restart-on", "crash", "run", "--", "true"],
+            &[
+                "--restart",
+                "0",
+                "--restart-on",
+                "crash",
+                "run",
+                "--",
+                "true",
+            ],
             "--restart-on takes effect only with --restart N",
         ),
         (

@@ -386,27 +386,7 @@ pub(crate) mod tests {
     use super::*;
 
     pub(crate) fn sample() -> SentRequest {
-        use watchdog_types::request::{Request, Sent};
-        use watchdog_types::{AlertReason, ResourceKind};
-        SentRequest {
-            request: Request {
-                seq: 1,
-                resource: "cgroup_memory".into(),
-                kind: ResourceKind::CgroupMemory,
-                reason: AlertReason::Trend,
-                used: 900,
-                limit: 1000,
-                predicted_s: Some(12.5),
-                step_peak: None,
-            },
-            sent: Sent {
-                time: "2026-11-22T20:31:05.123Z".into(),
-                time_unix: 1_795_379_465.123,
-                pid: 42,
-                signal: "SIGUSR1".into(),
-                watchdog_pid: 41,
-            },
-        }
+        SentRequest::example()
     }
 
     #[test]

@@ -7,7 +7,7 @@
 #[path = "../../../tests/prop_support.rs"]
 mod prop_support;
 
-use prop_support::{arbitrary_text, check_message, config, near_valid};
+use prop_support::{TRACES, arbitrary_text, check_message, config, near_valid};
 use proptest::prelude::*;
 use watchdog_formats::{recording, trace};
 
@@ -15,15 +15,6 @@ use watchdog_formats::{recording, trace};
 const TRACE_FIXED: usize = 260;
 /// `cannot read recording PATH: not UTF-8 text (line N): expected ...` with a temporary path.
 const RECORDING_FIXED: usize = 260;
-
-const TRACES: &[&str] = &[
-    "time,used,limit\n0,100,1000\n0.5,200,1000\n1,300,\n",
-    "# lead_s: 30\n# resource: swap\ntime,used,limit,resource\n0,1 MiB,max,cgroup_memory\n1.5,2 MiB,inf,disk:/data\n",
-    "resource,time,used,limit\ncgroup_memory,2024-01-15T10:23:45.123Z,8589934592,68719476736\ncgroup_memory,2024-01-15T10:23:45.5+02:00,8592619601,68719476736\n",
-    "timestamp, index, memory.used [MiB], memory.total [MiB]\n2024/01/15 10:23:45.123, 0, 1234 MiB, 16384 MiB\n2024/01/15 10:23:46.123, 1, 2000 MiB, 16384 MiB\n",
-    "timestamp, index, memory.used [MiB], memory.total [MiB]\n2024/01/15 10:23:45.123, 0, 1234, 16384\n",
-    "# watchdog recording v1\n#{\"meta\":{\"pid\":1}}\n#{\"resource\":{\"name\":\"cgroup_memory\",\"unit\":\"bytes\"}}\ntime,resource,used,limit\n0.000,cgroup_memory,100,1000\n0.100,cgroup_memory,200,1000\n",
-];
 
 const RECORDINGS: &[&str] = &[
     "# watchdog recording v1\n\

@@ -70,6 +70,32 @@ pub struct SentRequest {
     pub sent: Sent,
 }
 
+impl SentRequest {
+    /// The request of the documentation's example (a cgroup at 900 of 1000 bytes, 12.5 s
+    /// left): what tests of its readers and writers start from.
+    pub fn example() -> SentRequest {
+        SentRequest {
+            request: Request {
+                seq: 1,
+                resource: "cgroup_memory".into(),
+                kind: ResourceKind::CgroupMemory,
+                reason: AlertReason::Trend,
+                used: 900,
+                limit: 1000,
+                predicted_s: Some(12.5),
+                step_peak: None,
+            },
+            sent: Sent {
+                time: "2026-11-22T20:31:05.123Z".into(),
+                time_unix: 1_795_379_465.123,
+                pid: 42,
+                signal: "SIGUSR1".into(),
+                watchdog_pid: 41,
+            },
+        }
+    }
+}
+
 /// What the binary did about a request: the file written, the processes signalled.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Delivery {
@@ -211,28 +237,6 @@ impl TryFrom<RequestJson> for SentRequest {
 mod tests {
     use super::*;
 
-    fn sample() -> SentRequest {
-        SentRequest {
-            request: Request {
-                seq: 1,
-                resource: "cgroup_memory".into(),
-                kind: ResourceKind::CgroupMemory,
-                reason: AlertReason::Trend,
-                used: 900,
-                limit: 1000,
-                predicted_s: Some(12.5),
-                step_peak: None,
-            },
-            sent: Sent {
-                time: "2026-11-22T20:31:05.123Z".into(),
-                time_unix: 1_795_379_465.123,
-                pid: 42,
-                signal: "SIGUSR1".into(),
-                watchdog_pid: 41,
-            },
-        }
-    }
-
     /// The bytes the stringly `AlertRequest` wrote before the request became one type:
     /// the same fields, values and order.
     #[test]
@@ -252,10 +256,16 @@ mod tests {
   "signal": "SIGUSR1",
   "watchdog_pid": 41
 }"#;
-        assert_eq!(serde_json::to_string_pretty(&sample()).unwrap(), want);
-        assert_eq!(serde_json::from_str::<SentRequest>(want).unwrap(), sample());
+        assert_eq!(
+            serde_json::to_string_pretty(&SentRequest::example()).unwrap(),
+            want
+        );
+        assert_eq!(
+            serde_json::from_str::<SentRequest>(want).unwrap(),
+            SentRequest::example()
+        );
 
-        let mut peak = sample();
+        let mut peak = SentRequest::example();
         peak.request.kind = ResourceKind::GpuMemory;
         peak.request.reason = AlertReason::EvalPeak;
         peak.request.predicted_s = None;
@@ -288,7 +298,7 @@ mod tests {
 
     #[test]
     fn a_document_that_contradicts_itself_is_no_request() {
-        let json = serde_json::to_string(&sample()).unwrap();
+        let json = serde_json::to_string(&SentRequest::example()).unwrap();
         let table = [
             (
                 "\"bytes\"",
@@ -311,7 +321,7 @@ mod tests {
 
     #[test]
     fn the_alert_event_is_the_requests() {
-        let mut r = sample().request;
+        let mut r = SentRequest::example().request;
         r.step_peak = Some(StepPeak {
             phase: Phase::Train,
             step: 9,
