@@ -12,6 +12,8 @@
 //! about once. [`parse_steps`] is pure and tested with fixtures; [`GpuView`] maps the report's device (UUID, else the one the writer holds memory on,
 //! else the index) to an NVML device and reads who holds what on it.
 
+use std::time::{Duration, Instant};
+
 use serde::Deserialize;
 use watchdog_alerter::request::{FileStamp, RequestPlace};
 use watchdog_engine::GpuUse;
@@ -213,6 +215,9 @@ pub struct Taken {
 /// Most PIDs of the tree whose `.steps.<pid>` is looked for at each look (one `stat` each).
 pub const MAX_RANK_FILES: usize = 256;
 
+/// How often the ranks' files are looked for while none has been taken.
+pub const RANK_LOOK_EVERY: Duration = Duration::from_secs(1);
+
 /// The path of one rank's step reports: `<request file>.steps.<pid>`.
 pub fn rank_steps_file(request: &RequestPlace, pid: u32) -> RequestPlace {
     request.sibling(&format!(".steps.{pid}"))
@@ -308,6 +313,10 @@ pub struct StepsIntake {
     ranks: Vec<RankFile>,
     /// Looks at the ranks' files so far.
     looks: u64,
+    /// When the ranks' files are next looked for while none has been taken.
+    next_rank_look: Option<Instant>,
+    /// Whether a rank's file was taken: from then on they are looked at every time.
+    ranks_taken: bool,
     /// Each writer and the highest `n` taken from it.
     last: Vec<(u32, u64)>,
     /// The exception taken: its writer and time (or step).
@@ -325,6 +334,8 @@ impl StepsIntake {
             shared: Watched::new(steps_file(request)),
             ranks: Vec::new(),
             looks: 0,
+            next_rank_look: None,
+            ranks_taken: false,
             last: Vec::new(),
             exception: None,
             warned: false,
@@ -351,6 +362,19 @@ impl StepsIntake {
         });
         let looked = looked.map_err(|why| (why, self.shared.place.path()));
         self.taken(looked)
+    }
+
+    /// [`check_ranks`](Self::check_ranks) every time once a rank's file was taken, else
+    /// at most every [`RANK_LOOK_EVERY`]: a run without ranks (most runs, and every run of
+    /// a busy service) costs one `stat` per process a second, not one per tick.
+    pub fn check_ranks_due(&mut self, tree: &[u32], now: Instant) -> Vec<Taken> {
+        if !self.ranks_taken && self.next_rank_look.is_some_and(|at| now < at) {
+            return Vec::new();
+        }
+        let taken = self.check_ranks(tree);
+        self.ranks_taken |= !taken.is_empty();
+        self.next_rank_look = Some(now + RANK_LOOK_EVERY);
+        taken
     }
 
     /// One look at `<request file>.steps.<pid>` of each PID in `tree` (the first
@@ -786,6 +810,28 @@ mod tests {
         // The shared file is still read beside them (a single process of the same run).
         std::fs::write(dir.path().join("req.json.steps"), entries(1, 1..=1)).unwrap();
         assert_eq!(intake.check(|p| tree.contains(&p)).unwrap().new.len(), 1);
+    }
+
+    /// Until a rank's file was taken they are looked for once a second (a run without
+    /// ranks, most runs, costs a stat per process a second, not per tick); then every time.
+    #[test]
+    fn ranks_files_are_looked_for_once_a_second_until_one_is_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let req = dir.path().join("req.json");
+        let a = dir.path().join("req.json.steps.7");
+        let mut intake = StepsIntake::new(&at(&req), false);
+        let tree = [1, 7];
+        let t0 = Instant::now();
+        assert!(intake.check_ranks_due(&tree, t0).is_empty());
+        std::fs::write(&a, entries(7, 1..=2)).unwrap();
+        let soon = t0 + RANK_LOOK_EVERY / 2;
+        assert!(intake.check_ranks_due(&tree, soon).is_empty(), "not due yet");
+        assert!(a.exists(), "left for the next look");
+        let due = t0 + RANK_LOOK_EVERY;
+        assert_eq!(intake.check_ranks_due(&tree, due).len(), 1);
+        std::fs::write(&a, entries(7, 3..=3)).unwrap();
+        let next = due + Duration::from_millis(1);
+        assert_eq!(intake.check_ranks_due(&tree, next).len(), 1, "every look now");
     }
 
     /// A rank's file is taken only when written by the PID its name carries; a PID that

@@ -15,7 +15,7 @@ impl Watch {
     /// looked at on its own schedule) and of a checkpoint a restart may resume from,
     /// measured now rather than at the exit, when it may be half rewritten.
     pub(super) fn read_steps_and_saves(&mut self, now: Instant) {
-        self.check_steps(now);
+        self.check_steps(now, false);
         if self.engine.alerts_sent() == 0 && now >= self.next_ack {
             self.check_ack();
             self.check_checkpoints();
@@ -26,7 +26,7 @@ impl Watch {
     /// At the exit: the client writes a CUDA out-of-memory error's entry, and
     /// acknowledges its last-chance save, right before it.
     pub(super) fn read_last_steps_and_saves(&mut self) {
-        self.check_steps(Instant::now());
+        self.check_steps(Instant::now(), true);
         if self.engine.alerts_sent() == 0 {
             self.check_ack();
         }
@@ -34,8 +34,9 @@ impl Watch {
 
     /// One look at `<request file>.steps` and at each rank's `<request file>.steps.<pid>`
     /// at `now`: the new reports to the engine (their alerts wait for the next decision),
-    /// the exception for the verdict.
-    fn check_steps(&mut self, now: Instant) {
+    /// the exception for the verdict. The ranks' files are looked for on their own
+    /// schedule (`StepsIntake::check_ranks_due`), and all of them at the `last` look.
+    fn check_steps(&mut self, now: Instant, last: bool) {
         let target = self.target.pid;
         let sampler = &mut self.sampler;
         let shared = self.steps.check(|pid| {
@@ -50,7 +51,12 @@ impl Watch {
         if let Some(taken) = shared {
             self.take_steps(taken, now);
         }
-        for taken in self.steps.check_ranks(self.sampler.tree_pids()) {
+        let ranks = if last {
+            self.steps.check_ranks(self.sampler.tree_pids())
+        } else {
+            self.steps.check_ranks_due(self.sampler.tree_pids(), now)
+        };
+        for taken in ranks {
             self.take_steps(taken, now);
         }
     }
