@@ -825,13 +825,20 @@ mod tests {
         assert!(intake.check_ranks_due(&tree, t0).is_empty());
         std::fs::write(&a, entries(7, 1..=2)).unwrap();
         let soon = t0 + RANK_LOOK_EVERY / 2;
-        assert!(intake.check_ranks_due(&tree, soon).is_empty(), "not due yet");
+        assert!(
+            intake.check_ranks_due(&tree, soon).is_empty(),
+            "not due yet"
+        );
         assert!(a.exists(), "left for the next look");
         let due = t0 + RANK_LOOK_EVERY;
         assert_eq!(intake.check_ranks_due(&tree, due).len(), 1);
         std::fs::write(&a, entries(7, 3..=3)).unwrap();
         let next = due + Duration::from_millis(1);
-        assert_eq!(intake.check_ranks_due(&tree, next).len(), 1, "every look now");
+        assert_eq!(
+            intake.check_ranks_due(&tree, next).len(),
+            1,
+            "every look now"
+        );
     }
 
     /// A rank's file is taken only when written by the PID its name carries; a PID that
