@@ -511,7 +511,8 @@ impl Watch {
         let (hook_tx, hook_outcomes) = std::sync::mpsc::channel();
         hooks.report_to(hook_tx);
         lineage::follow_the_run(sampler.tree_mut(), &hooks, target.is_child());
-        let engine = Engine::new(table.all(), settings.engine());
+        let mut engine = Engine::new(table.all(), settings.engine());
+        engine.set_max_interval(settings.max_interval().as_secs_f64());
         let start_wall = SystemTime::now();
         let mut environment = crate::environment::gather(&settings.host, target.pid, table.all());
         environment.gpus = std::mem::take(&mut built.gpus);
