@@ -640,8 +640,20 @@ impl Watch {
         self.ended()
     }
 
+    /// When this run's first source is next due (`None`: none left to read).
+    pub fn next_sample_at(&self) -> Option<Instant> {
+        self.sampler
+            .next_due_ns()
+            .map(|ns| self.start + Duration::from_nanos(ns))
+    }
+
+    /// Whether a source of this run is due at `now`.
+    pub fn due(&self, now: Instant) -> bool {
+        self.next_sample_at().is_some_and(|at| now >= at)
+    }
+
     /// Whether the run has ended, without waiting.
-    fn ended(&mut self) -> bool {
+    pub fn ended(&mut self) -> bool {
         self.wait_for_the_run(&Waiting::default(), Duration::ZERO)
     }
 
@@ -839,6 +851,10 @@ impl Watch {
         let report = self.sampler.tick_into(t_ns, &mut |s| {
             let _ = engine.observe(s, &mut actions);
         });
+        // Each source next when the first of its resources is due (adaptive rates).
+        let engine = &self.engine;
+        let idle = Duration::from_secs_f64(engine.max_interval_s());
+        self.sampler.plan(&|id| engine.next_due(id), idle);
         if report.wake_reader {
             self.recorder.ask_drain();
         }
