@@ -441,11 +441,14 @@ impl Loop for Service<'_> {
     }
 
     fn next_sample(&self) -> Option<Instant> {
+        // An ended run waiting for its reap is looked at every interval.
+        if self.runs.iter().any(|r| r.ended.is_some()) {
+            return None;
+        }
         // The earliest over the runs; with none, nothing to sample before the next scan
         // (a registration wakes the loop, and a new run is due at once).
         self.runs
             .iter()
-            .filter(|r| r.ended.is_none())
             .filter_map(|r| r.watch.next_sample_at())
             .min()
             .or(Some(self.next_scan))

@@ -317,6 +317,13 @@ impl Sampler {
         }
     }
 
+    /// Makes every source due at the next tick (a last look before the end).
+    pub fn all_due(&mut self) {
+        for slot in &mut self.slots {
+            slot.due_ns = 0;
+        }
+    }
+
     /// When the first source is next due (monotonic nanoseconds, as `tick`'s `now_ns`): a
     /// failing source at its retry; `None` when no source is left to read.
     pub fn next_due_ns(&self) -> Option<u64> {

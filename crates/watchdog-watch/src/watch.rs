@@ -589,6 +589,19 @@ impl Watch {
         unwatched: &[(String, String)],
         environment: Option<watchdog_types::environment::Environment>,
     ) {
+        let (interval_s, max_interval_s) = (
+            self.settings.interval.as_secs_f64(),
+            self.engine.max_interval_s(),
+        );
+        let rates = self
+            .engine
+            .resources()
+            .map(|r| watchdog_types::ResourceRate {
+                resource: r.name.clone(),
+                interval_s,
+                max_interval_s,
+            })
+            .collect();
         let s = &self.settings;
         tracing::info!(
             "watching PID {} ({}) every {} with a {} lead; request file {}{}",
@@ -613,6 +626,7 @@ impl Watch {
             lead_s: s.lead.as_secs_f64(),
             dry_run: s.dry_run,
             environment: environment.map(Box::new),
+            rates,
         });
         for (resource, reason) in unwatched {
             if resource == "gpu" {
@@ -679,6 +693,8 @@ impl Watch {
 
     /// [`conclude`](Self::conclude), waiting at most `wait` for the exit status.
     pub fn conclude_within(&mut self, wait: Duration) -> TargetExit {
+        // The last look reads every source, due or not.
+        self.sampler.all_due();
         self.sample(Instant::now());
         self.check_python_environment();
         self.read_last_steps_and_saves();
@@ -814,6 +830,28 @@ impl Watch {
         // Failures of the last writes still reach the events file.
         self.emit_output_failures();
         self.outputs.prune();
+    }
+
+    /// The summary's rates: each resource's samples a second on average over the watch,
+    /// its samples, and how many came at the interval (the others came slowly, far from
+    /// its limit). Empty before any sample.
+    fn rates_note(&self) -> String {
+        let elapsed_s = self.start.elapsed().as_secs_f64().max(1e-3);
+        let interval = format_duration_s(self.settings.interval.as_secs_f64());
+        let parts: Vec<String> = self
+            .engine
+            .sample_counts()
+            .map(|(name, n, fast)| {
+                format!(
+                    "{name} {:.1}/s ({n} samples, {fast} at {interval})",
+                    n as f64 / elapsed_s
+                )
+            })
+            .collect();
+        if parts.is_empty() {
+            return String::new();
+        }
+        format!(" Rates: {}.", parts.join(", "))
     }
 
     /// Emits an `output_error` event for each write that failed since the last call.
@@ -1005,11 +1043,12 @@ impl Watch {
         let verdict = self.diagnose(exit);
         let last = self.last_recording();
         let late = format!(
-            " Sampled {} times every {} ({} late, {} samples dropped).{}",
+            " Sampled {} times every {} ({} late, {} samples dropped).{}{}",
             self.ticks,
             format_duration_s(self.settings.interval.as_secs_f64()),
             self.late_ticks,
             self.sampler.dropped(),
+            self.rates_note(),
             recording_note(&last),
         );
         let survivors = self.survivors_note();
