@@ -194,7 +194,7 @@ settings! {
     max_interval: Duration, file "crate::de_duration";
     flag {
         /// Sample a resource far from its limit as seldom as this, at least every interval and
-        /// at most 4 times a predictor bucket (lead/32) [default: 1s].
+        /// at most a quarter of a predictor bucket (lead/32) [default: 1s].
         #[arg(long, value_name = "DUR", value_parser = Utf8(options::parse_duration))]
         max_interval: Option<Duration>
     }
