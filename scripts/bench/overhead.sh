@@ -23,6 +23,7 @@
 # Usage: scripts/bench/overhead.sh            (as root, for apt-get/pip; ~2.5 minutes)
 # Env:   DURATION=20 WARMUP=2 RATES="10 100 1000" TARGETS="idle busy" REPEAT=1
 #        WATCHDOG=target/release/watchdog  EARLYOOM=1 (0 to skip)  OUT=file (raw rows, TSV)
+#        EARLYOOM_DEFAULT=1: earlyoom in its default mode (its own thresholds and sleep)
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -113,7 +114,12 @@ measure_once() { # $1 target kind, $2 rate, $3 run number
     if [ "$hz" = 10 ] && [ "$EARLYOOM" = 1 ]; then
         local avail
         avail=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)
-        earlyoom -r 0 --dryrun -M $((avail - 512000)) >"$WORK/eo.out" 2>&1 &
+        if [ "${EARLYOOM_DEFAULT:-0}" = 1 ]; then
+            # Its default mode: thresholds and adaptive sleep (100 ms to 1 s by headroom).
+            earlyoom -r 0 --dryrun >"$WORK/eo.out" 2>&1 &
+        else
+            earlyoom -r 0 --dryrun -M $((avail - 512000)) >"$WORK/eo.out" 2>&1 &
+        fi
         eo=$!
     fi
     PIDS+=("$wd" "$ps" "$eo" "$fl")

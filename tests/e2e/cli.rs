@@ -37,6 +37,13 @@ fn bad_values_are_one_line_errors_with_status_2() {
         ),
         (&["--pid", "0"], &["invalid PID '0'"]),
         (
+            &["--max-interval", "50ms", "--pid", "1"],
+            &[
+                "invalid max-interval '50ms'",
+                "expected at least the interval (100ms)",
+            ],
+        ),
+        (
             &["--interval", "5x", "--pid", "1"],
             &["invalid duration '5x'", "expected"],
         ),

@@ -98,6 +98,15 @@ impl Settings {
         self.tree_interval.filter(|_| self.mem_limit.is_none())
     }
 
+    /// The longest interval between two samples of a far resource as asked: `max_interval`,
+    /// else 1 s or the interval when that is longer (the engine clamps it further).
+    pub fn max_interval(&self) -> Duration {
+        self.max_interval.unwrap_or_else(|| {
+            Duration::from_secs_f64(watchdog_predictor::sample_rate::DEFAULT_MAX_INTERVAL_S)
+                .max(self.interval)
+        })
+    }
+
     /// What the engine decides with.
     pub fn engine(&self) -> EngineSettings {
         EngineSettings {
@@ -154,6 +163,15 @@ impl Settings {
                 "interval",
                 format!(
                     "invalid interval '{interval}': expected at most 60s (the watchdog must sample to predict)"
+                ),
+            ));
+        }
+        if let Some(max) = self.max_interval.filter(|m| *m < self.interval) {
+            let max = watchdog_types::units::format_duration_s(max.as_secs_f64());
+            return Err((
+                "max_interval",
+                format!(
+                    "invalid max-interval '{max}': expected at least the interval ({interval})"
                 ),
             ));
         }
@@ -812,6 +830,25 @@ mod tests {
             located(text, Path::new("d.toml"), text.find("[t]").unwrap(), "bad"),
             "config file d.toml:2: bad"
         );
+    }
+
+    #[test]
+    fn max_interval_defaults_to_1s_or_the_interval_and_may_not_be_shorter_than_it() {
+        let mut s = Settings::resolve(&WatchOptions::default()).unwrap();
+        assert_eq!(s.max_interval(), Duration::from_secs(1));
+        s.interval = Duration::from_secs(5);
+        assert_eq!(s.max_interval(), Duration::from_secs(5));
+        assert!(s.validate().is_ok());
+        s.max_interval = Some(Duration::from_secs(2));
+        let (key, msg) = s.validate().unwrap_err();
+        assert_eq!(key, "max_interval");
+        assert_eq!(
+            msg,
+            "invalid max-interval '2.0s': expected at least the interval (5.0s)"
+        );
+        s.max_interval = Some(Duration::from_secs(5));
+        assert!(s.validate().is_ok());
+        assert_eq!(s.max_interval(), Duration::from_secs(5));
     }
 
     #[test]

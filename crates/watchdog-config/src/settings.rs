@@ -189,6 +189,16 @@ settings! {
         interval: Option<Duration>
     }
 
+    /// Longest interval between two samples of a resource far from its limit; `None`: 1 s,
+    /// or the interval when that is longer (see [`Settings::max_interval`]).
+    max_interval: Duration, file "crate::de_duration";
+    flag {
+        /// Sample a resource far from its limit as seldom as this, at least every interval and
+        /// at most a quarter of a predictor bucket (lead/32) [default: 1s].
+        #[arg(long, value_name = "DUR", value_parser = Utf8(options::parse_duration))]
+        max_interval: Option<Duration>
+    }
+
     /// Lead time before predicted exhaustion.
     lead: Duration, default Duration::from_secs_f64(engine().lead_s), file "crate::de_duration";
     flag {

@@ -323,8 +323,16 @@ impl<'a> Service<'a> {
         let mut i = 0;
         while i < self.runs.len() {
             let run = &mut self.runs[i];
-            if run.ended.is_none() && run.watch.step(now) {
-                run.ended = Some(now);
+            // A run none of whose sources is due only has its end looked for.
+            if run.ended.is_none() {
+                let ended = if run.watch.due(now) {
+                    run.watch.step(now)
+                } else {
+                    run.watch.ended()
+                };
+                if ended {
+                    run.ended = Some(now);
+                }
             }
             // An ended run waits, unsampled, for its parent to reap it (its exit status
             // comes from its pidfd then), for at most REAP_GRACE: the loop never blocks on it.
@@ -430,6 +438,20 @@ impl Loop for Service<'_> {
         for run in &mut self.runs {
             run.watch.count_late(ticks);
         }
+    }
+
+    fn next_sample(&self) -> Option<Instant> {
+        // An ended run waiting for its reap is looked at every interval.
+        if self.runs.iter().any(|r| r.ended.is_some()) {
+            return None;
+        }
+        // The earliest over the runs; with none, nothing to sample before the next scan
+        // (a registration wakes the loop, and a new run is due at once).
+        self.runs
+            .iter()
+            .filter_map(|r| r.watch.next_sample_at())
+            .min()
+            .or(Some(self.next_scan))
     }
 
     fn next_chore(&self, now: Instant) -> Option<Instant> {

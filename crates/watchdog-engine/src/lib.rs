@@ -199,6 +199,9 @@ struct ResourceState {
     next: Option<NextSample>,
     /// Whether a kernel source wakes the loop when its usage crosses a level.
     kernel_wake: bool,
+    /// Samples taken, and how many of them came at `interval` (not slow).
+    samples: u64,
+    fast_samples: u64,
 }
 
 /// One alert sent, for the summary.
@@ -272,6 +275,8 @@ impl Engine {
             rate: SampleRate::new(),
             next: None,
             kernel_wake: false,
+            samples: 0,
+            fast_samples: 0,
         });
     }
 
@@ -335,6 +340,19 @@ impl Engine {
             .is_some_and(|n| n.slow)
     }
 
+    /// Every resource watched, in the order of their ids.
+    pub fn resources(&self) -> impl Iterator<Item = &Resource> {
+        self.states.iter().map(|st| &st.resource)
+    }
+
+    /// How each sampled resource was sampled: `(name, samples, samples at interval)`.
+    pub fn sample_counts(&self) -> impl Iterator<Item = (&str, u64, u64)> {
+        self.states
+            .iter()
+            .filter(|st| st.samples > 0)
+            .map(|st| (st.resource.name.as_str(), st.samples, st.fast_samples))
+    }
+
     /// The settings in force.
     pub fn settings(&self) -> &EngineSettings {
         &self.settings
@@ -361,6 +379,10 @@ impl Engine {
     pub fn observe(&mut self, s: &Sample, out: &mut Vec<Action>) -> Option<Observation> {
         let (lead_s, max_interval_s) = (self.lead_s, self.max_interval_s());
         let st = self.states.get_mut(s.resource.0 as usize)?;
+        st.samples += 1;
+        if !st.next.is_some_and(|n| n.slow) {
+            st.fast_samples += 1;
+        }
         if s.used >= st.peak {
             st.peak = s.used;
             st.peak_limit = s.limit;
@@ -575,6 +597,14 @@ impl Engine {
                     .iter()
                     .filter(|a| a.resource == st.resource.name)
                     .count() as u64;
+                status.samples = st.samples;
+                let after_s = st.next.map_or(0.0, |n| n.after_s);
+                let after_s = if after_s > 0.0 {
+                    after_s
+                } else {
+                    self.settings.interval_s
+                };
+                status.sample_rate_hz = (after_s > 0.0).then(|| 1.0 / after_s);
                 Some(status)
             })
             .collect()

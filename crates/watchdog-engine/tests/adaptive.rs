@@ -390,3 +390,52 @@ fn the_engine_says_when_each_resource_is_due() {
     assert!(!engine.is_slow(ResourceId(1)));
     assert_eq!(engine.next_due(ResourceId(1)), Duration::from_secs_f64(0.1));
 }
+
+/// What the summary and the status say of the rates: samples, how many at `interval`,
+/// and the rate in force.
+#[test]
+fn the_engine_counts_each_resources_samples_and_says_its_rate() {
+    use watchdog_engine::Engine;
+    use watchdog_types::{Resource, ResourceId, ResourceKind, Sample};
+    let mut engine = Engine::new(
+        &[Resource {
+            id: ResourceId(0),
+            kind: ResourceKind::DiskBytes,
+            name: "disk:/".to_string(),
+            source: "test".to_string(),
+        }],
+        settings(30.0),
+    );
+    let limit = 1u64 << 30;
+    let mut out = Vec::new();
+    let status_rate = |e: &Engine| e.resource_status()[0].sample_rate_hz.unwrap();
+    let mut t = 0.0;
+    let mut n = 0u64;
+    // Far for a lead at the interval, then sampled when due for 10 s more.
+    while t <= 40.0 {
+        engine.observe(
+            &Sample {
+                resource: ResourceId(0),
+                t_ns: (t * 1e9) as u64,
+                used: limit / 5,
+                limit,
+            },
+            &mut out,
+        );
+        n += 1;
+        if n == 1 {
+            assert!((status_rate(&engine) - 10.0).abs() < 1e-9);
+        }
+        t += engine.next_due(ResourceId(0)).as_secs_f64();
+    }
+    let counts: Vec<_> = engine.sample_counts().collect();
+    assert_eq!(counts.len(), 1);
+    let (name, samples, fast) = counts[0];
+    assert_eq!((name, samples), ("disk:/", n));
+    assert!(
+        fast < samples && fast >= 300,
+        "{fast} of {samples} at the interval"
+    );
+    assert!((status_rate(&engine) - 1.0 / 0.9375).abs() < 1e-6);
+    assert_eq!(engine.resource_status()[0].samples, n);
+}

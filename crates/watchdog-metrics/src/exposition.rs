@@ -176,6 +176,20 @@ pub fn render(status: &WatchStatus) -> String {
         "Alerts this resource raised.",
         |r| Some(r.alerts as f64),
     );
+    out.per_resource(
+        targets,
+        "watchdog_resource_sample_rate_hz",
+        "gauge",
+        "Rate the resource is sampled at now, samples per second (1 / interval while it approaches its limit, down to 1 / max_interval while far).",
+        |r| r.sample_rate_hz,
+    );
+    out.per_resource(
+        targets,
+        "watchdog_resource_samples_total",
+        "counter",
+        "Samples taken of the resource.",
+        |r| Some(r.samples as f64),
+    );
     out.text
 }
 
@@ -389,6 +403,35 @@ mod tests {
         assert!(
             text.lines()
                 .all(|l| l.starts_with('#') || l.starts_with("watchdog_"))
+        );
+    }
+
+    #[test]
+    fn each_resource_says_its_sample_rate_and_samples() {
+        let mut r = ResourceStatus::reading("host_memory", ResourceKind::HostMemory, 5, Some(10));
+        r.samples = 42;
+        r.sample_rate_hz = Some(1.0 / 0.9375);
+        let unsampled = ResourceStatus::reading("gpu0", ResourceKind::GpuMemory, 0, Some(10));
+        let text = render(&status(vec![target(7, "alice", vec![r, unsampled])]));
+        let lines = samples(&text);
+        let labels =
+            "pid=\"7\",user=\"alice\",rule=\"\",resource=\"host_memory\",kind=\"host_memory\"";
+        assert!(
+            lines.contains(
+                &format!("watchdog_resource_sample_rate_hz{{{labels}}} 1.0666666666666667")
+                    .as_str()
+            ),
+            "{text}"
+        );
+        assert!(
+            lines.contains(&format!("watchdog_resource_samples_total{{{labels}}} 42").as_str()),
+            "{text}"
+        );
+        // No rate known: no sample, as for a forecast.
+        assert!(
+            !lines
+                .iter()
+                .any(|l| l.starts_with("watchdog_resource_sample_rate_hz") && l.contains("gpu0"))
         );
     }
 

@@ -14,13 +14,23 @@
 //! [`Sampler::take_new_failures`] to emit one "unwatched" event, and each recovery with
 //! [`Sampler::take_recoveries`]. Nothing in a tick allocates once the tree and the files are
 //! warm (a retry allocates only what the failing source does to build its error).
+//!
+//! Each source is read only when it is due. It remembers the resources it emitted; after a
+//! tick, [`Sampler::plan`] sets its next read at the tick plus the shortest delay the
+//! caller gives for any of them (the engine's `next_due`: `interval` while a resource
+//! approaches its limit, up to `max_interval` while it is far), and
+//! [`Sampler::next_due_ns`] says when the first source is due. Without `plan` every
+//! source is read at every tick, as before rates were adaptive.
 
 use std::path::Path;
 
 use crate::ring::{SampleReader, SampleRing, SampleWriter};
 use crate::tree::ProcessTree;
 use crate::{Outcome, Source, SourceError, Tick};
-use watchdog_types::Sample;
+use watchdog_types::{ResourceId, Sample};
+
+/// Most resources a source's due time follows; a source emitting more is read every tick.
+pub const SLOT_RESOURCES: usize = 16;
 
 struct Slot {
     source: Box<dyn Source>,
@@ -36,6 +46,22 @@ struct Slot {
     failures: u32,
     /// While failing, when to try again (the tick's monotonic nanoseconds).
     retry_at_ns: u64,
+    /// The resources this source emitted so far (the first `n_ids`).
+    ids: [ResourceId; SLOT_RESOURCES],
+    n_ids: usize,
+    /// It emitted more resources than `ids` holds: read at every tick.
+    ids_overflow: bool,
+    /// When it was last read (or tried); `None` before its first read.
+    read_ns: Option<u64>,
+    /// When it is next to be read (0: at the next tick).
+    due_ns: u64,
+}
+
+impl Slot {
+    /// Whether the source is to be read at `now_ns`.
+    fn due(&self, now_ns: u64) -> bool {
+        !self.gone && now_ns >= self.due_ns && (self.error.is_none() || now_ns >= self.retry_at_ns)
+    }
 }
 
 /// The first retry of a failed source comes this long after the failure ...
@@ -145,6 +171,11 @@ impl Sampler {
             gone: false,
             failures: 0,
             retry_at_ns: 0,
+            ids: [ResourceId(0); SLOT_RESOURCES],
+            n_ids: 0,
+            ids_overflow: false,
+            read_ns: None,
+            due_ns: 0,
         });
     }
 
@@ -189,10 +220,22 @@ impl Sampler {
         let (mut pushed, mut dropped) = (0u32, 0u32);
         for slot in &mut self.slots {
             let failing = slot.error.is_some();
-            if slot.gone || (failing && now_ns < slot.retry_at_ns) {
+            if !slot.due(now_ns) {
                 continue;
             }
+            slot.read_ns = Some(now_ns);
+            // Due again at once until `plan` says otherwise.
+            slot.due_ns = now_ns;
+            let (ids, n_ids, overflow) = (&mut slot.ids, &mut slot.n_ids, &mut slot.ids_overflow);
             let result = slot.source.sample(&tick, &mut |s| {
+                if !ids[..*n_ids].contains(&s.resource) {
+                    if *n_ids < SLOT_RESOURCES {
+                        ids[*n_ids] = s.resource;
+                        *n_ids += 1;
+                    } else {
+                        *overflow = true;
+                    }
+                }
                 decide(&s);
                 if writer.push(s) {
                     pushed += 1;
@@ -249,6 +292,52 @@ impl Sampler {
         report.dropped = dropped;
         report.wake_reader = self.writer.nearly_full();
         report
+    }
+
+    /// Sets when each source read at the last tick is next due: that tick plus the shortest
+    /// `after(id)` over the resources it emitted, or plus `idle` for a source that emitted
+    /// none yet (a GPU nobody uses, a tree sum between its own periods). A source emitting
+    /// more than [`SLOT_RESOURCES`] resources stays due at every tick.
+    pub fn plan(
+        &mut self,
+        after: &dyn Fn(ResourceId) -> std::time::Duration,
+        idle: std::time::Duration,
+    ) {
+        for slot in &mut self.slots {
+            let Some(read) = slot.read_ns else { continue };
+            if slot.due_ns != read || slot.ids_overflow {
+                continue;
+            }
+            let delay = slot.ids[..slot.n_ids]
+                .iter()
+                .map(|&id| after(id))
+                .min()
+                .unwrap_or(idle);
+            slot.due_ns = read.saturating_add(delay.as_nanos().min(u128::from(u64::MAX)) as u64);
+        }
+    }
+
+    /// Makes every source due at the next tick (a last look before the end).
+    pub fn all_due(&mut self) {
+        for slot in &mut self.slots {
+            slot.due_ns = 0;
+        }
+    }
+
+    /// When the first source is next due (monotonic nanoseconds, as `tick`'s `now_ns`): a
+    /// failing source at its retry; `None` when no source is left to read.
+    pub fn next_due_ns(&self) -> Option<u64> {
+        self.slots
+            .iter()
+            .filter(|s| !s.gone)
+            .map(|s| {
+                if s.error.is_some() {
+                    s.due_ns.max(s.retry_at_ns)
+                } else {
+                    s.due_ns
+                }
+            })
+            .min()
     }
 
     /// The watched tree as of the last refresh, target first; empty once the target exited.
@@ -323,6 +412,60 @@ mod tests {
             .map(|(name, script)| Box::new(ScriptedSource::new(name, script)) as Box<dyn Source>)
             .collect();
         Sampler::for_target(Path::new("/proc"), std::process::id(), sources, ring).unwrap()
+    }
+
+    #[test]
+    fn each_source_is_read_when_its_resources_are_due_and_the_first_due_is_said() {
+        use std::time::Duration;
+        const MS: u64 = 1_000_000;
+        let (fast, slow, two) = (ResourceId(0), ResourceId(1), ResourceId(2));
+        let (mut sampler, mut r) = scripted(
+            256,
+            vec![
+                ("fast", vec![Scripted::Sample(fast, 1, 10)]),
+                ("slow", vec![Scripted::Sample(slow, 1, 10)]),
+                // Emits the slow resource, then also the fast one: the fast one rules.
+                (
+                    "both",
+                    vec![Scripted::Sample(slow, 1, 10), Scripted::Sample(two, 1, 10)],
+                ),
+                ("idle", vec![]),
+            ],
+        );
+        // Without a plan every source is read at every tick, as before.
+        sampler.tick(0);
+        assert_eq!(sampler.next_due_ns(), Some(0));
+        let after = |id: ResourceId| {
+            Duration::from_millis(match id.0 {
+                0 | 2 => 100,
+                _ => 1000,
+            })
+        };
+        let idle = Duration::from_millis(900);
+        sampler.plan(&after, idle);
+        // fast due at 100 ms, slow at 1 s, both at 1 s (it emitted only `slow` so far),
+        // idle at 900 ms.
+        assert_eq!(sampler.next_due_ns(), Some(100 * MS));
+        let mut read = |sampler: &mut Sampler, t: u64| {
+            let mut seen = Vec::new();
+            sampler.tick_into(t, &mut |s| seen.push(s.resource.0));
+            sampler.plan(&after, idle);
+            r.drain(|_| {});
+            seen
+        };
+        assert_eq!(read(&mut sampler, 100 * MS), vec![0]);
+        assert_eq!(sampler.next_due_ns(), Some(200 * MS));
+        assert_eq!(
+            read(&mut sampler, 150 * MS),
+            Vec::<u16>::new(),
+            "nothing due"
+        );
+        assert_eq!(read(&mut sampler, 200 * MS), vec![0]);
+        assert_eq!(read(&mut sampler, 1000 * MS), vec![0, 1, 2]);
+        // `both` now emitted `two` too: due 100 ms on, with `fast`.
+        assert_eq!(sampler.next_due_ns(), Some(1100 * MS));
+        assert_eq!(read(&mut sampler, 1100 * MS), vec![0, 2]);
+        assert_eq!(sampler.ticks(), 6);
     }
 
     #[test]

@@ -423,6 +423,8 @@ mod tests {
                     trend_per_s: f64::NAN,
                     seconds_left: Some(f64::INFINITY),
                     alerts: 0,
+                    samples: 0,
+                    sample_rate_hz: None,
                 }],
                 ..TargetStatus::default()
             }],

@@ -85,6 +85,8 @@ fn resource() -> impl Strategy<Value = ResourceStatus> {
                 trend_per_s,
                 seconds_left,
                 alerts,
+                samples: alerts,
+                sample_rate_hz: seconds_left.map(f64::abs),
             },
         )
 }

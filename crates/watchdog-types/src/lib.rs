@@ -199,6 +199,18 @@ pub struct Event {
     pub body: EventBody,
 }
 
+/// The sampling rates in force for one resource: every `interval_s` while it approaches
+/// its limit, as seldom as every `max_interval_s` while it is far.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ResourceRate {
+    /// Resource name.
+    pub resource: String,
+    /// Seconds between two samples while it approaches its limit.
+    pub interval_s: f64,
+    /// Longest seconds between two samples while it is far (`max_interval`, clamped).
+    pub max_interval_s: f64,
+}
+
 /// The kinds of events, each with its own fields.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
@@ -219,6 +231,10 @@ pub enum EventBody {
         /// watchdogs' events).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         environment: Option<Box<environment::Environment>>,
+        /// The sampling rates in force for each resource (absent from older watchdogs'
+        /// events).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        rates: Vec<ResourceRate>,
     },
     /// A resource and its limit were found.
     Limit {

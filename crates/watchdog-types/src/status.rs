@@ -71,6 +71,14 @@ pub struct ResourceStatus {
     pub seconds_left: Option<f64>,
     /// Alerts this resource raised.
     pub alerts: u64,
+    /// Samples taken of it so far (absent from older watchdogs' status).
+    #[serde(default)]
+    pub samples: u64,
+    /// The rate it is sampled at now, samples per second: 1 / `interval` while it
+    /// approaches its limit, down to 1 / `max_interval` while far (absent from older
+    /// watchdogs' status).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample_rate_hz: Option<f64>,
 }
 
 impl ResourceStatus {
@@ -91,6 +99,8 @@ impl ResourceStatus {
             trend_per_s: 0.0,
             seconds_left: None,
             alerts: 0,
+            samples: 0,
+            sample_rate_hz: None,
         }
     }
 }

@@ -5,10 +5,16 @@
 //! whichever comes first, and asks a [`Loop`] for what differs between the modes: the stop
 //! check, the chores around a sample, sampling every run, and waiting (on the wake-up
 //! socket, and the target's pidfd when there is one). Tests drive it with a scripted clock.
+//!
+//! Rates are adaptive: the mode says when its first resource is due ([`Loop::next_sample`],
+//! the earliest over its sources and runs), and a sample comes then, but never sooner than
+//! one `interval` after the deadline of the last one. A tick is late when it finishes more
+//! than one interval after the deadline it was due at, so a slow resource sampled on time
+//! once a second counts nothing.
 
 use std::time::{Duration, Instant};
 
-/// The sampling deadline and the ticks that came late.
+/// The sampling deadline (the earliest the next sample may come) and the ticks that came late.
 #[derive(Debug, Clone)]
 pub struct Schedule {
     interval: Duration,
@@ -36,11 +42,23 @@ impl Schedule {
         self.next
     }
 
+    /// When the next sample is due when the mode wants it at `wanted` (`None`: as soon as
+    /// the interval allows): `wanted`, never sooner than [`next`](Self::next).
+    pub fn deadline(&self, wanted: Option<Instant>) -> Instant {
+        wanted.map_or(self.next, |w| w.max(self.next))
+    }
+
     /// Moves the deadline one interval on after a sample that finished at `after`; returns
     /// how many deadlines it overran (0: on time). An overrun is counted, not caught up on:
     /// the next sample is due at once, then every interval from there.
     pub fn advance(&mut self, after: Instant) -> u64 {
-        self.next += self.interval;
+        self.advance_from(self.next, after)
+    }
+
+    /// [`advance`](Self::advance) for a sample that was due at `due_at` (its
+    /// [`deadline`](Self::deadline)): late when it finished more than one interval after that.
+    pub fn advance_from(&mut self, due_at: Instant, after: Instant) -> u64 {
+        self.next = due_at + self.interval;
         if self.next >= after {
             return 0;
         }
@@ -58,7 +76,14 @@ impl Schedule {
 
     /// When to wake: the next sample, or `chore` when it falls earlier.
     pub fn wake_at(&self, chore: Option<Instant>) -> Instant {
-        chore.map_or(self.next, |c| c.min(self.next))
+        self.wake_for(None, chore)
+    }
+
+    /// When to wake: the next sample as the mode wants it ([`deadline`](Self::deadline)),
+    /// or `chore` when it falls earlier.
+    pub fn wake_for(&self, wanted: Option<Instant>, chore: Option<Instant>) -> Instant {
+        let next = self.deadline(wanted);
+        chore.map_or(next, |c| c.min(next))
     }
 }
 
@@ -76,6 +101,10 @@ pub trait Loop {
     fn after_sample(&mut self, _now: Instant) {}
     /// The last sample overran `ticks` deadlines (at least 1): every run watched counts them.
     fn late(&mut self, ticks: u64);
+    /// When the mode's first resource is next due (`None`: every interval).
+    fn next_sample(&self) -> Option<Instant> {
+        None
+    }
     /// When the earliest chore falls due after `now` (`None`: only samples wake the loop).
     fn next_chore(&self, _now: Instant) -> Option<Instant> {
         None
@@ -93,7 +122,8 @@ pub enum Driven {
     Over,
 }
 
-/// Runs `l` until it is stopped or over, sampling every `interval`.
+/// Runs `l` until it is stopped or over, sampling when it wants ([`Loop::next_sample`]) but
+/// at most once every `interval`.
 pub fn drive(l: &mut impl Loop, interval: Duration) -> Driven {
     let mut schedule = Schedule::new(interval, l.now());
     loop {
@@ -102,19 +132,20 @@ pub fn drive(l: &mut impl Loop, interval: Duration) -> Driven {
         }
         let now = l.now();
         l.before_sample(now);
-        let due = schedule.due(now);
+        let deadline = schedule.deadline(l.next_sample());
+        let due = now >= deadline;
         if due {
             l.sample(now);
         }
         l.after_sample(now);
         let after = l.now();
         if due {
-            let late = schedule.advance(after);
+            let late = schedule.advance_from(deadline, after);
             if late > 0 {
                 l.late(late);
             }
         }
-        if l.wait(schedule.wake_at(l.next_chore(after))) {
+        if l.wait(schedule.wake_for(l.next_sample(), l.next_chore(after))) {
             return Driven::Over;
         }
     }
@@ -179,6 +210,10 @@ mod tests {
         next_chore: Option<Instant>,
         ends_at: Option<Instant>,
         stop_after: Option<u64>,
+        /// The mode wants its next sample this long after the last (`None`: every interval).
+        every: Option<Duration>,
+        /// From this time on, the mode wants a sample at once (a run was added).
+        urgent_at: Option<Instant>,
         samples: Vec<Duration>,
         chores: Vec<Duration>,
         late: Vec<(u64, u64)>,
@@ -196,6 +231,8 @@ mod tests {
                 next_chore: None,
                 ends_at: None,
                 stop_after: None,
+                every: None,
+                urgent_at: None,
                 samples: Vec::new(),
                 chores: Vec::new(),
                 late: Vec::new(),
@@ -232,6 +269,14 @@ mod tests {
         }
         fn next_chore(&self, _now: Instant) -> Option<Instant> {
             self.next_chore
+        }
+        fn next_sample(&self) -> Option<Instant> {
+            let last = self.samples.last().map(|&d| self.t0 + d);
+            let slow = self.every.and_then(|e| last.map(|l| l + e));
+            match (slow, self.urgent_at) {
+                (Some(s), Some(u)) if self.clock >= u => Some(s.min(self.clock)),
+                (s, _) => s,
+            }
         }
         fn wait(&mut self, until: Instant) -> bool {
             self.wakes += 1;
@@ -300,5 +345,53 @@ mod tests {
         s.stop_after = Some(2);
         assert_eq!(drive(&mut s, 100 * MS), Driven::Stopped(libc::SIGTERM));
         assert_eq!(s.samples.len(), 2);
+    }
+
+    #[test]
+    fn a_slow_mode_is_sampled_when_it_wants_and_an_on_time_slow_tick_is_not_late() {
+        let mut s = Script::new(|_| 5 * MS);
+        s.every = Some(1000 * MS);
+        s.ends_at = Some(s.t0 + 3500 * MS);
+        drive(&mut s, 100 * MS);
+        assert_eq!(s.samples, ms(&[0, 1000, 2000, 3000]));
+        assert!(s.late.is_empty(), "{:?}", s.late);
+        // One wake a sample, and the one that saw the run end.
+        assert_eq!(s.wakes, 4);
+    }
+
+    #[test]
+    fn a_mode_wanting_samples_sooner_than_the_interval_gets_them_every_interval() {
+        let mut s = Script::new(|_| MS);
+        s.every = Some(10 * MS);
+        s.ends_at = Some(s.t0 + 350 * MS);
+        drive(&mut s, 100 * MS);
+        assert_eq!(s.samples, ms(&[0, 100, 200, 300]));
+        assert!(s.late.is_empty());
+    }
+
+    #[test]
+    fn a_slow_tick_overrunning_one_interval_past_its_deadline_is_late() {
+        // The sample due at 1000 ms takes 150 ms: it ends 50 ms past one interval.
+        let mut s = Script::new(|n| if n == 1 { 150 * MS } else { MS });
+        s.every = Some(1000 * MS);
+        s.stop_after = Some(3);
+        drive(&mut s, 100 * MS);
+        // The mode counts its next sample from the last one's start, as the sampler does.
+        assert_eq!(s.samples, ms(&[0, 1000, 2000]));
+        assert_eq!(s.late, vec![(2, 1)]);
+    }
+
+    #[test]
+    fn a_sample_wanted_sooner_is_taken_at_the_next_wake_the_interval_allows() {
+        // Slow, then a run added at 450 ms wants a sample at once: it comes at the next
+        // wake (the chore at 500 ms), not at the slow deadline of 1 s; then every interval
+        // while it stays urgent.
+        let mut s = Script::new(|_| MS);
+        s.every = Some(1000 * MS);
+        s.chore_every = Some(250 * MS);
+        s.urgent_at = Some(s.t0 + 450 * MS);
+        s.stop_after = Some(3);
+        drive(&mut s, 100 * MS);
+        assert_eq!(s.samples, ms(&[0, 500, 600]));
     }
 }

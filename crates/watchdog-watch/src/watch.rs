@@ -511,7 +511,8 @@ impl Watch {
         let (hook_tx, hook_outcomes) = std::sync::mpsc::channel();
         hooks.report_to(hook_tx);
         lineage::follow_the_run(sampler.tree_mut(), &hooks, target.is_child());
-        let engine = Engine::new(table.all(), settings.engine());
+        let mut engine = Engine::new(table.all(), settings.engine());
+        engine.set_max_interval(settings.max_interval().as_secs_f64());
         let start_wall = SystemTime::now();
         let mut environment = crate::environment::gather(&settings.host, target.pid, table.all());
         environment.gpus = std::mem::take(&mut built.gpus);
@@ -588,6 +589,19 @@ impl Watch {
         unwatched: &[(String, String)],
         environment: Option<watchdog_types::environment::Environment>,
     ) {
+        let (interval_s, max_interval_s) = (
+            self.settings.interval.as_secs_f64(),
+            self.engine.max_interval_s(),
+        );
+        let rates = self
+            .engine
+            .resources()
+            .map(|r| watchdog_types::ResourceRate {
+                resource: r.name.clone(),
+                interval_s,
+                max_interval_s,
+            })
+            .collect();
         let s = &self.settings;
         tracing::info!(
             "watching PID {} ({}) every {} with a {} lead; request file {}{}",
@@ -612,6 +626,7 @@ impl Watch {
             lead_s: s.lead.as_secs_f64(),
             dry_run: s.dry_run,
             environment: environment.map(Box::new),
+            rates,
         });
         for (resource, reason) in unwatched {
             if resource == "gpu" {
@@ -639,8 +654,20 @@ impl Watch {
         self.ended()
     }
 
+    /// When this run's first source is next due (`None`: none left to read).
+    pub fn next_sample_at(&self) -> Option<Instant> {
+        self.sampler
+            .next_due_ns()
+            .map(|ns| self.start + Duration::from_nanos(ns))
+    }
+
+    /// Whether a source of this run is due at `now`.
+    pub fn due(&self, now: Instant) -> bool {
+        self.next_sample_at().is_some_and(|at| now >= at)
+    }
+
     /// Whether the run has ended, without waiting.
-    fn ended(&mut self) -> bool {
+    pub fn ended(&mut self) -> bool {
         self.wait_for_the_run(&Waiting::default(), Duration::ZERO)
     }
 
@@ -666,6 +693,8 @@ impl Watch {
 
     /// [`conclude`](Self::conclude), waiting at most `wait` for the exit status.
     pub fn conclude_within(&mut self, wait: Duration) -> TargetExit {
+        // The last look reads every source, due or not.
+        self.sampler.all_due();
         self.sample(Instant::now());
         self.check_python_environment();
         self.read_last_steps_and_saves();
@@ -803,6 +832,28 @@ impl Watch {
         self.outputs.prune();
     }
 
+    /// The summary's rates: each resource's samples a second on average over the watch,
+    /// its samples, and how many came at the interval (the others came slowly, far from
+    /// its limit). Empty before any sample.
+    fn rates_note(&self) -> String {
+        let elapsed_s = self.start.elapsed().as_secs_f64().max(1e-3);
+        let interval = format_duration_s(self.settings.interval.as_secs_f64());
+        let parts: Vec<String> = self
+            .engine
+            .sample_counts()
+            .map(|(name, n, fast)| {
+                format!(
+                    "{name} {:.1}/s ({n} samples, {fast} at {interval})",
+                    n as f64 / elapsed_s
+                )
+            })
+            .collect();
+        if parts.is_empty() {
+            return String::new();
+        }
+        format!(" Rates: {}.", parts.join(", "))
+    }
+
     /// Emits an `output_error` event for each write that failed since the last call.
     fn emit_output_failures(&mut self) {
         for f in outputs::take_failures() {
@@ -838,6 +889,10 @@ impl Watch {
         let report = self.sampler.tick_into(t_ns, &mut |s| {
             let _ = engine.observe(s, &mut actions);
         });
+        // Each source next when the first of its resources is due (adaptive rates).
+        let engine = &self.engine;
+        let idle = Duration::from_secs_f64(engine.max_interval_s());
+        self.sampler.plan(&|id| engine.next_due(id), idle);
         if report.wake_reader {
             self.recorder.ask_drain();
         }
@@ -988,11 +1043,12 @@ impl Watch {
         let verdict = self.diagnose(exit);
         let last = self.last_recording();
         let late = format!(
-            " Sampled {} times every {} ({} late, {} samples dropped).{}",
+            " Sampled {} times every {} ({} late, {} samples dropped).{}{}",
             self.ticks,
             format_duration_s(self.settings.interval.as_secs_f64()),
             self.late_ticks,
             self.sampler.dropped(),
+            self.rates_note(),
             recording_note(&last),
         );
         let survivors = self.survivors_note();

@@ -404,3 +404,22 @@ fn a_regex_too_big_is_refused_not_compiled_forever() {
         "{e}"
     );
 }
+
+#[test]
+fn a_rule_max_interval_shorter_than_the_loop_interval_is_refused_at_its_line() {
+    let text = format!(
+        "interval = \"200ms\"\n{}",
+        one_rule("gpu = true", "lead = \"5s\"\nmax_interval = \"100ms\"")
+    );
+    assert_eq!(
+        err(&text),
+        "config file d.toml:8: rule 'r': invalid max-interval '100ms': expected at least the interval (200ms)"
+    );
+    let text = format!(
+        "interval = \"200ms\"\n{}",
+        one_rule("gpu = true", "max_interval = \"2s\"")
+    );
+    let config = parse(&text).unwrap();
+    let s = config.rules[0].settings(&Host::from_env(), config.interval, config.tree_interval);
+    assert_eq!(s.max_interval(), Duration::from_secs(2));
+}

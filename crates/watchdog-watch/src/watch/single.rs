@@ -80,6 +80,10 @@ impl Loop for SingleRun<'_> {
         self.watch.count_late(ticks);
     }
 
+    fn next_sample(&self) -> Option<Instant> {
+        self.watch.next_sample_at()
+    }
+
     fn wait(&mut self, until: Instant) -> bool {
         let timeout = until.saturating_duration_since(Instant::now());
         self.watch.wait_for_the_run(&self.waiting, timeout)
