@@ -199,6 +199,15 @@ pub struct Event {
     pub body: EventBody,
 }
 
+/// A kernel wake-up source that could not be armed for a run (the `start` event's `unarmed`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unarmed {
+    /// The source, named as in `wake_sources`.
+    pub source: String,
+    /// Why, in one line.
+    pub reason: String,
+}
+
 /// The kinds of events, each with its own fields.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
@@ -219,6 +228,13 @@ pub enum EventBody {
         /// watchdogs' events).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         environment: Option<Box<environment::Environment>>,
+        /// What wakes the loop besides its ticks: `pidfd`, `cgroup_v1_threshold`,
+        /// `cgroup_v2_events`, `psi:PATH` (`docs/kernel-wake.md`); empty from older watchdogs.
+        #[serde(default)]
+        wake_sources: Vec<String>,
+        /// The kernel sources that could not be armed, and why: those are polled.
+        #[serde(default)]
+        unarmed: Vec<Unarmed>,
     },
     /// A resource and its limit were found.
     Limit {

@@ -38,6 +38,7 @@ use watchdog_config::Settings;
 
 mod actions;
 mod deliver;
+mod kernel;
 mod kmsg;
 mod lineage;
 mod restart;
@@ -329,6 +330,13 @@ pub struct Watch {
     max_step: Option<u64>,
     /// The verdict and the resources' ends, once the run ended.
     last_verdict: Option<(verdict::Verdict, Vec<verdict::ResourceEnd>)>,
+    /// The kernel's wake-ups armed for this run.
+    kernel: kernel::KernelWake,
+    /// `cgroup_memory` and `cgroup_cache`, whose samples move the v1 threshold.
+    kernel_ids: Option<(
+        watchdog_types::ResourceId,
+        Option<watchdog_types::ResourceId>,
+    )>,
 }
 
 /// What a watch is started with besides its target and settings.
@@ -511,7 +519,12 @@ impl Watch {
         let (hook_tx, hook_outcomes) = std::sync::mpsc::channel();
         hooks.report_to(hook_tx);
         lineage::follow_the_run(sampler.tree_mut(), &hooks, target.is_child());
-        let engine = Engine::new(table.all(), settings.engine());
+        let mut engine = Engine::new(table.all(), settings.engine());
+        let kernel = kernel::KernelWake::arm(built.cgroup.as_ref(), settings.host.proc.path());
+        if let Some(id) = kernel.covered() {
+            engine.set_kernel_wake(id, true);
+        }
+        let kernel_ids = built.cgroup.as_ref().map(|c| (c.id, c.cache));
         let start_wall = SystemTime::now();
         let mut environment = crate::environment::gather(&settings.host, target.pid, table.all());
         environment.gpus = std::mem::take(&mut built.gpus);
@@ -573,6 +586,8 @@ impl Watch {
             attempting: None,
             max_step: None,
             last_verdict: None,
+            kernel,
+            kernel_ids,
         };
         if !watch.settings.dry_run
             && let Err(e) = watchdog_alerter::request::clear_request(&watch.request)
@@ -612,6 +627,18 @@ impl Watch {
             lead_s: s.lead.as_secs_f64(),
             dry_run: s.dry_run,
             environment: environment.map(Box::new),
+            wake_sources: std::iter::once("pidfd".to_string())
+                .chain(self.kernel.armed().iter().cloned())
+                .collect(),
+            unarmed: self
+                .kernel
+                .unarmed()
+                .iter()
+                .map(|(source, reason)| watchdog_types::Unarmed {
+                    source: source.clone(),
+                    reason: reason.clone(),
+                })
+                .collect(),
         });
         for (resource, reason) in unwatched {
             if resource == "gpu" {
@@ -637,6 +664,23 @@ impl Watch {
         self.tick(now);
         self.read_from_the_run(now);
         self.ended()
+    }
+
+    /// Calls `f` with each kernel descriptor of this run to poll, and its poll flag
+    /// ([`kernel_woke`](Self::kernel_woke) when one is ready).
+    pub fn each_kernel_fd(
+        &self,
+        f: impl FnMut(std::os::fd::BorrowedFd<'_>, watchdog_kernel_wake::PollFlags),
+    ) {
+        self.kernel.each_fd(f);
+    }
+
+    /// A kernel source of this run woke the loop: reads what it signalled (so it does not
+    /// stay ready) and samples the run at once, a whole tick.
+    pub fn kernel_woke(&mut self, now: Instant) {
+        self.kernel.consume();
+        self.tick(now);
+        self.read_from_the_run(now);
     }
 
     /// Whether the run has ended, without waiting.
@@ -835,9 +879,21 @@ impl Watch {
         self.ticks += 1;
         let mut actions = Vec::new();
         let engine = &mut self.engine;
+        let ids = self.kernel_ids;
+        let (mut used, mut cache) = (None, 0);
         let report = self.sampler.tick_into(t_ns, &mut |s| {
+            if let Some((memory, cache_id)) = ids {
+                if s.resource == memory {
+                    used = Some(s.used);
+                } else if Some(s.resource) == cache_id {
+                    cache = s.used;
+                }
+            }
             let _ = engine.observe(s, &mut actions);
         });
+        if let Some(used) = used {
+            self.kernel.after_sample(&mut self.engine, used, cache);
+        }
         if report.wake_reader {
             self.recorder.ask_drain();
         }
