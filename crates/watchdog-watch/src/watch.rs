@@ -337,6 +337,8 @@ pub struct Watch {
         watchdog_types::ResourceId,
         Option<watchdog_types::ResourceId>,
     )>,
+    /// What a single run's wait polls: its pidfd and kernel descriptors, kept warm.
+    wait_set: crate::wake::WaitSet,
 }
 
 /// What a watch is started with besides its target and settings.
@@ -588,6 +590,7 @@ impl Watch {
             last_verdict: None,
             kernel,
             kernel_ids,
+            wait_set: crate::wake::WaitSet::default(),
         };
         if !watch.settings.dry_run
             && let Err(e) = watchdog_alerter::request::clear_request(&watch.request)
