@@ -887,15 +887,16 @@ impl Watch {
         let report = self.sampler.tick_into(t_ns, &mut |s| {
             if let Some((memory, cache_id)) = ids {
                 if s.resource == memory {
-                    used = Some(s.used);
+                    used = Some((s.used, s.limit));
                 } else if Some(s.resource) == cache_id {
                     cache = s.used;
                 }
             }
             let _ = engine.observe(s, &mut actions);
         });
-        if let Some(used) = used {
-            self.kernel.after_sample(&mut self.engine, used, cache);
+        if let Some((used, limit)) = used {
+            self.kernel
+                .after_sample(&mut self.engine, used, cache, limit);
         }
         if report.wake_reader {
             self.recorder.ask_drain();

@@ -185,14 +185,18 @@ impl KernelWake {
         }
     }
 
-    /// After a sample of the cgroup (`used` is `cgroup_memory`, `cache` its page cache):
+    /// After a sample of the cgroup (`used` is `cgroup_memory`, `cache` its page cache,
+    /// `limit` the limit it was read with):
     /// moves the v1 threshold to the engine's wake level plus the cache when that changed,
     /// or disarms it while cache keeps usage near the limit (and arms it again once usage
     /// falls back), telling the engine either way.
-    pub fn after_sample(&mut self, engine: &mut Engine, used: u64, cache: u64) {
+    pub fn after_sample(&mut self, engine: &mut Engine, used: u64, cache: u64, limit: u64) {
         let Some(v1) = &mut self.v1 else {
             return;
         };
+        if limit != 0 && limit != u64::MAX {
+            v1.limit = limit;
+        }
         let usage = used.saturating_add(cache);
         let margin = (v1.limit / NEAR_LIMIT).max(MIN_MARGIN);
         let near = v1.limit.saturating_sub(margin);
