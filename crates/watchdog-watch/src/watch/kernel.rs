@@ -211,7 +211,7 @@ impl KernelWake {
             (Some(_), Some(at)) => at.saturating_add(cache),
             (Some(_), None) => just_above(usage, v1.limit),
         };
-        if level >= near && cache > 0 {
+        if (usage >= near || level >= near) && cache > 0 {
             if v1.armed_at.is_some() {
                 tracing::debug!(
                     "{V1}: page cache keeps usage near the limit, disarmed (polling instead)"
@@ -286,6 +286,65 @@ mod tests {
         );
         assert!(reason.contains("no PSI here"), "{reason}");
         assert!(k.covered().is_none());
+    }
+
+    /// A fresh v1 memory cgroup of `limit` bytes, removed on drop.
+    struct Cgroup(std::path::PathBuf);
+    impl Drop for Cgroup {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir(&self.0);
+        }
+    }
+
+    #[test]
+    fn page_cache_near_the_limit_disarms_the_threshold_and_usage_falling_back_arms_it() {
+        use watchdog_testsupport::{is_root, require};
+        let mount = Path::new("/sys/fs/cgroup/memory");
+        if !require(is_root(), "root (to create a memory cgroup)")
+            || !require(
+                mount.join("memory.limit_in_bytes").exists(),
+                "a cgroup v1 memory hierarchy",
+            )
+        {
+            return;
+        }
+        const MIB: u64 = 1 << 20;
+        let dir = mount.join(format!("wd-kernel-wake-{}", std::process::id()));
+        std::fs::create_dir(&dir).expect("create the cgroup");
+        let cg = Cgroup(dir);
+        let limit = 256 * MIB;
+        std::fs::write(cg.0.join("memory.limit_in_bytes"), limit.to_string()).expect("limit");
+        let wake = CgroupWake {
+            location: CgroupLocation {
+                version: CgroupVersion::V1,
+                dir: cg.0.clone(),
+                mount_point: mount.to_path_buf(),
+            },
+            id: ResourceId(0),
+            cache: None,
+            limit,
+        };
+        let mut k = KernelWake::arm(Some(&wake), Path::new("/proc"));
+        assert_eq!(k.covered(), Some(ResourceId(0)), "{:?}", k.unarmed());
+        assert!(k.armed().iter().any(|a| a == V1));
+        let mut engine = Engine::new(&[], watchdog_engine::EngineSettings::default());
+        let fds = |k: &KernelWake| {
+            let mut n = 0;
+            k.each_fd(|_, _| n += 1);
+            n
+        };
+        let armed_fds = fds(&k);
+        // 253 MiB of usage, 200 of it page cache: within a 64th of the limit.
+        k.after_sample(&mut engine, 53 * MIB, 200 * MIB, limit);
+        assert_eq!(k.covered(), None, "cache near the limit must disarm");
+        assert_eq!(fds(&k), armed_fds - 1, "a disarmed threshold is not polled");
+        // Still there: stays disarmed.
+        k.after_sample(&mut engine, 53 * MIB, 199 * MIB, limit);
+        assert_eq!(k.covered(), None);
+        // The cache reclaimed: armed again.
+        k.after_sample(&mut engine, 53 * MIB, 10 * MIB, limit);
+        assert_eq!(k.covered(), Some(ResourceId(0)));
+        assert_eq!(fds(&k), armed_fds);
     }
 
     #[test]
