@@ -229,7 +229,18 @@ impl KernelWake {
             return;
         }
         match v1.threshold.rearm(&[level]) {
-            Ok(()) => v1.armed_at = Some(level),
+            Ok(()) => {
+                v1.armed_at = Some(level);
+                // Usage that passed the level between the sample and now makes no crossing
+                // the kernel would signal: signal it ourselves, so the loop samples again.
+                if v1
+                    .threshold
+                    .usage_bytes()
+                    .is_ok_and(|now| now >= level.saturating_add(slack))
+                {
+                    let _ = rustix::io::write(v1.threshold.fd(), &1u64.to_ne_bytes());
+                }
+            }
             Err(e) => {
                 tracing::info!("{V1} cannot be moved, polling instead: {e}");
                 engine.set_kernel_wake(v1.id, false);
