@@ -337,6 +337,9 @@ pub struct Watch {
         watchdog_types::ResourceId,
         Option<watchdog_types::ResourceId>,
     )>,
+    /// The last sample's `cgroup_memory`, page cache and limit, for the threshold moved
+    /// at the end of the tick.
+    kernel_sampled: Option<(u64, u64, u64)>,
     /// What a single run's wait polls: its pidfd and kernel descriptors, kept warm.
     wait_set: crate::wake::WaitSet,
 }
@@ -590,6 +593,7 @@ impl Watch {
             last_verdict: None,
             kernel,
             kernel_ids,
+            kernel_sampled: None,
             wait_set: crate::wake::WaitSet::default(),
         };
         if !watch.settings.dry_run
@@ -870,6 +874,12 @@ impl Watch {
         if let Some(plan) = self.engine.decide() {
             self.act(plan);
         }
+        // After the alert is sent: registering a v1 threshold waits for an RCU grace period
+        // in the kernel (milliseconds on a busy machine).
+        if let Some((used, cache, limit)) = self.kernel_sampled.take() {
+            self.kernel
+                .after_sample(&mut self.engine, used, cache, limit);
+        }
         if self.record_now.swap(false, Ordering::Relaxed) {
             self.save_recording_in_background("SIGUSR2");
         }
@@ -894,10 +904,7 @@ impl Watch {
             }
             let _ = engine.observe(s, &mut actions);
         });
-        if let Some((used, limit)) = used {
-            self.kernel
-                .after_sample(&mut self.engine, used, cache, limit);
-        }
+        self.kernel_sampled = used.map(|(used, limit)| (used, cache, limit));
         if report.wake_reader {
             self.recorder.ask_drain();
         }

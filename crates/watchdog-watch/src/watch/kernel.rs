@@ -211,7 +211,7 @@ impl KernelWake {
             (Some(_), Some(at)) => at.saturating_add(cache),
             (Some(_), None) => just_above(usage, v1.limit),
         };
-        if (usage >= near || level >= near) && cache > 0 {
+        if (usage >= near || level >= near) && cache >= margin {
             if v1.armed_at.is_some() {
                 tracing::debug!(
                     "{V1}: page cache keeps usage near the limit, disarmed (polling instead)"
@@ -224,8 +224,13 @@ impl KernelWake {
             }
             return;
         }
+        // Registering a threshold waits for an RCU grace period in the kernel: one still
+        // above the usage and not above the level (by more than a 1024th of the limit) is
+        // kept while it lies within `margin` below the level, waking a little early.
         let slack = (v1.limit / 1024).max(1);
-        if v1.armed_at.is_some_and(|at| at.abs_diff(level) < slack) {
+        if v1.armed_at.is_some_and(|at| {
+            at > usage && at <= level.saturating_add(slack) && level.saturating_sub(at) < margin
+        }) {
             return;
         }
         match v1.threshold.rearm(&[level]) {
