@@ -15,7 +15,16 @@
 # The request file (written, fsynced and renamed before the signal is sent) goes to REQ_DIR,
 # /dev/shm by default, where XDG_RUNTIME_DIR would put it; REQ_DIR=/tmp puts it on a disk.
 #
+# MODE=cgroup (root, cgroup v1): the same on a memory cgroup's limit. The target runs alone in
+# a fresh v1 memory cgroup and the watchdog attaches with `--pid` from outside it; the limit
+# is set so the floor line sits CROSS_AT_MIB above the cgroup's steady `cgroup_memory` (read
+# by the target itself after the hold), BASE_MIB defaults to 400 and JUMP_MIB to
+# CROSS_AT_MIB + 8 (the jump must stay under the limit). Each of WAKES is run per interval:
+# `kernel` lets the watchdog arm its v1 usage threshold, `poll` runs it in a mount namespace
+# where cgroupfs is read-only (as under ProtectControlGroups=yes), so it can only poll.
+#
 # Usage: scripts/bench/reaction.sh        (~2 minutes)
+#        MODE=cgroup INTERVALS="10ms 1s" WAKES="kernel poll" TRIALS=20 scripts/bench/reaction.sh
 # Env:   TRIALS=50 REQ_DIR=/dev/shm INTERVALS="10ms 100ms" JUMP_MIB=200 BASE_MIB=48 CROSS_AT_MIB=8
 #        WATCHDOG=target/release/watchdog  OUT=file (raw rows, TSV)
 set -euo pipefail
@@ -23,9 +32,16 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 TRIALS=${TRIALS:-50}
 INTERVALS=${INTERVALS:-"10ms 100ms"}
-JUMP_MIB=${JUMP_MIB:-200}
-BASE_MIB=${BASE_MIB:-48}
+MODE=${MODE:-rss}
+WAKES=${WAKES:-"kernel poll"}
 CROSS_AT_MIB=${CROSS_AT_MIB:-8}
+if [ "$MODE" = cgroup ]; then
+    JUMP_MIB=${JUMP_MIB:-$((CROSS_AT_MIB + 8))}
+    BASE_MIB=${BASE_MIB:-400}
+else
+    JUMP_MIB=${JUMP_MIB:-200}
+    BASE_MIB=${BASE_MIB:-48}
+fi
 FLOOR=5
 WATCHDOG=${WATCHDOG:-target/release/watchdog}
 OUT=${OUT:-}
@@ -40,6 +56,75 @@ if [ ! -x "$WATCHDOG" ]; then
 fi
 cc -O2 -Wall -o "$WORK/target" scripts/bench/reaction_target.c
 
+rows="$WORK/rows.tsv"
+printf 'interval\ttrial\tsig_minus_cross_ms\tsig_minus_jump_ms\tjump_ms\treason\n' >"$rows"
+# The milliseconds of an interval such as 10ms, 1s or 500us.
+ms_of() { awk -v s="$1" 'BEGIN { v = s + 0; if (s ~ /us$/) v /= 1000; else if (s ~ /s$/ && s !~ /ms$/) v *= 1000; print v }'; }
+# A random phase between the watchdog's ticks and the jump: whole milliseconds under $1 ms.
+jitter_of() { echo $((RANDOM % $(awk -v i="$1" 'BEGIN { j = int(i); print (j < 1 ? 1 : j) }'))); }
+
+# Appends the row of one trial to $rows: record LABEL TRIAL TARGET_LINE REQUEST_FILE.
+record() {
+    local label=$1 trial=$2 line=$3 req=$4 reason jump cross done sig
+    reason=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["resource"]+":"+d["reason"])' "$req" 2>/dev/null || echo none)
+    read -r jump cross done sig <<<"$line" || true
+    if [ "${jump:-error}" = error ] || [ -z "${sig:-}" ]; then
+        echo "trial $label #$trial failed: $line $(tail -2 "$WORK/wd.err")" >&2
+        return
+    fi
+    if [ "$sig" = 0 ]; then
+        echo "trial $label #$trial: no signal within 3 s ($reason)" >&2
+        printf '%s\t%s\tnan\tnan\t%s\t%s\n' "$label" "$trial" \
+            "$(awk -v a="$jump" -v b="$done" 'BEGIN{printf "%.3f", (b-a)/1e6}')" "$reason" >>"$rows"
+        return
+    fi
+    awk -v iv="$label" -v t="$trial" -v j="$jump" -v c="$cross" -v d="$done" -v s="$sig" -v r="$reason" \
+        'BEGIN { printf "%s\t%s\t%.3f\t%.3f\t%.3f\t%s\n", iv, t, (s-c)/1e6, (s-j)/1e6, (d-j)/1e6, r }' >>"$rows"
+}
+
+if [ "$MODE" = cgroup ]; then
+    CG=/sys/fs/cgroup/memory/wd-reaction-$$
+    mkdir "$CG"
+    trap 'rmdir "$CG" 2>/dev/null; rm -rf "$WORK" "$REQ".json*' EXIT
+    # The target alone in the cgroup (sh writes its PID, then execs it).
+    ENTER='echo $$ > "$0/cgroup.procs" && exec "$@"'
+    in_cgroup() { sh -c "$ENTER" "$CG" "$@"; }
+    used=$(in_cgroup "$WORK/target" 300 "$JUMP_MIB" 0 "$FLOOR" "$BASE_MIB" "$CG")
+    limit=$(awk -v r="$used" -v c="$CROSS_AT_MIB" -v f="$FLOOR" 'BEGIN {
+        printf "%d", (r + c * 1048576) / (1 - f / 100) / 4096 + 1 }')
+    limit=$((limit * 4096))
+    echo "$limit" >"$CG/memory.limit_in_bytes"
+    echo "# machine: $(nproc) cores, kernel $(uname -r); loadavg $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+    echo "# cgroup_memory steady $((used / 1024)) KiB, limit $((limit / 1024)) KiB (floor line $CROSS_AT_MIB MiB above), jump $JUMP_MIB MiB, $TRIALS trials per interval and wake" >&2
+    for iv in $INTERVALS; do
+        iv_ms=$(ms_of "$iv")
+        # Long enough for the watchdog to attach and sample a few times, at most 3 s.
+        hold=$(awk -v i="$iv_ms" 'BEGIN { h = 5 * i + 700; if (h > 3000) h = 3000; printf "%d", h }')
+        for wake in $WAKES; do
+            for trial in $(seq 1 "$TRIALS"); do
+                jitter=$(jitter_of "$iv_ms")
+                req="$REQ.json"
+                rm -f "$req" "$req".*
+                # Not through the function: $! must be the target's PID (sh execs it).
+                sh -c "$ENTER" "$CG" "$WORK/target" $((hold + jitter)) "$JUMP_MIB" "$limit" "$FLOOR" "$BASE_MIB" "$CG" \
+                    >"$WORK/line" &
+                target=$!
+                # Attached only once it is in the cgroup: a watchdog that looked earlier would arm on the
+                # cgroup it left (a target that moves keeps its threshold where it was).
+                until grep -q "${CG##*/}" "/proc/$target/cgroup" 2>/dev/null || ! kill -0 "$target" 2>/dev/null; do sleep 0.01; done
+                wd=("$WATCHDOG" --interval "$iv" --floor "$FLOOR" --gpu off --no-notify --no-status -q
+                    --request-file "$req" --pid "$target")
+                [ "$wake" = poll ] && wd=(scripts/bench/ro_cgroupfs.sh "${wd[@]}")
+                "${wd[@]}" 2>"$WORK/wd.err" &
+                watcher=$!
+                wait "$target" || true
+                wait "$watcher" || true
+                record "$iv/$wake" "$trial" "$(cat "$WORK/line")" "$req"
+            done
+        done
+    done
+    INTERVALS=""
+else
 rss=$("$WORK/target" 0 "$JUMP_MIB" 0 "$FLOOR" "$BASE_MIB")
 # The floor line (95% of L) at steady RSS + CROSS_AT_MIB; L in KiB.
 limit_kib=$(awk -v r="$rss" -v c="$CROSS_AT_MIB" -v f="$FLOOR" 'BEGIN {
@@ -47,34 +132,19 @@ limit_kib=$(awk -v r="$rss" -v c="$CROSS_AT_MIB" -v f="$FLOOR" 'BEGIN {
 echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r); loadavg $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 echo "# steady RSS $((rss / 1024)) KiB, --mem-limit ${limit_kib}KiB (floor line $CROSS_AT_MIB MiB above), jump $JUMP_MIB MiB, $TRIALS trials per interval" >&2
 
-rows="$WORK/rows.tsv"
-printf 'interval\ttrial\tsig_minus_cross_ms\tsig_minus_jump_ms\tjump_ms\treason\n' >"$rows"
+fi
 for iv in $INTERVALS; do
-    iv_ms=$(awk -v s="$iv" 'BEGIN { v = s + 0; if (s ~ /us$/) v /= 1000; else if (s ~ /s$/ && s !~ /ms$/) v *= 1000; print v }')
+    iv_ms=$(ms_of "$iv")
     hold=$(awk -v i="$iv_ms" 'BEGIN { h = 5 * i; if (h < 300) h = 300; printf "%d", h }')
     for trial in $(seq 1 "$TRIALS"); do
-        # A random phase between the watchdog's ticks and the jump, in whole milliseconds.
-        jitter=$((RANDOM % $(awk -v i="$iv_ms" 'BEGIN { j = int(i); print (j < 1 ? 1 : j) }')))
+        jitter=$(jitter_of "$iv_ms")
         req="$REQ.json"
         rm -f "$req" "$req".*
         line=$("$WATCHDOG" --interval "$iv" --mem-limit "${limit_kib}KiB" --floor "$FLOOR" \
             --gpu off --no-notify --no-status -q --request-file "$req" \
             run -- "$WORK/target" $((hold + jitter)) "$JUMP_MIB" $((limit_kib * 1024)) "$FLOOR" "$BASE_MIB" \
             2>"$WORK/wd.err") || true
-        reason=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["resource"]+":"+d["reason"])' "$req" 2>/dev/null || echo none)
-        read -r jump cross done sig <<<"$line" || true
-        if [ "${jump:-error}" = error ] || [ -z "${sig:-}" ]; then
-            echo "trial $iv #$trial failed: $line $(tail -2 "$WORK/wd.err")" >&2
-            continue
-        fi
-        if [ "$sig" = 0 ]; then
-            echo "trial $iv #$trial: no signal within 3 s ($reason)" >&2
-            printf '%s\t%s\tnan\tnan\t%s\t%s\n' "$iv" "$trial" \
-                "$(awk -v a="$jump" -v b="$done" 'BEGIN{printf "%.3f", (b-a)/1e6}')" "$reason" >>"$rows"
-            continue
-        fi
-        awk -v iv="$iv" -v t="$trial" -v j="$jump" -v c="$cross" -v d="$done" -v s="$sig" -v r="$reason" \
-            'BEGIN { printf "%s\t%s\t%.3f\t%.3f\t%.3f\t%s\n", iv, t, (s-c)/1e6, (s-j)/1e6, (d-j)/1e6, r }' >>"$rows"
+        record "$iv" "$trial" "$line" "$req"
     done
 done
 [ -n "$OUT" ] && cp "$rows" "$OUT"

@@ -7,6 +7,9 @@
  *   chunks. The floor is crossed when RSS exceeds LIMIT_BYTES * (1 - FLOOR_PERCENT/100): the
  *   instant the chunk that carries it past that line is touched is "cross".
  * With LIMIT_BYTES 0 it only prints its RSS in bytes after the hold (to calibrate the limit).
+ * With a sixth argument, a cgroup v1 memory directory the target runs in, the figure is that
+ * cgroup's `cgroup_memory` instead (memory.usage_in_bytes less the file cache of memory.stat),
+ * read once after the hold; the jump's bytes are counted on top of it.
  * Prints one line: `jump_ns cross_ns done_ns sig_ns` (CLOCK_MONOTONIC; sig_ns is 0 when no
  * signal came within 3 s of the jump), or `error ...` with exit status 3. */
 #define _GNU_SOURCE
@@ -44,9 +47,27 @@ static long rss_bytes(void) {
     return resident < 0 ? -1 : resident * sysconf(_SC_PAGESIZE);
 }
 
+/* The cgroup_memory figure of the v1 memory cgroup `dir`: usage less file cache, or -1. */
+static long cgroup_used(const char *dir) {
+    char path[4096], key[64];
+    long usage = -1, value, cache = 0;
+    snprintf(path, sizeof path, "%s/memory.usage_in_bytes", dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    if (fscanf(f, "%ld", &usage) != 1) usage = -1;
+    fclose(f);
+    snprintf(path, sizeof path, "%s/memory.stat", dir);
+    f = fopen(path, "r");
+    if (!f) return -1;
+    while (fscanf(f, "%63s %ld", key, &value) == 2)
+        if (!strcmp(key, "total_active_file") || !strcmp(key, "total_inactive_file")) cache += value;
+    fclose(f);
+    return usage < 0 ? -1 : usage - cache;
+}
+
 int main(int argc, char **argv) {
-    if (argc != 6) {
-        fprintf(stderr, "usage: %s HOLD_MS JUMP_MIB LIMIT_BYTES FLOOR_PERCENT BASE_MIB\n", argv[0]);
+    if (argc != 6 && argc != 7) {
+        fprintf(stderr, "usage: %s HOLD_MS JUMP_MIB LIMIT_BYTES FLOOR_PERCENT BASE_MIB [CGROUP_DIR]\n", argv[0]);
         return 2;
     }
     long hold_ms = atol(argv[1]);
@@ -68,7 +89,7 @@ int main(int argc, char **argv) {
     struct timespec hold = {hold_ms / 1000, (hold_ms % 1000) * 1000000};
     while (nanosleep(&hold, &hold) != 0) {}
 
-    long rss0 = rss_bytes();
+    long rss0 = argc == 7 ? cgroup_used(argv[6]) : rss_bytes();
     if (limit == 0) {
         printf("%ld\n", rss0);
         return 0;

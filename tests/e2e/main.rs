@@ -16,6 +16,7 @@ mod gpu_steps;
 mod hooks;
 mod hostile;
 mod inputs;
+mod kernel_wake;
 mod launchers;
 mod notify;
 mod outputs;

@@ -21,7 +21,7 @@ use watchdog_status::server::{Peer, ServerHandle, StatusServer, may_register, vi
 use watchdog_types::quote::quote_value;
 use watchdog_watch::recorder::Recorders;
 use watchdog_watch::schedule::{self, Driven, Loop};
-use watchdog_watch::wake::{Wake, Waker};
+use watchdog_watch::wake::{WaitSet, Wake, Waker, Woken};
 use watchdog_watch::{Failure, Published, ServiceRun, Watch};
 
 use crate::discovery::{ProcessFacts, Scanner, Verdict, judge};
@@ -130,6 +130,11 @@ struct Service<'a> {
     next_publish: Instant,
     /// The number of runs systemd was last told of.
     last_count: usize,
+    /// What the wait polls besides the wake-up socket: every run's kernel descriptors,
+    /// refilled before each wait (no allocation once warm) ...
+    wait_set: WaitSet,
+    /// ... and the run each belongs to.
+    wait_owners: Vec<usize>,
 }
 
 impl<'a> Service<'a> {
@@ -204,6 +209,8 @@ impl<'a> Service<'a> {
             next_scan: now,
             next_publish: now,
             last_count: usize::MAX,
+            wait_set: WaitSet::default(),
+            wait_owners: Vec::new(),
         })
     }
 
@@ -348,6 +355,23 @@ impl<'a> Service<'a> {
         }
     }
 
+    /// A kernel source of some runs woke the loop: each of those runs is sampled at once
+    /// (its shared reads read afresh).
+    fn kernel_woke(&mut self) {
+        self.shared.next_tick();
+        let now = Instant::now();
+        let mut last = None;
+        for (slot, &i) in self.wait_owners.iter().enumerate() {
+            if !self.wait_set.is_ready(slot) || last == Some(i) {
+                continue;
+            }
+            last = Some(i);
+            if let Some(run) = self.runs.get_mut(i) {
+                run.watch.kernel_woke(now);
+            }
+        }
+    }
+
     /// Renews the status the socket and the metrics serve, and tells systemd how many
     /// runs are watched when that changed.
     fn publish(&mut self, now: Instant) {
@@ -467,9 +491,24 @@ impl Loop for Service<'_> {
 
     fn wait(&mut self, until: Instant) -> bool {
         let left = until.saturating_duration_since(Instant::now());
-        if let Err(e) = self.wake.wait(None, left) {
-            tracing::warn!("cannot wait for the next tick: {e}");
-            std::thread::sleep(left);
+        let (set, owners) = (&mut self.wait_set, &mut self.wait_owners);
+        set.clear();
+        owners.clear();
+        for (i, run) in self.runs.iter().enumerate() {
+            if run.ended.is_none() {
+                run.watch.each_kernel_fd(|fd, flags| {
+                    set.push(fd, flags);
+                    owners.push(i);
+                });
+            }
+        }
+        match self.wake.wait_set(set, left) {
+            Ok(Woken::Ready) => self.kernel_woke(),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!("cannot wait for the next tick: {e}");
+                std::thread::sleep(left);
+            }
         }
         false
     }

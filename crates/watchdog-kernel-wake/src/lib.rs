@@ -1,6 +1,7 @@
 //! `watchdog-kernel-wake`: the kernel's notices that memory changed, to wake the loop.
 //!
-//! Each is armed or honestly refused. The loop does not use them yet (`docs/kernel-wake.md`).
+//! Each is armed or honestly refused. Each run arms them in `watchdog-watch` (`watch/kernel.rs`,
+//! `docs/kernel-wake.md`).
 //!
 //! Polling a file at a fixed rate costs a wake-up every period and still misses what happens
 //! in between. For memory the kernel can say itself when something changed:

@@ -211,6 +211,15 @@ pub struct ResourceRate {
     pub max_interval_s: f64,
 }
 
+/// A kernel wake-up source that could not be armed for a run (the `start` event's `unarmed`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unarmed {
+    /// The source, named as in `wake_sources`.
+    pub source: String,
+    /// Why, in one line.
+    pub reason: String,
+}
+
 /// The kinds of events, each with its own fields.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
@@ -235,6 +244,13 @@ pub enum EventBody {
         /// events).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         rates: Vec<ResourceRate>,
+        /// What wakes the loop besides its ticks: `pidfd`, `cgroup_v1_threshold`,
+        /// `cgroup_v2_events`, `psi:PATH` (`docs/kernel-wake.md`); empty from older watchdogs.
+        #[serde(default)]
+        wake_sources: Vec<String>,
+        /// The kernel sources that could not be armed, and why: those are polled.
+        #[serde(default)]
+        unarmed: Vec<Unarmed>,
     },
     /// A resource and its limit were found.
     Limit {

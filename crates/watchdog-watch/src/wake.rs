@@ -10,12 +10,12 @@
 //! the loop wakes.
 
 use std::io::{self, Read as _, Write as _};
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsRawFd as _, BorrowedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rustix::event::{PollFd, PollFlags, Timespec, poll};
+pub use rustix::event::PollFlags;
 
 /// The reading end the loop waits on.
 #[derive(Debug)]
@@ -37,6 +37,62 @@ pub enum Woken {
     Woken,
     /// The other descriptor became readable (a pidfd: the process exited).
     Other,
+    /// One of a [`WaitSet`]'s descriptors is ready (see [`WaitSet::is_ready`]).
+    Ready,
+}
+
+/// Descriptors a loop waits on besides its wake-up socket: a run's pidfd, the kernel's
+/// wake-ups of every run. Kept between waits and refilled before each, so a warm loop does
+/// not allocate. Raw descriptors: the caller keeps them open while it waits (a closed one
+/// is only reported `POLLNVAL` by the kernel, and counts as ready).
+#[derive(Debug)]
+pub struct WaitSet {
+    /// Slot 0 is the wake-up socket, filled by [`Wake::wait_set`].
+    fds: Vec<libc::pollfd>,
+}
+
+impl Default for WaitSet {
+    fn default() -> WaitSet {
+        WaitSet {
+            fds: vec![pollfd(-1, PollFlags::IN)],
+        }
+    }
+}
+
+impl WaitSet {
+    /// Empties the set (its memory kept).
+    pub fn clear(&mut self) {
+        self.fds.truncate(1);
+    }
+
+    /// Adds `fd`, to be woken with `flags`; its index is the number added before it.
+    pub fn push(&mut self, fd: BorrowedFd<'_>, flags: PollFlags) {
+        self.fds.push(pollfd(fd.as_raw_fd(), flags));
+    }
+
+    /// How many descriptors were added.
+    pub fn len(&self) -> usize {
+        self.fds.len() - 1
+    }
+
+    /// Whether none was added.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether descriptor `i` was ready when the last wait ended.
+    pub fn is_ready(&self, i: usize) -> bool {
+        self.fds.get(i + 1).is_some_and(|f| f.revents != 0)
+    }
+}
+
+/// A `pollfd` for `fd` asking for `flags`.
+fn pollfd(fd: RawFd, flags: PollFlags) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events: flags.bits() as libc::c_short,
+        revents: 0,
+    }
 }
 
 impl Wake {
@@ -67,33 +123,53 @@ impl Wake {
     /// Sleeps for `timeout` or until woken, or until `other` is readable; drains the
     /// wake-ups so the next wait sleeps again.
     pub fn wait(&self, other: Option<BorrowedFd<'_>>, timeout: Duration) -> io::Result<Woken> {
+        let mut fds = [
+            pollfd(self.read.as_raw_fd(), PollFlags::IN),
+            pollfd(other.map_or(-1, |o| o.as_raw_fd()), PollFlags::IN),
+        ];
+        let n = if other.is_some() { 2 } else { 1 };
+        Ok(match self.poll_until(&mut fds[..n], timeout)? {
+            Woken::Ready => Woken::Other,
+            woken => woken,
+        })
+    }
+
+    /// Sleeps for `timeout` or until woken, or until one of `set`'s descriptors is ready
+    /// ([`Woken::Ready`]: see [`WaitSet::is_ready`]); drains the wake-ups. A descriptor
+    /// ready wins over a wake-up: the caller looks at the stop flags anyway.
+    pub fn wait_set(&self, set: &mut WaitSet, timeout: Duration) -> io::Result<Woken> {
+        set.fds[0] = pollfd(self.read.as_raw_fd(), PollFlags::IN);
+        self.poll_until(&mut set.fds, timeout)
+    }
+
+    /// Polls `fds` (the wake-up socket first) until one is ready or `timeout` passed.
+    fn poll_until(&self, fds: &mut [libc::pollfd], timeout: Duration) -> io::Result<Woken> {
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let ts = Timespec {
-                tv_sec: i64::try_from(left.as_secs()).unwrap_or(i64::MAX),
-                tv_nsec: i64::from(left.subsec_nanos()),
-            };
-            let mut fds = [
-                PollFd::new(&self.read, PollFlags::IN),
-                PollFd::from_borrowed_fd(other.unwrap_or(self.read.as_fd()), PollFlags::IN),
-            ];
-            let n = if other.is_some() { 2 } else { 1 };
-            match poll(&mut fds[..n], Some(&ts)) {
-                Ok(_) => {}
-                Err(rustix::io::Errno::INTR) => continue,
-                Err(e) => return Err(e.into()),
+            // Rounded up, so the wait does not end a little early and spin.
+            let ms = left.as_nanos().div_ceil(1_000_000);
+            let ms = libc::c_int::try_from(ms).unwrap_or(libc::c_int::MAX);
+            for f in fds.iter_mut() {
+                f.revents = 0;
             }
-            let ready = |f: &PollFd<'_>| {
-                f.revents()
-                    .intersects(PollFlags::IN | PollFlags::HUP | PollFlags::ERR)
-            };
-            if n == 2 && ready(&fds[1]) {
-                self.drain();
-                return Ok(Woken::Other);
+            // SAFETY: `fds` is a valid slice of pollfd for its whole length.
+            let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
             }
-            if ready(&fds[0]) {
+            let woken = fds.first().is_some_and(|f| f.revents != 0);
+            if woken {
                 self.drain();
+            }
+            if fds.iter().skip(1).any(|f| f.revents != 0) {
+                return Ok(Woken::Ready);
+            }
+            if woken {
                 return Ok(Woken::Woken);
             }
             if Instant::now() >= deadline {
@@ -159,8 +235,38 @@ mod tests {
     }
 
     #[test]
+    fn a_ready_descriptor_of_the_set_ends_the_wait_and_is_named() {
+        use std::os::fd::AsFd as _;
+        let wake = Wake::new().expect("pair");
+        let (quiet, _quiet_peer) = UnixStream::pair().expect("pair");
+        let (ready, ready_peer) = UnixStream::pair().expect("pair");
+        let mut set = WaitSet::default();
+        set.push(quiet.as_fd(), PollFlags::IN);
+        set.push(ready.as_fd(), PollFlags::IN);
+        assert_eq!(
+            wake.wait_set(&mut set, Duration::from_millis(30)).ok(),
+            Some(Woken::Timeout)
+        );
+        (&ready_peer).write_all(&[1]).expect("write");
+        assert_eq!(
+            wake.wait_set(&mut set, Duration::from_secs(60)).ok(),
+            Some(Woken::Ready)
+        );
+        assert!(!set.is_ready(0));
+        assert!(set.is_ready(1));
+        // Refilled without allocating: the capacity stays.
+        let capacity = set.fds.capacity();
+        set.clear();
+        assert!(set.is_empty());
+        set.push(quiet.as_fd(), PollFlags::IN);
+        set.push(ready.as_fd(), PollFlags::IN);
+        assert_eq!(set.fds.capacity(), capacity);
+    }
+
+    #[test]
     fn the_other_descriptor_ends_the_wait() {
         let wake = Wake::new().expect("pair");
+        use std::os::fd::AsFd as _;
         let (a, b) = UnixStream::pair().expect("pair");
         drop(b);
         assert_eq!(

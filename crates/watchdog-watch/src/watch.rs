@@ -38,6 +38,7 @@ use watchdog_config::Settings;
 
 mod actions;
 mod deliver;
+mod kernel;
 mod kmsg;
 mod lineage;
 mod restart;
@@ -329,6 +330,18 @@ pub struct Watch {
     max_step: Option<u64>,
     /// The verdict and the resources' ends, once the run ended.
     last_verdict: Option<(verdict::Verdict, Vec<verdict::ResourceEnd>)>,
+    /// The kernel's wake-ups armed for this run.
+    kernel: kernel::KernelWake,
+    /// `cgroup_memory` and `cgroup_cache`, whose samples move the v1 threshold.
+    kernel_ids: Option<(
+        watchdog_types::ResourceId,
+        Option<watchdog_types::ResourceId>,
+    )>,
+    /// The last sample's `cgroup_memory`, page cache and limit, for the threshold moved
+    /// at the end of the tick.
+    kernel_sampled: Option<(u64, u64, u64)>,
+    /// What a single run's wait polls: its pidfd and kernel descriptors, kept warm.
+    wait_set: crate::wake::WaitSet,
 }
 
 /// What a watch is started with besides its target and settings.
@@ -513,6 +526,11 @@ impl Watch {
         lineage::follow_the_run(sampler.tree_mut(), &hooks, target.is_child());
         let mut engine = Engine::new(table.all(), settings.engine());
         engine.set_max_interval(settings.max_interval().as_secs_f64());
+        let kernel = kernel::KernelWake::arm(built.cgroup.as_ref(), settings.host.proc.path());
+        if let Some(id) = kernel.covered() {
+            engine.set_kernel_wake(id, true);
+        }
+        let kernel_ids = built.cgroup.as_ref().map(|c| (c.id, c.cache));
         let start_wall = SystemTime::now();
         let mut environment = crate::environment::gather(&settings.host, target.pid, table.all());
         environment.gpus = std::mem::take(&mut built.gpus);
@@ -574,6 +592,10 @@ impl Watch {
             attempting: None,
             max_step: None,
             last_verdict: None,
+            kernel,
+            kernel_ids,
+            kernel_sampled: None,
+            wait_set: crate::wake::WaitSet::default(),
         };
         if !watch.settings.dry_run
             && let Err(e) = watchdog_alerter::request::clear_request(&watch.request)
@@ -627,6 +649,18 @@ impl Watch {
             dry_run: s.dry_run,
             environment: environment.map(Box::new),
             rates,
+            wake_sources: std::iter::once("pidfd".to_string())
+                .chain(self.kernel.armed().iter().cloned())
+                .collect(),
+            unarmed: self
+                .kernel
+                .unarmed()
+                .iter()
+                .map(|(source, reason)| watchdog_types::Unarmed {
+                    source: source.clone(),
+                    reason: reason.clone(),
+                })
+                .collect(),
         });
         for (resource, reason) in unwatched {
             if resource == "gpu" {
@@ -664,6 +698,25 @@ impl Watch {
     /// Whether a source of this run is due at `now`.
     pub fn due(&self, now: Instant) -> bool {
         self.next_sample_at().is_some_and(|at| now >= at)
+    }
+
+    /// Calls `f` with each kernel descriptor of this run to poll, and its poll flag
+    /// ([`kernel_woke`](Self::kernel_woke) when one is ready).
+    pub fn each_kernel_fd(
+        &self,
+        f: impl FnMut(std::os::fd::BorrowedFd<'_>, watchdog_kernel_wake::PollFlags),
+    ) {
+        self.kernel.each_fd(f);
+    }
+
+    /// A kernel source of this run woke the loop: reads what it signalled (so it does not
+    /// stay ready) and samples the run at once, a whole tick.
+    pub fn kernel_woke(&mut self, now: Instant) {
+        self.kernel.consume();
+        // Every source, not only those due: the wake says something moved.
+        self.sampler.all_due();
+        self.tick(now);
+        self.read_from_the_run(now);
     }
 
     /// Whether the run has ended, without waiting.
@@ -874,6 +927,12 @@ impl Watch {
         if let Some(plan) = self.engine.decide() {
             self.act(plan);
         }
+        // After the alert is sent: registering a v1 threshold waits for an RCU grace period
+        // in the kernel (milliseconds on a busy machine).
+        if let Some((used, cache, limit)) = self.kernel_sampled.take() {
+            self.kernel
+                .after_sample(&mut self.engine, used, cache, limit);
+        }
         if self.record_now.swap(false, Ordering::Relaxed) {
             self.save_recording_in_background("SIGUSR2");
         }
@@ -886,9 +945,19 @@ impl Watch {
         self.ticks += 1;
         let mut actions = Vec::new();
         let engine = &mut self.engine;
+        let ids = self.kernel_ids;
+        let (mut used, mut cache) = (None, 0);
         let report = self.sampler.tick_into(t_ns, &mut |s| {
+            if let Some((memory, cache_id)) = ids {
+                if s.resource == memory {
+                    used = Some((s.used, s.limit));
+                } else if Some(s.resource) == cache_id {
+                    cache = s.used;
+                }
+            }
             let _ = engine.observe(s, &mut actions);
         });
+        self.kernel_sampled = used.map(|(used, limit)| (used, cache, limit));
         // Each source next when the first of its resources is due (adaptive rates).
         let engine = &self.engine;
         let idle = Duration::from_secs_f64(engine.max_interval_s());

@@ -113,6 +113,10 @@ impl Watch {
         if self.target_exit.is_none() {
             return match self.pause(waiting, deadline, true) {
                 Woken::Other => self.target_exited(),
+                Woken::Ready => {
+                    self.kernel_woke(Instant::now());
+                    false
+                }
                 Woken::Woken | Woken::Timeout => false,
             };
         }
@@ -141,14 +145,25 @@ impl Watch {
     }
 
     /// Sleeps until `deadline`, a stop signal, or (`for_exit`) the target's exit
-    /// ([`Woken::Other`]).
+    /// ([`Woken::Other`]) or one of its kernel wake-ups ([`Woken::Ready`]).
     fn pause(&mut self, waiting: &Waiting<'_>, deadline: Instant, for_exit: bool) -> Woken {
         let pidfd = std::sync::Arc::clone(&self.target.pidfd);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let other = for_exit.then(|| pidfd.as_fd());
             let woken = match waiting.wake {
-                Some(wake) => wake.wait(other, left),
+                Some(wake) => {
+                    let set = &mut self.wait_set;
+                    set.clear();
+                    if for_exit {
+                        // The pidfd first: its exit wins over a kernel wake-up.
+                        set.push(pidfd.as_fd(), crate::wake::PollFlags::IN);
+                        self.kernel.each_fd(|fd, flags| set.push(fd, flags));
+                    }
+                    wake.wait_set(set, left).map(|w| match w {
+                        Woken::Ready if set.is_ready(0) => Woken::Other,
+                        w => w,
+                    })
+                }
                 None if for_exit => pidfd
                     .wait_exit(Some(left))
                     .map(|exited| if exited { Woken::Other } else { Woken::Timeout })

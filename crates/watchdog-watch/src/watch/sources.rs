@@ -30,6 +30,8 @@ pub struct Built {
     pub gpus: Vec<watchdog_types::environment::GpuFact>,
     /// NVML's view for the run's step reports.
     pub gpu_view: crate::steps::GpuView,
+    /// The memory cgroup, for the kernel's wake-ups.
+    pub cgroup: Option<super::kernel::CgroupWake>,
 }
 
 /// Opens every source for `target`, the host-wide files through `reads`.
@@ -53,9 +55,16 @@ pub fn build(
     let mounts = CgroupMounts::read(proc_root)
         .unwrap_or_else(|_| CgroupMounts::standard(&settings.host.cgroup));
     let mut oom_counter = None;
+    let mut cgroup = None;
     match CgroupMemory::for_pid(proc_root, pid, &mounts, reads, table) {
-        Ok(s) => {
+        Ok(mut s) => {
             oom_counter = s.oom_kill_counter().ok();
+            cgroup = s.id().map(|id| super::kernel::CgroupWake {
+                location: s.location().clone(),
+                id,
+                cache: s.cache_id(),
+                limit: s.read().map_or(u64::MAX, |r| r.limit),
+            });
             sources.push(Box::new(s));
         }
         Err(e) => unwatched.push(("cgroup_memory".to_string(), e.to_string())),
@@ -114,6 +123,7 @@ pub fn build(
         oom_counter,
         gpus,
         gpu_view,
+        cgroup,
     }
 }
 
