@@ -111,6 +111,11 @@ pub trait Loop {
     }
     /// Sleeps until `until` or a wake-up; `true` when the loop is over (the one run ended).
     fn wait(&mut self, until: Instant) -> bool;
+    /// When the last [`wait`](Self::wait) sampled the mode's every run itself (a kernel
+    /// wake-up of the one target) and finished: that sample stands for a due one.
+    fn sampled_while_waiting(&mut self) -> Option<Instant> {
+        None
+    }
 }
 
 /// How [`drive`] ended.
@@ -147,6 +152,17 @@ pub fn drive(l: &mut impl Loop, interval: Duration) -> Driven {
         }
         if l.wait(schedule.wake_for(l.next_sample(), l.next_chore(after))) {
             return Driven::Over;
+        }
+        // A sample the wait took at or after the deadline was the due one: counted late
+        // like any other when it came more than an interval after it.
+        if let Some(at) = l.sampled_while_waiting() {
+            let deadline = schedule.next();
+            if at >= deadline {
+                let late = schedule.advance_from(deadline, at);
+                if late > 0 {
+                    l.late(late);
+                }
+            }
         }
     }
 }
@@ -218,6 +234,10 @@ mod tests {
         chores: Vec<Duration>,
         late: Vec<(u64, u64)>,
         wakes: u64,
+        /// The wait with this number is frozen a second and then samples itself (a kernel
+        /// wake-up at the thaw).
+        frozen_wait: Option<u64>,
+        sampled_in_wait: Option<Instant>,
     }
 
     impl Script {
@@ -237,6 +257,8 @@ mod tests {
                 chores: Vec::new(),
                 late: Vec::new(),
                 wakes: 0,
+                frozen_wait: None,
+                sampled_in_wait: None,
             }
         }
     }
@@ -287,8 +309,17 @@ mod tests {
                 self.clock = self.clock.max(end);
                 return true;
             }
+            if self.frozen_wait == Some(self.wakes) {
+                self.clock += Duration::from_secs(1);
+                self.samples.push(self.clock - self.t0);
+                self.sampled_in_wait = Some(self.clock);
+                return false;
+            }
             self.clock = self.clock.max(until);
             false
+        }
+        fn sampled_while_waiting(&mut self) -> Option<Instant> {
+            self.sampled_in_wait.take()
         }
     }
 
@@ -323,6 +354,21 @@ mod tests {
         drive(&mut s, 100 * MS);
         assert_eq!(s.samples, ms(&[0, 420, 520]));
         assert_eq!(s.late, vec![(1, 4)]);
+    }
+
+    /// Frozen during its second wait, the loop's sample at the thaw is taken by the wait
+    /// itself (a kernel wake-up): it stands for the due one, and the deadlines the freeze
+    /// passed are counted late, as the loop's own sample would have counted them.
+    #[test]
+    fn a_sample_the_wait_took_after_a_freeze_counts_the_deadlines_missed() {
+        let mut s = Script::new(|_| MS);
+        s.every = Some(100 * MS);
+        s.frozen_wait = Some(2);
+        s.stop_after = Some(4);
+        drive(&mut s, 100 * MS);
+        // 0, 100, then the wait's own at 1.101 s (frozen from 101 ms), then every 100 ms.
+        assert_eq!(s.samples, ms(&[0, 100, 1101, 1201]));
+        assert_eq!(s.late, vec![(3, 9)]);
     }
 
     #[test]

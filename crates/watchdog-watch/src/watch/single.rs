@@ -88,4 +88,8 @@ impl Loop for SingleRun<'_> {
         let timeout = until.saturating_duration_since(Instant::now());
         self.watch.wait_for_the_run(&self.waiting, timeout)
     }
+
+    fn sampled_while_waiting(&mut self) -> Option<Instant> {
+        self.watch.kernel_sampled_at.take()
+    }
 }
