@@ -135,6 +135,8 @@ struct Service<'a> {
     wait_set: WaitSet,
     /// ... and the run each belongs to.
     wait_owners: Vec<usize>,
+    /// When a kernel wake-up's samples ended, for the loop to count a late one.
+    kernel_sampled_at: Option<Instant>,
 }
 
 impl<'a> Service<'a> {
@@ -211,6 +213,7 @@ impl<'a> Service<'a> {
             last_count: usize::MAX,
             wait_set: WaitSet::default(),
             wait_owners: Vec::new(),
+            kernel_sampled_at: None,
         })
     }
 
@@ -370,6 +373,7 @@ impl<'a> Service<'a> {
                 run.watch.kernel_woke(now);
             }
         }
+        self.kernel_sampled_at = Some(Instant::now());
     }
 
     /// Renews the status the socket and the metrics serve, and tells systemd how many
@@ -511,6 +515,10 @@ impl Loop for Service<'_> {
             }
         }
         false
+    }
+
+    fn sampled_while_waiting(&mut self) -> Option<Instant> {
+        self.kernel_sampled_at.take()
     }
 }
 

@@ -111,8 +111,8 @@ pub trait Loop {
     }
     /// Sleeps until `until` or a wake-up; `true` when the loop is over (the one run ended).
     fn wait(&mut self, until: Instant) -> bool;
-    /// When the last [`wait`](Self::wait) sampled the mode's every run itself (a kernel
-    /// wake-up of the one target) and finished: that sample stands for a due one.
+    /// When the last [`wait`](Self::wait) sampled a run itself (a kernel wake-up) and
+    /// finished: a sample that late shows the deadlines the loop missed.
     fn sampled_while_waiting(&mut self) -> Option<Instant> {
         None
     }
@@ -153,15 +153,13 @@ pub fn drive(l: &mut impl Loop, interval: Duration) -> Driven {
         if l.wait(schedule.wake_for(l.next_sample(), l.next_chore(after))) {
             return Driven::Over;
         }
-        // A sample the wait took at or after the deadline was the due one: counted late
-        // like any other when it came more than an interval after it.
+        // A sample the wait took more than an interval after the deadline shows the loop
+        // was late (frozen, starved): the deadlines it missed are counted, and whatever
+        // else is due is sampled at once.
         if let Some(at) = l.sampled_while_waiting() {
             let deadline = schedule.next();
-            if at >= deadline {
-                let late = schedule.advance_from(deadline, at);
-                if late > 0 {
-                    l.late(late);
-                }
+            if at > deadline + interval {
+                l.late(schedule.advance_from(deadline, at));
             }
         }
     }
