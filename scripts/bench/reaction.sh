@@ -27,6 +27,7 @@
 #        MODE=cgroup INTERVALS="10ms 1s" WAKES="kernel poll" TRIALS=20 scripts/bench/reaction.sh
 # Env:   TRIALS=50 REQ_DIR=/dev/shm INTERVALS="10ms 100ms" JUMP_MIB=200 BASE_MIB=48 CROSS_AT_MIB=8
 #        WATCHDOG=target/release/watchdog  OUT=file (raw rows, TSV)
+#        NICE=-5 (MODE=cgroup): the watchdog runs at this niceness (watchdog@.service has Nice=-5)
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -44,6 +45,7 @@ else
 fi
 FLOOR=5
 WATCHDOG=${WATCHDOG:-target/release/watchdog}
+NICE=${NICE:-}
 OUT=${OUT:-}
 WORK=$(mktemp -d /tmp/wd-reaction.XXXXXX)
 REQ_DIR=${REQ_DIR:-/dev/shm}
@@ -115,6 +117,7 @@ if [ "$MODE" = cgroup ]; then
                 wd=("$WATCHDOG" --interval "$iv" --floor "$FLOOR" --gpu off --no-notify --no-status -q
                     --request-file "$req" --pid "$target")
                 [ "$wake" = poll ] && wd=(scripts/bench/ro_cgroupfs.sh "${wd[@]}")
+                [ -n "$NICE" ] && wd=(nice -n "$NICE" "${wd[@]}")
                 "${wd[@]}" 2>"$WORK/wd.err" &
                 watcher=$!
                 wait "$target" || true

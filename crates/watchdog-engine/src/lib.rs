@@ -332,6 +332,17 @@ impl Engine {
         self.states.get(id.0 as usize)?.next?.wake_at
     }
 
+    /// The usage from which resource `id`'s next sample alerts at once by its headroom
+    /// (under the floor, or under the largest step learned), as of its last sample's limit;
+    /// `None` before a sample or without a limit.
+    pub fn alert_level(&self, id: ResourceId) -> Option<u64> {
+        let st = self.states.get(id.0 as usize)?;
+        let last = st.last.as_ref().filter(|s| s.is_limited())?;
+        let floor = last.limit as f64 * st.predictor.config().floor_percent.max(0.0) / 100.0;
+        let margin = (floor as u64).max(st.predictor.learned_step());
+        Some(last.limit.saturating_sub(margin).saturating_add(1))
+    }
+
     /// Whether resource `id` is sampled slowly now (far from its limit).
     pub fn is_slow(&self, id: ResourceId) -> bool {
         self.states

@@ -29,7 +29,7 @@ mod v1;
 mod v2;
 
 pub use psi::{PsiSpec, PsiTrigger, Stall};
-pub use v1::CgroupV1Threshold;
+pub use v1::{CgroupV1Threshold, Settled};
 pub use v2::{CgroupV2Events, Grown, MemoryEvents, ParseError, Wake, parse_memory_events};
 
 use std::path::{Path, PathBuf};

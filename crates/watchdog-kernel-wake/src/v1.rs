@@ -6,14 +6,21 @@
 //! 128 page charges or uncharges per CPU (`THRESHOLDS_EVENTS_TARGET` in mm/memcontrol.c,
 //! mm/memcontrol-v1.c since 6.11), so a crossing is seen within about 512 KiB per CPU of
 //! it. A threshold cannot be removed but by closing its eventfd: re-arming registers the new
-//! thresholds on a new eventfd, then closes the old one. `memory.usage_in_bytes` counts page cache (which the sampler's
-//! `cgroup_memory` does not): while cache keeps usage near the limit a threshold there
-//! fires again and again, and the caller should poll instead.
+//! thresholds on a new eventfd, then closes the old one (the kernel removes it later, from a
+//! work queue: closing does not wait). Registering waits for an RCU grace period
+//! (`synchronize_rcu` in `__mem_cgroup_usage_register_event`; 8-20 ms seen here on a busy
+//! machine): [`CgroupV1Threshold::move_to`] does it on a worker thread while the old
+//! threshold stays armed, so a loop never waits for it. `memory.usage_in_bytes` counts page
+//! cache (which the sampler's `cgroup_memory` does not): while cache keeps usage near the
+//! limit a threshold there fires again and again, and the caller should poll instead.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write as _;
 use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::mpsc::{Sender, channel};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use rustix::event::{EventfdFlags, PollFlags, eventfd};
 use rustix::io::Errno;
@@ -24,16 +31,48 @@ use crate::{Reason, Unarmable, cgroupfs_reason, pread_text};
 /// eventfd.
 #[derive(Debug)]
 pub struct CgroupV1Threshold {
+    files: Arc<Files>,
+    eventfd: OwnedFd,
+    /// A registration going on on the worker thread ([`move_to`](Self::move_to)).
+    pending: Option<Arc<Registration>>,
+    text: Vec<u8>,
+}
+
+/// The cgroup's files a registration needs.
+#[derive(Debug)]
+struct Files {
     /// `cgroup.event_control`, kept open for re-arming.
     control: File,
     control_path: PathBuf,
-    /// `memory.usage_in_bytes`, kept open: the kernel wants its descriptor, and [`usage_bytes`]
-    /// re-reads it.
-    ///
-    /// [`usage_bytes`]: CgroupV1Threshold::usage_bytes
+    /// `memory.usage_in_bytes`, kept open: the kernel wants its descriptor, and
+    /// [`CgroupV1Threshold::usage_bytes`] re-reads it.
     usage: File,
+}
+
+/// One threshold being registered on the worker thread, on its own eventfd.
+#[derive(Debug)]
+struct Registration {
+    files: Arc<Files>,
     eventfd: OwnedFd,
-    text: Vec<u8>,
+    level: u64,
+    /// [`PENDING`], [`ARMED`] or [`FAILED`].
+    state: AtomicU8,
+    failure: Mutex<Option<Unarmable>>,
+}
+
+const PENDING: u8 = 0;
+const ARMED: u8 = 1;
+const FAILED: u8 = 2;
+
+/// What became of a [`CgroupV1Threshold::move_to`], from [`CgroupV1Threshold::settle`].
+#[derive(Debug)]
+pub enum Settled {
+    /// None going on, or not finished yet.
+    Nothing,
+    /// The new level is armed (the old one removed).
+    Armed(u64),
+    /// The kernel refused it; the old level stays armed.
+    Failed(Unarmable),
 }
 
 impl CgroupV1Threshold {
@@ -64,12 +103,17 @@ impl CgroupV1Threshold {
             .write(true)
             .open(&control_path)
             .map_err(|e| Unarmable::io(&control_path, e, cgroupfs_reason))?;
-        let eventfd = register(&control, &control_path, &usage, thresholds)?;
-        Ok(CgroupV1Threshold {
+        let files = Arc::new(Files {
             control,
             control_path,
             usage,
+        });
+        let eventfd = fresh_eventfd(&files.control_path)?;
+        register(&files, &eventfd, thresholds)?;
+        Ok(CgroupV1Threshold {
+            files,
             eventfd,
+            pending: None,
             text: Vec::with_capacity(32),
         })
     }
@@ -77,64 +121,218 @@ impl CgroupV1Threshold {
     /// Replaces the armed thresholds by `thresholds` (typically one above and one below the
     /// current usage). The new ones are registered before the old eventfd is closed, so no
     /// crossing goes unseen; on failure the old ones stay armed.
+    /// A registration in flight is dropped (its eventfd closed once the worker is done).
     pub fn rearm(&mut self, thresholds: &[u64]) -> Result<(), Unarmable> {
-        let fresh = register(&self.control, &self.control_path, &self.usage, thresholds)?;
+        let fresh = fresh_eventfd(&self.files.control_path)?;
+        register(&self.files, &fresh, thresholds)?;
+        self.pending = None;
         // Closing the old eventfd is what removes its thresholds in the kernel.
         drop(std::mem::replace(&mut self.eventfd, fresh));
         Ok(())
     }
 
-    /// The eventfd to poll for [`Self::POLL`].
+    /// Moves the threshold to `level` without waiting: the level is registered on a fresh
+    /// eventfd by a worker thread while the old one stays armed; both are polled
+    /// ([`each_fd`](Self::each_fd)) until [`settle`](Self::settle) swaps them. Usage already
+    /// at or past `level` once it is registered signals the new eventfd at once (no
+    /// crossing would). A move still going on is replaced.
+    pub fn move_to(&mut self, level: u64) -> Result<(), Unarmable> {
+        let registration = Arc::new(Registration {
+            files: Arc::clone(&self.files),
+            eventfd: fresh_eventfd(&self.files.control_path)?,
+            level,
+            state: AtomicU8::new(PENDING),
+            failure: Mutex::new(None),
+        });
+        self.pending = Some(Arc::clone(&registration));
+        worker().send(registration);
+        Ok(())
+    }
+
+    /// Whether a [`move_to`](Self::move_to) is going on.
+    pub fn moving(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// Takes the outcome of a finished [`move_to`](Self::move_to): the new eventfd replaces
+    /// the old (whose threshold the kernel then removes), or the old one stays.
+    pub fn settle(&mut self) -> Settled {
+        let Some(pending) = &self.pending else {
+            return Settled::Nothing;
+        };
+        match pending.state.load(Ordering::Acquire) {
+            PENDING => Settled::Nothing,
+            ARMED => {
+                let Some(done) = self.pending.take() else {
+                    return Settled::Nothing;
+                };
+                let level = done.level;
+                match dup_eventfd(&done.eventfd) {
+                    Ok(fd) => {
+                        // A crossing signalled on the old eventfd since is not lost: the
+                        // caller consumed it, or polls the new one, at or past the level.
+                        drop(std::mem::replace(&mut self.eventfd, fd));
+                        Settled::Armed(level)
+                    }
+                    Err(e) => {
+                        Settled::Failed(Unarmable::io(&self.files.control_path, e.into(), |_| None))
+                    }
+                }
+            }
+            _ => {
+                let failure = self
+                    .pending
+                    .take()
+                    .and_then(|p| p.failure.lock().ok().and_then(|mut f| f.take()));
+                Settled::Failed(
+                    failure
+                        .unwrap_or_else(|| Unarmable::new(&self.files.control_path, Reason::Other)),
+                )
+            }
+        }
+    }
+
+    /// The eventfd to poll for [`Self::POLL`] (without the one of a move going on: see
+    /// [`each_fd`](Self::each_fd)).
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.eventfd.as_fd()
     }
 
-    /// How many crossings were signalled since the last call (0 when none): reading the
-    /// eventfd resets it, so it stops being ready.
-    pub fn consume(&self) -> std::io::Result<u64> {
-        let mut count = [0u8; 8];
-        match rustix::io::read(&self.eventfd, &mut count) {
-            Ok(8) => Ok(u64::from_ne_bytes(count)),
-            Ok(n) => Err(std::io::Error::other(format!(
-                "eventfd read {n} bytes, expected 8"
-            ))),
-            Err(Errno::AGAIN) => Ok(0),
-            Err(e) => Err(e.into()),
+    /// Calls `f` with each eventfd to poll: the armed one and that of a move going on.
+    pub fn each_fd(&self, mut f: impl FnMut(BorrowedFd<'_>)) {
+        f(self.eventfd.as_fd());
+        if let Some(p) = &self.pending {
+            f(p.eventfd.as_fd());
         }
+    }
+
+    /// How many crossings were signalled since the last call (0 when none), on the armed
+    /// eventfd and that of a move going on: reading an eventfd resets it, so it stops
+    /// being ready.
+    pub fn consume(&self) -> std::io::Result<u64> {
+        let pending = match &self.pending {
+            Some(p) => read_count(&p.eventfd)?,
+            None => 0,
+        };
+        Ok(read_count(&self.eventfd)? + pending)
     }
 
     /// The cgroup's `memory.usage_in_bytes` now, in bytes (page cache included), to place
     /// the next thresholds around.
     pub fn usage_bytes(&mut self) -> std::io::Result<u64> {
-        pread_text(&self.usage, &mut self.text)?;
-        let text = String::from_utf8_lossy(&self.text);
-        text.trim().parse().map_err(|_| {
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!("memory.usage_in_bytes {:?}: expected a number", text.trim()),
-            )
-        })
+        read_usage(&self.files.usage, &mut self.text)
     }
 }
 
-/// A fresh eventfd with `thresholds` registered on it through `control`.
-fn register(
-    control: &File,
-    control_path: &Path,
-    usage: &File,
-    thresholds: &[u64],
-) -> Result<OwnedFd, Unarmable> {
-    let efd = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
-        .map_err(|e| Unarmable::io(control_path, e.into(), |_| None))?;
+/// `memory.usage_in_bytes` read through `usage`, in bytes.
+fn read_usage(usage: &File, text: &mut Vec<u8>) -> std::io::Result<u64> {
+    pread_text(usage, text)?;
+    let words = String::from_utf8_lossy(text);
+    words.trim().parse().map_err(|_| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "memory.usage_in_bytes {:?}: expected a number",
+                words.trim()
+            ),
+        )
+    })
+}
+
+/// An eventfd's count since its last read (0: none).
+fn read_count(fd: &OwnedFd) -> std::io::Result<u64> {
+    let mut count = [0u8; 8];
+    match rustix::io::read(fd, &mut count) {
+        Ok(8) => Ok(u64::from_ne_bytes(count)),
+        Ok(n) => Err(std::io::Error::other(format!(
+            "eventfd read {n} bytes, expected 8"
+        ))),
+        Err(Errno::AGAIN) => Ok(0),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A second descriptor of `fd` (the worker's registration keeps its own until it is done).
+fn dup_eventfd(fd: &OwnedFd) -> rustix::io::Result<OwnedFd> {
+    rustix::io::fcntl_dupfd_cloexec(fd, 0)
+}
+
+/// The worker thread registering moved thresholds, started at the first move; one per
+/// process, serving every cgroup in turn.
+struct Worker(Mutex<Sender<Arc<Registration>>>);
+
+impl Worker {
+    /// Queues `registration`; marked failed at once if the worker is gone.
+    fn send(&self, registration: Arc<Registration>) {
+        let sent = self
+            .0
+            .lock()
+            .ok()
+            .and_then(|tx| tx.send(Arc::clone(&registration)).ok());
+        if sent.is_none() {
+            registration.state.store(FAILED, Ordering::Release);
+        }
+    }
+}
+
+fn worker() -> &'static Worker {
+    static WORKER: OnceLock<Worker> = OnceLock::new();
+    WORKER.get_or_init(|| {
+        let (tx, rx) = channel::<Arc<Registration>>();
+        let spawned = std::thread::Builder::new()
+            .name("v1-thresholds".into())
+            .spawn(move || {
+                let mut text = Vec::with_capacity(32);
+                for r in rx {
+                    // Dropped by its owner meanwhile (moved again, or closed): skipped.
+                    if Arc::strong_count(&r) == 1 {
+                        continue;
+                    }
+                    match register(&r.files, &r.eventfd, &[r.level]) {
+                        Ok(()) => {
+                            if read_usage(&r.files.usage, &mut text).is_ok_and(|u| u >= r.level) {
+                                let _ = rustix::io::write(&r.eventfd, &1u64.to_ne_bytes());
+                            }
+                            r.state.store(ARMED, Ordering::Release);
+                        }
+                        Err(e) => {
+                            if let Ok(mut f) = r.failure.lock() {
+                                *f = Some(e);
+                            }
+                            r.state.store(FAILED, Ordering::Release);
+                        }
+                    }
+                }
+            });
+        // Not started: `rx` is gone, so every move fails (`Settled::Failed`) and the caller
+        // polls instead.
+        drop(spawned);
+        Worker(Mutex::new(tx))
+    })
+}
+
+/// A fresh non-blocking eventfd.
+fn fresh_eventfd(control_path: &Path) -> Result<OwnedFd, Unarmable> {
+    eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
+        .map_err(|e| Unarmable::io(control_path, e.into(), |_| None))
+}
+
+/// Registers `thresholds` on `efd` through the cgroup's `cgroup.event_control` (each waits
+/// for an RCU grace period in the kernel).
+fn register(files: &Files, efd: &OwnedFd, thresholds: &[u64]) -> Result<(), Unarmable> {
     for threshold in thresholds {
-        let line = format!("{} {} {threshold}", efd.as_raw_fd(), usage.as_raw_fd());
+        let line = format!(
+            "{} {} {threshold}",
+            efd.as_raw_fd(),
+            files.usage.as_raw_fd()
+        );
         // One write per registration: cgroupfs takes the whole line or nothing.
-        (&*control).write_all(line.as_bytes()).map_err(|e| {
-            Unarmable::io(control_path, e, |errno| match errno {
+        (&files.control).write_all(line.as_bytes()).map_err(|e| {
+            Unarmable::io(&files.control_path, e, |errno| match errno {
                 Errno::OPNOTSUPP | Errno::INVAL => Some(Reason::V1Unsupported),
                 other => cgroupfs_reason(other),
             })
         })?;
     }
-    Ok(efd)
+    Ok(())
 }

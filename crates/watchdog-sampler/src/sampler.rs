@@ -324,6 +324,16 @@ impl Sampler {
         }
     }
 
+    /// Makes the sources that emitted any of `ids` at their last read due at the next tick
+    /// (a kernel wake-up said those resources moved).
+    pub fn make_due(&mut self, ids: &[ResourceId]) {
+        for slot in &mut self.slots {
+            if slot.ids_overflow || slot.ids[..slot.n_ids].iter().any(|id| ids.contains(id)) {
+                slot.due_ns = 0;
+            }
+        }
+    }
+
     /// When the first source is next due (monotonic nanoseconds, as `tick`'s `now_ns`): a
     /// failing source at its retry; `None` when no source is left to read.
     pub fn next_due_ns(&self) -> Option<u64> {

@@ -713,11 +713,16 @@ impl Watch {
     }
 
     /// A kernel source of this run woke the loop: reads what it signalled (so it does not
-    /// stay ready) and samples the run at once, a whole tick.
+    /// stay ready) and samples at once what it said moved: the cgroup's source for a cgroup
+    /// source, every source for PSI (memory is short somewhere).
     pub fn kernel_woke(&mut self, now: Instant) {
-        self.kernel.consume();
-        // Every source, not only those due: the wake says something moved.
-        self.sampler.all_due();
+        let woke = self.kernel.consume();
+        match self.kernel_ids {
+            Some((memory, cache)) if woke.cgroup => {
+                self.sampler.make_due(&[memory, cache.unwrap_or(memory)])
+            }
+            _ => self.sampler.all_due(),
+        }
         self.tick(now);
         self.read_from_the_run(now);
         self.kernel_sampled_at = Some(Instant::now());
@@ -931,8 +936,7 @@ impl Watch {
         if let Some(plan) = self.engine.decide() {
             self.act(plan);
         }
-        // After the alert is sent: registering a v1 threshold waits for an RCU grace period
-        // in the kernel (milliseconds on a busy machine).
+        // After the alert is sent: the v1 thresholds move from this sample's figures.
         if let Some((used, cache, limit)) = self.kernel_sampled.take() {
             self.kernel
                 .after_sample(&mut self.engine, used, cache, limit);
