@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use watchdog_kernel_wake::{
-    CgroupV1Threshold, CgroupV2Events, PsiSpec, PsiTrigger, Reason, Stall, Unarmable,
+    CgroupV1Threshold, CgroupV2Events, PsiSpec, PsiTrigger, Reason, Settled, Stall, Unarmable,
 };
 use watchdog_testsupport::{is_root, kernel_at_least, require, scratch};
 
@@ -219,6 +219,60 @@ fn a_v1_threshold_counts_page_cache() {
         "the child's own memory grew {rss_growth} bytes: the wake-up was not the page cache's"
     );
     assert!(cg.stat("cache") >= 32 * MIB, "cache {}", cg.stat("cache"));
+}
+
+#[test]
+fn a_v1_threshold_moved_on_the_worker_thread_fires_there_and_settles() {
+    let Some(cg) = V1Cgroup::create(512 * MIB) else {
+        return;
+    };
+    let mut alloc = Allocator::start_in(&cg);
+    let mut threshold = CgroupV1Threshold::arm(&cg.dir, &[cg.usage() + 256 * MIB])
+        .unwrap_or_else(|e| panic!("cannot arm: {e}"));
+    // Moved 32 MiB up: until settled, the old eventfd and the new one are both polled.
+    threshold
+        .move_to(cg.usage() + 32 * MIB)
+        .unwrap_or_else(|e| panic!("cannot move: {e}"));
+    assert!(threshold.moving());
+    let mut fds = 0;
+    threshold.each_fd(|_| fds += 1);
+    assert_eq!(fds, 2, "the armed eventfd and the one being armed");
+    alloc.say("alloc 64");
+    let deadline = std::time::Instant::now() + WAKE_TIMEOUT;
+    let woke = loop {
+        let mut any = false;
+        threshold.each_fd(|fd| any |= ready(fd, CgroupV1Threshold::POLL, Duration::ZERO));
+        if any || std::time::Instant::now() >= deadline {
+            break any;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert!(
+        woke,
+        "the moved threshold did not fire within {WAKE_TIMEOUT:?}"
+    );
+    assert!(threshold.consume().is_ok_and(|n| n >= 1));
+    match threshold.settle() {
+        Settled::Armed(level) => assert!(level < cg.usage(), "{level}"),
+        other => panic!("a move that fired is armed, not {other:?}"),
+    }
+    assert!(!threshold.moving());
+    // Moved to a level the usage already passed: no crossing, the worker signals it.
+    threshold
+        .move_to(cg.usage() - 16 * MIB)
+        .unwrap_or_else(|e| panic!("cannot move: {e}"));
+    let deadline = std::time::Instant::now() + WAKE_TIMEOUT;
+    while !matches!(threshold.settle(), Settled::Armed(_)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the move did not settle within {WAKE_TIMEOUT:?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(
+        ready(threshold.fd(), CgroupV1Threshold::POLL, Duration::ZERO),
+        "a level already passed is signalled by the worker"
+    );
 }
 
 /// Re-arms `threshold` 32 MiB below and above the usage now, which must be at least `least`.
