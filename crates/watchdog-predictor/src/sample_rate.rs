@@ -117,8 +117,6 @@ pub struct SampleRate {
     last_used: u64,
     /// Whether the last sample was in an alert episode.
     alerting: bool,
-    /// When the last rise of [`MIN_JUMP`] of the limit or more was seen.
-    last_jump_s: f64,
 }
 
 /// What one window of [`MEMORY_LEADS`] leads showed.
@@ -129,8 +127,6 @@ struct Recent {
     /// The largest rise from one sample to the next: a step not learned yet (the
     /// predictor learns a step size from the second on).
     jump: u64,
-    /// How many rises of [`MIN_JUMP`] of the limit or more.
-    jumps: u32,
 }
 
 /// A rise from one sample to the next of this fraction of the limit or more keeps the
@@ -148,20 +144,11 @@ impl SampleRate {
             slow: false,
             started: false,
             far_since: None,
-            recent: Recent {
-                high: 0,
-                jump: 0,
-                jumps: 0,
-            },
-            before: Recent {
-                high: 0,
-                jump: 0,
-                jumps: 0,
-            },
+            recent: Recent { high: 0, jump: 0 },
+            before: Recent { high: 0, jump: 0 },
             window_start: 0.0,
             last_used: 0,
             alerting: false,
-            last_jump_s: f64::NEG_INFINITY,
         }
     }
 
@@ -204,13 +191,8 @@ impl SampleRate {
             }
         };
         // A jump the step learner could take for a step: usage moves in steps, whose
-        // timing the staircase forecast rests on; seen late, it is extrapolated late. A
-        // one-off jump (a program starting) counts for a lead; two or more while
-        // remembered (a staircase, a saw-tooth, noise) for as long as they are remembered.
-        let jumps = self.recent.jumps.saturating_add(self.before.jumps);
-        let jumped = limited
-            && jump >= MIN_JUMP * input.limit as f64
-            && (jumps >= 2 || input.t_s - self.last_jump_s < lead);
+        // timing the staircase forecast rests on; seen late, it is extrapolated late.
+        let jumped = limited && jump >= MIN_JUMP * input.limit as f64;
         let near = input.alerting
             || jumped
             || left.is_some_and(|s| s < NEAR_LEADS * lead)
@@ -273,11 +255,6 @@ impl SampleRate {
         if self.started && !episode_changed {
             let rise = input.used.saturating_sub(self.last_used);
             self.recent.jump = self.recent.jump.max(rise);
-            let limited = input.limit != 0 && input.limit != u64::MAX;
-            if limited && rise as f64 >= MIN_JUMP * input.limit as f64 {
-                self.recent.jumps = self.recent.jumps.saturating_add(1);
-                self.last_jump_s = input.t_s;
-            }
         }
         self.recent.high = self.recent.high.max(input.used);
         self.last_used = input.used;
@@ -376,35 +353,17 @@ mod tests {
     }
 
     #[test]
-    fn jumps_keep_it_fast_while_remembered() {
+    fn a_jump_keeps_it_fast_while_remembered() {
         let mut rate = SampleRate::new();
         rate.update(&input(0.0, 100, None));
         assert!(rate.update(&input(30.0, 100, None)).slow);
-        // 10% of the limit from one sample to the next, twice (a staircase's first steps),
-        // far from the limit all the same.
+        // 10% of the limit from one sample to the next, far from the limit all the same.
         assert!(!rate.update(&input(31.0, 200, None)).slow);
-        assert!(!rate.update(&input(50.0, 300, None)).slow);
-        assert!(!rate.update(&input(100.0, 300, None)).slow);
+        assert!(!rate.update(&input(100.0, 200, None)).slow);
         // Forgotten after two windows of 4 leads; slow once far for a lead after that.
-        assert!(!rate.update(&input(280.0, 300, None)).slow);
-        assert!(!rate.update(&input(400.0, 300, None)).slow);
-        assert!(rate.update(&input(430.0, 300, None)).slow);
-    }
-
-    /// Host memory rising 5% of its limit from one sample to the next (a compiler
-    /// starting), then flat: fast for a lead, slow a lead later, not 4 to 8 leads later.
-    #[test]
-    fn a_one_off_jump_keeps_it_fast_for_a_lead() {
-        let mut rate = SampleRate::new();
-        rate.update(&input(0.0, 100, None));
-        assert!(rate.update(&input(30.0, 100, None)).slow);
-        assert!(!rate.update(&input(31.0, 150, None)).slow);
-        assert!(!rate.update(&input(60.0, 150, None)).slow);
-        assert!(!rate.update(&input(61.5, 150, None)).slow);
-        assert!(rate.update(&input(92.0, 150, None)).slow);
-        // A second jump while the first is remembered: a staircase, fast again at once.
-        assert!(!rate.update(&input(93.0, 200, None)).slow);
-        assert!(!rate.update(&input(200.0, 200, None)).slow);
+        assert!(!rate.update(&input(280.0, 200, None)).slow);
+        assert!(!rate.update(&input(400.0, 200, None)).slow);
+        assert!(rate.update(&input(430.0, 200, None)).slow);
     }
 
     #[test]
