@@ -244,3 +244,208 @@ pub const TRACES: &[&str] = &[
     "timestamp, index, memory.used [MiB], memory.total [MiB]\n2024/01/15 10:23:45.123, 0, 1234, 16384\n",
     "# watchdog recording v1\n#{\"meta\":{\"pid\":1}}\n#{\"resource\":{\"name\":\"cgroup_memory\",\"unit\":\"bytes\"}}\ntime,resource,used,limit\n0.000,cgroup_memory,100,1000\n0.100,cgroup_memory,200,1000\n",
 ];
+
+// ---------------------------------------------------------------------------------------
+// Usage traces: the one generator of the predictor's episodes test and the engine's
+// adaptive-rate test (`crates/watchdog-predictor/tests/episodes.rs`,
+// `crates/watchdog-engine/tests/adaptive.rs`).
+
+/// The limit of a generated usage trace, bytes.
+pub const GEN_LIMIT: f64 = (1u64 << 30) as f64;
+/// The sampling interval of a generated usage trace, seconds.
+pub const GEN_DT: f64 = 0.1;
+/// The noise on every sample, a fraction of the limit (uniform, this wide).
+const GEN_NOISE: f64 = 0.002;
+
+fn xorshift(state: &mut u64) -> f64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    (*state >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// One segment of a generated trace, in fractions of the limit and multiples of the lead.
+#[derive(Debug, Clone)]
+pub enum Segment {
+    /// Linear growth from the base to the limit, taking `runway` leads, then a free to
+    /// `next_base`.
+    Leak { runway: f64, next_base: f64 },
+    /// `steps` equal steps from the base to the limit, one every `period` leads; freed to
+    /// `next_base` when the last would land on the limit.
+    Staircase {
+        steps: u32,
+        period: f64,
+        next_base: f64,
+    },
+    /// A saw-tooth rising `amp` above the base every `period` leads, `teeth` times.
+    Sawtooth { amp: f64, period: f64, teeth: u32 },
+    /// A sudden jump to `level` (no lower than the base), held `len` leads, and back.
+    Jump { level: f64, len: f64 },
+    /// Flat at the base for `len` leads.
+    Plateau { len: f64 },
+}
+
+/// A staircase as the predictor's tests draw it: at most a lead between steps and at
+/// least three leads in all (a faster one outruns the history the trend needs, and only
+/// the floor could catch it).
+fn staircase() -> impl Strategy<Value = Segment> {
+    (5u32..12, 0.0f64..1.0, 0.02f64..0.4).prop_map(|(steps, p, next_base)| {
+        let shortest = (3.0 / steps as f64).max(0.3);
+        Segment::Staircase {
+            steps,
+            period: shortest + p * (1.0 - shortest),
+            next_base,
+        }
+    })
+}
+
+/// The segments of the predictor's episodes test: leaks with at least three leads of
+/// runway, staircases, saw-tooths well below the limit, plateaus.
+pub fn episode_segment() -> impl Strategy<Value = Segment> {
+    prop_oneof![
+        3 => (3.0f64..15.0, 0.02f64..0.4).prop_map(|(runway, next_base)| Segment::Leak { runway, next_base }),
+        1 => staircase(),
+        1 => (0.03f64..0.12, 0.25f64..3.0, 1u32..6)
+            .prop_map(|(amp, period, teeth)| Segment::Sawtooth { amp, period, teeth }),
+        1 => (0.5f64..4.0).prop_map(|len| Segment::Plateau { len }),
+    ]
+}
+
+/// The segments of the adaptive-rate test: leaks from one lead of runway, staircases,
+/// saw-tooths of 2% to 40% of the limit and periods of 0.02 to 3 leads, sudden jumps,
+/// plateaus.
+pub fn rate_segment() -> impl Strategy<Value = Segment> {
+    prop_oneof![
+        3 => (1.0f64..15.0, 0.02f64..0.4).prop_map(|(runway, next_base)| Segment::Leak { runway, next_base }),
+        1 => staircase(),
+        2 => (0.02f64..0.4, 0.02f64..3.0, 1u32..8)
+            .prop_map(|(amp, period, teeth)| Segment::Sawtooth { amp, period, teeth }),
+        1 => (0.4f64..1.0, 0.2f64..3.0).prop_map(|(level, len)| Segment::Jump { level, len }),
+        1 => (0.5f64..4.0).prop_map(|len| Segment::Plateau { len }),
+    ]
+}
+
+/// A generated usage trace: samples every [`GEN_DT`] (time, bytes of [`GEN_LIMIT`]), and
+/// the episodes the generator put in it.
+pub struct GenTrace {
+    pub samples: Vec<(f64, f64)>,
+    pub episodes: Vec<GenEpisode>,
+}
+
+/// A leak or a staircase, from its start to the free after it: one episode.
+pub struct GenEpisode {
+    /// Index of the segment's first sample.
+    pub start: usize,
+    /// Index of the free after it.
+    pub end: usize,
+    /// When it would reach the limit.
+    pub exhausted_at: f64,
+    /// A leak (false: a staircase).
+    pub leak: bool,
+    /// Index of the sample where the free before it landed (a fresh start point).
+    pub after_free: Option<usize>,
+}
+
+/// The usage of `parts` (each a flat gap of so many leads, then a segment) from
+/// `first_base`, with noise on every sample (on leaks too when `noisy_leaks`), then
+/// `tail` leads flat at the last base.
+pub fn generate_usage(
+    lead: f64,
+    first_base: f64,
+    parts: &[(f64, Segment)],
+    noisy_leaks: bool,
+    tail: f64,
+    seed: u64,
+) -> GenTrace {
+    let mut rng = seed | 1;
+    let mut samples: Vec<(f64, f64)> = Vec::new();
+    let mut episodes = Vec::new();
+    let mut t = 0.0f64;
+    let mut base = first_base;
+    let mut last_free: Option<usize> = None;
+    let push = |t: &mut f64, v: f64, rng: &mut u64, samples: &mut Vec<(f64, f64)>| {
+        let jitter = GEN_NOISE * (xorshift(rng) - 0.5);
+        samples.push((*t, (v + jitter).clamp(0.0, 1.0) * GEN_LIMIT));
+        *t += GEN_DT;
+    };
+    let hold = |t: &mut f64, v: f64, len: f64, rng: &mut u64, samples: &mut Vec<(f64, f64)>| {
+        let end = *t + len * lead;
+        while *t < end {
+            push(t, v, rng, samples);
+        }
+    };
+    for (gap, seg) in parts {
+        hold(&mut t, base, *gap, &mut rng, &mut samples);
+        let start = samples.len();
+        match *seg {
+            Segment::Leak { runway, next_base } => {
+                let rate = (1.0 - base) / (runway * lead);
+                let t0 = t;
+                loop {
+                    let v = base + rate * (t - t0);
+                    if v >= 1.0 {
+                        break;
+                    }
+                    if noisy_leaks {
+                        push(&mut t, v, &mut rng, &mut samples);
+                    } else {
+                        samples.push((t, v * GEN_LIMIT));
+                        t += GEN_DT;
+                    }
+                }
+                episodes.push(GenEpisode {
+                    start,
+                    end: samples.len(),
+                    exhausted_at: t0 + runway * lead,
+                    leak: true,
+                    after_free: last_free,
+                });
+                base = next_base;
+                last_free = Some(samples.len());
+                push(&mut t, base, &mut rng, &mut samples);
+            }
+            Segment::Staircase {
+                steps,
+                period,
+                next_base,
+            } => {
+                let step = (1.0 - base) / steps as f64;
+                for k in 0..steps {
+                    hold(
+                        &mut t,
+                        base + step * k as f64,
+                        period,
+                        &mut rng,
+                        &mut samples,
+                    );
+                }
+                episodes.push(GenEpisode {
+                    start,
+                    end: samples.len(),
+                    exhausted_at: t,
+                    leak: false,
+                    after_free: last_free,
+                });
+                base = next_base;
+                last_free = Some(samples.len());
+                push(&mut t, base, &mut rng, &mut samples);
+            }
+            Segment::Sawtooth { amp, period, teeth } => {
+                for _ in 0..teeth {
+                    let t0 = t;
+                    while t < t0 + period * lead {
+                        let v = base + amp * (t - t0) / (period * lead);
+                        push(&mut t, v, &mut rng, &mut samples);
+                    }
+                }
+                push(&mut t, base, &mut rng, &mut samples);
+            }
+            Segment::Jump { level, len } => {
+                hold(&mut t, level.max(base), len, &mut rng, &mut samples);
+            }
+            Segment::Plateau { len } => hold(&mut t, base, len, &mut rng, &mut samples),
+        }
+    }
+    hold(&mut t, base, tail, &mut rng, &mut samples);
+    GenTrace { samples, episodes }
+}

@@ -16,152 +16,19 @@ use proptest::prelude::*;
 use watchdog_predictor::{Decision, PredictorConfig, ResourcePredictor};
 use watchdog_types::ResourceKind;
 
-const LIMIT: f64 = (1u64 << 30) as f64;
-/// Sampling interval, seconds.
-const DT: f64 = 0.1;
+#[path = "../../../tests/prop_support.rs"]
+mod prop_support;
 
-fn xorshift(state: &mut u64) -> f64 {
-    *state ^= *state << 13;
-    *state ^= *state >> 7;
-    *state ^= *state << 17;
-    (*state >> 11) as f64 / (1u64 << 53) as f64
-}
+use prop_support::{GEN_DT as DT, GEN_LIMIT as LIMIT, GenTrace, episode_segment, generate_usage};
 
-/// One segment of a generated trace, in fractions of the limit and multiples of the lead.
-#[derive(Debug, Clone)]
-enum Segment {
-    /// Linear growth from the base to the limit, taking `runway` leads, then a free to `next_base`.
-    Leak { runway: f64, next_base: f64 },
-    /// `steps` equal steps from the base to the limit, one every `period` leads (at most
-    /// one lead apart, at least three leads in all: a faster one outruns the history the
-    /// trend needs, and only the floor could catch it), then a free.
-    Staircase {
-        steps: u32,
-        period: f64,
-        next_base: f64,
-    },
-    /// A saw-tooth rising `amp` above the base every `period` leads, `teeth` times.
-    Sawtooth { amp: f64, period: f64, teeth: u32 },
-    /// Flat at the base for `len` leads.
-    Plateau { len: f64 },
-}
-
-fn segment() -> impl Strategy<Value = Segment> {
-    prop_oneof![
-        3 => (3.0f64..15.0, 0.02f64..0.4).prop_map(|(runway, next_base)| Segment::Leak { runway, next_base }),
-        1 => (5u32..12, 0.0f64..1.0, 0.02f64..0.4).prop_map(|(steps, p, next_base)| {
-            let shortest = (3.0 / steps as f64).max(0.3);
-            Segment::Staircase { steps, period: shortest + p * (1.0 - shortest), next_base }
-        }),
-        1 => (0.03f64..0.12, 0.25f64..3.0, 1u32..6)
-            .prop_map(|(amp, period, teeth)| Segment::Sawtooth { amp, period, teeth }),
-        1 => (0.5f64..4.0).prop_map(|len| Segment::Plateau { len }),
-    ]
-}
-
-/// A generated trace: samples, and the episodes the generator put in it.
-struct Trace {
-    samples: Vec<(f64, f64)>,
-    /// (sample index where the episode's segment starts, index of the free after it,
-    /// exhaustion time, whether it is a leak, index of the free that preceded it if any).
-    episodes: Vec<Episode>,
-}
-
-struct Episode {
-    start: usize,
-    end: usize,
-    exhausted_at: f64,
-    leak: bool,
-    /// Index of the sample where the free before it landed (a fresh start point).
-    after_free: Option<usize>,
-}
-
-fn generate(lead: f64, first_base: f64, parts: &[(f64, Segment)], seed: u64) -> Trace {
-    let mut rng = seed | 1;
-    let noise = 0.002;
-    let mut samples: Vec<(f64, f64)> = Vec::new();
-    let mut episodes = Vec::new();
-    let mut t = 0.0f64;
-    let mut base = first_base;
-    let mut last_free: Option<usize> = None;
-    let push = |t: &mut f64, v: f64, rng: &mut u64, samples: &mut Vec<(f64, f64)>| {
-        let jitter = noise * (xorshift(rng) - 0.5);
-        samples.push((*t, (v + jitter).clamp(0.0, 1.0) * LIMIT));
-        *t += DT;
-    };
-    for (gap, seg) in parts {
-        let gap_end = t + gap * lead;
-        while t < gap_end {
-            push(&mut t, base, &mut rng, &mut samples);
-        }
-        let start = samples.len();
-        match *seg {
-            Segment::Leak { runway, next_base } => {
-                let rate = (1.0 - base) / (runway * lead);
-                let t0 = t;
-                loop {
-                    let v = base + rate * (t - t0);
-                    if v >= 1.0 {
-                        break;
-                    }
-                    samples.push((t, v * LIMIT));
-                    t += DT;
-                }
-                episodes.push(Episode {
-                    start,
-                    end: samples.len(),
-                    exhausted_at: t0 + runway * lead,
-                    leak: true,
-                    after_free: last_free,
-                });
-                base = next_base;
-                last_free = Some(samples.len());
-                push(&mut t, base, &mut rng, &mut samples);
-            }
-            Segment::Staircase {
-                steps,
-                period,
-                next_base,
-            } => {
-                let step = (1.0 - base) / steps as f64;
-                for k in 0..steps {
-                    let level = base + step * k as f64;
-                    let step_end = t + period * lead;
-                    while t < step_end {
-                        push(&mut t, level, &mut rng, &mut samples);
-                    }
-                }
-                let exhausted_at = t;
-                episodes.push(Episode {
-                    start,
-                    end: samples.len(),
-                    exhausted_at,
-                    leak: false,
-                    after_free: last_free,
-                });
-                base = next_base;
-                last_free = Some(samples.len());
-                push(&mut t, base, &mut rng, &mut samples);
-            }
-            Segment::Sawtooth { amp, period, teeth } => {
-                for _ in 0..teeth {
-                    let t0 = t;
-                    while t < t0 + period * lead {
-                        let v = base + amp * (t - t0) / (period * lead);
-                        push(&mut t, v, &mut rng, &mut samples);
-                    }
-                }
-                push(&mut t, base, &mut rng, &mut samples);
-            }
-            Segment::Plateau { len } => {
-                let end = t + len * lead;
-                while t < end {
-                    push(&mut t, base, &mut rng, &mut samples);
-                }
-            }
-        }
-    }
-    Trace { samples, episodes }
+/// The generated trace of the episodes: leaks without noise, nothing after the last part.
+fn generate(
+    lead: f64,
+    first_base: f64,
+    parts: &[(f64, prop_support::Segment)],
+    seed: u64,
+) -> GenTrace {
+    generate_usage(lead, first_base, parts, false, 0.0, seed)
 }
 
 fn config(lead_s: f64) -> PredictorConfig {
@@ -260,7 +127,7 @@ proptest! {
     fn every_episode_is_warned_once_and_in_time(
         lead in prop::sample::select(vec![2.0, 3.0, 10.0, 30.0]),
         first_base in 0.02f64..0.4,
-        parts in prop::collection::vec((0.0f64..3.0, segment()), 1..7),
+        parts in prop::collection::vec((0.0f64..3.0, episode_segment()), 1..7),
         seed in any::<u64>(),
     ) {
         let trace = generate(lead, first_base, &parts, seed);
