@@ -290,73 +290,83 @@ impl KernelWake {
         let Some(v1) = &mut self.v1 else {
             return;
         };
+        if let Err(e) = v1.follow(engine, used, cache, limit) {
+            // Said once: the thresholds are dropped, the engine told, the cgroup polled.
+            tracing::info!("{V1} cannot be moved, polling instead: {e}");
+            engine.set_kernel_wake(v1.id, false);
+            self.v1 = None;
+        }
+    }
+}
+
+impl V1Thresholds {
+    /// [`KernelWake::after_sample`] for the v1 thresholds; an error when the kernel refused
+    /// a level (the thresholds are then of no use).
+    fn follow(
+        &mut self,
+        engine: &mut Engine,
+        used: u64,
+        cache: u64,
+        limit: u64,
+    ) -> Result<(), Unarmable> {
         if limit != 0 && limit != u64::MAX {
-            v1.limit = limit;
+            self.limit = limit;
         }
         let usage = used.saturating_add(cache);
-        let margin = (v1.limit / NEAR_LIMIT).max(MIN_MARGIN);
-        let near = v1.limit.saturating_sub(margin);
+        let margin = (self.limit / NEAR_LIMIT).max(MIN_MARGIN);
+        let near = self.limit.saturating_sub(margin);
         if cache >= margin && usage >= near {
-            if !v1.disarmed {
+            if !self.disarmed {
                 tracing::debug!(
                     "{V1}: page cache keeps usage near the limit, disarmed (polling instead)"
                 );
-                v1.disarmed = true;
-                engine.set_kernel_wake(v1.id, false);
-                v1.line.close();
-                v1.high.close();
+                self.disarmed = true;
+                engine.set_kernel_wake(self.id, false);
+                self.line.close();
+                self.high.close();
             }
-            return;
+            return Ok(());
         }
-        if v1.disarmed {
+        if self.disarmed {
             // Armed again only once usage fell well back (or the cache went).
             if cache >= margin && usage >= near.saturating_sub(2 * margin) {
-                return;
+                return Ok(());
             }
             tracing::debug!("{V1}: usage fell back from the limit, armed again");
-            v1.disarmed = false;
-            engine.set_kernel_wake(v1.id, true);
+            self.disarmed = false;
+            engine.set_kernel_wake(self.id, true);
         }
-        for level in [&mut v1.line, &mut v1.high] {
-            if let Err(e) = level.settle() {
-                tracing::debug!("{V1}: a threshold could not be moved: {e}");
-            }
-        }
-        let slack = (v1.limit / 1024).max(1);
-        let line = engine.alert_level(v1.id).map(|at| at.saturating_add(cache));
+        self.line.settle()?;
+        self.high.settle()?;
+        let slack = (self.limit / 1024).max(1);
+        let line = engine
+            .alert_level(self.id)
+            .map(|at| at.saturating_add(cache));
         if let Some(target) = line {
             // Late by more than the slack, or crossed (a wake-up before the line, cache
             // having grown) while the line is still ahead: moved.
-            let stale = v1.line.wanted().is_none_or(|at| {
+            let stale = self.line.wanted().is_none_or(|at| {
                 at > target.saturating_add(slack) || (at <= usage && target > usage)
             });
-            if stale && let Err(e) = v1.line.move_to(target) {
-                tracing::info!("{V1} cannot be moved, polling instead: {e}");
-                engine.set_kernel_wake(v1.id, false);
-                v1.disarmed = true;
-                v1.line.close();
-                v1.high.close();
-                return;
+            if stale {
+                self.line.move_to(target)?;
             }
         }
         // The high: a new high below the line, kept while it lies a little below the
         // level wanted (waking early).
         let wanted = engine
-            .wake_at(v1.id)
+            .wake_at(self.id)
             .map(|at| at.saturating_add(cache))
             .filter(|at| line.is_none_or(|l| *at < l));
         match wanted {
-            None => v1.high.close(),
+            None => self.high.close(),
             Some(at)
-                if v1.high.wanted().is_some_and(|was| {
+                if self.high.wanted().is_some_and(|was| {
                     was > usage && was <= at && at.saturating_sub(was) < margin
                 }) => {}
-            Some(at) => {
-                if let Err(e) = v1.high.move_to(at) {
-                    tracing::debug!("{V1}: the high cannot be moved: {e}");
-                }
-            }
+            Some(at) => self.high.move_to(at)?,
         }
+        Ok(())
     }
 }
 
