@@ -11,15 +11,19 @@
 # in the OOM killer). The file is written from outside the cgroup and dropped from the page
 # cache (posix_fadvise DONTNEED) before each start.
 #
-# (a) TRIALS trials: a small python3 tool arms the same trigger as the watchdog (the line
-# with its trailing NUL), afresh for each trial as a watchdog starting then would, and polls it for POLLPRI while it runs a fresh thrasher, which says
-# when its cgroup's memory.failcnt first grew: the limit was hit, reclaim (the stall) began.
-# The table gives the fire time from there and from the thrasher's start, and the `some`
-# stall /proc/pressure/memory counted from the start to the fire. `total=` is read only
-# then: the kernel weights each CPU's stall by its non-idle time in whole jiffies, so a
-# reader every few milliseconds makes it (and the triggers' growth) lose most of the stall.
-# The thrasher is stopped at the fire (or after HOLD_S); the next trial waits at least
-# QUIET_S and until `total` grew less than 5 ms in a second.
+# (a) TRIALS trials per ARMS: a small python3 tool arms the same trigger as the watchdog (the
+# line with its trailing NUL) and polls it for POLLPRI while it runs a fresh thrasher, which
+# says when its cgroup's memory.failcnt first grew: the limit was hit, reclaim (the stall)
+# began. `fresh` arms a new trigger before each trial, as a watchdog starting then would;
+# `kept` keeps one over the trials, as a running watchdog does (its first fire, a warm-up
+# trial, is left out). The table gives the fire time from the limit hit and from the
+# thrasher's start, and the `some` stall /proc/pressure/memory counted from the start to the
+# fire. `total=` is read only then: the kernel weights each CPU's stall by its non-idle time
+# in whole jiffies, so a reader every few milliseconds makes it (and the triggers' growth)
+# lose most of the stall. The thrasher is stopped at the fire (or after HOLD_S); the next
+# trial waits at least QUIET_S and until `total` grew less than 5 ms in a second.
+# (a') SMALL_TRIALS thrashes of SMALL_S (tens of ms of stall, far under the 200 ms threshold),
+# each seen by a trigger armed just before it and by one kept since a first fire.
 # (b) One run of DURATION_S: the thrasher is watched by `watchdog --pid` (interval INTERVAL,
 # `--events`), under `strace -f -ttt -T -e trace=poll,ppoll`, beside the tool logging each fire
 # of its own trigger. Nothing the watchdog writes (events, summary, log) tells a PSI wake-up
@@ -27,8 +31,9 @@
 # the descriptor open on /proc/pressure/memory. strace slows each system call; it counts.
 #
 # Usage: scripts/bench/psi.sh          (~4 minutes)
-# Env:   TRIALS=20 LIMIT_MIB=64 FILE_MIB=256 HOLD_S=8 QUIET_S=4 DURATION_S=60
-#        INTERVAL=100ms WATCHDOG=target/release/watchdog
+# Env:   ARMS="fresh kept" TRIALS=20 LIMIT_MIB=64 FILE_MIB=256 HOLD_S=8 QUIET_S=4 DURATION_S=60
+#        SMALL_TRIALS=5 SMALL_S=0.15
+#        INTERVAL=100ms WATCHDOG=target/release/watchdog  OUT=file (raw rows of (a), TSV)
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -40,6 +45,10 @@ QUIET_S=${QUIET_S:-4}
 DURATION_S=${DURATION_S:-60}
 INTERVAL=${INTERVAL:-100ms}
 WATCHDOG=${WATCHDOG:-target/release/watchdog}
+OUT=${OUT:-}
+ARMS=${ARMS:-"fresh kept"}
+SMALL_TRIALS=${SMALL_TRIALS:-5}
+SMALL_S=${SMALL_S:-0.15}
 # On disk, not tmpfs: tmpfs pages cannot be reclaimed without swap.
 WORK=$(mktemp -d /var/tmp/wd-psi.XXXXXX)
 CG=/sys/fs/cgroup/memory/wd-psi-$$
@@ -130,15 +139,15 @@ def quiet(trigger, at_least_s):
             return
         last = now
 
-def trials(n, cg, thrash, path, hold_s, quiet_s):
+def trials(n, cg, thrash, path, hold_s, quiet_s, arming):
+    # `fresh`: armed anew before each trial, as a watchdog starting then arms it. `kept`: one
+    # trigger for every trial, as a watchdog keeps it; trial 0 (not printed) is its first fire.
     trigger = arm()
-    print("trial\tfired\tfrom_limit_ms\tfrom_go_ms\tstall_at_fire_ms")
-    for trial in range(1, n + 1):
+    for trial in range(0 if arming == "kept" else 1, n + 1):
         quiet(trigger, quiet_s)
-        # A trigger armed afresh, as a watchdog starting now arms it: one kept from the trial
-        # before can still hold that trial's stall in its window.
-        os.close(trigger)
-        trigger = arm()
+        if arming == "fresh":
+            os.close(trigger)
+            trigger = arm()
         proc = subprocess.Popen(
             ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec python3 "$@"', cg, thrash, path,
              str(hold_s), cg], stdout=subprocess.PIPE, start_new_session=True)
@@ -166,11 +175,38 @@ def trials(n, cg, thrash, path, hold_s, quiet_s):
         stall = (some_total_us() - base) / 1000
         proc.kill()
         proc.wait()
+        if trial == 0:
+            continue
         if fire_at is None or limit_at is None:
-            print(f"{trial}\tFalse\tnan\tnan\t{stall:.0f}", flush=True)
+            print(f"{arming}\t{trial}\tFalse\tnan\tnan\t{stall:.0f}", flush=True)
         else:
-            print(f"{trial}\tTrue\t{(fire_at - limit_at) * 1000:.1f}\t{(fire_at - go) * 1000:.1f}\t"
-                  f"{stall:.0f}", flush=True)
+            print(f"{arming}\t{trial}\tTrue\t{(fire_at - limit_at) * 1000:.1f}\t"
+                  f"{(fire_at - go) * 1000:.1f}\t{stall:.0f}", flush=True)
+
+def small(n, cg, thrash, path, hold_s, quiet_s, small_s):
+    # A short thrash (tens of ms of stall, far under the 200 ms threshold) seen by a trigger
+    # armed just before it and by one kept since a first fire.
+    def run(seconds):
+        subprocess.run(["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec python3 "$@"', cg, thrash,
+                        path, str(seconds), cg], stdout=subprocess.DEVNULL, check=True)
+    kept = arm()
+    run(hold_s)
+    print("trial\tstall_ms\tfresh_fired\tkept_fired")
+    for trial in range(1, n + 1):
+        quiet(kept, quiet_s)
+        fresh = arm()
+        base = some_total_us()
+        run(small_s)
+        end = time.monotonic() + 4
+        got = {fresh: False, kept: False}
+        while (left := end - time.monotonic()) > 0:
+            p = select.poll()
+            for fd in got:
+                p.register(fd, select.POLLPRI)
+            for fd, ev in p.poll(left * 1000):
+                got[fd] = got[fd] or bool(ev & select.POLLPRI)
+        print(f"{trial}\t{(some_total_us() - base) / 1000:.0f}\t{got[fresh]}\t{got[kept]}", flush=True)
+        os.close(fresh)
 
 def log(seconds):
     trigger = arm()
@@ -179,29 +215,50 @@ def log(seconds):
         if fired(trigger, int(left * 1000) + 1):
             print(f"{time.time():.6f}", flush=True)
 
-if sys.argv[1] == "trials":
-    trials(int(sys.argv[2]), *sys.argv[3:6], float(sys.argv[6]), float(sys.argv[7]))
+if sys.argv[1] == "small":
+    small(int(sys.argv[2]), *sys.argv[3:6], float(sys.argv[6]), float(sys.argv[7]), float(sys.argv[8]))
+elif sys.argv[1] == "trials":
+    trials(int(sys.argv[2]), *sys.argv[3:6], float(sys.argv[6]), float(sys.argv[7]), sys.argv[8])
 else:
     log(float(sys.argv[2]))
 PY
 
 # (a) The trigger alone.
-python3 "$WORK/psi_fire.py" trials "$TRIALS" "$CG" "$WORK/thrash.py" "$WORK/file" \
-    "$HOLD_S" "$QUIET_S" >"$WORK/trials.tsv"
+printf 'arm\ttrial\tfired\tfrom_limit_ms\tfrom_go_ms\tstall_at_fire_ms\n' >"$WORK/trials.tsv"
+for arming in $ARMS; do
+    python3 "$WORK/psi_fire.py" trials "$TRIALS" "$CG" "$WORK/thrash.py" "$WORK/file" \
+        "$HOLD_S" "$QUIET_S" "$arming" >>"$WORK/trials.tsv"
+done
+[ -n "$OUT" ] && cp "$WORK/trials.tsv" "$OUT"
 python3 - "$WORK/trials.tsv" <<'PY'
 import csv, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
-ok = [r for r in rows if r["fired"] == "True"]
 def q(xs, p):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, round(p * (len(xs) - 1)))]
-print(f"(a) the trigger fired in {len(ok)} of {len(rows)} trials")
-for col, what in [("from_limit_ms", "fire - limit first hit"), ("from_go_ms", "fire - thrasher start"),
-                  ("stall_at_fire_ms", "stall counted at the fire")]:
-    xs = [float(r[col]) for r in ok]
-    if xs:
-        print(f"    {what:>26}: min {min(xs):.0f} ms, p50 {statistics.median(xs):.0f} ms, "
-              f"p99 {q(xs, 0.99):.0f} ms, max {max(xs):.0f} ms")
+for arming in dict.fromkeys(r["arm"] for r in rows):
+    rs = [r for r in rows if r["arm"] == arming]
+    ok = [r for r in rs if r["fired"] == "True"]
+    print(f"(a) {arming} trigger: fired in {len(ok)} of {len(rs)} trials")
+    for col, what in [("from_limit_ms", "fire - limit first hit"), ("from_go_ms", "fire - thrasher start"),
+                      ("stall_at_fire_ms", "stall counted at the fire")]:
+        xs = [float(r[col]) for r in ok]
+        if xs:
+            print(f"    {what:>26}: min {min(xs):.0f} ms, p50 {statistics.median(xs):.0f} ms, "
+                  f"p99 {q(xs, 0.99):.0f} ms, max {max(xs):.0f} ms")
+PY
+
+# (a') A stall far under the threshold.
+python3 "$WORK/psi_fire.py" small "$SMALL_TRIALS" "$CG" "$WORK/thrash.py" "$WORK/file" \
+    "$HOLD_S" "$QUIET_S" "$SMALL_S" >"$WORK/small.tsv"
+python3 - "$WORK/small.tsv" "$SMALL_S" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
+stall = sorted(int(r["stall_ms"]) for r in rows)
+fresh = sum(r["fresh_fired"] == "True" for r in rows)
+kept = sum(r["kept_fired"] == "True" for r in rows)
+print(f"(a') a {sys.argv[2]} s thrash, {stall[0]}-{stall[-1]} ms of stall counted: a trigger armed just "
+      f"before fired in {fresh} of {len(rows)}, one kept since a first fire in {kept} of {len(rows)}")
 PY
 
 # (b) The watchdog on the thrasher, with the tool's own trigger beside it.
@@ -255,7 +312,8 @@ lag = sorted(min((w - f for f in fires if f <= w + 0.001), default=float("nan"))
 print(f"    over {duration:.0f} s: the tool's trigger fired {len(fires)} times; the watchdog's loop "
       f"waited {waits} times, {len(wakes)} of them ended by PSI (fd {fd})")
 if lag:
-    print(f"    PSI wake-up after the tool's fire: min {lag[0]:.1f} ms, p50 {lag[len(lag) // 2]:.1f} ms, "
-          f"max {lag[-1]:.1f} ms")
+    near = [x for x in lag if abs(x) < 5]
+    print(f"    {len(near)} of the {len(lag)} PSI wake-ups within 5 ms of a fire of the tool's trigger "
+          f"(min {lag[0]:.1f} ms, p50 {lag[len(lag) // 2]:.1f} ms, max {lag[-1]:.1f} ms after it)")
 PY
 echo "    watchdog: $(grep -m1 -o 'Sampled.*' "$WORK/wd.err" || tail -1 "$WORK/wd.err")"
