@@ -55,15 +55,7 @@ fn leak_in(cg: &MemoryCgroup, gate: &std::path::Path, chunks: u32, mib: u32) -> 
         .args([chunks.to_string(), mib.to_string(), "0.1".to_string()])
         .spawn()
         .unwrap();
-    let pid = child.id();
-    let name = cg.dir.file_name().unwrap().to_str().unwrap().to_string();
-    assert!(
-        wait_for(Duration::from_secs(10), || {
-            std::fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|c| c.contains(&name))
-        }),
-        "the leak never entered {}",
-        cg.dir.display()
-    );
+    cg.wait_holds(child.id());
     child
 }
 
@@ -80,6 +72,25 @@ fn start_event_then_open(scene: &Scene, gate: &std::path::Path) -> Value {
     );
     std::fs::write(gate, "").unwrap();
     of_kind(&read_events(&scene.events), "start")[0].clone()
+}
+
+/// The watchdog's arguments in both tests: `--pid` on `pid` at `interval`, `--lead 10s`,
+/// events and request file in `scene`.
+fn watch_args(scene: &Scene, interval: &str, pid: u32) -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> =
+        ["--gpu", "off", "--interval", interval, "--lead", "10s"]
+            .into_iter()
+            .map(Into::into)
+            .collect();
+    args.extend([
+        "--events".into(),
+        scene.events.clone().into_os_string(),
+        "--request-file".into(),
+        scene.req.clone().into_os_string(),
+        "--pid".into(),
+        pid.to_string().into(),
+    ]);
+    args
 }
 
 /// The names in the start event's `wake_sources`.
@@ -114,19 +125,7 @@ fn a_v1_threshold_samples_a_leak_between_the_ticks_of_a_slow_interval() {
     let mut leak = leak_in(&cg, &gate, 30, 8);
     let began = Instant::now();
     let watchdog = bin()
-        .args([
-            "--gpu",
-            "off",
-            "--interval",
-            "2s",
-            "--lead",
-            "10s",
-            "--events",
-        ])
-        .arg(&scene.events)
-        .arg("--request-file")
-        .arg(&scene.req)
-        .args(["--pid", &leak.id().to_string()])
+        .args(watch_args(&scene, "2s", leak.id()))
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -174,19 +173,7 @@ fn a_read_only_cgroup_filesystem_leaves_the_threshold_unarmed_and_the_run_polled
         .arg("mount -o remount,bind,ro \"$0\" && exec \"$@\"")
         .arg(&mount)
         .arg(bin().get_program())
-        .args([
-            "--gpu",
-            "off",
-            "--interval",
-            "50ms",
-            "--lead",
-            "10s",
-            "--events",
-        ])
-        .arg(&scene.events)
-        .arg("--request-file")
-        .arg(&scene.req)
-        .args(["--pid", &leak.id().to_string()])
+        .args(watch_args(&scene, "50ms", leak.id()))
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();

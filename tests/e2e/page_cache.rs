@@ -7,7 +7,6 @@
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::Duration;
 
 use serde_json::Value;
 
@@ -84,15 +83,7 @@ fn start_in(cg: &MemoryCgroup, scene: &Scene, args: &[&str]) -> Child {
         .env("WATCHDOG_SIGNAL", "SIGUSR1")
         .spawn()
         .unwrap();
-    let pid = child.id();
-    let name = cg.dir.file_name().unwrap().to_str().unwrap().to_string();
-    assert!(
-        wait_for(Duration::from_secs(10), || {
-            std::fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|c| c.contains(&name))
-        }),
-        "the workload never entered {}",
-        cg.dir.display()
-    );
+    cg.wait_holds(child.id());
     child
 }
 

@@ -285,6 +285,20 @@ impl MemoryCgroup {
     pub fn version(&self) -> &'static str {
         if self.v2 { "v2" } else { "v1" }
     }
+
+    /// Waits up to 10 s until process `pid` is in this cgroup (its `/proc/PID/cgroup` names
+    /// it), and fails the test if it never gets there.
+    pub fn wait_holds(&self, pid: u32) {
+        let name = self.dir.file_name().unwrap().to_str().unwrap();
+        assert!(
+            wait_for(Duration::from_secs(10), || {
+                std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+                    .is_ok_and(|c| c.contains(name))
+            }),
+            "PID {pid} never entered {}",
+            self.dir.display()
+        );
+    }
 }
 
 impl Drop for MemoryCgroup {

@@ -44,10 +44,7 @@ fn cgroup_leak_is_checkpointed_before_the_oom_kill() {
         .spawn()
         .unwrap();
     let pid = leaker.id();
-    let cg_name = cg.dir.file_name().unwrap().to_str().unwrap().to_string();
-    assert!(wait_for(Duration::from_secs(5), || {
-        std::fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|c| c.contains(&cg_name))
-    }));
+    cg.wait_holds(pid);
     let watchdog = scene
         .watchdog()
         .args(["--lead", "1s", "--pid", &pid.to_string()])
@@ -422,10 +419,7 @@ fn leaks_right_after_a_checkpoint_are_each_warned_in_time() {
         .spawn()
         .unwrap();
     let pid = leaker.id();
-    let cg_name = cg.dir.file_name().unwrap().to_str().unwrap().to_string();
-    assert!(wait_for(Duration::from_secs(10), || {
-        std::fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|c| c.contains(&cg_name))
-    }));
+    cg.wait_holds(pid);
     let watchdog = scene
         .watchdog()
         .args(["--lead", "3s", "--pid", &pid.to_string()])
