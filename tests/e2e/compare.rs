@@ -239,10 +239,7 @@ fn record_in_cgroup(dir: &Path, name: &str, limit_mib: u64) -> Option<PathBuf> {
         .spawn()
         .unwrap();
     let pid = target.id();
-    let cg_name = cg.dir.file_name().unwrap().to_str().unwrap().to_string();
-    assert!(wait_for(Duration::from_secs(20), || {
-        std::fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|c| c.contains(&cg_name))
-    }));
+    cg.wait_holds(pid);
     let rec = dir.join(name);
     let events = dir.join(format!("{name}.events"));
     let watchdog = recording_watchdog(dir, &rec)

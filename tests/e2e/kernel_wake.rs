@@ -151,6 +151,16 @@ fn a_v1_threshold_samples_a_leak_between_the_ticks_of_a_slow_interval() {
         "{n} ticks in {watched:.1} s at a 2 s interval: no more than polling ({polled_at_most}) \
          would give; the threshold did not wake the loop. watchdog: {stderr}"
     );
+    // The summary says where the wake-ups came from.
+    let from_cgroup: u64 = stderr
+        .split_once("Kernel wake-ups: ")
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no kernel wake-ups in the summary: {stderr}"));
+    assert!(
+        from_cgroup >= 2,
+        "{from_cgroup} wake-ups from the cgroup: {stderr}"
+    );
 }
 
 #[test]

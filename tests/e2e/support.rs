@@ -291,7 +291,7 @@ impl MemoryCgroup {
     pub fn wait_holds(&self, pid: u32) {
         let name = self.dir.file_name().unwrap().to_str().unwrap();
         assert!(
-            wait_for(Duration::from_secs(10), || {
+            wait_for(Duration::from_secs(20), || {
                 std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
                     .is_ok_and(|c| c.contains(name))
             }),

@@ -896,7 +896,7 @@ impl Watch {
 
     /// The summary's rates: each resource's samples a second on average over the watch,
     /// its samples, and how many came at the interval (the others came slowly, far from
-    /// its limit). Empty before any sample.
+    /// its limit); then the kernel's wake-ups by source, if any. Empty before any sample.
     fn rates_note(&self) -> String {
         let elapsed_s = self.start.elapsed().as_secs_f64().max(1e-3);
         let interval = format_duration_s(self.settings.interval.as_secs_f64());
@@ -913,7 +913,13 @@ impl Watch {
         if parts.is_empty() {
             return String::new();
         }
-        format!(" Rates: {}.", parts.join(", "))
+        let (cgroup, psi) = self.kernel.wake_ups();
+        let woken = if cgroup + psi > 0 {
+            format!(" Kernel wake-ups: {cgroup} from the cgroup, {psi} from PSI.")
+        } else {
+            String::new()
+        };
+        format!(" Rates: {}.{woken}", parts.join(", "))
     }
 
     /// Emits an `output_error` event for each write that failed since the last call.

@@ -156,6 +156,8 @@ pub struct KernelWake {
     armed: Vec<String>,
     /// `(source, reason)` for each one that could not be armed.
     unarmed: Vec<(String, String)>,
+    /// Wake-ups so far: from a cgroup source, from PSI.
+    woken: (u64, u64),
 }
 
 impl KernelWake {
@@ -215,6 +217,11 @@ impl KernelWake {
     /// `(source, reason)` for each source that could not be armed.
     pub fn unarmed(&self) -> &[(String, String)] {
         &self.unarmed
+    }
+
+    /// The wake-ups so far: `(from a cgroup source, from PSI)`.
+    pub fn wake_ups(&self) -> (u64, u64) {
+        self.woken
     }
 
     /// The resource a v1 threshold wakes the loop for, while it is armed.
@@ -277,6 +284,11 @@ impl KernelWake {
         if gone {
             tracing::info!("the PSI trigger's cgroup is gone: polling instead");
             self.psi = None;
+        }
+        if woke.cgroup {
+            self.woken.0 += 1;
+        } else {
+            self.woken.1 += 1;
         }
         woke
     }
