@@ -338,3 +338,63 @@ fn the_engine_counts_each_resources_samples_and_says_its_rate() {
     assert!((status_rate(&engine) - 1.0 / 0.9375).abs() < 1e-6);
     assert_eq!(engine.resource_status()[0].samples, n);
 }
+
+/// A staircase whose first step lands while the resource is sampled slowly (seed
+/// 12220939433242691218 of the
+/// long run): the bucket before that step has 5 samples instead of 37, its minimum sits
+/// higher in the noise, and the step is learned about 0.03% of the limit too small. The
+/// staircase ends at the limit, so without the jitter allowance in the step forecast
+/// `ceil(headroom / step)` counted one step more at adaptive rates and alerted one step
+/// (7.2 s) later than the latest of 32 draws at the fixed rate.
+#[test]
+fn a_staircase_first_seen_slowly_alerts_with_the_fixed_rate() {
+    let lead = 30.0;
+    let parts = [
+        (
+            2.2966079441058733,
+            Segment::Staircase {
+                steps: 9,
+                period: 0.3712745579172423,
+                next_base: 0.24956639316187676,
+            },
+        ),
+        (
+            2.956308264536485,
+            Segment::Plateau {
+                len: 2.471509619976337,
+            },
+        ),
+    ];
+    let s = settings(lead);
+    let seed = 12_220_939_433_242_691_218u64;
+    let draw = |k: u64| {
+        generate(
+            "cgroup_memory",
+            lead,
+            0.26632372842466295,
+            &parts,
+            false,
+            seed ^ k.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+        )
+    };
+    let latest = (0..DRAWS)
+        .filter_map(|k| {
+            times(&replay::run_trace(&draw(k), &s).alerts)
+                .first()
+                .copied()
+        })
+        .fold(f64::NEG_INFINITY, f64::max);
+    let max = max_interval(lead);
+    let adaptive = Adaptive {
+        max_interval_s: max,
+        kernel_wake: false,
+    };
+    let (report, _) = replay::run_trace_adaptive(&draw(0), &s, adaptive, |_, _, _| {});
+    let a = times(&report.alerts);
+    assert_eq!(a.len(), 1, "{a:?}");
+    assert!(
+        a[0] <= latest + max + 1e-6,
+        "adaptive alert at {:.1}, the fixed rate's latest at {latest:.1}",
+        a[0]
+    );
+}

@@ -56,6 +56,8 @@ struct Plan {
     newest_top: f64,
     newest_size: f64,
     steps: usize,
+    /// The usage's own jitter when the plan was made (see [`StepLearner::forecast`]).
+    jitter: f64,
 }
 
 impl StepLearner {
@@ -64,7 +66,7 @@ impl StepLearner {
     /// falls back).
     pub fn on_close(&mut self, env: &Envelope, limit: f64) {
         self.update(env, limit);
-        self.plan = self.make_plan();
+        self.plan = self.make_plan(env.noise(NOISE_BUCKETS).unwrap_or(0.0));
         self.learned = if self.count < 2 {
             0.0
         } else {
@@ -148,7 +150,7 @@ impl StepLearner {
     }
 
     /// The staircase summary the per-sample forecast works from, recomputed when a bucket closes.
-    fn make_plan(&self) -> Option<Plan> {
+    fn make_plan(&self, jitter: f64) -> Option<Plan> {
         let mut newest: Option<f64> = None;
         let mut newest_top = 0.0f64;
         let mut newest_size = 0.0f64;
@@ -196,12 +198,14 @@ impl StepLearner {
             newest_top,
             newest_size,
             steps: n,
+            jitter,
         })
     }
 
     /// Time left until the step that will not fit, if steps come regularly: the last
     /// step time plus as many mean recent step intervals as the headroom holds of the
-    /// largest recent step. Returns `(seconds_left, units_per_second, steps_used)`;
+    /// largest recent step (a step landing within the usage's jitter of the limit, up to
+    /// half a step, counts as reaching it). Returns `(seconds_left, units_per_second, steps_used)`;
     /// None with fewer than two steps, or when no step came for two intervals (the
     /// staircase stopped).
     ///
@@ -231,7 +235,13 @@ impl StepLearner {
         if now - last > 2.0 * p.period {
             return None;
         }
-        let steps = (headroom / p.size).ceil().max(1.0);
+        // A step that lands within the usage's jitter of the limit reaches it: the
+        // headroom is read from one noisy sample and the step size from two bucket
+        // minima, so a staircase ending at the limit would otherwise count one step more
+        // or fewer with the noise (and with how many samples those buckets had).
+        let steps = ((headroom - p.jitter.min(0.5 * p.size)) / p.size)
+            .ceil()
+            .max(1.0);
         let left = (last + steps * p.period - now).max(0.0);
         Some((left, p.size / p.period, p.steps))
     }
