@@ -43,6 +43,8 @@ pub(crate) struct StepLearner {
     plan: Option<Plan>,
     /// The largest kept step once two were seen, else 0.
     learned: f64,
+    /// The usage's own jitter at the last bucket close (see [`StepLearner::slack`]).
+    jitter: f64,
 }
 
 /// What the kept steps say, for the per-sample forecast.
@@ -56,8 +58,6 @@ struct Plan {
     newest_top: f64,
     newest_size: f64,
     steps: usize,
-    /// The usage's own jitter when the plan was made (see [`StepLearner::forecast`]).
-    jitter: f64,
 }
 
 impl StepLearner {
@@ -66,7 +66,8 @@ impl StepLearner {
     /// falls back).
     pub fn on_close(&mut self, env: &Envelope, limit: f64) {
         self.update(env, limit);
-        self.plan = self.make_plan(env.noise(NOISE_BUCKETS).unwrap_or(0.0));
+        self.jitter = env.noise(NOISE_BUCKETS).unwrap_or(0.0);
+        self.plan = self.make_plan();
         self.learned = if self.count < 2 {
             0.0
         } else {
@@ -150,7 +151,7 @@ impl StepLearner {
     }
 
     /// The staircase summary the per-sample forecast works from, recomputed when a bucket closes.
-    fn make_plan(&self, jitter: f64) -> Option<Plan> {
+    fn make_plan(&self) -> Option<Plan> {
         let mut newest: Option<f64> = None;
         let mut newest_top = 0.0f64;
         let mut newest_size = 0.0f64;
@@ -198,7 +199,6 @@ impl StepLearner {
             newest_top,
             newest_size,
             steps: n,
-            jitter,
         })
     }
 
@@ -239,11 +239,16 @@ impl StepLearner {
         // headroom is read from one noisy sample and the step size from two bucket
         // minima, so a staircase ending at the limit would otherwise count one step more
         // or fewer with the noise (and with how many samples those buckets had).
-        let steps = ((headroom - p.jitter.min(0.5 * p.size)) / p.size)
-            .ceil()
-            .max(1.0);
+        let steps = ((headroom - self.slack(p.size)) / p.size).ceil().max(1.0);
         let left = (last + steps * p.period - now).max(0.0);
         Some((left, p.size / p.period, p.steps))
+    }
+
+    /// How close to the limit a step of this size may land and still count as reaching it:
+    /// the usage's jitter (upper quartile of the bucket spans), at most half the step.
+    #[inline]
+    pub fn slack(&self, step: f64) -> f64 {
+        self.jitter.min(0.5 * step).max(0.0)
     }
 
     /// The step to expect next: the largest recent one, once two or more were seen; else 0.
