@@ -57,6 +57,30 @@ fn generate(
     }
 }
 
+/// One generated case: its noise draw `k` (0 is the case's own) has the same shape.
+struct Case<'a> {
+    name: &'a str,
+    lead: f64,
+    first_base: f64,
+    parts: &'a [(f64, Segment)],
+    ack: bool,
+    seed: u64,
+}
+
+impl Case<'_> {
+    fn draw(&self, k: u64) -> Trace {
+        let seed = self.seed ^ k.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        generate(
+            self.name,
+            self.lead,
+            self.first_base,
+            self.parts,
+            self.ack,
+            seed,
+        )
+    }
+}
+
 fn settings(lead: f64) -> EngineSettings {
     EngineSettings {
         lead_s: lead,
@@ -107,7 +131,8 @@ proptest! {
         seed in any::<u64>(),
     ) {
         let s = settings(lead);
-        let draw = |k: u64| generate(name, lead, first_base, &parts, ack, seed ^ k.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let case = Case { name, lead, first_base, parts: &parts, ack, seed };
+        let draw = |k: u64| case.draw(k);
         // The fixed rate over this noise draw (k = 0) and others of the same shape: near
         // the edge of alerting its own outcome depends on the noise (98 of 199 draws of
         // one saw-tooth tooth rising 36% of the limit in 20 s alert), and its alert times
@@ -342,25 +367,10 @@ fn the_engine_counts_each_resources_samples_and_says_its_rate() {
 /// One case of the long run: the first alert at adaptive rates (no kernel wake) comes no
 /// later than one `max_interval` after the latest first alert of [`DRAWS`] draws at the
 /// fixed rate.
-fn first_alert_with_the_fixed_rate(
-    name: &str,
-    lead: f64,
-    first_base: f64,
-    parts: &[(f64, Segment)],
-    ack: bool,
-    seed: u64,
-) {
+fn first_alert_with_the_fixed_rate(case: &Case) {
+    let lead = case.lead;
     let s = settings(lead);
-    let draw = |k: u64| {
-        generate(
-            name,
-            lead,
-            first_base,
-            parts,
-            ack,
-            seed ^ k.wrapping_mul(0x9e37_79b9_7f4a_7c15),
-        )
-    };
+    let draw = |k: u64| case.draw(k);
     let latest = (0..DRAWS)
         .filter_map(|k| {
             times(&replay::run_trace(&draw(k), &s).alerts)
@@ -407,14 +417,14 @@ fn a_staircase_first_seen_slowly_alerts_with_the_fixed_rate() {
             },
         ),
     ];
-    first_alert_with_the_fixed_rate(
-        "cgroup_memory",
-        30.0,
-        0.26632372842466295,
-        &parts,
-        false,
-        12_220_939_433_242_691_218,
-    );
+    first_alert_with_the_fixed_rate(&Case {
+        name: "cgroup_memory",
+        lead: 30.0,
+        first_base: 0.26632372842466295,
+        parts: &parts,
+        ack: false,
+        seed: 12_220_939_433_242_691_218,
+    });
 }
 
 /// A disk jumping from 4% to 88% (learned as a step of 84%) then climbing a staircase
@@ -456,12 +466,12 @@ fn a_jump_learned_as_a_step_alerts_with_the_fixed_rate() {
             },
         ),
     ];
-    first_alert_with_the_fixed_rate(
-        "disk:/ckpt",
-        60.0,
-        0.040470430307368,
-        &parts,
-        true,
-        9_529_573_408_834_060_267,
-    );
+    first_alert_with_the_fixed_rate(&Case {
+        name: "disk:/ckpt",
+        lead: 60.0,
+        first_base: 0.040470430307368,
+        parts: &parts,
+        ack: true,
+        seed: 9_529_573_408_834_060_267,
+    });
 }
