@@ -57,6 +57,30 @@ fn generate(
     }
 }
 
+/// One generated case: its noise draw `k` (0 is the case's own) has the same shape.
+struct Case<'a> {
+    name: &'a str,
+    lead: f64,
+    first_base: f64,
+    parts: &'a [(f64, Segment)],
+    ack: bool,
+    seed: u64,
+}
+
+impl Case<'_> {
+    fn draw(&self, k: u64) -> Trace {
+        let seed = self.seed ^ k.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        generate(
+            self.name,
+            self.lead,
+            self.first_base,
+            self.parts,
+            self.ack,
+            seed,
+        )
+    }
+}
+
 fn settings(lead: f64) -> EngineSettings {
     EngineSettings {
         lead_s: lead,
@@ -107,7 +131,8 @@ proptest! {
         seed in any::<u64>(),
     ) {
         let s = settings(lead);
-        let draw = |k: u64| generate(name, lead, first_base, &parts, ack, seed ^ k.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let case = Case { name, lead, first_base, parts: &parts, ack, seed };
+        let draw = |k: u64| case.draw(k);
         // The fixed rate over this noise draw (k = 0) and others of the same shape: near
         // the edge of alerting its own outcome depends on the noise (98 of 199 draws of
         // one saw-tooth tooth rising 36% of the limit in 20 s alert), and its alert times
@@ -337,4 +362,116 @@ fn the_engine_counts_each_resources_samples_and_says_its_rate() {
     );
     assert!((status_rate(&engine) - 1.0 / 0.9375).abs() < 1e-6);
     assert_eq!(engine.resource_status()[0].samples, n);
+}
+
+/// One case of the long run: the first alert at adaptive rates (no kernel wake) comes no
+/// later than one `max_interval` after the latest first alert of [`DRAWS`] draws at the
+/// fixed rate.
+fn first_alert_with_the_fixed_rate(case: &Case) {
+    let lead = case.lead;
+    let s = settings(lead);
+    let draw = |k: u64| case.draw(k);
+    let latest = (0..DRAWS)
+        .filter_map(|k| {
+            times(&replay::run_trace(&draw(k), &s).alerts)
+                .first()
+                .copied()
+        })
+        .fold(f64::NEG_INFINITY, f64::max);
+    let max = max_interval(lead);
+    let adaptive = Adaptive {
+        max_interval_s: max,
+        kernel_wake: false,
+    };
+    let (report, _) = replay::run_trace_adaptive(&draw(0), &s, adaptive, |_, _, _| {});
+    let a = times(&report.alerts);
+    assert!(!a.is_empty() && latest.is_finite(), "{a:?} {latest}");
+    assert!(
+        a[0] <= latest + max + 1e-6,
+        "adaptive alert at {:.1}, the fixed rate's latest at {latest:.1}",
+        a[0]
+    );
+}
+
+/// A staircase whose first step lands while the resource is sampled slowly (seed
+/// 12220939433242691218 of the long run): the bucket before that step has 5 samples
+/// instead of 37, its minimum sits higher in the noise, and the step is learned about
+/// 0.03% of the limit too small. The staircase ends at the limit, so without the jitter
+/// allowance in the step forecast `ceil(headroom / step)` counted one step more at
+/// adaptive rates and alerted one step (7.2 s) later than the fixed rate's latest.
+#[test]
+fn a_staircase_first_seen_slowly_alerts_with_the_fixed_rate() {
+    let parts = [
+        (
+            2.2966079441058733,
+            Segment::Staircase {
+                steps: 9,
+                period: 0.3712745579172423,
+                next_base: 0.24956639316187676,
+            },
+        ),
+        (
+            2.956308264536485,
+            Segment::Plateau {
+                len: 2.471509619976337,
+            },
+        ),
+    ];
+    first_alert_with_the_fixed_rate(&Case {
+        name: "cgroup_memory",
+        lead: 30.0,
+        first_base: 0.26632372842466295,
+        parts: &parts,
+        ack: false,
+        seed: 12_220_939_433_242_691_218,
+    });
+}
+
+/// A disk jumping from 4% to 88% (learned as a step of 84%) then climbing a staircase
+/// (seed 9529573408834060267 of the long run): on the first stair the headroom is that
+/// same 84% within the noise. The jump's base bucket was sampled slowly, so its step was
+/// learned a little smaller and, without the jitter allowance in `NextStep`, adaptive
+/// rates alerted only at the next stair, 24 s after the fixed rate.
+#[test]
+fn a_jump_learned_as_a_step_alerts_with_the_fixed_rate() {
+    let parts = [
+        (
+            1.6099601305389144,
+            Segment::Jump {
+                level: 0.879634447829837,
+                len: 0.8188472811327383,
+            },
+        ),
+        (
+            0.5337154037604568,
+            Segment::Staircase {
+                steps: 8,
+                period: 0.78784998609631,
+                next_base: 0.3349788261055144,
+            },
+        ),
+        (
+            2.795639926820946,
+            Segment::Staircase {
+                steps: 5,
+                period: 0.7331147163174321,
+                next_base: 0.1293171001151752,
+            },
+        ),
+        (
+            2.5024550691139558,
+            Segment::Jump {
+                level: 0.8396916396298065,
+                len: 0.7714297058371506,
+            },
+        ),
+    ];
+    first_alert_with_the_fixed_rate(&Case {
+        name: "disk:/ckpt",
+        lead: 60.0,
+        first_base: 0.040470430307368,
+        parts: &parts,
+        ack: true,
+        seed: 9_529_573_408_834_060_267,
+    });
 }

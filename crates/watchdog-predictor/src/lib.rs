@@ -342,7 +342,8 @@ impl ResourcePredictor {
     /// The alert policy: one alert per episode.
     ///
     /// While armed, alert on the first of: a credible forecast under the lead (`Trend`),
-    /// a learned step that no longer fits (`NextStep`), headroom under the floor
+    /// a learned step that no longer fits, or would land within the usage's jitter of the
+    /// limit (`NextStep`), headroom under the floor
     /// (`HeadroomFloor`). The episode then ends in one of two ways, whichever comes first:
     ///
     /// - **a drop**: usage falls well away from the limit: the headroom is at least twice
@@ -395,7 +396,7 @@ impl ResourcePredictor {
             let trigger = lead + self.config.interval_s.max(0.0);
             let reason = if has_trend && fc.seconds_left.is_some_and(|s| s < trigger) {
                 Some(AlertReason::Trend)
-            } else if step > 0.0 && headroom < step {
+            } else if step > 0.0 && headroom < step + self.steps.slack(step) {
                 Some(AlertReason::NextStep)
             } else if headroom < floor && !self.floor_needs_calm {
                 Some(AlertReason::HeadroomFloor)

@@ -43,6 +43,8 @@ pub(crate) struct StepLearner {
     plan: Option<Plan>,
     /// The largest kept step once two were seen, else 0.
     learned: f64,
+    /// The usage's own jitter at the last bucket close (see [`StepLearner::slack`]).
+    jitter: f64,
 }
 
 /// What the kept steps say, for the per-sample forecast.
@@ -64,6 +66,7 @@ impl StepLearner {
     /// falls back).
     pub fn on_close(&mut self, env: &Envelope, limit: f64) {
         self.update(env, limit);
+        self.jitter = env.noise(NOISE_BUCKETS).unwrap_or(0.0);
         self.plan = self.make_plan();
         self.learned = if self.count < 2 {
             0.0
@@ -201,7 +204,8 @@ impl StepLearner {
 
     /// Time left until the step that will not fit, if steps come regularly: the last
     /// step time plus as many mean recent step intervals as the headroom holds of the
-    /// largest recent step. Returns `(seconds_left, units_per_second, steps_used)`;
+    /// largest recent step (a step landing within the usage's jitter of the limit, up to
+    /// half a step, counts as reaching it). Returns `(seconds_left, units_per_second, steps_used)`;
     /// None with fewer than two steps, or when no step came for two intervals (the
     /// staircase stopped).
     ///
@@ -231,9 +235,20 @@ impl StepLearner {
         if now - last > 2.0 * p.period {
             return None;
         }
-        let steps = (headroom / p.size).ceil().max(1.0);
+        // A step that lands within the usage's jitter of the limit reaches it: the
+        // headroom is read from one noisy sample and the step size from two bucket
+        // minima, so a staircase ending at the limit would otherwise count one step more
+        // or fewer with the noise (and with how many samples those buckets had).
+        let steps = ((headroom - self.slack(p.size)) / p.size).ceil().max(1.0);
         let left = (last + steps * p.period - now).max(0.0);
         Some((left, p.size / p.period, p.steps))
+    }
+
+    /// How close to the limit a step of this size may land and still count as reaching it:
+    /// the usage's jitter (upper quartile of the bucket spans), at most half the step.
+    #[inline]
+    pub fn slack(&self, step: f64) -> f64 {
+        self.jitter.min(0.5 * step).max(0.0)
     }
 
     /// The step to expect next: the largest recent one, once two or more were seen; else 0.
