@@ -333,13 +333,13 @@ impl Engine {
     }
 
     /// The usage from which resource `id`'s next sample alerts at once by its headroom
-    /// (under the floor, or under the largest step learned), as of its last sample's limit;
-    /// `None` before a sample or without a limit.
+    /// (under the floor, or under the largest step learned and the usage's jitter), as of
+    /// its last sample's limit; `None` before a sample or without a limit.
     pub fn alert_level(&self, id: ResourceId) -> Option<u64> {
         let st = self.states.get(id.0 as usize)?;
         let last = st.last.as_ref().filter(|s| s.is_limited())?;
         let floor = last.limit as f64 * st.predictor.config().floor_percent.max(0.0) / 100.0;
-        let margin = (floor as u64).max(st.predictor.learned_step());
+        let margin = (floor as u64).max(st.predictor.next_step_headroom());
         Some(last.limit.saturating_sub(margin).saturating_add(1))
     }
 

@@ -300,6 +300,9 @@ fn the_engine_says_when_each_resource_is_due() {
         let at = engine.due_at_s(id).unwrap();
         assert!((at - (t - 0.1) - due).abs() < 1e-6, "{at} {t} {due}");
     }
+    // The next sample alerts at once from the floor line (no step learned).
+    let floor = (limit as f64 * engine.settings().floor_percent / 100.0) as u64;
+    assert_eq!(engine.alert_level(ResourceId(0)), Some(limit - floor + 1));
     let wake = engine.wake_at(ResourceId(0)).unwrap();
     assert!(wake > limit / 5 && wake < limit / 5 + limit / 100, "{wake}");
     assert_eq!(engine.wake_at(ResourceId(1)), None);

@@ -233,6 +233,17 @@ impl ResourcePredictor {
         if s > 0.0 { s as u64 } else { 0 }
     }
 
+    /// The headroom under which the next sample alerts at once by its learned step
+    /// (`NextStep`): the step plus the usage's jitter; 0 before a step is learned and for
+    /// kinds that do not grow in steps.
+    pub fn next_step_headroom(&self) -> u64 {
+        let step = self.steps.learned();
+        if !self.kind.grows_in_steps() || step <= 0.0 {
+            return 0;
+        }
+        (step + self.steps.slack(step)).ceil() as u64
+    }
+
     /// When the current bucket closes: the first sample from then on refits the trend, so
     /// a forecast can change there whatever the usage does. `None` before any sample.
     pub fn next_bucket_close(&self) -> Option<f64> {
