@@ -333,9 +333,11 @@ impl<'a> Service<'a> {
         let mut i = 0;
         while i < self.runs.len() {
             let run = &mut self.runs[i];
-            // A run none of whose sources is due only has its end looked for.
+            // A run none of whose sources is due only has its end looked for; one due
+            // soon is stepped now, so that the runs share this wake instead of each
+            // waking the loop on its own.
             if run.ended.is_none() {
-                let ended = if run.watch.due(now) {
+                let ended = if run.watch.due_soon(now) {
                     run.watch.step(now)
                 } else {
                     run.watch.ended()
@@ -480,6 +482,12 @@ impl Loop for Service<'_> {
             .filter_map(|r| r.watch.next_sample_at())
             .min()
             .or(Some(self.next_scan))
+    }
+
+    fn due_soon(&self, now: Instant) -> bool {
+        self.runs
+            .iter()
+            .any(|r| r.ended.is_none() && r.watch.due_soon(now))
     }
 
     fn next_chore(&self, now: Instant) -> Option<Instant> {

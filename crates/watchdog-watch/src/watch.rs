@@ -703,6 +703,14 @@ impl Watch {
         self.next_sample_at().is_some_and(|at| now >= at)
     }
 
+    /// Whether a step at `now` would read a source of this run: one is due, or one is due
+    /// soon enough to be read early rather than wake the loop on its own
+    /// ([`Sampler::due_soon`]).
+    pub fn due_soon(&self, now: Instant) -> bool {
+        let now_ns = now.saturating_duration_since(self.start).as_nanos() as u64;
+        self.sampler.due_soon(now_ns)
+    }
+
     /// Calls `f` with each kernel descriptor of this run to poll, and its poll flag
     /// ([`kernel_woke`](Self::kernel_woke) when one is ready).
     pub fn each_kernel_fd(
