@@ -20,10 +20,11 @@
 //! caller gives for any of them (the engine's `next_due`: `interval` while a resource
 //! approaches its limit, up to `max_interval` while it is far), and
 //! [`Sampler::next_due_ns`] says when the first source is due. A tick also reads every
-//! source due within a quarter of its own planned delay ([`SLACK_DIVISOR`]): reading early
-//! costs no accuracy, and slow sources whose due times drifted apart then share one wake
-//! a second instead of waking the loop each. Without `plan` every source is read at every
-//! tick, as before rates were adaptive.
+//! source due within half its own planned delay ([`SLACK_DIVISOR`]) that no other tick
+//! would read before it is due: reading early costs no accuracy, and slow sources whose
+//! due times drifted apart (each resource's bucket closes on its own, up to half a period
+//! apart) then share one wake instead of waking the loop each. Without `plan` every
+//! source is read at every tick, as before rates were adaptive.
 
 use std::path::Path;
 
@@ -95,7 +96,7 @@ impl Slot {
 /// then when no other tick would come before it is due: slow sources whose due times
 /// drifted apart (each resource's bucket closes on its own) share one wake instead of
 /// waking the loop each.
-pub const SLACK_DIVISOR: u64 = 4;
+pub const SLACK_DIVISOR: u64 = 2;
 
 /// The first retry of a failed source comes this long after the failure ...
 pub const RETRY_FIRST_NS: u64 = 1_000_000_000;
@@ -533,7 +534,7 @@ mod tests {
     /// Regression: slow sources whose due times drifted apart (each resource's bucket
     /// closes on its own) woke the loop each, about twice a second at rest.
     #[test]
-    fn a_tick_reads_the_sources_due_within_a_quarter_of_their_delay_and_they_stay_together() {
+    fn a_tick_reads_the_sources_due_within_half_their_delay_and_they_stay_together() {
         use std::time::Duration;
         const MS: u64 = 1_000_000;
         let (a, b, c) = (ResourceId(0), ResourceId(1), ResourceId(2));
@@ -558,14 +559,14 @@ mod tests {
         assert_eq!(read(&mut sampler, 0, 200), vec![0, 1, 2]);
         assert_eq!(read(&mut sampler, 200 * MS, 1000), vec![1]);
         assert_eq!(sampler.next_due_ns(), Some(1000 * MS));
-        // `b` is due at 1.2 s, within a quarter second of the 1 s wake: read with the
-        // others, and from then on all three are due together, one wake a second.
+        // `b` is due at 1.2 s, within half a second of the 1 s wake: read with the others,
+        // and from then on all three are due together, one wake a second.
         assert_eq!(read(&mut sampler, 1000 * MS, 1000), vec![0, 1, 2]);
         assert_eq!(sampler.next_due_ns(), Some(2000 * MS));
         assert_eq!(read(&mut sampler, 2000 * MS, 1000), vec![0, 1, 2]);
-        // Nothing is read more than a quarter of its delay early.
-        assert_eq!(read(&mut sampler, 2740 * MS, 1000), Vec::<u16>::new());
-        assert_eq!(read(&mut sampler, 2750 * MS, 1000), vec![0, 1, 2]);
+        // Nothing is read more than half its delay early.
+        assert_eq!(read(&mut sampler, 2490 * MS, 1000), Vec::<u16>::new());
+        assert_eq!(read(&mut sampler, 2500 * MS, 1000), vec![0, 1, 2]);
     }
 
     /// A source due within its slack waits for a tick another source makes before it is
@@ -591,7 +592,7 @@ mod tests {
             seen
         };
         assert_eq!(read(&mut sampler, 0), vec![0, 1]);
-        // `slow` is due at 1.05 s, within its slack from 787.5 ms, but the fast ticks come
+        // `slow` is due at 1.05 s, within its slack from 525 ms, but the fast ticks come
         // before it is due until the one at 1 s, which reads it (the next, at 1.1 s, would
         // be late).
         for t in 1..=9 {
@@ -604,10 +605,10 @@ mod tests {
         let (mut alone, _r) = scripted(16, vec![("slow", vec![Scripted::Sample(slow, 1, 10)])]);
         alone.tick(0);
         alone.plan(&after, Duration::from_secs(1));
-        assert!(!alone.due_soon(780 * MS));
-        assert!(alone.due_soon(790 * MS));
+        assert!(!alone.due_soon(520 * MS));
+        assert!(alone.due_soon(530 * MS));
         let mut seen = 0;
-        alone.tick_into(800 * MS, &mut |_| seen += 1);
+        alone.tick_into(530 * MS, &mut |_| seen += 1);
         assert_eq!(seen, 1);
     }
 
