@@ -19,6 +19,10 @@
 # MEM_LIMIT=64GiB gives the rule (and the single runs) a mem_limit: each run's tree is then
 # walked and its RSS summed every tick instead of every tree_interval (1 s).
 #
+# STILL_MEMINFO=1 shows the watchdogs a copy of /proc/meminfo taken when each starts
+# (bind-mounted in a mount namespace of their own, as overhead.sh does): on a machine
+# shared with builds, host memory then stays far and slow, as on a quiet host.
+#
 # CHURN=1 also runs a loop that starts a short process every 100 ms during the window, as
 # on a busy machine: a new PID anywhere makes every watched tree be re-read (an idle
 # machine lets the watchdog skip that; see performance.md).
@@ -33,7 +37,7 @@
 # SEED=N repeats a launch plan.
 #
 # Usage: scripts/bench/daemon.sh     (as root: the daemon reads every user's /proc)
-# Env:   COUNTS="1 10 100" DURATION=20 WARMUP=3 CHURN=0 MEM_LIMIT= WATCHDOG=target/release/watchdog
+# Env:   COUNTS="1 10 100" DURATION=20 WARMUP=3 CHURN=0 MEM_LIMIT= STILL_MEMINFO=0 WATCHDOG=target/release/watchdog
 #        MODE=fork-exec SEED= PYTHON=/usr/bin/python3
 set -euo pipefail
 
@@ -106,7 +110,12 @@ EOF
 }
 
 measure() { # $1 = daemon|single, $2 = N; appends "mode N cpu_pct rss_mib" to rows
-    local mode=$1 n=$2 life=$((WARMUP + DURATION + 60)) watchers=() started=() i
+    local mode=$1 n=$2 life=$((WARMUP + DURATION + 60)) watchers=() started=() i still=()
+    if [ "${STILL_MEMINFO:-0}" = 1 ]; then
+        cat /proc/meminfo >"$WORK/meminfo"
+        # unshare execs sh, which execs the watchdog: $! stays the watchdog's PID.
+        still=(unshare -m --propagation private sh -c 'mount --bind "$0" /proc/meminfo && exec "$@"' "$WORK/meminfo")
+    fi
     if [ "$mode" = daemon ]; then
         { daemon_keys; cat <<EOF
 
@@ -122,7 +131,7 @@ ${MEM_LIMIT:+mem_limit = \"$MEM_LIMIT\"}
 EOF
         } >"$WORK/daemon.toml"
         mkdir -p "$WORK/state"
-        "$WATCHDOG" daemon --config "$WORK/daemon.toml" 2>"$WORK/daemon.log" &
+        "${still[@]}" "$WATCHDOG" daemon --config "$WORK/daemon.toml" 2>"$WORK/daemon.log" &
         watchers+=("$!")
         PIDS+=("$!")
         for _ in $(seq 100); do [ -S "$WORK/daemon.sock" ] && break; sleep 0.1; done
@@ -132,7 +141,7 @@ EOF
         PIDS+=("$pid")
         started+=("$pid $t0")
         if [ "$mode" = single ]; then
-            "$WATCHDOG" --pid "$pid" --interval 100ms --disk / --disk /dev/shm --gpu off ${MEM_LIMIT:+--mem-limit "$MEM_LIMIT"} \
+            "${still[@]}" "$WATCHDOG" --pid "$pid" --interval 100ms --disk / --disk /dev/shm --gpu off ${MEM_LIMIT:+--mem-limit "$MEM_LIMIT"} \
                 --no-notify --no-status -q --request-file "$WORK/req-$pid.json" \
                 2>>"$WORK/single.err" &
             watchers+=("$!")
