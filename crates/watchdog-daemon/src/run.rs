@@ -330,6 +330,7 @@ impl<'a> Service<'a> {
 
     /// Steps every run once, and concludes each that ended and was reaped.
     fn step_runs(&mut self, now: Instant) {
+        let next_wake = self.next_chore_wake(now);
         let mut i = 0;
         while i < self.runs.len() {
             let run = &mut self.runs[i];
@@ -337,7 +338,7 @@ impl<'a> Service<'a> {
             // soon is stepped now, so that the runs share this wake instead of each
             // waking the loop on its own.
             if run.ended.is_none() {
-                let ended = if run.watch.due_soon(now) {
+                let ended = if run.watch.due_soon(now, next_wake) {
                     run.watch.step(now)
                 } else {
                     run.watch.ended()
@@ -358,6 +359,25 @@ impl<'a> Service<'a> {
                 i += 1;
             }
         }
+    }
+
+    /// When a chore wakes the loop next after the one at `now` (a publish due now is
+    /// done after the sample, and next due a publish period on): a run due soon is
+    /// stepped early only when it is due before that.
+    fn next_chore_wake(&self, now: Instant) -> Option<Instant> {
+        let publish = if self.next_publish > now {
+            self.next_publish
+        } else {
+            now + PUBLISH_EVERY
+        };
+        [
+            Some(self.next_scan).filter(|&t| t > now),
+            Some(publish),
+            self.notifier.next_keepalive(now).filter(|&t| t > now),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// A kernel source of some runs woke the loop: each of those runs is sampled at once
@@ -485,9 +505,10 @@ impl Loop for Service<'_> {
     }
 
     fn due_soon(&self, now: Instant) -> bool {
+        let next_wake = self.next_chore_wake(now);
         self.runs
             .iter()
-            .any(|r| r.ended.is_none() && r.watch.due_soon(now))
+            .any(|r| r.ended.is_none() && r.watch.due_soon(now, next_wake))
     }
 
     fn next_chore(&self, now: Instant) -> Option<Instant> {

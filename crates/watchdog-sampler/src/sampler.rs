@@ -394,10 +394,11 @@ impl Sampler {
     }
 
     /// Whether a tick at `now_ns` would read a source: one is due, or one due within its
-    /// slack would otherwise have a wake of its own. The service steps such a run at a
-    /// wake another run or a chore made, so that its runs share wakes.
-    pub fn due_soon(&self, now_ns: u64) -> bool {
-        let horizon = horizon_ns(&self.slots, now_ns);
+    /// slack would otherwise have a wake of its own, none coming before it is due from
+    /// this sampler nor (the caller's next wake) at `next_wake_ns`. The service steps such
+    /// a run at a wake another run or a chore made, so that its runs share wakes.
+    pub fn due_soon(&self, now_ns: u64, next_wake_ns: u64) -> bool {
+        let horizon = horizon_ns(&self.slots, now_ns).min(next_wake_ns);
         self.slots
             .iter()
             .any(|s| s.due(now_ns) || (s.due_within_slack(now_ns) && s.due_ns < horizon))
@@ -599,15 +600,18 @@ mod tests {
         for t in 1..=9 {
             assert_eq!(read(&mut sampler, t * 100 * MS), vec![0], "{t}");
         }
-        assert!(sampler.due_soon(1000 * MS));
+        assert!(sampler.due_soon(1000 * MS, u64::MAX));
         assert_eq!(read(&mut sampler, 1000 * MS), vec![0, 1]);
         assert_eq!(read(&mut sampler, 1100 * MS), vec![0]);
         // Alone, `slow` is read at a tick within its slack: nothing else would come first.
         let (mut alone, _r) = scripted(16, vec![("slow", vec![Scripted::Sample(slow, 1, 10)])]);
         alone.tick(0);
         alone.plan(&after, Duration::from_secs(1));
-        assert!(!alone.due_soon(520 * MS));
-        assert!(alone.due_soon(530 * MS));
+        assert!(!alone.due_soon(520 * MS, u64::MAX));
+        assert!(alone.due_soon(530 * MS, u64::MAX));
+        // Not when the caller wakes again before it is due anyway.
+        assert!(!alone.due_soon(530 * MS, 1000 * MS));
+        assert!(alone.due_soon(530 * MS, 1060 * MS));
         let mut seen = 0;
         alone.tick_into(530 * MS, &mut |_| seen += 1);
         assert_eq!(seen, 1);
