@@ -20,8 +20,8 @@
 //! caller gives for any of them (the engine's `next_due`: `interval` while a resource
 //! approaches its limit, up to `max_interval` while it is far), and
 //! [`Sampler::next_due_ns`] says when the first source is due. A tick also reads every
-//! source due within half its own planned delay ([`SLACK_DIVISOR`]) that no other tick
-//! would read before it is due: reading early costs no accuracy, and slow sources whose
+//! slow source (planned at the slow delay) due within half that delay
+//! ([`SLACK_DIVISOR`]) that no other tick would read before it is due: reading early costs no accuracy, and slow sources whose
 //! due times drifted apart (each resource's bucket closes on its own, up to half a period
 //! apart) then share one wake instead of waking the loop each. Without `plan` every
 //! source is read at every tick, as before rates were adaptive.
@@ -61,6 +61,8 @@ struct Slot {
     due_ns: u64,
     /// The delay `plan` gave it after its last read (0: due at every tick).
     delay_ns: u64,
+    /// How early a tick may read it: half that delay when it is the slow one, else 0.
+    slack_ns: u64,
 }
 
 impl Slot {
@@ -73,7 +75,7 @@ impl Slot {
     fn due_within_slack(&self, now_ns: u64) -> bool {
         self.readable(now_ns)
             && now_ns < self.due_ns
-            && now_ns.saturating_add(self.delay_ns / SLACK_DIVISOR) >= self.due_ns
+            && now_ns.saturating_add(self.slack_ns) >= self.due_ns
     }
 
     /// Whether the source may be read at `now_ns` at all: not gone, and not failing
@@ -230,6 +232,7 @@ impl Sampler {
             read_ns: None,
             due_ns: 0,
             delay_ns: 0,
+            slack_ns: 0,
         });
     }
 
@@ -283,6 +286,7 @@ impl Sampler {
             // Due again at once until `plan` says otherwise.
             slot.due_ns = now_ns;
             slot.delay_ns = 0;
+            slot.slack_ns = 0;
             let (ids, n_ids, overflow) = (&mut slot.ids, &mut slot.n_ids, &mut slot.ids_overflow);
             let result = slot.source.sample(&tick, &mut |s| {
                 if !ids[..*n_ids].contains(&s.resource) {
@@ -352,9 +356,10 @@ impl Sampler {
     }
 
     /// Sets when each source read at the last tick is next due: that tick plus the shortest
-    /// `after(id)` over the resources it emitted, or plus `idle` for a source that emitted
-    /// none yet (a GPU nobody uses, a tree sum between its own periods). A source emitting
-    /// more than [`SLOT_RESOURCES`] resources stays due at every tick.
+    /// `after(id)` over the resources it emitted, or plus `idle` (the slow delay,
+    /// `max_interval`) for a source that emitted none yet (a GPU nobody uses, a tree sum
+    /// between its own periods). A source emitting more than [`SLOT_RESOURCES`] resources
+    /// stays due at every tick. Only a source planned `idle` or later may be read early.
     pub fn plan(
         &mut self,
         after: &dyn Fn(ResourceId) -> std::time::Duration,
@@ -372,6 +377,13 @@ impl Sampler {
                 .unwrap_or(idle);
             slot.delay_ns = delay.as_nanos().min(u128::from(u64::MAX)) as u64;
             slot.due_ns = read.saturating_add(slot.delay_ns);
+            // Sooner than the slow delay (a bucket closing, a resource approaching), the
+            // engine wants the sample then: read early, it is only planned again for then.
+            slot.slack_ns = if delay >= idle {
+                slot.delay_ns / SLACK_DIVISOR
+            } else {
+                0
+            };
         }
     }
 
@@ -380,6 +392,7 @@ impl Sampler {
         for slot in &mut self.slots {
             slot.due_ns = 0;
             slot.delay_ns = 0;
+            slot.slack_ns = 0;
         }
     }
 
@@ -615,6 +628,11 @@ mod tests {
         let mut seen = 0;
         alone.tick_into(530 * MS, &mut |_| seen += 1);
         assert_eq!(seen, 1);
+        // Planned sooner than the slow delay (a bucket closing), it is read when due: a
+        // read before then would only be planned again for then.
+        alone.plan(&|_| Duration::from_millis(300), Duration::from_secs(1));
+        assert!(!alone.due_soon(820 * MS, u64::MAX));
+        assert!(alone.due_soon(830 * MS, u64::MAX));
     }
 
     #[test]
