@@ -13,10 +13,15 @@
 # the filesystems of / and /dev/shm, runtime; GPU off, no notifications). After WARMUP
 # seconds it reads the CPU time of the watchdog processes (the sum over their threads of
 # /proc/PID/task/TID/schedstat field 1), waits DURATION seconds and reads it again; RSS is
-# the sum of VmRSS at the end.
+# the sum of VmRSS at the end. The daemon's wake-ups are its main thread's voluntary
+# context switches over the window, printed with the load average at the window's start.
 #
 # MEM_LIMIT=64GiB gives the rule (and the single runs) a mem_limit: each run's tree is then
 # walked and its RSS summed every tick instead of every tree_interval (1 s).
+#
+# STILL_MEMINFO=1 shows the watchdogs a copy of /proc/meminfo taken when each starts
+# (bind-mounted in a mount namespace of their own, as overhead.sh does): on a machine
+# shared with builds, host memory then stays far and slow, as on a quiet host.
 #
 # CHURN=1 also runs a loop that starts a short process every 100 ms during the window, as
 # on a busy machine: a new PID anywhere makes every watched tree be re-read (an idle
@@ -32,7 +37,7 @@
 # SEED=N repeats a launch plan.
 #
 # Usage: scripts/bench/daemon.sh     (as root: the daemon reads every user's /proc)
-# Env:   COUNTS="1 10 100" DURATION=20 WARMUP=3 CHURN=0 MEM_LIMIT= WATCHDOG=target/release/watchdog
+# Env:   COUNTS="1 10 100" DURATION=20 WARMUP=3 CHURN=0 MEM_LIMIT= STILL_MEMINFO=0 WATCHDOG=target/release/watchdog
 #        MODE=fork-exec SEED= PYTHON=/usr/bin/python3
 set -euo pipefail
 
@@ -62,6 +67,9 @@ fi
 cpu_ns() { # sum of on-CPU nanoseconds over the threads of the PIDs given
     for p in "$@"; do cat /proc/"$p"/task/*/schedstat 2>/dev/null; done |
         awk '{s += $1} END {printf "%.0f\n", s}'
+}
+vcsw() { # voluntary context switches of $1's main thread: each sleep to a deadline is one
+    awk '/^voluntary_ctxt_switches:/ {print $2}' /proc/"$1"/task/"$1"/status 2>/dev/null || echo 0
 }
 rss_kib() { # sum of VmRSS of the PIDs given
     for p in "$@"; do awk '/^VmRSS:/ {print $2}' /proc/"$p"/status 2>/dev/null; done |
@@ -102,7 +110,12 @@ EOF
 }
 
 measure() { # $1 = daemon|single, $2 = N; appends "mode N cpu_pct rss_mib" to rows
-    local mode=$1 n=$2 life=$((WARMUP + DURATION + 60)) watchers=() started=() i
+    local mode=$1 n=$2 life=$((WARMUP + DURATION + 60)) watchers=() started=() i still=()
+    if [ "${STILL_MEMINFO:-0}" = 1 ]; then
+        cat /proc/meminfo >"$WORK/meminfo"
+        # unshare execs sh, which execs the watchdog: $! stays the watchdog's PID.
+        still=(unshare -m --propagation private sh -c 'mount --bind "$0" /proc/meminfo && exec "$@"' "$WORK/meminfo")
+    fi
     if [ "$mode" = daemon ]; then
         { daemon_keys; cat <<EOF
 
@@ -118,7 +131,7 @@ ${MEM_LIMIT:+mem_limit = \"$MEM_LIMIT\"}
 EOF
         } >"$WORK/daemon.toml"
         mkdir -p "$WORK/state"
-        "$WATCHDOG" daemon --config "$WORK/daemon.toml" 2>"$WORK/daemon.log" &
+        "${still[@]}" "$WATCHDOG" daemon --config "$WORK/daemon.toml" 2>"$WORK/daemon.log" &
         watchers+=("$!")
         PIDS+=("$!")
         for _ in $(seq 100); do [ -S "$WORK/daemon.sock" ] && break; sleep 0.1; done
@@ -128,7 +141,7 @@ EOF
         PIDS+=("$pid")
         started+=("$pid $t0")
         if [ "$mode" = single ]; then
-            "$WATCHDOG" --pid "$pid" --interval 100ms --disk / --disk /dev/shm --gpu off ${MEM_LIMIT:+--mem-limit "$MEM_LIMIT"} \
+            "${still[@]}" "$WATCHDOG" --pid "$pid" --interval 100ms --disk / --disk /dev/shm --gpu off ${MEM_LIMIT:+--mem-limit "$MEM_LIMIT"} \
                 --no-notify --no-status -q --request-file "$WORK/req-$pid.json" \
                 2>>"$WORK/single.err" &
             watchers+=("$!")
@@ -142,10 +155,13 @@ EOF
         PIDS+=("$ch")
     fi
     sleep "$WARMUP"
-    local c0 c1
+    local c0 c1 v0 v1 load
+    load=$(cut -d' ' -f1 /proc/loadavg)
     c0=$(cpu_ns "${watchers[@]}")
+    v0=$(vcsw "${watchers[0]}")
     sleep "$DURATION"
     c1=$(cpu_ns "${watchers[@]}")
+    v1=$(vcsw "${watchers[0]}")
     local rss
     rss=$(rss_kib "${watchers[@]}")
     [ -n "$ch" ] && kill "$ch" 2>/dev/null || true
@@ -176,7 +192,8 @@ PY
         found="-\t-\t-"
     fi
     awk -v m="$mode" -v n="$n" -v c="$((c1 - c0))" -v d="$DURATION" -v r="$rss" -v f="$found" \
-        'BEGIN { printf "%s\t%d\t%.3f\t%.1f\t%s\n", m, n, c / 1e9 / d * 100, r / 1024, f }' >>"$rows"
+        -v w="$((v1 - v0))" -v l="$load" \
+        'BEGIN { printf "%s\t%d\t%.3f\t%.1f\t%s\t%.1f\t%s\n", m, n, c / 1e9 / d * 100, r / 1024, f, w / d, l }' >>"$rows"
     stop_runs
     rm -rf "$WORK/users" "$WORK/state" "$WORK"/req-* "$WORK/daemon.sock"
 }
@@ -263,10 +280,11 @@ python3 - "$rows" <<'PY'
 import sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
 by = {(r[0], int(r[1])): r for r in rows}
-print(f"{'runs':>5} {'processes':>9} {'daemon CPU %':>12} {'daemon RSS':>11} {'single CPU %':>12} {'single RSS':>11} {'daemon/single':>13} {'found':>7} {'p50 ms':>7} {'max ms':>7}")
+print(f"{'runs':>5} {'processes':>9} {'daemon CPU %':>12} {'daemon RSS':>11} {'single CPU %':>12} {'single RSS':>11} {'daemon/single':>13} {'found':>7} {'p50 ms':>7} {'max ms':>7} {'wakes/s':>7} {'load':>5}")
 for n in sorted({int(r[1]) for r in rows}):
     d, s = by.get(("daemon", n)), by.get(("single", n))
     ratio = float(d[2]) / float(s[2]) if d and s and float(s[2]) > 0 else float("nan")
-    print(f"{n:5d} {n*10:9d} {float(d[2]):12.3f} {float(d[3]):7.1f} MiB {float(s[2]):12.3f} {float(s[3]):7.1f} MiB {ratio:13.2f} {d[4]:>7} {d[5]:>7} {d[6]:>7}")
-print("(CPU % of one core over the window; RSS summed over the watchdog processes; found: runs the daemon found, and how long after their start)")
+    print(f"{n:5d} {n*10:9d} {float(d[2]):12.3f} {float(d[3]):7.1f} MiB {float(s[2]):12.3f} {float(s[3]):7.1f} MiB {ratio:13.2f} {d[4]:>7} {d[5]:>7} {d[6]:>7} {d[7]:>7} {d[8]:>5}")
+print("(CPU % of one core over the window; RSS summed over the watchdog processes; found: runs the daemon found, and how long after their start;")
+print(" wakes/s: the daemon's main thread's voluntary context switches a second over the window; load: the 1-minute load average at its start)")
 PY

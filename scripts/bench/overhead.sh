@@ -24,6 +24,10 @@
 # Env:   DURATION=20 WARMUP=2 RATES="10 100 1000" TARGETS="idle busy" REPEAT=1
 #        WATCHDOG=target/release/watchdog  EARLYOOM=1 (0 to skip)  OUT=file (raw rows, TSV)
 #        EARLYOOM_DEFAULT=1: earlyoom in its default mode (its own thresholds and sleep)
+#        STILL_MEMINFO=1: the watchdog sees a copy of /proc/meminfo taken at its start
+#          (bind-mounted in a mount namespace of its own): on a machine shared with builds,
+#          other processes starting keep host memory moving and so sampled fast; this
+#          measures the loop at rest as on a quiet host. Everything else it reads is live.
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -99,7 +103,13 @@ measure_once() { # $1 target kind, $2 rate, $3 run number
     t=$(start_target "$kind" "$life")
     PIDS+=("$t")
     sleep 0.5 # the busy target forks its workers
-    "$WATCHDOG" --pid "$t" --interval "${interval_us}us" --disk / --disk /dev/shm \
+    local still=()
+    if [ "${STILL_MEMINFO:-0}" = 1 ]; then
+        cat /proc/meminfo >"$WORK/meminfo"
+        # unshare execs sh, which execs the watchdog: $! stays the watchdog's PID.
+        still=(unshare -m --propagation private sh -c 'mount --bind "$0" /proc/meminfo && exec "$@"' "$WORK/meminfo")
+    fi
+    "${still[@]}" "$WATCHDOG" --pid "$t" --interval "${interval_us}us" --disk / --disk /dev/shm \
         --mem-limit 64GiB --gpu off --no-notify --no-status -q \
         --request-file "$WORK/req.json" 2>"$WORK/wd.err" &
     wd=$!
@@ -184,7 +194,7 @@ def med(rs, k):
 def spread(rs, k):
     v = sorted(float(r[k]) for r in rs)
     return f"{v[0]:.3f}-{v[-1]:.3f}" if len(v) > 1 else ""
-print(f"{'target':6} {'rate':>7} {'tool':9} {'CPU s':>8} {'CPU %':>7} {'(min-max %)':>13} {'peak RSS':>10} {'wakeups/s':>9}  {'wd/psutil':>9} {'wd/earlyoom':>11} {'wd/c-floor':>10}")
+print(f"{'target':6} {'rate':>7} {'tool':9} {'CPU s':>8} {'CPU %':>7} {'(min-max %)':>13} {'peak RSS':>10} {'wakeups/s':>9}  {'wd/psutil':>9} {'wd/earlyoom':>11} {'wd/c-floor':>10} {'load':>9}")
 for (kind, hz, tool) in sorted(groups, key=lambda g: (g[0], g[1], ["watchdog", "psutil", "earlyoom", "c-floor"].index(g[2]))):
     rs = groups[(kind, hz, tool)]
     line = (f"{kind:6} {str(hz)+' Hz':>7} {tool:9} {med(rs,'cpu_s'):8.3f} {med(rs,'cpu_pct'):7.3f} "
@@ -197,6 +207,9 @@ for (kind, hz, tool) in sorted(groups, key=lambda g: (g[0], g[1], ["watchdog", "
         line += f" {wd/med(eo,'cpu_s'):11.2f}" if eo and med(eo, "cpu_s") > 0 else f" {'-':>11}"
         fl = groups.get((kind, hz, "c-floor"))
         line += f" {wd/med(fl,'cpu_s'):10.2f}" if fl and med(fl, "cpu_s") > 0 else f" {'-':>10}"
+        loads = sorted(float(r["load1"]) for r in rs)
+        line += f" {loads[0]:.2f}-{loads[-1]:.2f}"
     print(line)
-print("(CPU over the measured window; ratios are watchdog CPU / other CPU, medians over runs)")
+print("(CPU over the measured window; ratios are watchdog CPU / other CPU, medians over runs;")
+print(" load: the 1-minute load average at the window's start, lowest-highest over the runs)")
 EOF

@@ -330,12 +330,15 @@ impl<'a> Service<'a> {
 
     /// Steps every run once, and concludes each that ended and was reaped.
     fn step_runs(&mut self, now: Instant) {
+        let next_wake = self.next_chore_wake(now);
         let mut i = 0;
         while i < self.runs.len() {
             let run = &mut self.runs[i];
-            // A run none of whose sources is due only has its end looked for.
+            // A run none of whose sources is due only has its end looked for; one due
+            // soon is stepped now, so that the runs share this wake instead of each
+            // waking the loop on its own.
             if run.ended.is_none() {
-                let ended = if run.watch.due(now) {
+                let ended = if run.watch.due_soon(now, next_wake) {
                     run.watch.step(now)
                 } else {
                     run.watch.ended()
@@ -356,6 +359,25 @@ impl<'a> Service<'a> {
                 i += 1;
             }
         }
+    }
+
+    /// When a chore wakes the loop next after the one at `now` (a publish due now is
+    /// done after the sample, and next due a publish period on): a run due soon is
+    /// stepped early only when it is due before that.
+    fn next_chore_wake(&self, now: Instant) -> Option<Instant> {
+        let publish = if self.next_publish > now {
+            self.next_publish
+        } else {
+            now + PUBLISH_EVERY
+        };
+        [
+            Some(self.next_scan).filter(|&t| t > now),
+            Some(publish),
+            self.notifier.next_keepalive(now).filter(|&t| t > now),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// A kernel source of some runs woke the loop: each of those runs is sampled at once
@@ -480,6 +502,13 @@ impl Loop for Service<'_> {
             .filter_map(|r| r.watch.next_sample_at())
             .min()
             .or(Some(self.next_scan))
+    }
+
+    fn due_soon(&self, now: Instant) -> bool {
+        let next_wake = self.next_chore_wake(now);
+        self.runs
+            .iter()
+            .any(|r| r.ended.is_none() && r.watch.due_soon(now, next_wake))
     }
 
     fn next_chore(&self, now: Instant) -> Option<Instant> {

@@ -19,7 +19,11 @@
 //! tick, [`Sampler::plan`] sets its next read at the tick plus the shortest delay the
 //! caller gives for any of them (the engine's `next_due`: `interval` while a resource
 //! approaches its limit, up to `max_interval` while it is far), and
-//! [`Sampler::next_due_ns`] says when the first source is due. Without `plan` every
+//! [`Sampler::next_due_ns`] says when the first source is due. A tick also reads every
+//! slow source (planned at the slow delay) due within half that delay
+//! ([`SLACK_DIVISOR`]) that no other tick would read before it is due: reading early costs no accuracy, and slow sources whose
+//! due times drifted apart (each resource's bucket closes on its own, up to half a period
+//! apart) then share one wake instead of waking the loop each. Without `plan` every
 //! source is read at every tick, as before rates were adaptive.
 
 use std::path::Path;
@@ -55,14 +59,46 @@ struct Slot {
     read_ns: Option<u64>,
     /// When it is next to be read (0: at the next tick).
     due_ns: u64,
+    /// The delay `plan` gave it after its last read (0: due at every tick).
+    delay_ns: u64,
+    /// How early a tick may read it: half that delay when it is the slow one, else 0.
+    slack_ns: u64,
 }
 
 impl Slot {
-    /// Whether the source is to be read at `now_ns`.
+    /// Whether the source is due at `now_ns` (or, failing, its retry is).
     fn due(&self, now_ns: u64) -> bool {
-        !self.gone && now_ns >= self.due_ns && (self.error.is_none() || now_ns >= self.retry_at_ns)
+        self.readable(now_ns) && now_ns >= self.due_ns
+    }
+
+    /// Whether the source is not due at `now_ns` but will be within its slack.
+    fn due_within_slack(&self, now_ns: u64) -> bool {
+        self.readable(now_ns)
+            && now_ns < self.due_ns
+            && now_ns.saturating_add(self.slack_ns) >= self.due_ns
+    }
+
+    /// Whether the source may be read at `now_ns` at all: not gone, and not failing
+    /// before its retry.
+    fn readable(&self, now_ns: u64) -> bool {
+        !self.gone && (self.error.is_none() || now_ns >= self.retry_at_ns)
+    }
+
+    /// When it is next due, as of now (a failing source: at its retry).
+    fn next_ns(&self) -> u64 {
+        if self.error.is_some() {
+            self.due_ns.max(self.retry_at_ns)
+        } else {
+            self.due_ns
+        }
     }
 }
+
+/// A source is read up to this fraction of its planned delay early, at a tick that comes
+/// then when no other tick would come before it is due: slow sources whose due times
+/// drifted apart (each resource's bucket closes on its own) share one wake instead of
+/// waking the loop each.
+pub const SLACK_DIVISOR: u64 = 2;
 
 /// The first retry of a failed source comes this long after the failure ...
 pub const RETRY_FIRST_NS: u64 = 1_000_000_000;
@@ -80,6 +116,25 @@ pub fn retry_delay_ns(failures: u32) -> u64 {
         }
     }
     delay.min(RETRY_MAX_NS)
+}
+
+/// When the tick after one at `now_ns` comes at the latest, as far as the sources not due
+/// within their slack say: each source due now at now plus its last planned delay (which
+/// `plan` will likely give again), each other at its due time. A source due within its
+/// slack is read early only when it is due before that: otherwise that tick reads it.
+fn horizon_ns(slots: &[Slot], now_ns: u64) -> u64 {
+    slots
+        .iter()
+        .filter(|s| !s.gone && !s.due_within_slack(now_ns))
+        .map(|s| {
+            if s.due(now_ns) {
+                now_ns.saturating_add(s.delay_ns)
+            } else {
+                s.next_ns()
+            }
+        })
+        .min()
+        .unwrap_or(u64::MAX)
 }
 
 /// What one tick did.
@@ -176,6 +231,8 @@ impl Sampler {
             ids_overflow: false,
             read_ns: None,
             due_ns: 0,
+            delay_ns: 0,
+            slack_ns: 0,
         });
     }
 
@@ -216,16 +273,20 @@ impl Sampler {
             now_ns,
             tree: self.tree.pids(),
         };
+        let horizon = horizon_ns(&self.slots, now_ns);
         let writer = &mut self.writer;
         let (mut pushed, mut dropped) = (0u32, 0u32);
         for slot in &mut self.slots {
             let failing = slot.error.is_some();
-            if !slot.due(now_ns) {
+            let early = slot.due_within_slack(now_ns) && slot.due_ns < horizon;
+            if !slot.due(now_ns) && !early {
                 continue;
             }
             slot.read_ns = Some(now_ns);
             // Due again at once until `plan` says otherwise.
             slot.due_ns = now_ns;
+            slot.delay_ns = 0;
+            slot.slack_ns = 0;
             let (ids, n_ids, overflow) = (&mut slot.ids, &mut slot.n_ids, &mut slot.ids_overflow);
             let result = slot.source.sample(&tick, &mut |s| {
                 if !ids[..*n_ids].contains(&s.resource) {
@@ -295,9 +356,10 @@ impl Sampler {
     }
 
     /// Sets when each source read at the last tick is next due: that tick plus the shortest
-    /// `after(id)` over the resources it emitted, or plus `idle` for a source that emitted
-    /// none yet (a GPU nobody uses, a tree sum between its own periods). A source emitting
-    /// more than [`SLOT_RESOURCES`] resources stays due at every tick.
+    /// `after(id)` over the resources it emitted, or plus `idle` (the slow delay,
+    /// `max_interval`) for a source that emitted none yet (a GPU nobody uses, a tree sum
+    /// between its own periods). A source emitting more than [`SLOT_RESOURCES`] resources
+    /// stays due at every tick. Only a source planned `idle` or later may be read early.
     pub fn plan(
         &mut self,
         after: &dyn Fn(ResourceId) -> std::time::Duration,
@@ -313,7 +375,15 @@ impl Sampler {
                 .map(|&id| after(id))
                 .min()
                 .unwrap_or(idle);
-            slot.due_ns = read.saturating_add(delay.as_nanos().min(u128::from(u64::MAX)) as u64);
+            slot.delay_ns = delay.as_nanos().min(u128::from(u64::MAX)) as u64;
+            slot.due_ns = read.saturating_add(slot.delay_ns);
+            // Sooner than the slow delay (a bucket closing, a resource approaching), the
+            // engine wants the sample then: read early, it is only planned again for then.
+            slot.slack_ns = if delay >= idle {
+                slot.delay_ns / SLACK_DIVISOR
+            } else {
+                0
+            };
         }
     }
 
@@ -321,6 +391,8 @@ impl Sampler {
     pub fn all_due(&mut self) {
         for slot in &mut self.slots {
             slot.due_ns = 0;
+            slot.delay_ns = 0;
+            slot.slack_ns = 0;
         }
     }
 
@@ -340,14 +412,19 @@ impl Sampler {
         self.slots
             .iter()
             .filter(|s| !s.gone)
-            .map(|s| {
-                if s.error.is_some() {
-                    s.due_ns.max(s.retry_at_ns)
-                } else {
-                    s.due_ns
-                }
-            })
+            .map(Slot::next_ns)
             .min()
+    }
+
+    /// Whether a tick at `now_ns` would read a source: one is due, or one due within its
+    /// slack would otherwise have a wake of its own, none coming before it is due from
+    /// this sampler nor (the caller's next wake) at `next_wake_ns`. The service steps such
+    /// a run at a wake another run or a chore made, so that its runs share wakes.
+    pub fn due_soon(&self, now_ns: u64, next_wake_ns: u64) -> bool {
+        let horizon = horizon_ns(&self.slots, now_ns).min(next_wake_ns);
+        self.slots
+            .iter()
+            .any(|s| s.due(now_ns) || (s.due_within_slack(now_ns) && s.due_ns < horizon))
     }
 
     /// The watched tree as of the last refresh, target first; empty once the target exited.
@@ -465,8 +542,9 @@ mod tests {
         };
         assert_eq!(read(&mut sampler, 100 * MS), vec![0]);
         assert_eq!(sampler.next_due_ns(), Some(200 * MS));
+        // (`fast` may be read from 150 ms on, half its delay early: see the next test.)
         assert_eq!(
-            read(&mut sampler, 150 * MS),
+            read(&mut sampler, 140 * MS),
             Vec::<u16>::new(),
             "nothing due"
         );
@@ -476,6 +554,95 @@ mod tests {
         assert_eq!(sampler.next_due_ns(), Some(1100 * MS));
         assert_eq!(read(&mut sampler, 1100 * MS), vec![0, 2]);
         assert_eq!(sampler.ticks(), 6);
+    }
+
+    /// Regression: slow sources whose due times drifted apart (each resource's bucket
+    /// closes on its own) woke the loop each, about twice a second at rest.
+    #[test]
+    fn a_tick_reads_the_sources_due_within_half_their_delay_and_they_stay_together() {
+        use std::time::Duration;
+        const MS: u64 = 1_000_000;
+        let (a, b, c) = (ResourceId(0), ResourceId(1), ResourceId(2));
+        let (mut sampler, mut r) = scripted(
+            256,
+            vec![
+                ("a", vec![Scripted::Sample(a, 1, 10)]),
+                ("b", vec![Scripted::Sample(b, 1, 10)]),
+                ("c", vec![Scripted::Sample(c, 1, 10)]),
+            ],
+        );
+        let mut read = |sampler: &mut Sampler, t: u64, b_after_ms: u64| {
+            let mut seen = Vec::new();
+            sampler.tick_into(t, &mut |s| seen.push(s.resource.0));
+            let after =
+                |id: ResourceId| Duration::from_millis(if id == b { b_after_ms } else { 1000 });
+            sampler.plan(&after, Duration::from_secs(1));
+            r.drain(|_| {});
+            seen
+        };
+        // `b` is planned on a phase of its own: 200 ms after the others' first read.
+        assert_eq!(read(&mut sampler, 0, 200), vec![0, 1, 2]);
+        assert_eq!(read(&mut sampler, 200 * MS, 1000), vec![1]);
+        assert_eq!(sampler.next_due_ns(), Some(1000 * MS));
+        // `b` is due at 1.2 s, within half a second of the 1 s wake: read with the others,
+        // and from then on all three are due together, one wake a second.
+        assert_eq!(read(&mut sampler, 1000 * MS, 1000), vec![0, 1, 2]);
+        assert_eq!(sampler.next_due_ns(), Some(2000 * MS));
+        assert_eq!(read(&mut sampler, 2000 * MS, 1000), vec![0, 1, 2]);
+        // Nothing is read more than half its delay early.
+        assert_eq!(read(&mut sampler, 2490 * MS, 1000), Vec::<u16>::new());
+        assert_eq!(read(&mut sampler, 2500 * MS, 1000), vec![0, 1, 2]);
+    }
+
+    /// A source due within its slack waits for a tick another source makes before it is
+    /// due: it is read early only to spare a wake, not more often than that needs.
+    #[test]
+    fn a_source_is_read_early_only_when_no_other_tick_comes_before_it_is_due() {
+        use std::time::Duration;
+        const MS: u64 = 1_000_000;
+        let (fast, slow) = (ResourceId(0), ResourceId(1));
+        let (mut sampler, mut r) = scripted(
+            256,
+            vec![
+                ("fast", vec![Scripted::Sample(fast, 1, 10)]),
+                ("slow", vec![Scripted::Sample(slow, 1, 10)]),
+            ],
+        );
+        let after = |id: ResourceId| Duration::from_millis(if id == fast { 100 } else { 1050 });
+        let mut read = |sampler: &mut Sampler, t: u64| {
+            let mut seen = Vec::new();
+            sampler.tick_into(t, &mut |s| seen.push(s.resource.0));
+            sampler.plan(&after, Duration::from_secs(1));
+            r.drain(|_| {});
+            seen
+        };
+        assert_eq!(read(&mut sampler, 0), vec![0, 1]);
+        // `slow` is due at 1.05 s, within its slack from 525 ms, but the fast ticks come
+        // before it is due until the one at 1 s, which reads it (the next, at 1.1 s, would
+        // be late).
+        for t in 1..=9 {
+            assert_eq!(read(&mut sampler, t * 100 * MS), vec![0], "{t}");
+        }
+        assert!(sampler.due_soon(1000 * MS, u64::MAX));
+        assert_eq!(read(&mut sampler, 1000 * MS), vec![0, 1]);
+        assert_eq!(read(&mut sampler, 1100 * MS), vec![0]);
+        // Alone, `slow` is read at a tick within its slack: nothing else would come first.
+        let (mut alone, _r) = scripted(16, vec![("slow", vec![Scripted::Sample(slow, 1, 10)])]);
+        alone.tick(0);
+        alone.plan(&after, Duration::from_secs(1));
+        assert!(!alone.due_soon(520 * MS, u64::MAX));
+        assert!(alone.due_soon(530 * MS, u64::MAX));
+        // Not when the caller wakes again before it is due anyway.
+        assert!(!alone.due_soon(530 * MS, 1000 * MS));
+        assert!(alone.due_soon(530 * MS, 1060 * MS));
+        let mut seen = 0;
+        alone.tick_into(530 * MS, &mut |_| seen += 1);
+        assert_eq!(seen, 1);
+        // Planned sooner than the slow delay (a bucket closing), it is read when due: a
+        // read before then would only be planned again for then.
+        alone.plan(&|_| Duration::from_millis(300), Duration::from_secs(1));
+        assert!(!alone.due_soon(820 * MS, u64::MAX));
+        assert!(alone.due_soon(830 * MS, u64::MAX));
     }
 
     #[test]

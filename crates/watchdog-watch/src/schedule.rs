@@ -10,7 +10,9 @@
 //! the earliest over its sources and runs), and a sample comes then, but never sooner than
 //! one `interval` after the deadline of the last one. A tick is late when it finishes more
 //! than one interval after the deadline it was due at, so a slow resource sampled on time
-//! once a second counts nothing.
+//! once a second counts nothing. A wake for a chore also samples when the mode has
+//! something due soon ([`Loop::due_soon`]): the service's runs, each on its own phase,
+//! then share the wakes its chores make instead of waking the loop each.
 
 use std::time::{Duration, Instant};
 
@@ -105,6 +107,12 @@ pub trait Loop {
     fn next_sample(&self) -> Option<Instant> {
         None
     }
+    /// Whether a sample at `now`, before [`next_sample`](Self::next_sample), would read
+    /// something due soon enough to be read early: a wake a chore made then samples too,
+    /// instead of the loop waking again for it shortly after.
+    fn due_soon(&self, _now: Instant) -> bool {
+        false
+    }
     /// When the earliest chore falls due after `now` (`None`: only samples wake the loop).
     fn next_chore(&self, _now: Instant) -> Option<Instant> {
         None
@@ -139,13 +147,16 @@ pub fn drive(l: &mut impl Loop, interval: Duration) -> Driven {
         l.before_sample(now);
         let deadline = schedule.deadline(l.next_sample());
         let due = now >= deadline;
-        if due {
+        // Woken before the deadline (a chore), with something due soon: sampled now, as
+        // if due now.
+        let early = !due && schedule.due(now) && l.due_soon(now);
+        if due || early {
             l.sample(now);
         }
         l.after_sample(now);
         let after = l.now();
-        if due {
-            let late = schedule.advance_from(deadline, after);
+        if due || early {
+            let late = schedule.advance_from(deadline.min(now), after);
             if late > 0 {
                 l.late(late);
             }
@@ -236,6 +247,8 @@ mod tests {
         /// wake-up at the thaw).
         frozen_wait: Option<u64>,
         sampled_in_wait: Option<Instant>,
+        /// The mode's next sample may come this early ([`Loop::due_soon`]).
+        soon: Option<Duration>,
     }
 
     impl Script {
@@ -257,6 +270,7 @@ mod tests {
                 wakes: 0,
                 frozen_wait: None,
                 sampled_in_wait: None,
+                soon: None,
             }
         }
     }
@@ -297,6 +311,11 @@ mod tests {
                 (Some(s), Some(u)) if self.clock >= u => Some(s.min(self.clock)),
                 (s, _) => s,
             }
+        }
+        fn due_soon(&self, now: Instant) -> bool {
+            let next = self.next_sample();
+            self.soon
+                .is_some_and(|soon| next.is_none_or(|at| now + soon >= at))
         }
         fn wait(&mut self, until: Instant) -> bool {
             self.wakes += 1;
@@ -437,5 +456,22 @@ mod tests {
         s.stop_after = Some(3);
         drive(&mut s, 100 * MS);
         assert_eq!(s.samples, ms(&[0, 500, 600]));
+    }
+
+    /// Regression: the service's runs, each due on its own phase, woke the loop each
+    /// between the wakes its chores made (up to 100 wakes a second for 100 runs at rest).
+    #[test]
+    fn a_chore_wake_samples_what_is_due_soon_instead_of_waking_again_for_it() {
+        let mut s = Script::new(|_| MS);
+        s.every = Some(1000 * MS);
+        s.chore_every = Some(300 * MS);
+        s.soon = Some(250 * MS);
+        s.ends_at = Some(s.t0 + 3000 * MS);
+        drive(&mut s, 100 * MS);
+        // Each sample at the chore wake before its deadline, within 250 ms of it.
+        assert_eq!(s.samples, ms(&[0, 900, 1800, 2700]));
+        assert!(s.late.is_empty(), "{:?}", s.late);
+        // Only the chores woke the loop (0 is not a wake): 300, 600 ... 2700, and the end.
+        assert_eq!(s.wakes, 10);
     }
 }

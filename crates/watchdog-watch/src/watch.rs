@@ -703,6 +703,15 @@ impl Watch {
         self.next_sample_at().is_some_and(|at| now >= at)
     }
 
+    /// Whether a step at `now` would read a source of this run: one is due, or one is due
+    /// soon enough to be read early rather than wake the loop on its own, the caller's
+    /// next wake (`next_wake`) coming after it is due ([`Sampler::due_soon`]).
+    pub fn due_soon(&self, now: Instant, next_wake: Option<Instant>) -> bool {
+        let ns = |t: Instant| t.saturating_duration_since(self.start).as_nanos() as u64;
+        self.sampler
+            .due_soon(ns(now), next_wake.map_or(u64::MAX, ns))
+    }
+
     /// Calls `f` with each kernel descriptor of this run to poll, and its poll flag
     /// ([`kernel_woke`](Self::kernel_woke) when one is ready).
     pub fn each_kernel_fd(
