@@ -907,7 +907,7 @@ impl Watch {
     /// its samples, and how many came at the interval (the others came slowly, far from
     /// its limit); then the kernel's wake-ups by source, if any. Empty before any sample.
     fn rates_note(&self) -> String {
-        let elapsed_s = self.start.elapsed().as_secs_f64().max(1e-3);
+        let elapsed_s = self.start.elapsed().as_secs_f64();
         let interval = format_duration_s(self.settings.interval.as_secs_f64());
         let parts: Vec<String> = self
             .engine
@@ -915,7 +915,7 @@ impl Watch {
             .map(|(name, n, fast)| {
                 format!(
                     "{name} {:.1}/s ({n} samples, {fast} at {interval})",
-                    n as f64 / elapsed_s
+                    per_second(n, elapsed_s)
                 )
             })
             .collect();
@@ -1221,5 +1221,25 @@ impl Recording {
             Recording::Back(r) => Some(r),
             _ => None,
         }
+    }
+}
+
+/// `n` samples a second over `elapsed_s`, counted over at least a second: a watch shorter
+/// than that (a target that exits at once) took its first sample and its last look, which
+/// is not a rate.
+fn per_second(n: u64, elapsed_s: f64) -> f64 {
+    n as f64 / elapsed_s.max(1.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::per_second;
+
+    #[test]
+    fn a_rate_is_counted_over_at_least_a_second() {
+        // A target gone after 3 ms: its first sample and the last look are 2 samples, not
+        // 578.9 a second.
+        assert_eq!(per_second(2, 0.003), 2.0);
+        assert_eq!(per_second(650, 65.0), 10.0);
     }
 }
