@@ -440,6 +440,17 @@ mod tests {
         Engine::new(&[resource], watchdog_engine::EngineSettings::default())
     }
 
+    /// Has `engine` take one sample of `cgroup_memory`.
+    fn observe(engine: &mut Engine, used: u64, limit: u64) {
+        let s = watchdog_types::Sample {
+            resource: ResourceId(0),
+            t_ns: 0,
+            used,
+            limit,
+        };
+        engine.observe(&s, &mut Vec::new());
+    }
+
     /// A fresh v1 memory cgroup of `limit` bytes, removed on drop.
     struct Cgroup(std::path::PathBuf);
     impl Drop for Cgroup {
@@ -490,29 +501,20 @@ mod tests {
             return;
         };
         let mut engine = cgroup_engine();
-        let sample = |engine: &mut Engine, used: u64| {
-            let s = watchdog_types::Sample {
-                resource: ResourceId(0),
-                t_ns: 0,
-                used,
-                limit,
-            };
-            engine.observe(&s, &mut Vec::new());
-        };
         let fds = |k: &KernelWake| {
             let mut n = 0;
             k.each_fd(|_, _| n += 1);
             n
         };
         let unarmed_fds = fds(&k);
-        sample(&mut engine, 10 * MIB);
+        observe(&mut engine, 10 * MIB, limit);
         k.after_sample(&mut engine, 10 * MIB, 0, limit);
         assert!(
             fds(&k) > unarmed_fds,
             "the line is armed at the first sample"
         );
         // 253 MiB of usage, 200 of it page cache: within a 64th of the limit.
-        sample(&mut engine, 53 * MIB);
+        observe(&mut engine, 53 * MIB, limit);
         k.after_sample(&mut engine, 53 * MIB, 200 * MIB, limit);
         assert_eq!(k.covered(), None, "cache near the limit must disarm");
         assert_eq!(fds(&k), unarmed_fds, "a disarmed threshold is not polled");
@@ -533,13 +535,7 @@ mod tests {
             return;
         };
         let mut engine = cgroup_engine();
-        let s = watchdog_types::Sample {
-            resource: ResourceId(0),
-            t_ns: 0,
-            used: 0,
-            limit,
-        };
-        engine.observe(&s, &mut Vec::new());
+        observe(&mut engine, 0, limit);
         k.after_sample(&mut engine, 0, 0, limit);
         let line = engine.alert_level(ResourceId(0)).expect("an alert level");
         assert!(line > 240 * MIB && line < 245 * MIB, "{line}");
