@@ -157,38 +157,28 @@ impl CgroupV1Threshold {
     /// Takes the outcome of a finished [`move_to`](Self::move_to): the new eventfd replaces
     /// the old (whose threshold the kernel then removes), or the old one stays.
     pub fn settle(&mut self) -> Settled {
-        let Some(pending) = &self.pending else {
+        let state = self
+            .pending
+            .as_ref()
+            .map_or(PENDING, |p| p.state.load(Ordering::Acquire));
+        let Some(done) = self.pending.take_if(|_| state != PENDING) else {
             return Settled::Nothing;
         };
-        match pending.state.load(Ordering::Acquire) {
-            PENDING => Settled::Nothing,
-            ARMED => {
-                let Some(done) = self.pending.take() else {
-                    return Settled::Nothing;
-                };
-                let level = done.level;
-                match dup_eventfd(&done.eventfd) {
-                    Ok(fd) => {
-                        // A crossing signalled on the old eventfd since is not lost: the
-                        // caller consumed it, or polls the new one, at or past the level.
-                        drop(std::mem::replace(&mut self.eventfd, fd));
-                        Settled::Armed(level)
-                    }
-                    Err(e) => {
-                        Settled::Failed(Unarmable::io(&self.files.control_path, e.into(), |_| None))
-                    }
-                }
+        if state != ARMED {
+            let failure = done.failure.lock().ok().and_then(|mut f| f.take());
+            return Settled::Failed(
+                failure.unwrap_or_else(|| Unarmable::new(&self.files.control_path, Reason::Other)),
+            );
+        }
+        // The worker may still hold its registration (and its descriptor) for a moment.
+        match dup_eventfd(&done.eventfd) {
+            Ok(fd) => {
+                // A crossing signalled on the old eventfd since is not lost: the caller
+                // consumed it, or polls the new one, at or past the level.
+                drop(std::mem::replace(&mut self.eventfd, fd));
+                Settled::Armed(done.level)
             }
-            _ => {
-                let failure = self
-                    .pending
-                    .take()
-                    .and_then(|p| p.failure.lock().ok().and_then(|mut f| f.take()));
-                Settled::Failed(
-                    failure
-                        .unwrap_or_else(|| Unarmable::new(&self.files.control_path, Reason::Other)),
-                )
-            }
+            Err(e) => Settled::Failed(Unarmable::io(&self.files.control_path, e.into(), |_| None)),
         }
     }
 
