@@ -208,6 +208,28 @@ class Delivery(Steps):
         self.run_steps(["train"] * 2)
         self.assertEqual([e["n"] for e in self.read()["steps"]], [4, 5], "n goes on; read entries are gone")
 
+    def test_a_rewrite_of_a_file_taken_unseen_says_by_phase_n_which_steps_are_new(self):
+        # The race two ranks met in CI: the client found its file still there, the watchdog
+        # took it, and the rewrite folded the entries taken together with new ones into one
+        # entry of a later n. phase_n (each phase's running count) tells the new steps apart.
+        self.run_steps(["train"] * 90 + ["eval"] * 3)
+        taken = self.read()["steps"]  # read by the watchdog, which the client never sees
+        self.run_steps(["train"] * 300 + ["eval"] * 2)
+        steps = self.read()["steps"]
+        last = {e["phase"]: e["phase_n"] for e in taken}
+        self.assertEqual(last, {"train": 90, "eval": 3})
+        new = 0
+        for e in steps:
+            if e["n"] <= taken[-1]["n"]:
+                continue
+            fresh = e["phase_n"] - last[e["phase"]]
+            new += min(e["folded"], fresh)
+            last[e["phase"]] = e["phase_n"]
+        self.assertGreater(sum(e["folded"] for e in steps if e["n"] > taken[-1]["n"]), 302,
+                           "the rewrite folds steps taken with new ones")
+        self.assertEqual(new, 302)
+        self.assertEqual({e["phase"]: e["phase_n"] for e in steps}, {"train": 390, "eval": 5})
+
     def test_one_of_several_ranks_writes_a_file_of_its_own(self):
         # Ranks share the request file: each writes <request file>.steps.<pid>; one process
         # (no WORLD_SIZE, 1, or not a number) writes .steps as before.

@@ -89,6 +89,8 @@ class _State:
         self.n = 0
         # phase -> pass number; the phase of the last report; phase -> monotonic time of its last report
         self.passes = {}
+        # phase -> its reports so far (each entry's ``phase_n``)
+        self.phase_n = {}
         self.last_phase = None
         self.last_time = {}
         # Entries written to the file the watchdog has not read yet, and entries not written yet.
@@ -228,7 +230,8 @@ def _wait():
 
 def _fold(entries, cap=MAX_ENTRIES):
     """``entries`` (oldest first) in at most ``cap``: the oldest folded into one per phase (the
-    maximum of each figure, the last ``n``, ``step``, ``pass`` and time; ``folded`` adds up)."""
+    maximum of each figure, the last ``n``, ``step``, ``pass``, ``phase_n`` and time; ``folded``
+    adds up)."""
     if len(entries) <= cap:
         return entries
     cut = len(entries) - cap + 1
@@ -242,8 +245,9 @@ def _fold(entries, cap=MAX_ENTRIES):
             for key in _FOLD_MAX:
                 if key in e:
                     m[key] = max(m[key], e[key]) if key in m else e[key]
-            for key in ("n", "step", "pass", "time_unix"):
-                m[key] = e[key]
+            for key in ("n", "step", "pass", "time_unix", "phase_n"):
+                if key in e:
+                    m[key] = e[key]
             m["folded"] = m.get("folded", 1) + e.get("folded", 1)
         if len(merged) + len(entries) - cut <= cap or cut >= len(entries):
             return sorted(merged.values(), key=lambda m: m["n"]) + entries[cut:]
@@ -366,8 +370,9 @@ def _record(step, phase, batch_size, tokens, figures, now):
     new_pass = s.last_phase != phase
     if new_pass:
         s.passes[phase] = s.passes.get(phase, 0) + 1
+    s.phase_n[phase] = s.phase_n.get(phase, 0) + 1
     entry = _Entry((("n", s.n), ("step", step), ("phase", phase), ("pass", s.passes[phase]),
-                    ("time_unix", round(time.time(), 6))))
+                    ("phase_n", s.phase_n[phase]), ("time_unix", round(time.time(), 6))))
     last = s.last_time.get(phase)
     if last is not None and not new_pass:
         entry["duration_s"] = round(now - last, 6)

@@ -73,11 +73,21 @@ pub struct StepsFile {
     /// Its device.
     pub device: DeviceRef,
     /// The entries, as written (oldest first).
-    pub steps: Vec<StepReport>,
+    pub steps: Vec<StepEntry>,
     /// The CUDA out-of-memory error raised inside a step, once the client saw one.
     pub exception: Option<CudaOom>,
     /// When the exception was seen, seconds since the epoch (to take it once).
     pub exception_unix: Option<f64>,
+}
+
+/// One entry: the report, and the client's count of reports of its phase so far.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepEntry {
+    /// The report as the predictor takes it.
+    pub report: StepReport,
+    /// `phase_n`: the reports of this phase so far, this one included (a folded entry:
+    /// its last one's); absent from older clients.
+    pub phase_n: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -110,6 +120,8 @@ struct RawEntry {
     ooms: Option<u64>,
     #[serde(default)]
     folded: Option<u32>,
+    #[serde(default)]
+    phase_n: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -152,7 +164,7 @@ pub fn parse_steps(bytes: &[u8]) -> Result<StepsFile, String> {
                 e.n, e.time_unix
             ));
         }
-        steps.push(StepReport {
+        let report = StepReport {
             n: e.n,
             step: e.step,
             phase: e.phase,
@@ -165,6 +177,10 @@ pub fn parse_steps(bytes: &[u8]) -> Result<StepsFile, String> {
             retries: e.retries.unwrap_or(0),
             ooms: e.ooms.unwrap_or(0),
             folded: e.folded.unwrap_or(1).max(1),
+        };
+        steps.push(StepEntry {
+            report,
+            phase_n: e.phase_n,
         });
     }
     let mut device = raw.device.unwrap_or_default();
@@ -317,8 +333,8 @@ pub struct StepsIntake {
     next_rank_look: Option<Instant>,
     /// Whether a rank's file was taken: from then on they are looked at every time.
     ranks_taken: bool,
-    /// Each writer and the highest `n` taken from it.
-    last: Vec<(u32, u64)>,
+    /// Each writer and what was taken from it.
+    writers: Vec<Writer>,
     /// The exception taken: its writer and time (or step).
     exception: Option<(u32, u64)>,
     warned: bool,
@@ -336,7 +352,7 @@ impl StepsIntake {
             looks: 0,
             next_rank_look: None,
             ranks_taken: false,
-            last: Vec::new(),
+            writers: Vec::new(),
             exception: None,
             warned: false,
             remove: !dry_run,
@@ -453,35 +469,44 @@ impl StepsIntake {
 
     /// The entries of `file` not taken before, and its exception the first time.
     fn take(&mut self, file: StepsFile) -> Taken {
-        let mut after = self
-            .last
-            .iter()
-            .find(|(pid, _)| *pid == file.pid)
-            .map_or(0, |(_, n)| *n);
+        let at = match self.writers.iter().position(|w| w.pid == file.pid) {
+            Some(at) => at,
+            None => {
+                if self.writers.len() == MAX_WRITERS {
+                    self.writers.remove(0);
+                }
+                self.writers.push(Writer {
+                    pid: file.pid,
+                    n: 0,
+                    phase_n: [0; 3],
+                });
+                self.writers.len() - 1
+            }
+        };
+        let writer = &mut self.writers[at];
         // A client counts up: each of its files ends at or after the last entry taken from
         // it. A file whose entries all come before that is a new client in the same PID (the
         // process exec'd itself), counting from 1 again.
         if file
             .steps
             .iter()
-            .map(|r| r.n)
+            .map(|e| e.report.n)
             .max()
-            .is_some_and(|top| top < after)
+            .is_some_and(|top| top < writer.n)
         {
-            after = 0;
+            writer.n = 0;
+            writer.phase_n = [0; 3];
         }
-        let mut new: Vec<StepReport> = file.steps.into_iter().filter(|r| r.n > after).collect();
+        let mut entries: Vec<StepEntry> = file
+            .steps
+            .into_iter()
+            .filter(|e| e.report.n > writer.n)
+            .collect();
         // In the order they were counted (folded entries carry their last `n`).
-        new.sort_by_key(|r| r.n);
-        let top = new.iter().map(|r| r.n).max().unwrap_or(after);
-        match self.last.iter_mut().find(|(pid, _)| *pid == file.pid) {
-            Some(last) => last.1 = top,
-            None => {
-                if self.last.len() == MAX_WRITERS {
-                    self.last.remove(0);
-                }
-                self.last.push((file.pid, top));
-            }
+        entries.sort_by_key(|e| e.report.n);
+        let new: Vec<StepReport> = entries.into_iter().map(|e| writer.fresh(e)).collect();
+        if let Some(top) = new.last() {
+            writer.n = top.n;
         }
         let exception = file.exception.and_then(|x| {
             let key = (
@@ -502,6 +527,33 @@ impl StepsIntake {
             new,
             exception,
         }
+    }
+}
+
+/// One writer and what was taken from it: the highest `n`, and the highest `phase_n` of
+/// each phase.
+#[derive(Debug)]
+struct Writer {
+    pid: u32,
+    n: u64,
+    phase_n: [u64; 3],
+}
+
+impl Writer {
+    /// `entry`'s report, standing for the steps not taken before: a file rewritten after
+    /// it was read can fold entries already taken together with new ones into one entry
+    /// of a later `n`, and its `phase_n` says how many of them are new.
+    fn fresh(&mut self, entry: StepEntry) -> StepReport {
+        let mut report = entry.report;
+        if let Some(phase_n) = entry.phase_n {
+            let last = &mut self.phase_n[report.phase as usize];
+            if phase_n > *last {
+                let new = u32::try_from(phase_n - *last).unwrap_or(u32::MAX);
+                report.folded = report.folded.min(new);
+                *last = phase_n;
+            }
+        }
+        report
     }
 }
 
@@ -639,16 +691,20 @@ mod tests {
         assert_eq!(f.pid, 1234);
         assert_eq!(f.device.uuid.as_deref(), Some("GPU-5a1b"));
         assert_eq!(f.steps.len(), 2);
-        let a = &f.steps[0];
+        let a = &f.steps[0].report;
         assert_eq!((a.n, a.step, a.phase, a.pass), (17, 120, Phase::Train, 1));
         assert_eq!(a.duration_s, Some(0.051));
         assert_eq!(a.peak, 2_952_790_016);
-        let b = &f.steps[1];
+        let b = &f.steps[1].report;
         // Optional figures may be null.
         let nulls = br#"{"pid": 1, "device": null, "steps": [{"n": 1, "step": 1, "phase": "other", "pass": null, "time_unix": 1, "duration_s": null, "allocated": 1, "reserved": 1, "peak": 1, "retries": null, "ooms": null, "batch_size": null, "tokens": null, "folded": null}], "exception": null}"#;
         let n = parse_steps(nulls).unwrap();
         assert_eq!(
-            (n.steps[0].pass, n.steps[0].folded, n.steps[0].retries),
+            (
+                n.steps[0].report.pass,
+                n.steps[0].report.folded,
+                n.steps[0].report.retries
+            ),
             (1, 1, 0)
         );
         assert_eq!(
@@ -714,6 +770,51 @@ mod tests {
             .map(|n| format!(r#"{{"n": {n}, "step": {n}, "phase": "train", "time_unix": {n}, "allocated": 1, "reserved": 2, "peak": 3}}"#))
             .collect();
         format!(r#"{{"pid": {pid}, "steps": [{}]}}"#, e.join(","))
+    }
+
+    /// The race the CI met with two ranks: the client saw its file still there, the
+    /// watchdog took it, and the client's rewrite folded the entries taken with new ones
+    /// into one entry of a later `n`. Its `phase_n` makes it count only the new steps.
+    #[test]
+    fn a_folded_entry_holding_steps_already_taken_counts_only_the_new_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let req = dir.path().join("req.json");
+        let steps = dir.path().join("req.json.steps");
+        let mut intake = StepsIntake::new(&at(&req), false);
+        let entry = |n: u64, phase: &str, phase_n: u64, folded: u64| {
+            format!(
+                r#"{{"n": {n}, "step": {n}, "phase": "{phase}", "phase_n": {phase_n}, "time_unix": {n}, "allocated": 1, "reserved": 2, "peak": 3, "folded": {folded}}}"#
+            )
+        };
+        let file = |es: &[String]| format!(r#"{{"pid": 7, "steps": [{}]}}"#, es.join(","));
+        // 90 training steps then 3 of evaluation, taken.
+        let mut first: Vec<String> = (1..=90).map(|n| entry(n, "train", n, 1)).collect();
+        first.extend((91..=93).map(|n| entry(n, "eval", n - 90, 1)));
+        std::fs::write(&steps, file(&first)).unwrap();
+        let t = intake.check(|p| p == 7).unwrap();
+        assert_eq!(t.new.iter().map(|r| u64::from(r.folded)).sum::<u64>(), 93);
+        // The rewrite: training steps 1-150 folded into n=153 (60 of them new), evaluation
+        // 1-3 folded into n=93 (all taken), then two new entries.
+        std::fs::write(
+            &steps,
+            file(&[
+                entry(93, "eval", 3, 3),
+                entry(153, "train", 150, 150),
+                entry(154, "eval", 4, 1),
+                entry(155, "train", 151, 1),
+            ]),
+        )
+        .unwrap();
+        let t = intake.check(|p| p == 7).unwrap();
+        let got: Vec<(u64, u32)> = t.new.iter().map(|r| (r.n, r.folded)).collect();
+        assert_eq!(got, vec![(153, 60), (154, 1), (155, 1)]);
+        // An older client without `phase_n`: its entries are taken as they say.
+        std::fs::write(&steps, entries(7, 156..=157)).unwrap();
+        let t = intake.check(|p| p == 7).unwrap();
+        assert_eq!(
+            t.new.iter().map(|r| r.folded).collect::<Vec<_>>(),
+            vec![1, 1]
+        );
     }
 
     /// Taken from the tree only, removed once read, each `n` once.
