@@ -84,6 +84,14 @@ impl Slot {
         !self.gone && (self.error.is_none() || now_ns >= self.retry_at_ns)
     }
 
+    /// Due at the next tick, with no planned delay that would let that tick read other
+    /// sources early on its account (a wake-up's tick reads what it was woken for).
+    fn due_now(&mut self) {
+        self.due_ns = 0;
+        self.delay_ns = 0;
+        self.slack_ns = 0;
+    }
+
     /// When it is next due, as of now (a failing source: at its retry).
     fn next_ns(&self) -> u64 {
         if self.error.is_some() {
@@ -390,9 +398,7 @@ impl Sampler {
     /// Makes every source due at the next tick (a last look before the end).
     pub fn all_due(&mut self) {
         for slot in &mut self.slots {
-            slot.due_ns = 0;
-            slot.delay_ns = 0;
-            slot.slack_ns = 0;
+            slot.due_now();
         }
     }
 
@@ -401,7 +407,7 @@ impl Sampler {
     pub fn make_due(&mut self, ids: &[ResourceId]) {
         for slot in &mut self.slots {
             if slot.ids_overflow || slot.ids[..slot.n_ids].iter().any(|id| ids.contains(id)) {
-                slot.due_ns = 0;
+                slot.due_now();
             }
         }
     }
@@ -643,6 +649,39 @@ mod tests {
         alone.plan(&|_| Duration::from_millis(300), Duration::from_secs(1));
         assert!(!alone.due_soon(820 * MS, u64::MAX));
         assert!(alone.due_soon(830 * MS, u64::MAX));
+    }
+
+    /// Regression: a source made due by a kernel wake-up kept its planned delay, so the
+    /// wake-up's tick also read every slow source due within that delay's slack: work on
+    /// the path from the kernel's wake-up to the signal.
+    #[test]
+    fn a_source_made_due_is_read_alone() {
+        use std::time::Duration;
+        const MS: u64 = 1_000_000;
+        let (cgroup, disk) = (ResourceId(0), ResourceId(1));
+        let (mut sampler, mut r) = scripted(
+            256,
+            vec![
+                ("cgroup", vec![Scripted::Sample(cgroup, 1, 10)]),
+                ("disk", vec![Scripted::Sample(disk, 1, 10)]),
+            ],
+        );
+        let after = |id: ResourceId| Duration::from_millis(if id == cgroup { 1000 } else { 1200 });
+        let mut read = |sampler: &mut Sampler, t: u64| {
+            let mut seen = Vec::new();
+            sampler.tick_into(t, &mut |s| seen.push(s.resource.0));
+            sampler.plan(&after, Duration::from_secs(1));
+            r.drain(|_| {});
+            seen
+        };
+        assert_eq!(read(&mut sampler, 0), vec![0, 1]);
+        // At 700 ms `disk` (due at 1.2 s) is within its slack and before the cgroup's next
+        // planned read: a tick then for the cgroup would have taken it too.
+        sampler.make_due(&[cgroup]);
+        assert_eq!(read(&mut sampler, 700 * MS), vec![0]);
+        assert_eq!(sampler.next_due_ns(), Some(1200 * MS));
+        sampler.all_due();
+        assert_eq!(read(&mut sampler, 800 * MS), vec![0, 1]);
     }
 
     #[test]
