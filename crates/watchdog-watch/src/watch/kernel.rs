@@ -559,14 +559,20 @@ mod tests {
             rustix::event::poll(&mut polled, Some(&timeout)).expect("poll") > 0
         };
         assert!(!line_ready(&k, 0), "nothing crossed the line yet");
-        // A process in the cgroup touches 236 MiB (about 246 MiB with the interpreter):
-        // over the line, under the limit.
+        // A process in the cgroup touches memory a MiB at a time until the cgroup's usage is
+        // 2 MiB over the line, under the limit. (A fixed 236 MiB crossed the line by 1-6 MiB,
+        // as much as the interpreter's own pages happened to be charged here: not always.)
         let tasks = cg.0.join("tasks");
+        let usage = cg.0.join("memory.usage_in_bytes");
         let mut child = std::process::Command::new("sh")
             .arg("-c")
             .arg(format!(
-                "echo $$ > {} && exec python3 -c 'import time; b = bytearray(236 << 20); time.sleep(30)'",
-                tasks.display()
+                "echo $$ > {} && exec python3 -c 'import sys, time; b = [bytearray(1 << 20) \
+                 for _ in iter(lambda: int(open(sys.argv[1]).read()) < {}, False)]; \
+                 time.sleep(30)' {}",
+                tasks.display(),
+                line + 2 * MIB,
+                usage.display()
             ))
             .spawn()
             .expect("spawn the allocating process");
