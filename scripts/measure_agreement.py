@@ -16,13 +16,14 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench"))
+from stats import quantile  # noqa: E402
 from training_watchdog.distributed import torch_any  # noqa: E402
 
 
 def percentiles(samples_s):
-    s = sorted(samples_s)
-    pick = lambda q: s[min(len(s) - 1, int(q * len(s)))] * 1e6  # noqa: E731
-    return "median %8.1f us   p10 %8.1f   p90 %8.1f   (n=%d)" % (pick(0.5), pick(0.1), pick(0.9), len(s))
+    pick = lambda q: quantile(samples_s, q) * 1e6  # noqa: E731
+    return "median %8.1f us   p10 %8.1f   p90 %8.1f   (n=%d)" % (pick(0.5), pick(0.1), pick(0.9), len(samples_s))
 
 
 def time_it(fn, rounds):

@@ -235,8 +235,9 @@ TOML
     for _ in $(seq 600); do grep -qx done "$WORK/launched.txt" 2>/dev/null && break; sleep 0.1; done
     sleep 5
     echo "# MODE=fork-exec SEED=$seed: 200 runs in 20 batches within 5 s; load now: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-    python3 - "$WORK/launched.txt" "$WORK/daemon.log" "$WORK/started" <<'PY'
-import datetime, os, re, statistics, sys
+    PYTHONPATH=scripts/bench python3 - "$WORK/launched.txt" "$WORK/daemon.log" "$WORK/started" <<'PY'
+import datetime, os, re, sys
+from stats import quantile
 launched = {}
 for line in open(sys.argv[1]):
     f = line.split()
@@ -251,7 +252,7 @@ for line in open(sys.argv[2], errors="replace"):
 started = {int(n): float(open(os.path.join(sys.argv[3], n)).read() or "nan")
            for n in os.listdir(sys.argv[3])}
 def q(xs, p):
-    return f"{statistics.quantiles(xs, n=100)[p - 1] * 1e3:.0f}" if len(xs) > 1 else "-"
+    return f"{quantile(xs, p / 100) * 1e3:.0f}" if xs else "-"
 print(f"{'chain':>9} {'found':>7} {'after launch p50/p90/max ms':>28} {'after train.py started p50/max ms':>34}")
 for chain in ["preexec", "sh-exec", "plain", "setpriv", "subshell", "all"]:
     pids = [p for p, (c, _) in launched.items() if chain in (c, "all")]

@@ -230,12 +230,10 @@ for arming in $ARMS; do
         "$HOLD_S" "$QUIET_S" "$arming" >>"$WORK/trials.tsv"
 done
 [ -n "$OUT" ] && cp "$WORK/trials.tsv" "$OUT"
-python3 - "$WORK/trials.tsv" <<'PY'
+PYTHONPATH=scripts/bench python3 - "$WORK/trials.tsv" <<'PY'
 import csv, statistics, sys
+from stats import quantile
 rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
-def q(xs, p):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, round(p * (len(xs) - 1)))]
 for arming in dict.fromkeys(r["arm"] for r in rows):
     rs = [r for r in rows if r["arm"] == arming]
     ok = [r for r in rs if r["fired"] == "True"]
@@ -245,7 +243,7 @@ for arming in dict.fromkeys(r["arm"] for r in rows):
         xs = [float(r[col]) for r in ok]
         if xs:
             print(f"    {what:>26}: min {min(xs):.0f} ms, p50 {statistics.median(xs):.0f} ms, "
-                  f"p99 {q(xs, 0.99):.0f} ms, max {max(xs):.0f} ms")
+                  f"p99 {quantile(xs, 0.99):.0f} ms, max {max(xs):.0f} ms")
 PY
 
 # (a') A stall far under the threshold.

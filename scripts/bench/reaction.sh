@@ -152,16 +152,12 @@ for iv in $INTERVALS; do
 done
 [ -n "$OUT" ] && cp "$rows" "$OUT"
 
-python3 - "$rows" <<'EOF'
-import csv, math, sys
+PYTHONPATH=scripts/bench python3 - "$rows" <<'EOF'
+import csv, sys
+from stats import quantile
 rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
 def pct(v, p):
-    v = sorted(v)
-    if not v:
-        return float("nan")
-    k = (len(v) - 1) * p / 100
-    lo, hi = math.floor(k), math.ceil(k)
-    return v[lo] + (v[hi] - v[lo]) * (k - lo)
+    return quantile(v, p / 100)
 print(f"{'interval':>8} {'trials':>6} {'signalled':>9}   signal - cross (ms): {'min':>7} {'p50':>7} {'p99':>7} {'max':>7}"
       f"   signal - jump start p50/p99 (ms)   jump took p50 (ms)   reasons")
 for iv in dict.fromkeys(r["interval"] for r in rows):

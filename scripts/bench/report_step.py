@@ -32,9 +32,7 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, os.path.join(ROOT, "python", "tests"))
 
 
-def percentile(values, q):
-    values = sorted(values)
-    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+from stats import quantile as percentile  # noqa: E402
 
 
 def run(case, steps, step_s, directory, spin):
