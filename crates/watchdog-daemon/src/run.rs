@@ -20,7 +20,7 @@ use watchdog_status::protocol::{Registration, Request, Response};
 use watchdog_status::server::{Peer, ServerHandle, StatusServer, may_register, visible_to};
 use watchdog_types::quote::quote_value;
 use watchdog_watch::recorder::Recorders;
-use watchdog_watch::schedule::{self, Driven, Loop};
+use watchdog_watch::schedule::{self, Driven, Loop, Waited};
 use watchdog_watch::wake::{WaitSet, Wake, Waker, Woken};
 use watchdog_watch::{Failure, Published, ServiceRun, Watch};
 
@@ -135,8 +135,6 @@ struct Service<'a> {
     wait_set: WaitSet,
     /// ... and the run each belongs to.
     wait_owners: Vec<usize>,
-    /// When a kernel wake-up's samples ended, for the loop to count a late one.
-    kernel_sampled_at: Option<Instant>,
 }
 
 impl<'a> Service<'a> {
@@ -213,7 +211,6 @@ impl<'a> Service<'a> {
             last_count: usize::MAX,
             wait_set: WaitSet::default(),
             wait_owners: Vec::new(),
-            kernel_sampled_at: None,
         })
     }
 
@@ -382,9 +379,8 @@ impl<'a> Service<'a> {
 
     /// A kernel source of some runs woke the loop: each of those runs is sampled at once
     /// (its shared reads read afresh).
-    fn kernel_woke(&mut self) {
+    fn kernel_woke(&mut self, now: Instant) {
         self.shared.next_tick();
-        let now = Instant::now();
         let mut last = None;
         for (slot, &i) in self.wait_owners.iter().enumerate() {
             if !self.wait_set.is_ready(slot) || last == Some(i) {
@@ -395,7 +391,6 @@ impl<'a> Service<'a> {
                 run.watch.kernel_woke(now);
             }
         }
-        self.kernel_sampled_at = Some(Instant::now());
     }
 
     /// Renews the status the socket and the metrics serve, and tells systemd how many
@@ -522,7 +517,7 @@ impl Loop for Service<'_> {
         .min()
     }
 
-    fn wait(&mut self, until: Instant) -> bool {
+    fn wait(&mut self, until: Instant) -> Waited {
         let left = until.saturating_duration_since(Instant::now());
         let (set, owners) = (&mut self.wait_set, &mut self.wait_owners);
         set.clear();
@@ -536,18 +531,18 @@ impl Loop for Service<'_> {
             }
         }
         match self.wake.wait_set(set, left) {
-            Ok(Woken::Ready) => self.kernel_woke(),
-            Ok(_) => {}
+            Ok(Woken::Ready) => Waited::Kernel,
+            Ok(_) => Waited::Deadline,
             Err(e) => {
                 tracing::warn!("cannot wait for the next tick: {e}");
                 std::thread::sleep(left);
+                Waited::Deadline
             }
         }
-        false
     }
 
-    fn sampled_while_waiting(&mut self) -> Option<Instant> {
-        self.kernel_sampled_at.take()
+    fn kernel_sample(&mut self, now: Instant) {
+        self.kernel_woke(now);
     }
 }
 

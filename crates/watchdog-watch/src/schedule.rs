@@ -89,6 +89,18 @@ impl Schedule {
     }
 }
 
+/// How a [`Loop::wait`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Waited {
+    /// At its deadline, or woken for a chore or a signal.
+    Deadline,
+    /// A kernel source said a resource moved: the loop samples it now
+    /// ([`Loop::kernel_sample`]).
+    Kernel,
+    /// The loop is over (the one run ended).
+    Over,
+}
+
 /// What the loop asks of the mode it runs: one target, or the service's many.
 pub trait Loop {
     /// The time now (a scripted clock in tests).
@@ -117,13 +129,11 @@ pub trait Loop {
     fn next_chore(&self, _now: Instant) -> Option<Instant> {
         None
     }
-    /// Sleeps until `until` or a wake-up; `true` when the loop is over (the one run ended).
-    fn wait(&mut self, until: Instant) -> bool;
-    /// When the last [`wait`](Self::wait) sampled a run itself (a kernel wake-up) and
-    /// finished: a sample that late shows the deadlines the loop missed.
-    fn sampled_while_waiting(&mut self) -> Option<Instant> {
-        None
-    }
+    /// Sleeps until `until` or a wake-up, and says which.
+    fn wait(&mut self, until: Instant) -> Waited;
+    /// Samples what the kernel wake-up the last [`wait`](Self::wait) ended with said moved
+    /// (and only that: the path from the kernel to the signal is kept short).
+    fn kernel_sample(&mut self, _now: Instant) {}
 }
 
 /// How [`drive`] ended.
@@ -161,16 +171,18 @@ pub fn drive(l: &mut impl Loop, interval: Duration) -> Driven {
                 l.late(late);
             }
         }
-        if l.wait(schedule.wake_for(l.next_sample(), l.next_chore(after))) {
-            return Driven::Over;
-        }
-        // A sample the wait took more than an interval after the deadline shows the loop
-        // was late (frozen, starved): the deadlines it missed are counted, and whatever
-        // else is due is sampled at once.
-        if let Some(at) = l.sampled_while_waiting() {
-            let deadline = schedule.next();
-            if at > deadline + interval {
-                l.late(schedule.advance_from(deadline, at));
+        match l.wait(schedule.wake_for(l.next_sample(), l.next_chore(after))) {
+            Waited::Over => return Driven::Over,
+            Waited::Deadline => {}
+            Waited::Kernel => {
+                l.kernel_sample(l.now());
+                // A kernel sample more than an interval after the deadline shows the loop
+                // was late (frozen, starved): the deadlines it missed are counted, and
+                // whatever else is due is sampled at once.
+                let (at, deadline) = (l.now(), schedule.next());
+                if at > deadline + interval {
+                    l.late(schedule.advance_from(deadline, at));
+                }
             }
         }
     }
@@ -243,10 +255,9 @@ mod tests {
         chores: Vec<Duration>,
         late: Vec<(u64, u64)>,
         wakes: u64,
-        /// The wait with this number is frozen a second and then samples itself (a kernel
-        /// wake-up at the thaw).
+        /// The wait with this number is frozen a second and then ends with a kernel
+        /// wake-up at the thaw.
         frozen_wait: Option<u64>,
-        sampled_in_wait: Option<Instant>,
         /// The mode's next sample may come this early ([`Loop::due_soon`]).
         soon: Option<Duration>,
     }
@@ -269,7 +280,6 @@ mod tests {
                 late: Vec::new(),
                 wakes: 0,
                 frozen_wait: None,
-                sampled_in_wait: None,
                 soon: None,
             }
         }
@@ -317,26 +327,24 @@ mod tests {
             self.soon
                 .is_some_and(|soon| next.is_none_or(|at| now + soon >= at))
         }
-        fn wait(&mut self, until: Instant) -> bool {
+        fn wait(&mut self, until: Instant) -> Waited {
             self.wakes += 1;
             assert!(self.wakes < 10_000, "the loop never ended");
             if let Some(end) = self.ends_at
                 && end <= until
             {
                 self.clock = self.clock.max(end);
-                return true;
+                return Waited::Over;
             }
             if self.frozen_wait == Some(self.wakes) {
                 self.clock += Duration::from_secs(1);
-                self.samples.push(self.clock - self.t0);
-                self.sampled_in_wait = Some(self.clock);
-                return false;
+                return Waited::Kernel;
             }
             self.clock = self.clock.max(until);
-            false
+            Waited::Deadline
         }
-        fn sampled_while_waiting(&mut self) -> Option<Instant> {
-            self.sampled_in_wait.take()
+        fn kernel_sample(&mut self, now: Instant) {
+            self.samples.push(now - self.t0);
         }
     }
 
@@ -373,17 +381,17 @@ mod tests {
         assert_eq!(s.late, vec![(1, 4)]);
     }
 
-    /// Frozen during its second wait, the loop's sample at the thaw is taken by the wait
-    /// itself (a kernel wake-up): it stands for the due one, and the deadlines the freeze
-    /// passed are counted late, as the loop's own sample would have counted them.
+    /// Frozen during its second wait, the loop's first sample at the thaw is the kernel
+    /// wake-up's: it stands for the due one, and the deadlines the freeze passed are
+    /// counted late, as the loop's own sample would have counted them.
     #[test]
-    fn a_sample_the_wait_took_after_a_freeze_counts_the_deadlines_missed() {
+    fn a_kernel_sample_after_a_freeze_counts_the_deadlines_missed() {
         let mut s = Script::new(|_| MS);
         s.every = Some(100 * MS);
         s.frozen_wait = Some(2);
         s.stop_after = Some(4);
         drive(&mut s, 100 * MS);
-        // 0, 100, then the wait's own at 1.101 s (frozen from 101 ms), then every 100 ms.
+        // 0, 100, then the kernel's at 1.101 s (frozen from 101 ms), then every 100 ms.
         assert_eq!(s.samples, ms(&[0, 100, 1101, 1201]));
         assert_eq!(s.late, vec![(3, 9)]);
     }

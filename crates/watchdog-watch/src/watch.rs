@@ -299,8 +299,6 @@ pub struct Watch {
     ticks: u64,
     /// Ticks that came late while this run was watched (counted by the loop's schedule).
     late_ticks: u64,
-    /// When a kernel wake-up's tick ended, for the loop to count it as a due sample.
-    kernel_sampled_at: Option<Instant>,
     recorder: Recording,
     record_path: Option<PathBuf>,
     record_now: Arc<AtomicBool>,
@@ -573,7 +571,6 @@ impl Watch {
             start,
             ticks: 0,
             late_ticks: 0,
-            kernel_sampled_at: None,
             recorder,
             record_path,
             record_now,
@@ -734,12 +731,11 @@ impl Watch {
         }
         self.tick(now);
         self.read_from_the_run(now);
-        self.kernel_sampled_at = Some(Instant::now());
     }
 
     /// Whether the run has ended, without waiting.
     pub fn ended(&mut self) -> bool {
-        self.wait_for_the_run(&Waiting::default(), Duration::ZERO)
+        self.wait_for_the_run(&Waiting::default(), Duration::ZERO) == crate::schedule::Waited::Over
     }
 
     /// Counts `ticks` deadlines the loop's last sample overran while this run was watched

@@ -32,6 +32,7 @@ use watchdog_types::units::{format_duration_s, signal_name};
 
 use super::Watch;
 use crate::Failure;
+use crate::schedule::Waited;
 use crate::target::{TargetExit, comm};
 use crate::wake::Woken;
 
@@ -104,20 +105,18 @@ fn describe(pids: &[(u32, String)]) -> String {
 }
 
 impl Watch {
-    /// Waits until the next tick (at most `timeout`); returns true when the watch is over:
+    /// Waits until the next tick (at most `timeout`), or until a kernel source of the run
+    /// is ready (the caller samples it: [`Watch::kernel_woke`]); [`Waited::Over`] when
     /// the target exited and no process of the run is left. A stop signal ends the wait
     /// at once (the loop then stops), and so does a signal `run` could not forward to the
     /// exited target (it goes to the processes left running, then the wait goes on).
-    pub(super) fn wait_for_the_run(&mut self, waiting: &Waiting<'_>, timeout: Duration) -> bool {
+    pub(super) fn wait_for_the_run(&mut self, waiting: &Waiting<'_>, timeout: Duration) -> Waited {
         let deadline = Instant::now() + timeout;
         if self.target_exit.is_none() {
             return match self.pause(waiting, deadline, true) {
-                Woken::Other => self.target_exited(),
-                Woken::Ready => {
-                    self.kernel_woke(Instant::now());
-                    false
-                }
-                Woken::Woken | Woken::Timeout => false,
+                Woken::Other if self.target_exited() => Waited::Over,
+                Woken::Other | Woken::Woken | Woken::Timeout => Waited::Deadline,
+                Woken::Ready => Waited::Kernel,
             };
         }
         // The processes left running have no pidfd to wait on: they are looked at every
@@ -136,10 +135,10 @@ impl Watch {
                     self.target.pid,
                     self.target.name
                 );
-                return true;
+                return Waited::Over;
             }
             if Instant::now() >= deadline || waiting.stop_signal().is_some() {
-                return false;
+                return Waited::Deadline;
             }
         }
     }

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use super::lineage::Waiting;
 use super::{Ended, STATUS_EVERY, Watch};
-use crate::schedule::{self, Driven, Loop};
+use crate::schedule::{self, Driven, Loop, Waited};
 use crate::{Published, terminal};
 
 /// The single-run mode as the loop sees it.
@@ -84,12 +84,12 @@ impl Loop for SingleRun<'_> {
         self.watch.next_sample_at()
     }
 
-    fn wait(&mut self, until: Instant) -> bool {
+    fn wait(&mut self, until: Instant) -> Waited {
         let timeout = until.saturating_duration_since(Instant::now());
         self.watch.wait_for_the_run(&self.waiting, timeout)
     }
 
-    fn sampled_while_waiting(&mut self) -> Option<Instant> {
-        self.watch.kernel_sampled_at.take()
+    fn kernel_sample(&mut self, now: Instant) {
+        self.watch.kernel_woke(now);
     }
 }
