@@ -27,6 +27,9 @@
 # on a busy machine: a new PID anywhere makes every watched tree be re-read (an idle
 # machine lets the watchdog skip that; see performance.md).
 #
+# PERF=FILE records the daemon's window with `perf record -F 999 --call-graph dwarf` into FILE.N (N runs;
+# the CPU figure then includes perf's own cost in the daemon: compare only within a PERF run).
+#
 # MODE=fork-exec measures discovery instead (issue 18): 200 runs of `python3 train.py`
 # (sleeping 60 s) launched by scripts/bench/fork_exec_launch.py in 20 batches at random
 # offsets within 5 s of the daemon's socket appearing, through five fork-then-exec chains
@@ -37,7 +40,7 @@
 # SEED=N repeats a launch plan.
 #
 # Usage: scripts/bench/daemon.sh     (as root: the daemon reads every user's /proc)
-# Env:   COUNTS="1 10 100" DURATION=20 WARMUP=3 CHURN=0 MEM_LIMIT= STILL_MEMINFO=0 WATCHDOG=target/release/watchdog
+# Env:   COUNTS="1 10 100" DURATION=20 WARMUP=3 CHURN=0 MEM_LIMIT= STILL_MEMINFO=0 PERF= WATCHDOG=target/release/watchdog
 #        MODE=fork-exec SEED= PYTHON=/usr/bin/python3
 set -euo pipefail
 
@@ -159,7 +162,11 @@ EOF
     load=$(cut -d' ' -f1 /proc/loadavg)
     c0=$(cpu_ns "${watchers[@]}")
     v0=$(vcsw "${watchers[0]}")
-    sleep "$DURATION"
+    if [ -n "${PERF:-}" ] && [ "$mode" = daemon ]; then
+        perf record -F 999 --call-graph dwarf,16384 -o "$PERF.$n" -p "${watchers[0]}" -- sleep "$DURATION" 2>/dev/null >&2
+    else
+        sleep "$DURATION"
+    fi
     c1=$(cpu_ns "${watchers[@]}")
     v1=$(vcsw "${watchers[0]}")
     local rss

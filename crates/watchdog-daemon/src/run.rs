@@ -29,8 +29,6 @@ use crate::gpu::GpuSet;
 use crate::rules::{DaemonConfig, Rule};
 use crate::service::ServiceNotifier;
 
-/// How often the published status is renewed.
-const PUBLISH_EVERY: Duration = Duration::from_millis(250);
 /// How long an ended run's parent is given to reap it before its exit status is called
 /// unknown (a shell or a notebook server does it at once).
 const REAP_GRACE: Duration = Duration::from_secs(1);
@@ -127,7 +125,6 @@ struct Service<'a> {
     gpu_generation: u64,
     gpu_pids: HashSet<u32>,
     next_scan: Instant,
-    next_publish: Instant,
     /// The number of runs systemd was last told of.
     last_count: usize,
     /// What the wait polls besides the wake-up socket: every run's kernel descriptors,
@@ -155,7 +152,11 @@ impl<'a> Service<'a> {
         let user_dirs = UserDirs::open(&config.request_dir).map_err(|e| request_dir_failure(&e))?;
         check_state_dir(&config.state_dir).map_err(Failure::Usage)?;
         let recorders = Recorders::start().map_err(Failure::Runtime)?;
-        let published = Arc::new(Published::new("daemon", config.interval.as_secs_f64()));
+        let published = Arc::new(Published::on_demand(
+            "daemon",
+            config.interval.as_secs_f64(),
+            wake.waker(),
+        ));
         let (register_tx, register_rx) = mpsc::channel::<Pending>();
         let socket = serve_socket(&config.socket, &host, &published, register_tx, wake.waker())?;
         // The flag's address stays whatever a reload says.
@@ -207,7 +208,6 @@ impl<'a> Service<'a> {
             gpu_generation: 0,
             gpu_pids: HashSet::new(),
             next_scan: now,
-            next_publish: now,
             last_count: usize::MAX,
             wait_set: WaitSet::default(),
             wait_owners: Vec::new(),
@@ -303,8 +303,12 @@ impl<'a> Service<'a> {
 
     /// Finds the new processes and starts watching those a rule takes.
     fn scan(&mut self, now: Instant) {
-        let inside = self.watched();
-        let found = self.scanner.scan(|pid| inside.contains(&pid));
+        // Built only when the scan looks at a process: most scans find no new PID and
+        // return before (with 100 runs, building it every scan was a tenth of the service).
+        let (runs, inside) = (&self.runs, std::cell::OnceCell::new());
+        let found = self
+            .scanner
+            .scan(|pid| inside.get_or_init(|| watched(runs)).contains(&pid));
         self.start_matching(&found);
         self.next_scan = now + self.config.scan_interval;
     }
@@ -322,7 +326,7 @@ impl<'a> Service<'a> {
 
     /// Every PID of every watched run.
     fn watched(&self) -> HashSet<u32> {
-        self.runs.iter().flat_map(|r| r.watch.tree_pids()).collect()
+        watched(&self.runs)
     }
 
     /// Steps every run once, and concludes each that ended and was reaped.
@@ -358,18 +362,17 @@ impl<'a> Service<'a> {
         }
     }
 
-    /// When a chore wakes the loop next after the one at `now` (a publish due now is
-    /// done after the sample, and next due a publish period on): a run due soon is
-    /// stepped early only when it is due before that.
+    /// When a chore wakes the loop next after the one at `now` (a scan due now is done
+    /// before the sample, and next due a scan period on): a run due soon is stepped early
+    /// only when it is due before that.
     fn next_chore_wake(&self, now: Instant) -> Option<Instant> {
-        let publish = if self.next_publish > now {
-            self.next_publish
+        let scan = if self.next_scan > now {
+            self.next_scan
         } else {
-            now + PUBLISH_EVERY
+            now + self.config.scan_interval
         };
         [
-            Some(self.next_scan).filter(|&t| t > now),
-            Some(publish),
+            Some(scan),
             self.notifier.next_keepalive(now).filter(|&t| t > now),
         ]
         .into_iter()
@@ -393,13 +396,14 @@ impl<'a> Service<'a> {
         }
     }
 
-    /// Renews the status the socket and the metrics serve, and tells systemd how many
-    /// runs are watched when that changed.
-    fn publish(&mut self, now: Instant) {
+    /// Builds the status the socket and the metrics serve when a reader asked for it, and
+    /// tells systemd how many runs are watched when that changed.
+    fn publish(&mut self) {
         let runs = &self.runs;
-        self.published
-            .set_targets(runs.iter().map(|r| r.watch.status(r.since_unix)).collect());
-        self.next_publish = now + PUBLISH_EVERY;
+        if self.published.asked() {
+            self.published
+                .set_targets(runs.iter().map(|r| r.watch.status(r.since_unix)).collect());
+        }
         if runs.len() != self.last_count {
             self.last_count = runs.len();
             let _ = self
@@ -473,9 +477,7 @@ impl Loop for Service<'_> {
     }
 
     fn after_sample(&mut self, now: Instant) {
-        if now >= self.next_publish {
-            self.publish(now);
-        }
+        self.publish();
         self.keep_alive(now);
     }
 
@@ -507,14 +509,10 @@ impl Loop for Service<'_> {
     }
 
     fn next_chore(&self, now: Instant) -> Option<Instant> {
-        [
-            Some(self.next_scan),
-            Some(self.next_publish),
-            self.notifier.next_keepalive(now),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        [Some(self.next_scan), self.notifier.next_keepalive(now)]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     fn wait(&mut self, until: Instant) -> Waited {
@@ -544,6 +542,11 @@ impl Loop for Service<'_> {
     fn kernel_sample(&mut self, now: Instant) {
         self.kernel_woke(now);
     }
+}
+
+/// Every PID of every run in `runs`.
+fn watched(runs: &[Run]) -> HashSet<u32> {
+    runs.iter().flat_map(|r| r.watch.tree_pids()).collect()
 }
 
 /// Starts a run for each topmost process of `found` a rule takes, and names each of the
@@ -645,7 +648,7 @@ fn register(
             signal: watchdog_types::units::signal_name(w.signal()),
         })
     };
-    if let Some(run) = runs.iter().find(|r| r.watch.tree_pids().contains(&pid)) {
+    if let Some(run) = runs.iter().find(|r| r.watch.tree_pids().any(|p| p == pid)) {
         return answer(&run.watch);
     }
     let Some(facts) = scanner.facts(pid) else {
@@ -765,7 +768,7 @@ fn serve_socket(
     let proc = host.proc.clone();
     let register = std::sync::Mutex::new(register);
     let handler = move |peer: &Peer, request: Request| match request {
-        Request::Status => Response::Status(visible_to(&published.get(), peer.uid)),
+        Request::Status => Response::Status(visible_to(&published.fresh(), peer.uid)),
         Request::Register { pid } => {
             if let Err(e) = may_register(&proc, peer, pid) {
                 return Response::error(&e.to_string());
@@ -796,7 +799,7 @@ fn serve_metrics(
     };
     let server = MetricsServer::bind(&addr).map_err(Failure::Usage)?;
     let source = Arc::clone(published);
-    let handle = server.serve(Arc::new(move || (*source.get()).clone()));
+    let handle = server.serve(Arc::new(move || (*source.fresh()).clone()));
     tracing::info!("metrics at http://{}/metrics", handle.local_addr());
     Ok(Some(handle))
 }

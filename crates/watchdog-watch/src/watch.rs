@@ -797,12 +797,10 @@ impl Watch {
     }
 
     /// The watched tree as of the last refresh, target first.
-    pub fn tree_pids(&self) -> Vec<u32> {
-        let mut pids = self.sampler.tree_pids().to_vec();
-        if !pids.contains(&self.target.pid) {
-            pids.push(self.target.pid);
-        }
-        pids
+    pub fn tree_pids(&self) -> impl Iterator<Item = u32> + '_ {
+        let tree = self.sampler.tree_pids();
+        let target = (!tree.contains(&self.target.pid)).then_some(self.target.pid);
+        tree.iter().copied().chain(target)
     }
 
     /// The checkpoint signal.
