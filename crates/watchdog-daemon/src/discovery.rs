@@ -239,11 +239,23 @@ impl Image {
 
 /// Why a process was not read.
 enum Skip {
-    /// It exited (or is a zombie, or has no command line): said in a debug line.
+    /// It exited (or is a zombie): said in a debug line.
     Gone(&'static str),
+    /// It has no command line: exiting, or inside an `exec` (its new memory holds no
+    /// arguments yet).
+    NoCommandLine,
     /// A file could not be read or parsed: worth a debug line.
     Malformed(String),
 }
+
+impl Skip {
+    const NO_COMMAND_LINE: &'static str = "an empty command line (exiting, or in an exec)";
+}
+
+/// How many times [`Scanner::facts`] reads a process with no command line yet ...
+const EXEC_RETRIES: u32 = 10;
+/// ... and how long it waits between two reads.
+const EXEC_RETRY_EVERY: Duration = Duration::from_millis(2);
 
 /// Finds processes not seen before.
 #[derive(Debug)]
@@ -379,6 +391,9 @@ impl Scanner {
                     found.push(facts);
                 }
                 Err(Skip::Gone(why)) => tracing::debug!("PID {pid} skipped: {why}"),
+                Err(Skip::NoCommandLine) => {
+                    tracing::debug!("PID {pid} skipped: {}", Skip::NO_COMMAND_LINE);
+                }
                 Err(Skip::Malformed(why)) => tracing::debug!("PID {pid} skipped: {why}"),
             }
         }
@@ -425,7 +440,17 @@ impl Scanner {
     /// The facts of `pid` read now, whether or not a scan returned it before; `None` when
     /// it exited, is a zombie, or its files cannot be read.
     pub fn facts(&mut self, pid: u32) -> Option<ProcessFacts> {
-        self.read_facts(pid).ok().map(|(facts, _)| facts)
+        // Caught inside an `exec`: a launcher that registers the child it just spawned
+        // asks as soon as `spawn` returns, which is when the exec began, before the new
+        // command line is in place. Read again for up to 20 ms (once seen here under load).
+        for _ in 0..EXEC_RETRIES {
+            match self.read_facts(pid) {
+                Ok((facts, _)) => return Some(facts),
+                Err(Skip::NoCommandLine) => std::thread::sleep(EXEC_RETRY_EVERY),
+                Err(_) => return None,
+            }
+        }
+        None
     }
 
     /// Whether `pid`, or an ancestor of it as of the last scan, is watched or excluded.
@@ -647,7 +672,7 @@ impl Scanner {
         // middle of an `exec` (its new memory holds no arguments yet): its image changes
         // once the `exec` is done, and it is judged then.
         if buf.iter().all(|&b| b == 0) {
-            return Err(Skip::Gone("an empty command line (exiting, or in an exec)"));
+            return Err(Skip::NoCommandLine);
         }
         let command = command_line(buf);
 

@@ -508,6 +508,38 @@ fn facts_reads_one_process_again_and_none_when_it_is_gone() {
     assert!(scanner.facts(12345).is_none());
 }
 
+/// Regression (CI, under load): a registration right after `spawn` returned found the
+/// child inside its exec, with no command line yet, and answered "PID is gone".
+#[test]
+fn facts_reads_a_process_caught_inside_its_exec_again_until_its_command_line_is_there() {
+    let root = machine();
+    let r = root.path().to_path_buf();
+    let in_exec = Proc {
+        pid: 70,
+        cmdline: &[],
+        ..Proc::default()
+    };
+    write(&r, &in_exec);
+    let mut scanner = Scanner::with_excluded(&r, None);
+    // The exec completes 6 ms later.
+    let exec = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(6));
+        write(
+            &r,
+            &Proc {
+                pid: 70,
+                ..Proc::default()
+            },
+        );
+    });
+    let facts = scanner.facts(70);
+    exec.join().unwrap();
+    assert_eq!(
+        facts.map(|f| f.command).as_deref(),
+        Some("python3 train.py")
+    );
+}
+
 #[test]
 fn a_proc_root_that_cannot_be_listed_gives_nothing() {
     let mut scanner = Scanner::with_excluded(Path::new("/no/such/proc"), None);
