@@ -34,9 +34,7 @@ use watchdog_predictor::sample_rate::{self, NextSample, RateInput, SampleRate};
 use watchdog_predictor::{Decision, Observation, PredictorConfig, ResourcePredictor};
 use watchdog_types::status::ResourceStatus;
 use watchdog_types::units::format_duration_s;
-use watchdog_types::{
-    AlertReason, EventBody, Forecast, Resource, ResourceId, ResourceKind, Sample, Unit,
-};
+use watchdog_types::{AlertReason, EventBody, Forecast, Resource, ResourceId, Sample, Unit};
 
 use text::{alert_sentence, format_amount};
 use verdict::{ExitFacts, ResourceEnd, Verdict};
@@ -338,8 +336,7 @@ impl Engine {
     pub fn alert_level(&self, id: ResourceId) -> Option<u64> {
         let st = self.states.get(id.0 as usize)?;
         let last = st.last.as_ref().filter(|s| s.is_limited())?;
-        let floor = last.limit as f64 * st.predictor.config().floor_percent.max(0.0) / 100.0;
-        let margin = (floor as u64).max(st.predictor.next_step_headroom());
+        let margin = st.predictor.alert_headroom(last.limit);
         Some(last.limit.saturating_sub(margin).saturating_add(1))
     }
 
@@ -790,10 +787,10 @@ fn rate_input(
     max_interval_s: f64,
 ) -> RateInput {
     let config = st.predictor.config();
-    let floor = if st.resource.kind == ResourceKind::Runtime || !s.is_limited() {
-        0.0
+    let floor = if s.is_limited() {
+        st.predictor.floor(s.limit)
     } else {
-        s.limit as f64 * config.floor_percent.max(0.0) / 100.0
+        0.0
     };
     RateInput {
         t_s: s.t_ns as f64 / 1e9,

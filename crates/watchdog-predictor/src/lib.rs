@@ -233,15 +233,27 @@ impl ResourcePredictor {
         if s > 0.0 { s as u64 } else { 0 }
     }
 
-    /// The headroom under which the next sample alerts at once by its learned step
-    /// (`NextStep`): the step plus the usage's jitter; 0 before a step is learned and for
-    /// kinds that do not grow in steps.
-    pub fn next_step_headroom(&self) -> u64 {
-        let step = self.steps.learned();
-        if !self.kind.grows_in_steps() || step <= 0.0 {
-            return 0;
+    /// The headroom floor for `limit`, in the resource's unit: `floor_percent` of it (none
+    /// for runtime).
+    pub fn floor(&self, limit: u64) -> f64 {
+        if self.kind == ResourceKind::Runtime {
+            0.0
+        } else {
+            limit as f64 * self.config.floor_percent.max(0.0) / 100.0
         }
-        (step + self.steps.slack(step)).ceil() as u64
+    }
+
+    /// The headroom under which the next sample alerts at once, for `limit`: the floor
+    /// (`HeadroomFloor`), or the learned step plus the usage's jitter (`NextStep`),
+    /// whichever is larger.
+    pub fn alert_headroom(&self, limit: u64) -> u64 {
+        let step = self.steps.learned();
+        let next_step = if self.kind.grows_in_steps() && step > 0.0 {
+            (step + self.steps.slack(step)).ceil() as u64
+        } else {
+            0
+        };
+        (self.floor(limit) as u64).max(next_step)
     }
 
     /// When the current bucket closes: the first sample from then on refits the trend, so
@@ -379,11 +391,7 @@ impl ResourcePredictor {
         let usedf = used as f64;
         let headroom = limit.saturating_sub(used) as f64;
         let runtime = self.kind == ResourceKind::Runtime;
-        let floor = if runtime {
-            0.0
-        } else {
-            limitf * self.config.floor_percent.max(0.0) / 100.0
-        };
+        let floor = self.floor(limit);
         let has_trend = runtime || self.env.trend.is_some() || fc.confidence == STEP_CONFIDENCE;
         let step = if self.kind.grows_in_steps() {
             self.steps.learned()
