@@ -248,10 +248,6 @@ enum Skip {
     Malformed(String),
 }
 
-impl Skip {
-    const NO_COMMAND_LINE: &'static str = "an empty command line (exiting, or in an exec)";
-}
-
 /// How many times [`Scanner::facts`] reads a process with no command line yet ...
 const EXEC_RETRIES: u32 = 10;
 /// ... and how long it waits between two reads.
@@ -392,7 +388,9 @@ impl Scanner {
                 }
                 Err(Skip::Gone(why)) => tracing::debug!("PID {pid} skipped: {why}"),
                 Err(Skip::NoCommandLine) => {
-                    tracing::debug!("PID {pid} skipped: {}", Skip::NO_COMMAND_LINE);
+                    tracing::debug!(
+                        "PID {pid} skipped: an empty command line (exiting, or in an exec)"
+                    );
                 }
                 Err(Skip::Malformed(why)) => tracing::debug!("PID {pid} skipped: {why}"),
             }
