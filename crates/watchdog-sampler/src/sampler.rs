@@ -507,6 +507,21 @@ mod tests {
         Sampler::for_target(Path::new("/proc"), std::process::id(), sources, ring).unwrap()
     }
 
+    /// One tick at `t`, then the plan after it (`after`, `idle`): the resources read.
+    fn tick_and_plan(
+        sampler: &mut Sampler,
+        r: &mut SampleReader,
+        t: u64,
+        after: &dyn Fn(ResourceId) -> std::time::Duration,
+        idle: std::time::Duration,
+    ) -> Vec<u16> {
+        let mut seen = Vec::new();
+        sampler.tick_into(t, &mut |s| seen.push(s.resource.0));
+        sampler.plan(after, idle);
+        r.drain(|_| {});
+        seen
+    }
+
     #[test]
     fn each_source_is_read_when_its_resources_are_due_and_the_first_due_is_said() {
         use std::time::Duration;
@@ -539,13 +554,8 @@ mod tests {
         // fast due at 100 ms, slow at 1 s, both at 1 s (it emitted only `slow` so far),
         // idle at 900 ms.
         assert_eq!(sampler.next_due_ns(), Some(100 * MS));
-        let mut read = |sampler: &mut Sampler, t: u64| {
-            let mut seen = Vec::new();
-            sampler.tick_into(t, &mut |s| seen.push(s.resource.0));
-            sampler.plan(&after, idle);
-            r.drain(|_| {});
-            seen
-        };
+        let mut read =
+            |sampler: &mut Sampler, t: u64| tick_and_plan(sampler, &mut r, t, &after, idle);
         assert_eq!(read(&mut sampler, 100 * MS), vec![0]);
         assert_eq!(sampler.next_due_ns(), Some(200 * MS));
         // (`fast` may be read from 150 ms on, half its delay early: see the next test.)
@@ -578,13 +588,9 @@ mod tests {
             ],
         );
         let mut read = |sampler: &mut Sampler, t: u64, b_after_ms: u64| {
-            let mut seen = Vec::new();
-            sampler.tick_into(t, &mut |s| seen.push(s.resource.0));
             let after =
                 |id: ResourceId| Duration::from_millis(if id == b { b_after_ms } else { 1000 });
-            sampler.plan(&after, Duration::from_secs(1));
-            r.drain(|_| {});
-            seen
+            tick_and_plan(sampler, &mut r, t, &after, Duration::from_secs(1))
         };
         // `b` is planned on a phase of its own: 200 ms after the others' first read.
         assert_eq!(read(&mut sampler, 0, 200), vec![0, 1, 2]);
@@ -616,11 +622,7 @@ mod tests {
         );
         let after = |id: ResourceId| Duration::from_millis(if id == fast { 100 } else { 1050 });
         let mut read = |sampler: &mut Sampler, t: u64| {
-            let mut seen = Vec::new();
-            sampler.tick_into(t, &mut |s| seen.push(s.resource.0));
-            sampler.plan(&after, Duration::from_secs(1));
-            r.drain(|_| {});
-            seen
+            tick_and_plan(sampler, &mut r, t, &after, Duration::from_secs(1))
         };
         assert_eq!(read(&mut sampler, 0), vec![0, 1]);
         // `slow` is due at 1.05 s, within its slack from 525 ms, but the fast ticks come
@@ -668,11 +670,7 @@ mod tests {
         );
         let after = |id: ResourceId| Duration::from_millis(if id == cgroup { 1000 } else { 1200 });
         let mut read = |sampler: &mut Sampler, t: u64| {
-            let mut seen = Vec::new();
-            sampler.tick_into(t, &mut |s| seen.push(s.resource.0));
-            sampler.plan(&after, Duration::from_secs(1));
-            r.drain(|_| {});
-            seen
+            tick_and_plan(sampler, &mut r, t, &after, Duration::from_secs(1))
         };
         assert_eq!(read(&mut sampler, 0), vec![0, 1]);
         // At 700 ms `disk` (due at 1.2 s) is within its slack and before the cgroup's next
