@@ -79,16 +79,6 @@ rss_kib() { # sum of VmRSS of the PIDs given
         awk '{s += $1} END {printf "%d\n", s}'
 }
 
-# Starts one run: a process-group leader named wd-bench-tgt with 9 children; prints its
-# PID and the time it was started, as "PID START".
-start_run() {
-    local life=$1 t0
-    t0=$(date +%s.%N)
-    setsid bash -c 'for i in 1 2 3 4 5 6 7 8 9; do sleep "$1" & done; wait' wd-bench-tgt "$life" \
-        </dev/null >/dev/null 2>&1 &
-    echo "$! $t0"
-}
-
 stop_runs() { # the runs (process groups) and the watchdogs
     kill_groups "${PIDS[@]:-}"
     wait 2>/dev/null || true
@@ -102,16 +92,6 @@ churn() { # a short process every 100 ms until killed
 rows="$WORK/rows.tsv"
 : >"$rows"
 
-daemon_keys() { # the daemon's own keys, everything it writes under $WORK
-    cat <<EOF
-interval = "100ms"
-scan_interval = "250ms"
-socket = "$WORK/daemon.sock"
-request_dir = "$WORK/users"
-state_dir = "$WORK/state"
-EOF
-}
-
 measure() { # $1 = daemon|single, $2 = N; appends "mode N cpu_pct rss_mib" to rows
     local mode=$1 n=$2 life=$((WARMUP + DURATION + 60)) watchers=() started=() i still=()
     if [ "${STILL_MEMINFO:-0}" = 1 ]; then
@@ -120,19 +100,7 @@ measure() { # $1 = daemon|single, $2 = N; appends "mode N cpu_pct rss_mib" to ro
         still=(unshare -m --propagation private sh -c 'mount --bind "$0" /proc/meminfo && exec "$@"' "$WORK/meminfo")
     fi
     if [ "$mode" = daemon ]; then
-        { daemon_keys; cat <<EOF
-
-[[rule]]
-name = "bench"
-[rule.match]
-command = "wd-bench-tgt"
-[rule.watch]
-gpu = "off"
-notify = false
-disks = ["/", "/dev/shm"]
-${MEM_LIMIT:+mem_limit = \"$MEM_LIMIT\"}
-EOF
-        } >"$WORK/daemon.toml"
+        bench_daemon_config "$WORK" bench >"$WORK/daemon.toml"
         mkdir -p "$WORK/state"
         "${still[@]}" "$WATCHDOG" daemon --config "$WORK/daemon.toml" 2>"$WORK/daemon.log" &
         watchers+=("$!")
@@ -140,7 +108,7 @@ EOF
         for _ in $(seq 100); do [ -S "$WORK/daemon.sock" ] && break; sleep 0.1; done
     fi
     for i in $(seq "$n"); do
-        read -r pid t0 < <(start_run "$life")
+        read -r pid t0 < <(start_bench_run "$life")
         PIDS+=("$pid")
         started+=("$pid $t0")
         if [ "$mode" = single ]; then
@@ -219,7 +187,7 @@ with open(os.path.join(os.path.dirname(__file__), "started", str(os.getpid())), 
     f.write(f"{time.time():.6f}")
 time.sleep(60)
 PY
-    { daemon_keys; cat <<TOML
+    { bench_daemon_config "$WORK"; cat <<TOML
 
 [[rule]]
 name = "chains"

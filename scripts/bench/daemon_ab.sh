@@ -35,29 +35,13 @@ trap 'kill_groups "${PIDS[@]:-}"; wait 2>/dev/null; rm -rf "$WORK"' EXIT
 
 cat /proc/meminfo >"$WORK/meminfo"
 for _ in $(seq "$N"); do
-    setsid bash -c 'for i in 1 2 3 4 5 6 7 8 9; do sleep 3600 & done; wait' wd-bench-tgt \
-        </dev/null >/dev/null 2>&1 &
-    PIDS+=("$!")
+    read -r pid _ < <(start_bench_run 3600)
+    PIDS+=("$pid")
 done
 
 start_daemon() { # $1 = binary, $2 = its directory; prints its PID
     mkdir -p "$2/state"
-    cat >"$2/daemon.toml" <<TOML
-interval = "100ms"
-scan_interval = "250ms"
-socket = "$2/daemon.sock"
-request_dir = "$2/users"
-state_dir = "$2/state"
-
-[[rule]]
-name = "bench"
-[rule.match]
-command = "wd-bench-tgt"
-[rule.watch]
-gpu = "off"
-notify = false
-disks = ["/", "/dev/shm"]
-TOML
+    bench_daemon_config "$2" bench >"$2/daemon.toml"
     # unshare execs sh, which execs the watchdog: $! stays the watchdog's PID.
     unshare -m --propagation private sh -c 'mount --bind "$0" /proc/meminfo && exec "$@"' \
         "$WORK/meminfo" "$1" daemon --config "$2/daemon.toml" >/dev/null 2>"$2/daemon.log" </dev/null &

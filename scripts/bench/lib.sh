@@ -16,3 +16,39 @@ kill_groups() {
 clean_up_at_exit() {
     trap 'kill_groups "${PIDS[@]:-}"; rm -rf "$WORK"' EXIT
 }
+
+# Starts one bench run: a process-group leader named wd-bench-tgt with 9 children sleeping
+# $1 seconds; prints its PID and the time it was started, as "PID START".
+start_bench_run() {
+    local life=$1 t0
+    t0=$(date +%s.%N)
+    setsid bash -c 'for i in 1 2 3 4 5 6 7 8 9; do sleep "$1" & done; wait' wd-bench-tgt "$life" \
+        </dev/null >/dev/null 2>&1 &
+    echo "$! $t0"
+}
+
+# A bench daemon's config: its own keys, everything it writes under $1 (10 Hz, a scan every
+# 250 ms), and with $2 = bench the rule taking the bench runs (GPU off, / and /dev/shm, and
+# MEM_LIMIT as mem_limit when set); the caller appends any other rule.
+bench_daemon_config() {
+    cat <<EOF
+interval = "100ms"
+scan_interval = "250ms"
+socket = "$1/daemon.sock"
+request_dir = "$1/users"
+state_dir = "$1/state"
+EOF
+    [ "${2:-}" = bench ] || return 0
+    cat <<EOF
+
+[[rule]]
+name = "bench"
+[rule.match]
+command = "wd-bench-tgt"
+[rule.watch]
+gpu = "off"
+notify = false
+disks = ["/", "/dev/shm"]
+${MEM_LIMIT:+mem_limit = \"$MEM_LIMIT\"}
+EOF
+}
