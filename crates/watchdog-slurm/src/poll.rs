@@ -1,0 +1,190 @@
+//! Asks the controller for one job's end on a thread of its own: at start, then every
+//! period, and on demand before the watchdog acts on the end. The loop never waits for
+//! the controller; it reads the latest answer and what changed since it last looked.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use crate::controller::{Controller, ControllerError};
+use crate::view::JobView;
+
+/// One answer of the controller.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EndReading {
+    /// The job as squeue showed it.
+    pub view: JobView,
+    /// When it was read.
+    pub at: Instant,
+}
+
+/// What changed since the last [`EndPoller::news`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum News {
+    /// The end is known for the first time, or moved (`None`: no limit).
+    End(Option<u64>),
+    /// The controller did not answer (said once until it answers again).
+    Unanswered(String),
+    /// It answers again after not answering.
+    Answered,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    latest: Option<EndReading>,
+    /// The end last reported by `news`; `None`: not yet reported.
+    said_end: Option<Option<u64>>,
+    /// An error not yet reported, and whether the last ask failed.
+    error: Option<String>,
+    failing: bool,
+    said_failing: bool,
+}
+
+/// The end of one job, kept fresh by a thread.
+#[derive(Debug)]
+pub struct EndPoller {
+    job: u64,
+    controller: Controller,
+    state: Arc<Mutex<State>>,
+    /// The end in unix milliseconds, `u64::MAX` while none is known: what the runtime
+    /// source reads on every sample.
+    end_ms: Arc<AtomicU64>,
+    /// Dropped to end the thread (after the question it may be waiting on).
+    stop: Option<Sender<()>>,
+}
+
+impl EndPoller {
+    /// Starts asking for job `job`'s end at once, then every `period`.
+    pub fn start(controller: Controller, job: u64, period: Duration) -> EndPoller {
+        let state = Arc::new(Mutex::new(State::default()));
+        let end_ms = Arc::new(AtomicU64::new(u64::MAX));
+        let (stop, stopped) = mpsc::channel::<()>();
+        {
+            let (controller, shared, end_ms) = (controller.clone(), state.clone(), end_ms.clone());
+            let spawned = std::thread::Builder::new()
+                .name("watchdog-slurm".into())
+                .spawn(move || {
+                    loop {
+                        // Kept in the state; the loop reads it from there.
+                        let _ = record(&shared, &end_ms, controller.view(job));
+                        match stopped.recv_timeout(period) {
+                            Err(RecvTimeoutError::Timeout) => continue,
+                            _ => break,
+                        }
+                    }
+                });
+            if let Err(e) = spawned {
+                record_error(&state, format!("cannot start the thread that asks SLURM: {e}"));
+            }
+        }
+        EndPoller {
+            job,
+            controller,
+            state,
+            end_ms,
+            stop: Some(stop),
+        }
+    }
+
+    /// The job's ID.
+    pub fn job(&self) -> u64 {
+        self.job
+    }
+
+    /// The cell holding the end in unix milliseconds (`u64::MAX`: none known).
+    pub fn end_cell(&self) -> Arc<AtomicU64> {
+        self.end_ms.clone()
+    }
+
+    /// The latest answer.
+    pub fn latest(&self) -> Option<EndReading> {
+        self.lock().latest.clone()
+    }
+
+    /// Asks now, on the caller's thread (before acting on the end).
+    pub fn ask_now(&self) -> Result<EndReading, String> {
+        record(&self.state, &self.end_ms, self.controller.view(self.job))
+    }
+
+    /// Asks now unless the latest answer is younger than `fresh`.
+    pub fn fresh_within(&self, fresh: Duration) -> Result<EndReading, String> {
+        match self.latest() {
+            Some(r) if r.at.elapsed() <= fresh => Ok(r),
+            _ => self.ask_now(),
+        }
+    }
+
+    /// What changed since the last call, oldest first.
+    pub fn news(&self) -> Vec<News> {
+        let mut s = self.lock();
+        let mut out = Vec::new();
+        if let Some(e) = s.error.take()
+            && !s.said_failing
+        {
+            s.said_failing = true;
+            out.push(News::Unanswered(e));
+        }
+        if !s.failing && s.said_failing {
+            s.said_failing = false;
+            out.push(News::Answered);
+        }
+        if let Some(r) = &s.latest {
+            let end = r.view.end_unix;
+            if s.said_end != Some(end) {
+                s.said_end = Some(end);
+                out.push(News::End(end));
+            }
+        }
+        out
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Keeps one answer: the latest reading and the end cell, or the error.
+fn record(
+    state: &Mutex<State>,
+    end_ms: &AtomicU64,
+    answer: Result<JobView, ControllerError>,
+) -> Result<EndReading, String> {
+    let mut s = state.lock().unwrap_or_else(PoisonError::into_inner);
+    match answer {
+        Ok(view) => {
+            let ms = view
+                .end_unix
+                .map_or(u64::MAX, |secs| secs.saturating_mul(1000));
+            end_ms.store(ms, Ordering::Relaxed);
+            let reading = EndReading {
+                view,
+                at: Instant::now(),
+            };
+            s.latest = Some(reading.clone());
+            s.failing = false;
+            s.error = None;
+            Ok(reading)
+        }
+        Err(e) => {
+            drop(s);
+            let text = e.to_string();
+            record_error(state, text.clone());
+            Err(text)
+        }
+    }
+}
+
+/// Keeps an error, to be said once.
+fn record_error(state: &Mutex<State>, text: String) {
+    let mut s = state.lock().unwrap_or_else(PoisonError::into_inner);
+    s.failing = true;
+    s.error = Some(text);
+}
+
+impl Drop for EndPoller {
+    fn drop(&mut self) {
+        // Not joined: a question in flight may take the controller's timeout.
+        drop(self.stop.take());
+    }
+}

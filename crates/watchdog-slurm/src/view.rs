@@ -1,0 +1,174 @@
+//! What the controller says of one job: `squeue -h -j ID -o '%e %T %r'` with
+//! `SLURM_TIME_FORMAT=%s` ([`parse_view`]) and `scontrol show job -o ID` ([`parse_facts`]).
+//! Pure.
+
+/// One job as `squeue` shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobView {
+    /// The job's end, unix seconds; `None` when it has no time limit (`UNLIMITED`, or an
+    /// end squeue does not know).
+    pub end_unix: Option<u64>,
+    /// `%T`: `RUNNING`, `PENDING`, `COMPLETING`, `TIMEOUT`, `CANCELLED`, `PREEMPTED`, ...
+    pub state: String,
+    /// `%r`: why the job is in that state (`None`, `TimeLimit`, `BeginTime`, ...).
+    pub reason: String,
+}
+
+/// How the controller says a job ended (or is ending).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JobEnd {
+    /// Its time limit (`TIMEOUT`, or `Reason=TimeLimit`).
+    TimeLimit,
+    /// `scancel` (`CANCELLED`).
+    Cancelled,
+    /// Preempted by a job of higher priority (`PREEMPTED`).
+    Preempted,
+}
+
+impl JobView {
+    /// The end the state or reason shows, if any.
+    pub fn end(&self) -> Option<JobEnd> {
+        let state = self.state.to_ascii_uppercase();
+        if state.starts_with("TIMEOUT") || self.reason.eq_ignore_ascii_case("TimeLimit") {
+            Some(JobEnd::TimeLimit)
+        } else if state.starts_with("PREEMPT") {
+            Some(JobEnd::Preempted)
+        } else if state.starts_with("CANCEL") {
+            Some(JobEnd::Cancelled)
+        } else {
+            None
+        }
+    }
+}
+
+/// Parses the one line `squeue -h -j ID -o '%e %T %r'` printed with
+/// `SLURM_TIME_FORMAT=%s`; `None` for anything else (no line, several jobs, a forged
+/// state).
+pub fn parse_view(output: &str) -> Option<JobView> {
+    let mut lines = output.lines().filter(|l| !l.trim().is_empty());
+    let line = lines.next()?;
+    if lines.next().is_some() {
+        return None;
+    }
+    let mut fields = line.split_whitespace();
+    let end = fields.next()?;
+    let state = fields.next()?;
+    let reason = fields.collect::<Vec<_>>().join(" ");
+    let word = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 64
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_-:,()".contains(&b))
+    };
+    if !word(state) || !(reason.is_empty() || reason.split(' ').all(word)) {
+        return None;
+    }
+    let end_unix = match end.parse::<u64>() {
+        Ok(0) => None,
+        Ok(secs) => Some(secs),
+        // UNLIMITED, Unknown, N/A, NONE: no end.
+        _ if end.bytes().all(|b| b.is_ascii_alphabetic() || b == b'/') => None,
+        _ => return None,
+    };
+    Some(JobView {
+        end_unix,
+        state: state.to_string(),
+        reason,
+    })
+}
+
+/// What `scontrol show job -o` says that decides whether a requeue can work.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct JobFacts {
+    /// `Requeue=1`: the job may be requeued.
+    pub requeue: Option<bool>,
+    /// `BatchFlag=1`: a batch job (only those can be requeued).
+    pub batch: Option<bool>,
+    /// `Restarts=N`.
+    pub restarts: Option<u32>,
+}
+
+/// Parses `scontrol show job -o ID`'s one line (space-separated `Key=Value` fields; only
+/// the single-word fields read here are trusted).
+pub fn parse_facts(output: &str) -> JobFacts {
+    let mut facts = JobFacts::default();
+    for field in output.split_whitespace() {
+        let Some((key, value)) = field.split_once('=') else {
+            continue;
+        };
+        let flag = || match value {
+            "0" => Some(false),
+            "1" => Some(true),
+            _ => None,
+        };
+        match key {
+            "Requeue" => facts.requeue = flag(),
+            "BatchFlag" => facts.batch = flag(),
+            "Restarts" => facts.restarts = value.parse().ok(),
+            _ => {}
+        }
+    }
+    facts
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_running_job_with_a_time_limit() {
+        let v = parse_view("1795864321 RUNNING None\n").unwrap();
+        assert_eq!(v.end_unix, Some(1_795_864_321));
+        assert_eq!((v.state.as_str(), v.reason.as_str()), ("RUNNING", "None"));
+        assert_eq!(v.end(), None);
+    }
+
+    #[test]
+    fn ends_the_controller_reports() {
+        let end = |s: &str| parse_view(s).unwrap().end();
+        assert_eq!(end("1795864321 TIMEOUT TimeLimit"), Some(JobEnd::TimeLimit));
+        assert_eq!(end("1795864321 COMPLETING TimeLimit"), Some(JobEnd::TimeLimit));
+        assert_eq!(end("1795864321 CANCELLED None"), Some(JobEnd::Cancelled));
+        assert_eq!(end("1795864321 PREEMPTED None"), Some(JobEnd::Preempted));
+        assert_eq!(end("1795864321 PENDING BeginTime"), None);
+    }
+
+    #[test]
+    fn no_end_for_an_unlimited_job() {
+        for end in ["UNLIMITED", "Unknown", "N/A", "NONE", "0"] {
+            let v = parse_view(&format!("{end} RUNNING None")).unwrap();
+            assert_eq!(v.end_unix, None, "{end}");
+        }
+    }
+
+    #[test]
+    fn anything_else_is_no_answer() {
+        for bad in [
+            "",
+            "\n",
+            "1795864321",
+            "1795864321 RUNNING None\n1795864322 RUNNING None\n",
+            "-5 RUNNING None",
+            "17958x RUNNING None",
+            "1795864321 RUN\x1b[2J None",
+            "slurm_load_jobs error: Invalid job id specified",
+        ] {
+            assert_eq!(parse_view(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn facts_of_scontrol_show_job() {
+        let line = "JobId=5 JobName=train UserId=wdslurm(1001) JobState=RUNNING Reason=None \
+                    Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0 \
+                    Command=/tmp/a b/job.sh WorkDir=/tmp/a b";
+        let f = parse_facts(line);
+        assert_eq!(f.requeue, Some(true));
+        assert_eq!(f.batch, Some(true));
+        assert_eq!(f.restarts, Some(0));
+        let f = parse_facts("JobId=6 Requeue=0 BatchFlag=0 Restarts=x");
+        assert_eq!((f.requeue, f.batch, f.restarts), (Some(false), Some(false), None));
+        assert_eq!(parse_facts("garbage"), JobFacts::default());
+    }
+}
