@@ -199,6 +199,11 @@ impl EventLog {
         }
     }
 
+    /// Waits until what was appended is on disk (before an act that ends the watchdog).
+    pub fn sync(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+
     /// Appends an event stamped with the current time.
     pub fn append_now(&mut self, body: EventBody) -> Result<(), EventLogError> {
         self.append(&Event {

@@ -90,6 +90,8 @@ pub(crate) fn env_path(var: &str) -> Option<PathBuf> {
 
 /// Shortest supported sampling interval.
 pub const MIN_INTERVAL: Duration = Duration::from_millis(1);
+/// Shortest `slurm_poll`: each poll is one request to the SLURM controller.
+pub const MIN_SLURM_POLL: Duration = Duration::from_secs(30);
 
 impl Settings {
     /// How often the tree is walked and its RSS summed when that is less often than every
@@ -236,6 +238,27 @@ impl Settings {
                 "restart_per_hour",
                 "invalid restart-per-hour '0': expected at least 1".into(),
             ));
+        }
+        if self.slurm_poll < MIN_SLURM_POLL {
+            let poll = watchdog_types::units::format_duration_s(self.slurm_poll.as_secs_f64());
+            return Err((
+                "slurm_poll",
+                format!(
+                    "invalid slurm-poll '{poll}': expected at least 30s (each poll is a request to the SLURM controller)"
+                ),
+            ));
+        }
+        if let Some(path) = &self.checkpoint_record {
+            let dir = watchdog_types::fs::parent_dir(path);
+            if path.file_name().is_none() || !dir.is_dir() {
+                return Err((
+                    "checkpoint_record",
+                    format!(
+                        "invalid checkpoint record {}: expected a file path in an existing directory",
+                        quoted(path)
+                    ),
+                ));
+            }
         }
         if let Some(deadline) = self.deadline
             && deadline <= jiff::Timestamp::now()

@@ -75,6 +75,16 @@ pub fn parse_restart_on(s: &str) -> Result<RestartOn, String> {
                     "invalid restart-on 'runtime_limit': a run stopped at its runtime limit has no time left to restart; {expected}"
                 ));
             }
+            Ok(kind @ (VerdictKind::Cancelled | VerdictKind::Preempted)) => {
+                return Err(format!(
+                    "invalid restart-on '{kind}': a job the scheduler {} is not started again in its place; {expected}",
+                    if kind == VerdictKind::Cancelled {
+                        "cancelled was stopped on purpose and"
+                    } else {
+                        "preempted has lost its machine and"
+                    }
+                ));
+            }
             Ok(VerdictKind::WatchdogSignal) => {
                 return Err(format!(
                     "invalid restart-on 'watchdog_signal': a run its own checkpoint signal ended would end the same way; {expected}"

@@ -378,6 +378,34 @@ settings! {
         #[arg(long, value_name = "N", value_parser = Utf8(parse_count))]
         restart_per_hour: Option<u32>
     }
+
+    /// How often the SLURM controller is asked for the job's end.
+    slurm_poll: Duration, default Duration::from_secs(300), file "crate::de_duration";
+    flag {
+        /// In a SLURM job without SLURM_JOB_END_TIME, ask the controller for the job's end
+        /// this often (one squeue of that job; at least 30s) [default: 5m].
+        #[arg(long, value_name = "DUR", value_parser = Utf8(options::parse_duration))]
+        slurm_poll: Option<Duration>
+    }
+
+    /// Requeue the SLURM job after the save before its end.
+    requeue: bool, default false;
+    flag {
+        /// `run` in a SLURM batch job only: once the save asked before the job's end is
+        /// acknowledged, requeue the job (scontrol requeue), once per allocation (docs/slurm.md).
+        #[arg(long)]
+        requeue: bool => |on: bool| on.then_some(true)
+    }
+
+    /// Where the record of acknowledged checkpoints is kept; `None`: the run's working
+    /// directory's `.watchdog-checkpoints.json`.
+    checkpoint_record: PathBuf;
+    flag {
+        /// The record of acknowledged checkpoints that outlives the job
+        /// [default: .watchdog-checkpoints.json in the run's working directory].
+        #[arg(long, value_name = "PATH")]
+        checkpoint_record: Option<PathBuf>
+    }
 }
 
 #[cfg(test)]

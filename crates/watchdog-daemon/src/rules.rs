@@ -96,6 +96,14 @@ pub const REFUSED_WATCH_KEYS: &[(&str, &str)] = &[
         "restart_per_hour",
         "the daemon does not restart runs (see docs/restart.md)",
     ),
+    (
+        "requeue",
+        "the daemon does not requeue SLURM jobs; run the job's command under `watchdog --requeue run` (see docs/slurm.md)",
+    ),
+    (
+        "checkpoint_record",
+        "the daemon never reads or writes a run's checkpoint record (see docs/slurm.md)",
+    ),
 ];
 
 /// The daemon's config: its own settings and its rules, in file order.

@@ -278,6 +278,14 @@ impl Engine {
         });
     }
 
+    /// Says where resource `id`'s figures and limit now come from: the `source` of the next
+    /// `limit` event (a scheduler moved the end, say).
+    pub fn describe(&mut self, id: ResourceId, source: String) {
+        if let Some(st) = self.states.get_mut(id.0 as usize) {
+            st.resource.source = source;
+        }
+    }
+
     /// Sets the longest interval between two samples of a far resource (`max_interval`);
     /// it is clamped when used ([`max_interval_s`](Self::max_interval_s)).
     pub fn set_max_interval(&mut self, max_interval_s: f64) {

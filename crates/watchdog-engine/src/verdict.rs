@@ -48,6 +48,18 @@ pub struct ExitFacts {
     pub resources: Vec<ResourceEnd>,
     /// The signal the watchdog sent the target itself, if it sent one.
     pub sent_signal: Option<i32>,
+    /// How the scheduler says the job ended, when it says (the SLURM controller).
+    pub scheduler: Option<SchedulerEnd>,
+}
+
+/// The end of a job as its scheduler reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SchedulerEnd {
+    /// `RuntimeLimit`, `Cancelled` or `Preempted`.
+    pub kind: VerdictKind,
+    /// What it said, for the evidence (`the SLURM controller reports job 12 TIMEOUT
+    /// (TimeLimit)`).
+    pub said: String,
 }
 
 /// A CUDA out-of-memory error as the run's client reported it, with what the watchdog
@@ -268,10 +280,40 @@ pub fn diagnose_with(f: &ExitFacts, cuda_oom: Option<&CudaOom>) -> Verdict {
         };
     }
 
-    // 3. The runtime limit.
+    // 3. The scheduler's own word: its time limit, a cancel, a preemption.
+    let clean_exit = matches!(f.exit, Some(TargetExit::Code(0)));
+    if let Some(end) = &f.scheduler
+        && !clean_exit
+        && crash.is_none()
+    {
+        evidence.push(end.said.clone());
+        if let Some(r) = f
+            .resources
+            .iter()
+            .find(|r| r.kind == ResourceKind::Runtime && r.limit != u64::MAX && r.limit > 0)
+        {
+            evidence.push(format!(
+                "it had run {} of its {} limit",
+                format_duration_s(r.last_used as f64 / 1e3),
+                format_duration_s(r.limit as f64 / 1e3)
+            ));
+        }
+        push_status(&mut evidence, f.exit);
+        let summary = match end.kind {
+            VerdictKind::Cancelled => "the job was cancelled (scancel)",
+            VerdictKind::Preempted => "the job was preempted",
+            _ => "the runtime limit was reached",
+        };
+        return Verdict {
+            kind: end.kind,
+            summary: summary.to_string(),
+            evidence,
+        };
+    }
+
+    // 4. The runtime limit.
     // A run that exits 0 past its limit ended on its own; one killed (or gone without a
     // status) at the limit was ended by the platform.
-    let clean_exit = matches!(f.exit, Some(TargetExit::Code(0)));
     if let Some(r) = f.resources.iter().find(|r| {
         r.kind == ResourceKind::Runtime
             && r.limit != u64::MAX
@@ -295,7 +337,7 @@ pub fn diagnose_with(f: &ExitFacts, cuda_oom: Option<&CudaOom>) -> Verdict {
 
     let failed = !matches!(f.exit, Some(TargetExit::Code(0)));
 
-    // 4. A full filesystem (a full /dev/shm ends DataLoader workers with SIGBUS).
+    // 5. A full filesystem (a full /dev/shm ends DataLoader workers with SIGBUS).
     let full: Vec<&ResourceEnd> = f
         .resources
         .iter()
@@ -327,7 +369,7 @@ pub fn diagnose_with(f: &ExitFacts, cuda_oom: Option<&CudaOom>) -> Verdict {
         };
     }
 
-    // 5. A GPU at its memory limit just before a failed exit: a likely CUDA OOM.
+    // 6. A GPU at its memory limit just before a failed exit: a likely CUDA OOM.
     if failed
         && let Some(r) = f
             .resources
@@ -352,7 +394,7 @@ pub fn diagnose_with(f: &ExitFacts, cuda_oom: Option<&CudaOom>) -> Verdict {
         };
     }
 
-    // 6. A fault or abort of its own, which no other process sends.
+    // 7. A fault or abort of its own, which no other process sends.
     if let (Some(s), Some(cause)) = (killed_by, crash) {
         return Verdict {
             kind: VerdictKind::Crash,
@@ -364,7 +406,7 @@ pub fn diagnose_with(f: &ExitFacts, cuda_oom: Option<&CudaOom>) -> Verdict {
         };
     }
 
-    // 7. No resource explains it.
+    // 8. No resource explains it.
     match f.exit {
         Some(TargetExit::Code(c)) => Verdict {
             kind: VerdictKind::Exited,
@@ -456,7 +498,54 @@ mod tests {
             kernel_oom_line: None,
             resources,
             sent_signal: None,
+            scheduler: None,
         }
+    }
+
+    /// The SLURM controller's word decides between a time limit, a cancel and a
+    /// preemption; a clean exit or a crash is the run's own end whatever it says; an OOM
+    /// kill stays one.
+    #[test]
+    fn the_schedulers_word_on_how_the_job_ended() {
+        let said = |kind| SchedulerEnd {
+            kind,
+            said: "the SLURM controller reports job 7 X".into(),
+        };
+        let runtime = res("runtime", ResourceKind::Runtime, 78_000, 60_000);
+        let term = Some(TargetExit::Signal(libc::SIGTERM));
+        for kind in [
+            VerdictKind::RuntimeLimit,
+            VerdictKind::Cancelled,
+            VerdictKind::Preempted,
+        ] {
+            let v = diagnose(&ExitFacts {
+                scheduler: Some(said(kind)),
+                ..facts(term, vec![runtime.clone()])
+            });
+            assert_eq!(v.kind, kind);
+            assert!(
+                v.evidence[0].contains("SLURM controller"),
+                "{:?}",
+                v.evidence
+            );
+        }
+        let cancelled = Some(said(VerdictKind::Cancelled));
+        let clean = diagnose(&ExitFacts {
+            scheduler: cancelled.clone(),
+            ..facts(Some(TargetExit::Code(0)), vec![])
+        });
+        assert_eq!(clean.kind, VerdictKind::Exited);
+        let crash = diagnose(&ExitFacts {
+            scheduler: cancelled.clone(),
+            ..facts(Some(TargetExit::Signal(libc::SIGSEGV)), vec![])
+        });
+        assert_eq!(crash.kind, VerdictKind::Crash);
+        let oom = diagnose(&ExitFacts {
+            scheduler: cancelled,
+            oom_kills: Some((0, 1)),
+            ..facts(Some(TargetExit::Signal(libc::SIGKILL)), vec![])
+        });
+        assert_eq!(oom.kind, VerdictKind::OomKill);
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! sit beside it; those of a whole file read and drawn are `watchdog-report`'s.
 #![deny(missing_docs)]
 
+pub mod checkpoint_record;
 pub mod recording;
 pub mod step_trace;
 pub mod text;

@@ -15,6 +15,8 @@
 //! inside an older runtime makes that an overestimate of the time left, which is why the
 //! description says where the limit came from.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use watchdog_types::{ResourceId, ResourceKind, Sample};
@@ -93,11 +95,23 @@ pub fn runtime_limit(
     None
 }
 
+/// The limit of a `runtime` source: fixed, or an end someone else keeps up to date.
+#[derive(Debug)]
+enum Limit {
+    /// Milliseconds from the target's start.
+    Fixed(u64),
+    /// The end in unix milliseconds (`u64::MAX`: none known), and the target's start.
+    Until {
+        end_unix_ms: Arc<AtomicU64>,
+        start_unix_ms: u64,
+    },
+}
+
 /// The `runtime` source: milliseconds since the target started against the limit.
 #[derive(Debug)]
 pub struct Runtime {
     id: ResourceId,
-    limit_ms: u64,
+    limit: Limit,
     /// Target's age when the source was made, and the monotonic instant of that reading:
     /// the age advances with the monotonic clock, immune to wall-clock steps.
     age_at_anchor: Duration,
@@ -116,9 +130,45 @@ impl Runtime {
         let id = table.register(ResourceKind::Runtime, "runtime".into(), source);
         Self {
             id,
-            limit_ms: u64::try_from(limit.as_millis()).unwrap_or(u64::MAX),
+            limit: Limit::Fixed(u64::try_from(limit.as_millis()).unwrap_or(u64::MAX)),
             age_at_anchor: since(target_start, SystemTime::now()),
             anchor: Instant::now(),
+        }
+    }
+
+    /// Registers `runtime` with the limit at `end_unix_ms` (unix milliseconds, `u64::MAX`
+    /// while none is known), read at every sample: an end that a scheduler moves.
+    pub fn until(
+        target_start: SystemTime,
+        end_unix_ms: Arc<AtomicU64>,
+        source: String,
+        table: &mut ResourceTable,
+    ) -> Self {
+        let id = table.register(ResourceKind::Runtime, "runtime".into(), source);
+        let start_unix_ms = since(SystemTime::UNIX_EPOCH, target_start).as_millis();
+        Self {
+            id,
+            limit: Limit::Until {
+                end_unix_ms,
+                start_unix_ms: u64::try_from(start_unix_ms).unwrap_or(u64::MAX),
+            },
+            age_at_anchor: since(target_start, SystemTime::now()),
+            anchor: Instant::now(),
+        }
+    }
+
+    /// The limit now, milliseconds from the target's start (`u64::MAX`: none).
+    fn limit_ms(&self) -> u64 {
+        match &self.limit {
+            Limit::Fixed(ms) => *ms,
+            Limit::Until {
+                end_unix_ms,
+                start_unix_ms,
+            } => match end_unix_ms.load(Ordering::Relaxed) {
+                u64::MAX => u64::MAX,
+                // An end before the start alerts at once (0 is "unlimited" to the predictor).
+                end => end.saturating_sub(*start_unix_ms).max(1),
+            },
         }
     }
 
@@ -147,7 +197,7 @@ impl Source for Runtime {
             resource: self.id,
             t_ns: tick.now_ns,
             used: u64::try_from(self.age().as_millis()).unwrap_or(u64::MAX),
-            limit: self.limit_ms,
+            limit: self.limit_ms(),
         });
         Ok(Outcome::Sampled)
     }
@@ -290,5 +340,42 @@ mod tests {
         assert_eq!(got[0].limit, 120_000);
         assert!((60_000..61_000).contains(&got[0].used), "{}", got[0].used);
         assert_eq!(table.get(rt.id()).unwrap().source, "--max-runtime 2m");
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod until_tests {
+    use super::*;
+
+    fn sample(source: &mut Runtime) -> Sample {
+        let mut got = None;
+        let tick = Tick {
+            now_ns: 1,
+            tree: &[],
+        };
+        source.sample(&tick, &mut |s| got = Some(s)).unwrap();
+        got.unwrap()
+    }
+
+    #[test]
+    fn an_end_that_moves_is_the_limit_at_each_sample() {
+        let mut table = ResourceTable::default();
+        let start = SystemTime::now() - Duration::from_secs(60);
+        let start_ms = start
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let end = Arc::new(AtomicU64::new(u64::MAX));
+        let mut source = Runtime::until(start, end.clone(), "slurm".into(), &mut table);
+        assert_eq!(sample(&mut source).limit, u64::MAX, "no end known yet");
+        end.store(start_ms + 120_000, Ordering::Relaxed);
+        let s = sample(&mut source);
+        assert_eq!(s.limit, 120_000);
+        assert!((59_000..65_000).contains(&s.used), "{}", s.used);
+        end.store(start_ms + 90_000, Ordering::Relaxed);
+        assert_eq!(sample(&mut source).limit, 90_000, "moved earlier");
+        end.store(start_ms - 1, Ordering::Relaxed);
+        assert_eq!(sample(&mut source).limit, 1, "already past: alerts at once");
     }
 }

@@ -218,7 +218,9 @@ mod tests {
     #[test]
     fn the_view_is_asked_of_one_job_with_unix_times_and_no_user_environment() {
         // The fake prints its arguments and what it was given, as squeue's one line.
-        let (_d, c) = fake(r#"[ "$*" = "-h -j 42 -o %e %T %r" ] && [ "$SLURM_TIME_FORMAT" = "%s" ] && [ -z "$HOME" ] && echo "1795864321 RUNNING None""#);
+        let (_d, c) = fake(
+            r#"[ "$*" = "-h -j 42 -o %e %T %r" ] && [ "$SLURM_TIME_FORMAT" = "%s" ] && [ -z "$HOME" ] && echo "1795864321 RUNNING None""#,
+        );
         let v = c.view(42).unwrap();
         assert_eq!(v.end_unix, Some(1_795_864_321));
     }

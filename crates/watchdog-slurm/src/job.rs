@@ -96,7 +96,11 @@ mod tests {
     fn no_job_outside_slurm_or_with_a_forged_id() {
         assert_eq!(Job::from_env(&env(&[("HOME", "/root")])), None);
         for bad in ["", "12;rm -rf /", "-1", "1 2", "abc"] {
-            assert_eq!(Job::from_env(&env(&[("SLURM_JOB_ID", bad)])), None, "{bad:?}");
+            assert_eq!(
+                Job::from_env(&env(&[("SLURM_JOB_ID", bad)])),
+                None,
+                "{bad:?}"
+            );
         }
     }
 }

@@ -50,7 +50,7 @@ pub struct EndPoller {
     /// The end in unix milliseconds, `u64::MAX` while none is known: what the runtime
     /// source reads on every sample.
     end_ms: Arc<AtomicU64>,
-    /// Dropped to end the thread (after the question it may be waiting on).
+    /// Nudges the thread; dropped, it ends the thread (after the question in flight).
     stop: Option<Sender<()>>,
 }
 
@@ -68,14 +68,18 @@ impl EndPoller {
                     loop {
                         // Kept in the state; the loop reads it from there.
                         let _ = record(&shared, &end_ms, controller.view(job));
+                        // A nudge asks at once; the poller dropped ends the thread.
                         match stopped.recv_timeout(period) {
-                            Err(RecvTimeoutError::Timeout) => continue,
-                            _ => break,
+                            Ok(()) | Err(RecvTimeoutError::Timeout) => continue,
+                            Err(RecvTimeoutError::Disconnected) => break,
                         }
                     }
                 });
             if let Err(e) = spawned {
-                record_error(&state, format!("cannot start the thread that asks SLURM: {e}"));
+                record_error(
+                    &state,
+                    format!("cannot start the thread that asks SLURM: {e}"),
+                );
             }
         }
         EndPoller {
@@ -100,6 +104,13 @@ impl EndPoller {
     /// The latest answer.
     pub fn latest(&self) -> Option<EndReading> {
         self.lock().latest.clone()
+    }
+
+    /// Has the thread ask now, without waiting for its answer.
+    pub fn nudge(&self) {
+        if let Some(tx) = &self.stop {
+            let _ = tx.send(());
+        }
     }
 
     /// Asks now, on the caller's thread (before acting on the end).

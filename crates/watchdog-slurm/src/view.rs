@@ -128,7 +128,10 @@ mod tests {
     fn ends_the_controller_reports() {
         let end = |s: &str| parse_view(s).unwrap().end();
         assert_eq!(end("1795864321 TIMEOUT TimeLimit"), Some(JobEnd::TimeLimit));
-        assert_eq!(end("1795864321 COMPLETING TimeLimit"), Some(JobEnd::TimeLimit));
+        assert_eq!(
+            end("1795864321 COMPLETING TimeLimit"),
+            Some(JobEnd::TimeLimit)
+        );
         assert_eq!(end("1795864321 CANCELLED None"), Some(JobEnd::Cancelled));
         assert_eq!(end("1795864321 PREEMPTED None"), Some(JobEnd::Preempted));
         assert_eq!(end("1795864321 PENDING BeginTime"), None);
@@ -168,7 +171,10 @@ mod tests {
         assert_eq!(f.batch, Some(true));
         assert_eq!(f.restarts, Some(0));
         let f = parse_facts("JobId=6 Requeue=0 BatchFlag=0 Restarts=x");
-        assert_eq!((f.requeue, f.batch, f.restarts), (Some(false), Some(false), None));
+        assert_eq!(
+            (f.requeue, f.batch, f.restarts),
+            (Some(false), Some(false), None)
+        );
         assert_eq!(parse_facts("garbage"), JobFacts::default());
     }
 }

@@ -153,6 +153,10 @@ pub enum VerdictKind {
     RuntimeLimit,
     /// A GPU was at its memory limit just before the exit.
     GpuOom,
+    /// The scheduler cancelled the job (`scancel`): a person's decision, never restarted.
+    Cancelled,
+    /// The scheduler or the cloud preempted the job: never restarted in place.
+    Preempted,
     /// Gone, with no status and no evidence.
     Unknown,
 }
@@ -436,6 +440,19 @@ pub enum EventBody {
         /// `--restart`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         attempt: Option<u32>,
+    },
+    /// `run --requeue` puts its SLURM job back in the queue after the save before its end
+    /// (written and flushed before `scontrol requeue` runs).
+    Requeue {
+        /// The job's ID (`SLURM_JOB_ID`).
+        job_id: u64,
+        /// `SLURM_RESTART_COUNT` of the allocation requeueing: the requeued job runs with
+        /// one more.
+        restart_count: u32,
+        /// The checkpoint acknowledged for the end, when the client named it.
+        path: Option<String>,
+        /// Its step, when known.
+        step: Option<u64>,
     },
     /// `run --restart` starts the command again after a failed attempt.
     Restart {

@@ -106,6 +106,8 @@ names!(VerdictKind, "verdict", {
     DiskFull => "disk_full",
     RuntimeLimit => "runtime_limit",
     GpuOom => "gpu_oom",
+    Cancelled => "cancelled",
+    Preempted => "preempted",
     Unknown => "unknown",
 });
 
@@ -170,7 +172,7 @@ mod tests {
         check(AlertReason::ALL, AlertReason::as_str);
         check(VerdictKind::ALL, VerdictKind::as_str);
         assert_eq!(ResourceKind::ALL.len(), 9);
-        assert_eq!(VerdictKind::ALL.len(), 9);
+        assert_eq!(VerdictKind::ALL.len(), 11);
     }
 
     #[test]

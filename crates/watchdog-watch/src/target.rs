@@ -226,10 +226,34 @@ pub fn comm(proc: &ProcRoot, pid: u32) -> String {
 pub type Forwarded =
     signal_hook::iterator::SignalsInfo<signal_hook::iterator::exfiltrator::WithOrigin>;
 
-/// Catches SIGINT, SIGTERM and SIGHUP (to forward them once the command runs).
+/// The signals that stop the run: forwarded whether or not the command catches them.
+const STOPS: [i32; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
+/// The other signals a scheduler or a person may send the watchdog for the run (SLURM's
+/// `--signal=B:USR1@120`, submitit's USR2, a time limit's SIGXCPU): forwarded to a command
+/// that catches them, never the watchdog's death. SIGUSR2 also writes the recording.
+fn passed_on() -> Vec<i32> {
+    let mut signals = vec![
+        libc::SIGUSR1,
+        libc::SIGUSR2,
+        libc::SIGALRM,
+        libc::SIGVTALRM,
+        libc::SIGPROF,
+        libc::SIGXCPU,
+        libc::SIGXFSZ,
+        libc::SIGQUIT,
+        libc::SIGIO,
+        libc::SIGPWR,
+    ];
+    signals.extend(libc::SIGRTMIN()..=libc::SIGRTMAX());
+    signals
+}
+
+/// Catches the stop signals and the ones passed on (to forward them once the command runs).
 pub fn catch_forwarded_signals() -> Result<Forwarded, Failure> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    Forwarded::new([SIGINT, SIGTERM, SIGHUP])
+    let mut all = STOPS.to_vec();
+    all.extend(passed_on());
+    Forwarded::new(all)
         .map_err(|e| Failure::Runtime(format!("cannot install signal handlers: {e}")))
 }
 
@@ -239,19 +263,27 @@ pub fn catch_forwarded_signals() -> Result<Forwarded, Failure> {
 /// signal the exited target can no longer take is left in `unforwarded`, for the
 /// processes the command left running, and `waker` wakes the loop to send it to them at
 /// once.
+///
+/// The other signals ([`passed_on`]) go to the command only when it catches them, as the
+/// watchdog's own signal does: one it does not catch would end it.
 pub fn forward_signals(
     mut signals: Forwarded,
     to: ForwardTo,
     unforwarded: Arc<std::sync::atomic::AtomicUsize>,
     waker: crate::wake::Waker,
+    proc: ProcRoot,
 ) -> Result<(), Failure> {
     std::thread::Builder::new()
         .name("watchdog-signals".into())
         .spawn(move || {
             for info in signals.forever() {
+                let pidfd = to.current();
+                if !STOPS.contains(&info.signal) {
+                    pass_on(&proc, &pidfd, info.signal);
+                    continue;
+                }
                 to.received
                     .store(info.signal as usize, std::sync::atomic::Ordering::Relaxed);
-                let pidfd = to.current();
                 let from_kernel = info.process.is_none();
                 if from_kernel && rustix::termios::isatty(std::io::stdin()) {
                     tracing::debug!(
@@ -276,6 +308,20 @@ pub fn forward_signals(
         })
         .map_err(|e| Failure::Runtime(format!("cannot start the signal thread: {e}")))?;
     Ok(())
+}
+
+/// Sends `sig` to the command if it catches it; says what happened.
+fn pass_on(proc: &ProcRoot, pidfd: &PidFd, sig: i32) {
+    let name = watchdog_types::units::signal_name(sig);
+    let report = watchdog_alerter::signal::signal_tree_with_target(proc, &[], pidfd, sig);
+    if report.sent.contains(&pidfd.pid()) {
+        tracing::info!("forwarded {name} to PID {}", pidfd.pid());
+    } else if sig != libc::SIGUSR2 {
+        tracing::info!(
+            "received {name}: not forwarded to PID {}, which does not catch it (it would end it)",
+            pidfd.pid()
+        );
+    }
 }
 
 /// The variables `run --restart` sets for a restarted command (docs/restart.md).

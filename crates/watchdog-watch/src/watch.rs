@@ -41,8 +41,10 @@ mod deliver;
 mod kernel;
 mod kmsg;
 mod lineage;
+mod record;
 mod restart;
 mod single;
+mod slurm;
 mod sources;
 mod steps_intake;
 
@@ -80,14 +82,31 @@ pub fn attach(
     wake.on_signals(&stops)
         .map_err(|e| Failure::Runtime(format!("cannot catch the stop signals: {e}")))?;
     let target = Target::attach(&settings.host.proc, pid)?;
-    let outputs = Outputs::plan(
-        &settings,
-        pid,
-        outputs::live_cwd(&settings.host, pid).as_deref(),
-    )?;
+    let cwd = outputs::live_cwd(&settings.host, pid);
+    let outputs = Outputs::plan(&settings, pid, cwd.as_deref())?;
     let prepared = Prepared::new(&settings, Some(pid))?;
     let recorders = Recorders::start().map_err(Failure::Runtime)?;
+    // The record is the run's user's: kept only when that user is the watchdog's.
+    let own_user = settings
+        .host
+        .proc
+        .uids(pid)
+        .is_ok_and(|u| u.effective == rustix::process::geteuid().as_raw());
+    let book = match (&cwd, own_user) {
+        (Some(cwd), true) => {
+            let env = settings.host.proc.environ(pid).unwrap_or_default();
+            let key = record::run_key(&env);
+            Some(record::Book::new(
+                settings.checkpoint_record.as_deref(),
+                cwd,
+                key,
+                1,
+            ))
+        }
+        _ => None,
+    };
     let mut watch = Watch::new(target, settings, prepared, outputs, record_now, &recorders)?;
+    watch.record = book;
     // Stopping the watchdog (Ctrl-C, kill) ends the watch with a summary, not silently.
     let waiting = Waiting {
         wake: Some(&wake),
@@ -136,12 +155,13 @@ pub fn run_command(
     // The command starts in our working directory, which may have been deleted.
     let own = std::process::id();
     let mut session = Session::open()?;
-    let outputs = Outputs::plan(
-        &settings,
-        own,
-        outputs::live_cwd(&settings.host, own).as_deref(),
-    )?;
-    let mut watch = session.attempt(argv, settings, outputs, &[])?;
+    let cwd = outputs::live_cwd(&settings.host, own);
+    let outputs = Outputs::plan(&settings, own, cwd.as_deref())?;
+    let start = record::RunStart::new(&settings, cwd.as_deref());
+    start.announce();
+    start.check_requeue(settings.requeue);
+    let mut watch = session.attempt(argv, settings, outputs, &start.env())?;
+    start.fit(&mut watch, 1, start.resume.as_ref().and_then(|r| r.step));
     match single::watch_one(&mut watch, session.waiting(), published) {
         Ended::Target(exit) => Ok(ExitCode::from(exit.shell_status())),
         Ended::Stopped(sig) => Ok(ExitCode::from((128 + sig).clamp(0, 255) as u8)),
@@ -203,7 +223,13 @@ impl Session {
             (None, Some(signals)) => {
                 let to = target::ForwardTo::new(pidfd.clone());
                 self.forward_to = Some(to.clone());
-                target::forward_signals(signals, to, self.unforwarded.clone(), self.wake.waker())
+                target::forward_signals(
+                    signals,
+                    to,
+                    self.unforwarded.clone(),
+                    self.wake.waker(),
+                    settings.host.proc.clone(),
+                )
             }
             (None, None) => Ok(()),
         };
@@ -342,6 +368,12 @@ pub struct Watch {
     kernel_sampled: Option<(u64, u64, u64)>,
     /// What a single run's wait polls: its pidfd and kernel descriptors, kept warm.
     wait_set: crate::wake::WaitSet,
+    /// Every checkpoint acknowledged with a path, and every acknowledged step.
+    acks: restart::AckReader,
+    /// The run's checkpoint record (`run`, and `--pid` of a process of our own user).
+    record: Option<record::Book>,
+    /// The SLURM job the run is in, when it is in one.
+    slurm: Option<slurm::SlurmRun>,
 }
 
 /// What a watch is started with besides its target and settings.
@@ -502,7 +534,8 @@ impl Watch {
             mut table,
             gpu,
         } = prepared;
-        let mut built = sources::build(&target, &settings, &mut table, gpu, &reads);
+        let ask_slurm = hook_user.is_none();
+        let mut built = sources::build(&target, &settings, &mut table, gpu, &reads, ask_slurm);
         let (mut sampler, reader) = Sampler::for_target(
             &settings.host.proc,
             target.pid,
@@ -596,6 +629,12 @@ impl Watch {
             kernel_ids,
             kernel_sampled: None,
             wait_set: crate::wake::WaitSet::default(),
+            acks: restart::AckReader::default(),
+            record: None,
+            slurm: built
+                .job
+                .take()
+                .map(|job| slurm::SlurmRun::new(job, built.slurm.take(), false)),
         };
         if !watch.settings.dry_run
             && let Err(e) = watchdog_alerter::request::clear_request(&watch.request)
@@ -940,8 +979,10 @@ impl Watch {
     fn tick(&mut self, now: Instant) {
         self.reap_adopted();
         self.record_hook_outcomes();
+        self.follow_slurm();
         self.sample(now);
         self.read_steps_and_saves(now);
+        self.maybe_requeue();
         if let Some(plan) = self.engine.decide() {
             self.act(plan);
         }
@@ -1118,7 +1159,14 @@ impl Watch {
             kernel_oom_line,
             resources,
             sent_signal: None,
+            scheduler: match exit {
+                TargetExit::Code(0) => None,
+                _ => self.scheduler_end(),
+            },
         });
+        if let Some(book) = &mut self.record {
+            book.set_verdict(verdict.kind.as_str());
+        }
         self.last_verdict = Some((verdict.clone(), ends));
         verdict
     }

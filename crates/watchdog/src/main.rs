@@ -114,6 +114,9 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
                     "{flag} takes effect only with --restart N: expected watchdog run --restart N {flag} ... -- CMD, or no {flag} (see docs/restart.md)"
                 )));
             }
+            if settings.requeue {
+                requeue_allowed()?;
+            }
             logging::init(&settings);
             let (published, _metrics) = serve_metrics(cli.metrics.as_deref(), &settings)?;
             watchdog_watch::run_command(&command, settings, published)
@@ -135,6 +138,11 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
                         "{what} cannot be used with --pid: the watchdog did not start PID and cannot start it again; expected watchdog run --restart N -- CMD (see docs/restart.md)"
                     )));
                 }
+                if settings.requeue {
+                    return Err(Failure::Usage(
+                        "--requeue cannot be used with --pid: only the watchdog that runs the job's command knows the save before the end is its own; expected exec watchdog --requeue run -- CMD in the sbatch script (see docs/slurm.md)".into(),
+                    ));
+                }
                 logging::init(&settings);
                 let (published, _metrics) = serve_metrics(cli.metrics.as_deref(), &settings)?;
                 watchdog_watch::attach(pid, settings, published)
@@ -143,6 +151,22 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
                 "nothing to watch: expected --pid PID or run -- CMD [ARGS...] (see --help)".into(),
             )),
         },
+    }
+}
+
+/// `--requeue` needs to run inside a SLURM job that is not heterogeneous (its environment,
+/// which the command inherits, says so).
+fn requeue_allowed() -> Result<(), Failure> {
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    match watchdog_slurm::Job::from_env(&env) {
+        None => Err(Failure::Usage(
+            "--requeue needs a SLURM job, and SLURM_JOB_ID is not set to a job ID; expected exec watchdog --requeue run -- CMD inside an sbatch script (see docs/slurm.md)".into(),
+        )),
+        Some(job) if job.heterogeneous => Err(Failure::Usage(format!(
+            "--requeue cannot requeue job {}: it is one component of a heterogeneous job (SLURM_HET_SIZE is set), which is requeued as a whole; expected a plain batch job (see docs/slurm.md)",
+            job.id
+        ))),
+        Some(_) => Ok(()),
     }
 }
 

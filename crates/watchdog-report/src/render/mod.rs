@@ -118,6 +118,8 @@ pub fn title(rec: &Recording) -> String {
             "the GPU was at its memory limit when the target exited (a likely CUDA out-of-memory)"
                 .to_string()
         }
+        Ok(VerdictKind::Cancelled) => "the scheduler cancelled the job (scancel)".to_string(),
+        Ok(VerdictKind::Preempted) => "the job was preempted".to_string(),
         Ok(VerdictKind::Unknown) => {
             "the target exited for a reason the watchdog cannot tell".to_string()
         }

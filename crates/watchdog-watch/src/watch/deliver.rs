@@ -203,6 +203,8 @@ pub(crate) fn acknowledgment(ack: &mut AckWatcher, engine: &mut Engine) -> Vec<A
 impl Watch {
     /// Carries out this tick's alert (see [`deliver`]).
     pub(super) fn act(&mut self, plan: AlertPlan) {
+        let runtime = (plan.request.kind == watchdog_types::ResourceKind::Runtime)
+            .then_some(plan.request.seq);
         let courier = Courier {
             place: &self.request,
             tree: self.sampler.tree_mut(),
@@ -212,6 +214,9 @@ impl Watch {
             dry_run: self.settings.dry_run,
         };
         let done = deliver(plan, &mut self.engine, courier, SystemTime::now());
+        if let Some(seq) = runtime {
+            self.slurm_asked(seq);
+        }
         perform(
             done.actions,
             Some((&done.request, done.written.as_deref())),

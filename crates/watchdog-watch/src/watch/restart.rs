@@ -40,8 +40,6 @@ const HOUR: Duration = Duration::from_secs(3600);
 pub(super) struct Attempting {
     /// 1 for the first attempt.
     pub(super) attempt: u32,
-    /// Every checkpoint acknowledged with a path in this attempt.
-    pub(super) acks: AckReader,
     /// When the failed target's leftover processes are sent SIGTERM, then SIGKILL.
     pub(super) end_survivors: Option<(Instant, bool)>,
     /// The last SIGINT, SIGTERM or SIGHUP the watchdog received (0: none).
@@ -495,8 +493,18 @@ pub(super) fn run(
     let mut ledger = Ledger::default();
     let mut attempts: Vec<Attempt> = Vec::new();
     let mut restarts: Vec<Instant> = Vec::new();
-    let mut env: Vec<(String, String)> = Vec::new();
-    let mut resume: Option<Checkpoint> = None;
+    let start = super::record::RunStart::new(&settings, cwd.as_deref());
+    start.announce();
+    start.check_requeue(settings.requeue);
+    let mut env: Vec<(String, String)> = start.env();
+    // After a requeue, the first attempt resumes from the record's checkpoint.
+    let mut resume: Option<Checkpoint> = start.resume.as_ref().map(|r| Checkpoint {
+        path: r.path.clone(),
+        step: r.step,
+        time_unix: 0.0,
+        size: 0,
+        mtime_ns: 0,
+    });
     let first_start = Instant::now();
     loop {
         let n = attempts.len() as u32 + 1;
@@ -541,6 +549,7 @@ pub(super) fn run(
             meta.run_id = Some(run_id);
             meta.attempt = Some(attempt);
         });
+        start.fit(&mut watch, n, resume.as_ref().and_then(|c| c.step));
         if n > 1
             && let Some(prev) = attempts.last()
         {
@@ -559,7 +568,8 @@ pub(super) fn run(
         };
         let lead_s = watch.settings.lead.as_secs_f64();
         let ended_unix = watchdog_alerter::events::unix_time_s(SystemTime::now());
-        let acks = watch.attempting.take().map(|a| a.acks).unwrap_or_default();
+        watch.attempting.take();
+        let acks = std::mem::take(&mut watch.acks);
         let (found, acked) = (acks.found, acks.steps);
         let saved_before_lead = found.iter().any(|c| c.time_unix < ended_unix - lead_s);
         let resumed_at = resume.as_ref().and_then(|c| c.step);
@@ -604,12 +614,24 @@ pub(super) fn run(
         match next {
             Next::Restart => {
                 restarts.push(now);
-                resume = ledger.resume_from().cloned();
+                resume = ledger.resume_from().cloned().or_else(|| {
+                    start.resume.as_ref().map(|r| Checkpoint {
+                        path: r.path.clone(),
+                        step: r.step,
+                        time_unix: 0.0,
+                        size: 0,
+                        mtime_ns: 0,
+                    })
+                });
                 let verdict = this.map_or(VerdictKind::Unknown, |a| a.verdict);
-                env = vec![
-                    ("WATCHDOG_RESTART".into(), n.to_string()),
+                env = start.record_env();
+                env.extend([
+                    (
+                        "WATCHDOG_RESTART".into(),
+                        (start.requeues() + n).to_string(),
+                    ),
                     ("WATCHDOG_LAST_VERDICT".into(), verdict.to_string()),
-                ];
+                ]);
                 if let Some(c) = &resume {
                     env.push((
                         "WATCHDOG_RESUME_FROM".into(),
@@ -648,14 +670,18 @@ impl Watch {
     /// In a `run --restart` attempt: reads the acknowledgment for checkpoints (each with a
     /// path is recorded, with its size and modification time now).
     pub(super) fn check_checkpoints(&mut self) {
-        let Some(attempting) = &mut self.attempting else {
+        if self.attempting.is_none() && self.record.is_none() && self.slurm.is_none() {
             return;
-        };
+        }
         let cwd = self.target.start_cwd.clone().unwrap_or_default();
-        let Some((ack, recorded)) = attempting.acks.check(&self.request.ack(), &cwd) else {
+        let Some((ack, recorded)) = self.acks.check(&self.request.ack(), &cwd) else {
             return;
         };
-        match (&ack.path, attempting.acks.found.last()) {
+        self.slurm_acknowledged(ack.seq, ack.path.clone(), ack.step);
+        if recorded && let (Some(book), Some(c)) = (&mut self.record, self.acks.found.last()) {
+            book.add(c);
+        }
+        match (&ack.path, self.acks.found.last()) {
             (Some(_), Some(c)) if recorded => tracing::info!(
                 "checkpoint {} acknowledged{} ({})",
                 c.path.display(),

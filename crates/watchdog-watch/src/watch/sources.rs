@@ -32,15 +32,22 @@ pub struct Built {
     pub gpu_view: crate::steps::GpuView,
     /// The memory cgroup, for the kernel's wake-ups.
     pub cgroup: Option<super::kernel::CgroupWake>,
+    /// The SLURM job the target's environment names (not looked at for the service).
+    pub job: Option<watchdog_slurm::Job>,
+    /// The job's end as the controller says it, when the runtime limit follows it.
+    pub slurm: Option<super::slurm::SlurmEnd>,
 }
 
-/// Opens every source for `target`, the host-wide files through `reads`.
+/// Opens every source for `target`, the host-wide files through `reads`; `ask_slurm`: a
+/// SLURM job named by the target's environment has its end asked of the controller (never
+/// for the service, where the environment is the user's).
 pub fn build(
     target: &Target,
     settings: &Settings,
     table: &mut ResourceTable,
     gpu: GpuSetup,
     reads: &Reads,
+    ask_slurm: bool,
 ) -> Built {
     let proc_root = &settings.host.proc;
     let pid = target.pid;
@@ -91,9 +98,12 @@ pub fn build(
         }
     }
 
+    let mut job = None;
+    let mut slurm = None;
     match proc_root.start_time(pid) {
         Ok(start) => {
             let env = proc_root.environ(pid).unwrap_or_default();
+            job = watchdog_slurm::Job::from_env(&env).filter(|_| ask_slurm);
             // Deadlines are checked to be in the future, so after 1970; one too far
             // ahead for the clock to hold is no limit at all.
             let deadline = settings.deadline.and_then(|d| {
@@ -109,8 +119,18 @@ pub fn build(
                 (Some(a), Some(b)) => Some(if b.0 < a.0 { b } else { a }),
                 (a, b) => a.or(b),
             };
-            if let Some((limit, origin)) = chosen {
-                sources.push(Box::new(Runtime::new(start, limit, origin, table)));
+            match (chosen, &job) {
+                (Some((limit, origin)), _) => {
+                    sources.push(Box::new(Runtime::new(start, limit, origin, table)));
+                }
+                // SLURM before 23.02 puts no end in the job's environment: ask the controller.
+                (None, Some(j)) if j.end_time.is_none() => {
+                    let (source, end) =
+                        super::slurm::runtime_source(j.clone(), start, settings.slurm_poll, table);
+                    sources.push(source);
+                    slurm = Some(end);
+                }
+                (None, _) => {}
             }
         }
         Err(e) => unwatched.push(("runtime".to_string(), e.to_string())),
@@ -124,6 +144,8 @@ pub fn build(
         gpus,
         gpu_view,
         cgroup,
+        job,
+        slurm,
     }
 }
 
