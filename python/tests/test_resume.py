@@ -22,13 +22,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, HERE)
 import need  # noqa: E402
-from training_watchdog import resume  # noqa: E402
+from training_watchdog import record, resume  # noqa: E402
 
-ENV = ("WATCHDOG_RESUME_FROM", "WATCHDOG_RESTART", "WATCHDOG_LAST_VERDICT")
+ENV = ("WATCHDOG_RESUME_FROM", "WATCHDOG_RESTART", "WATCHDOG_LAST_VERDICT", "WATCHDOG_CHECKPOINT_RECORD",
+       "WATCHDOG_RUN_KEY", "SLURM_JOB_ID")
 
 
 class Env(unittest.TestCase):
-    """Each test starts without the restart variables and gets them back afterwards."""
+    """Each test starts without the restart and record variables and gets them back afterwards;
+    the checkpoint record is ``self.record`` (none until a test writes it)."""
 
     def setUp(self):
         saved = {k: os.environ.pop(k, None) for k in ENV}
@@ -42,6 +44,19 @@ class Env(unittest.TestCase):
         self.addCleanup(restore)
         self.dir = tempfile.mkdtemp(prefix="tw-resume-")
         self.addCleanup(shutil.rmtree, self.dir, True)
+        self.record = os.path.join(tempfile.mkdtemp(prefix="tw-resume-record-"), ".watchdog-checkpoints.json")
+        self.addCleanup(shutil.rmtree, os.path.dirname(self.record), True)
+        os.environ["WATCHDOG_CHECKPOINT_RECORD"] = self.record
+        self.recorded = []
+
+    def ack(self, key, path, step, verdict=None):
+        """Records ``path`` for run key ``key`` as ``watchdog run`` does after an acknowledgment."""
+        size, mtime_ns = record.measure(path)
+        self.recorded.append({"key": key, "path": os.path.relpath(path, os.path.dirname(self.record)),
+                              "step": step, "size": size, "mtime_ns": mtime_ns, "time_unix": 1718000000.0,
+                              "attempt": 1, "verdict": verdict})
+        with open(self.record, "w") as f:
+            json.dump({"version": 1, "entries": self.recorded}, f)
 
     def said(self, fn, *args):
         """(fn's answer, what it wrote on stderr)."""
@@ -158,6 +173,39 @@ class LightningLatestCheckpoint(Env):
         self.assertEqual(path, complete)
         self.assertIn("is not in %s" % self.dir, err)
 
+    def test_two_jobs_in_one_directory_never_resume_from_each_others(self):
+        # pytorch-lightning #12369: two requeued jobs in one directory loaded each other's checkpoints
+        first = self.save("watchdog-step=10.ckpt", 10)
+        self.ack("slurm-100", first, 10)
+        second = self.save("watchdog-step=20.ckpt", 20)
+        self.ack("slurm-200", second, 20, verdict="runtime_limit")
+        os.environ["SLURM_JOB_ID"] = "100"
+        path, err = self.said(self.latest, self.dir)
+        self.assertEqual(path, first)
+        self.assertIn("resuming at step 10 from %s, the newest complete checkpoint of run key slurm-100" % first, err)
+        os.environ["SLURM_JOB_ID"] = "200"
+        self.assertEqual(self.said(self.latest, self.dir)[0], second)
+        # job 100's own was rewritten since (another save in progress): the directory is
+        # asked, and job 200's checkpoint is never the answer
+        os.environ["SLURM_JOB_ID"] = "100"
+        cut(second, first, os.path.getsize(second) // 2)
+        path, err = self.said(self.latest, self.dir)
+        self.assertIsNone(path)
+        self.assertIn("watchdog-step=20.ckpt (slurm-200)", err)
+        self.assertIn("a fresh start", err)
+        self.assertEqual(len(err.splitlines()), 1, err)
+
+    def test_a_recorded_checkpoint_that_changed_is_not_offered(self):
+        older = self.save("mine-a.ckpt", 4)
+        self.ack("default", older, 4)
+        newer = self.save("mine-b.ckpt", 8)
+        self.ack("default", newer, 8)
+        self.save("epoch=0-step=2.ckpt", 2)
+        self.torch.save({"global_step": 9, "state_dict": {}}, newer)  # saved again over it
+        path, err = self.said(self.latest, self.dir)
+        self.assertEqual(path, older)
+        self.assertIn("resuming at step 4 from %s" % older, err)
+
     def test_nothing_complete_is_a_fresh_start(self):
         path, err = self.said(self.latest, os.path.join(self.dir, "never-made"))
         self.assertIsNone(path)
@@ -270,6 +318,22 @@ class TransformersResumeCheckpoint(Env):
         self.assertEqual(path, whole)
         self.assertIn("resuming at step 4 from %s" % whole, err)
         self.assertIn("skipped, incomplete: checkpoint-8", err)
+
+    def test_the_record_names_this_jobs_checkpoint_and_the_fallback_skips_the_other_jobs(self):
+        mine = self.checkpoint(40)
+        self.ack("slurm-7", mine, 40, verdict="runtime_limit")
+        theirs = self.checkpoint(60)
+        self.ack("slurm-8", theirs, 60)
+        self.checkpoint(50)  # recorded by no one
+        os.environ.update(SLURM_JOB_ID="7", WATCHDOG_RESTART="1", WATCHDOG_LAST_VERDICT="runtime_limit")
+        path, err = self.said(self.resume, self.dir)
+        self.assertEqual(path, mine)
+        self.assertIn("run key slurm-7", err)
+        with open(os.path.join(mine, "optimizer.pt"), "ab") as f:  # changed inside since
+            f.write(b"x")
+        path, err = self.said(self.resume, self.dir)
+        self.assertEqual(path, os.path.join(self.dir, "checkpoint-50"))
+        self.assertIn("checkpoint-60 (slurm-8)", err)
 
     def test_no_output_dir_is_a_fresh_start(self):
         path, err = self.said(self.resume, os.path.join(self.dir, "out"))

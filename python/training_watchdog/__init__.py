@@ -540,10 +540,10 @@ class _Unfit(Exception):
     """A request or ack file that is not read: why, for the warning."""
 
 
-def _read_capped(path):
+def _read_capped(path, limit=_MAX_FILE_BYTES, owner=None):
     """The bytes of ``path`` (None when it is missing), read as the daemon reads a user's file:
-    opened with :data:`_READ_FLAGS`, a regular file by ``fstat``, at most 64 KiB. Raises
-    :class:`_Unfit` otherwise."""
+    opened with :data:`_READ_FLAGS`, a regular file by ``fstat``, at most ``limit`` bytes
+    (64 KiB), owned by uid ``owner`` when given. Raises :class:`_Unfit` otherwise."""
     try:
         fd = os.open(path, _READ_FLAGS)
     except (FileNotFoundError, NotADirectoryError):
@@ -556,17 +556,19 @@ def _read_capped(path):
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise _Unfit("not a regular file")
-        if st.st_size > _MAX_FILE_BYTES:
-            raise _Unfit("%d bytes, more than the %d read" % (st.st_size, _MAX_FILE_BYTES))
+        if owner is not None and st.st_uid != owner:
+            raise _Unfit("owned by uid %d, not by this user (uid %d)" % (st.st_uid, owner))
+        if st.st_size > limit:
+            raise _Unfit("%d bytes, more than the %d read" % (st.st_size, limit))
         chunks, size = [], 0
-        while size <= _MAX_FILE_BYTES:
-            chunk = os.read(fd, _MAX_FILE_BYTES + 1 - size)
+        while size <= limit:
+            chunk = os.read(fd, limit + 1 - size)
             if not chunk:
                 break
             chunks.append(chunk)
             size += len(chunk)
-        if size > _MAX_FILE_BYTES:  # it grew since the fstat
-            raise _Unfit("more than the %d bytes read" % _MAX_FILE_BYTES)
+        if size > limit:  # it grew since the fstat
+            raise _Unfit("more than the %d bytes read" % limit)
         return b"".join(chunks)
     except OSError as e:
         raise _Unfit(e.strerror or str(e)) from None

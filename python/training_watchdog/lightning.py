@@ -68,9 +68,12 @@ def latest_checkpoint(dirpath):
 
     ``WATCHDOG_RESUME_FROM`` when ``watchdog run --restart`` set it (the last checkpoint
     acknowledged before the previous attempt died) and it is a complete ``.ckpt`` in
-    ``dirpath``; else the complete ``.ckpt`` in ``dirpath`` with the highest ``step=N`` in
-    its name (the callback's ``watchdog-step=N.ckpt``, ModelCheckpoint's
-    ``epoch=E-step=N.ckpt``; the newest file on a tie); else None. Complete: a whole
+    ``dirpath``; else this run key's newest complete checkpoint in ``dirpath`` in the
+    watchdog's checkpoint record (:mod:`training_watchdog.record`: what a requeued job or a
+    rerun by hand had acknowledged); else the complete ``.ckpt`` in ``dirpath`` with the
+    highest ``step=N`` in its name (the callback's ``watchdog-step=N.ckpt``,
+    ModelCheckpoint's ``epoch=E-step=N.ckpt``; the newest file on a tie) that no other run
+    key claims in the record; else None. Complete: a whole
     ``torch.save`` zip (:func:`training_watchdog.resume.whole_torch_zip`), so a file the
     run died writing is never chosen. Says on stderr which one, and its step.
     """

@@ -4,11 +4,20 @@
 sets ``WATCHDOG_RESUME_FROM`` to the last checkpoint a callback acknowledged (path and step,
 after the framework's save returned) that still exists unchanged. The framework helpers
 (:func:`training_watchdog.lightning.latest_checkpoint`,
-:func:`training_watchdog.transformers.resume_checkpoint`) answer with it when it is set, is
-in the directory asked about and is complete; otherwise with the newest complete checkpoint
-in that directory; otherwise None, a fresh start. A checkpoint is complete when what its
-framework writes last is there and whole, so a save the run died in is never chosen. Each
-answer is said in one line on stderr, with the step.
+:func:`training_watchdog.transformers.resume_checkpoint`) answer, in this order:
+
+1. ``WATCHDOG_RESUME_FROM``, when it is set, is in the directory asked about and is complete;
+2. this run key's newest entry in the watchdog's checkpoint record
+   (:mod:`training_watchdog.record`) that is in that directory, unchanged since it was
+   recorded and complete: what a requeued SLURM job, or a run started again by hand, had
+   acknowledged before;
+3. the newest complete checkpoint in that directory that no other run key claims in the
+   record (two jobs in one directory never resume from each other's: pytorch-lightning
+   #12369);
+4. None, a fresh start.
+
+A checkpoint is complete when what its framework writes last is there and whole, so a save
+the run died in is never chosen. Each answer is said in one line on stderr, with the step.
 
 Standard library only: the framework modules import this one.
 """
@@ -16,6 +25,8 @@ Standard library only: the framework modules import this one.
 import os
 import sys
 import zipfile
+
+from training_watchdog import record as _record
 
 __all__ = ["choose", "whole_torch_zip"]
 
@@ -64,6 +75,10 @@ def choose(dirpath, candidates, complete, step_of, what):
     (the step from its name). ``complete(path)``: whether the framework finished writing it.
     ``step_of(path)``: the step it holds, or None when unknown. ``what``: the kind of
     checkpoint, for messages (``"Lightning .ckpt"``).
+
+    In order: ``WATCHDOG_RESUME_FROM``; this run key's newest complete entry in the
+    watchdog's checkpoint record (:mod:`training_watchdog.record`); the newest complete
+    candidate that no other run key claims in the record; None.
     """
     dirpath = str(dirpath)
     notes = []
@@ -79,12 +94,34 @@ def choose(dirpath, candidates, complete, step_of, what):
             _say("resuming at step %s from %s, the last checkpoint the watchdog saw acknowledged%s"
                  % (_step_text(step_of(named)), named, _context()))
             return named
-    skipped = []
+    key, where = _record.run_key(), _record.record_path()
+    entries = _record.read(where)
+    mine = _record.newest_complete(dirpath, complete, key, entries)
+    if mine is not None:
+        step = mine.step if mine.step is not None else step_of(mine.path)
+        why = "the newest complete checkpoint of run key %s in the record %s (attempt %d%s)" % (
+            key, where, mine.attempt, ", " + mine.verdict if mine.verdict else "")
+        if notes:
+            why += "; " + "; ".join(notes)
+        _say("resuming at step %s from %s, %s%s" % (_step_text(step), mine.path, why, _context()))
+        return mine.path
+    stale = [e for e in _record.entries(key, entries) if _same_dir(e.path, dirpath)]
+    if stale:
+        notes.append("the record's %d checkpoint(s) of run key %s here are changed since, gone or incomplete"
+                     % (len(stale), key))
+    others = _record.claimed_by_others(key, entries)
+    skipped, claimed = [], []
     for step, path in sorted(candidates(), key=_newest_first):
+        owner = others.get(os.path.realpath(path))
+        if owner is not None:
+            claimed.append("%s (%s)" % (os.path.basename(path), owner))
+            continue
         if complete(path):
             why = "the newest complete %s in %s" % (what, dirpath)
             if skipped:
                 why += "; skipped, incomplete: %s" % ", ".join(skipped)
+            if claimed:
+                why += "; " + _claimed_text(claimed, key)
             if notes:
                 why += "; " + "; ".join(notes)
             _say("resuming at step %s from %s, %s%s" % (_step_text(step_of(path)), path, why, _context()))
@@ -93,10 +130,17 @@ def choose(dirpath, candidates, complete, step_of, what):
     why = "no complete %s in %s" % (what, dirpath)
     if skipped:
         why += " (incomplete: %s)" % ", ".join(skipped)
+    if claimed:
+        why += "; " + _claimed_text(claimed, key)
     if notes:
         why += "; " + "; ".join(notes)
     _say("%s: a fresh start%s" % (why, _context()))
     return None
+
+
+def _claimed_text(claimed, key):
+    return ("passed over as other run keys' in the record (this run's is %s; to continue another, set "
+            "WATCHDOG_RUN_KEY to its key): %s" % (key, ", ".join(claimed)))
 
 
 def _newest_first(candidate):

@@ -56,8 +56,11 @@ def resume_checkpoint(output_dir):
 
     ``WATCHDOG_RESUME_FROM`` when ``watchdog run --restart`` set it (the last checkpoint
     acknowledged before the previous attempt died) and it is a complete ``checkpoint-N`` in
-    ``output_dir``; else the complete ``checkpoint-N`` with the highest N; else None (a fresh
-    start; also when ``output_dir`` does not exist). Complete: its ``trainer_state.json``,
+    ``output_dir``; else this run key's newest complete checkpoint in ``output_dir`` in the
+    watchdog's checkpoint record (:mod:`training_watchdog.record`: what a requeued job or a
+    rerun by hand had acknowledged); else the complete ``checkpoint-N`` with the highest N
+    that no other run key claims in the record; else None (a fresh start; also when
+    ``output_dir`` does not exist). Complete: its ``trainer_state.json``,
     which the Trainer writes after the model, optimizer, scheduler and RNG state, is there
     and parses with a ``global_step``. ``transformers.trainer_utils.get_last_checkpoint``
     only asks for a directory, so it picks a checkpoint the run died writing. Says on
