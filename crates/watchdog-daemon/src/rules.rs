@@ -21,7 +21,9 @@
 //! controller's path when the memory controller is on v1, else the unified path; `slice` any
 //! component of that path; `gpu` whether the process holds GPU memory; `env` `NAME=VALUE`
 //! (exactly) or `NAME` (set and non-empty) in the environment the process was started with;
-//! `registered` whether it registered itself through the client's `install()`. `gpu` and
+//! `registered` whether it registered itself through the client's `install()`; `slurm`
+//! whether its cgroup lies under a SLURM job's (`watchdog_slurm::cgroup`: the job ID comes
+//! from the path alone, never from the environment a user controls). `gpu` and
 //! `registered` change during a process's life (CUDA allocates seconds after start): the
 //! daemon re-evaluates a process when it enters the GPU set or registers.
 
@@ -151,6 +153,7 @@ struct Match {
     #[serde(deserialize_with = "de_env")]
     env: Option<EnvMatch>,
     registered: Option<bool>,
+    slurm: Option<bool>,
 }
 
 /// `env = "NAME=VALUE"` or `env = "NAME"`.
@@ -242,7 +245,7 @@ impl DaemonConfig {
                     match_span.start,
                     &format!(
                         "rule '{name}': [rule.match] is empty: expected at least one of command, \
-                         user, cgroup, slice, gpu, env, registered"
+                         user, cgroup, slice, gpu, env, registered, slurm"
                     ),
                 ));
             }
@@ -370,11 +373,15 @@ impl Match {
             && self.gpu.is_none()
             && self.env.is_none()
             && self.registered.is_none()
+            && self.slurm.is_none()
     }
 
     /// Cheap keys first; the environment (a file read) last.
     fn matches(&self, p: &ProcessFacts, gpu_pids: &HashSet<u32>, registered: bool) -> bool {
         self.registered.is_none_or(|r| r == registered)
+            && self
+                .slurm
+                .is_none_or(|s| s == watchdog_slurm::cgroup::job_of_path(&p.cgroup).is_some())
             && self.user.as_ref().is_none_or(|uids| uids.contains(&p.uid))
             && self.gpu.is_none_or(|g| g == gpu_pids.contains(&p.pid))
             && self

@@ -608,6 +608,7 @@ impl Starter {
             user_dirs: &self.user_dirs,
             state_dir: &config.state_dir,
             reads: &self.reads,
+            slurm: watchdog_slurm::cgroup::job_of_path(&facts.cgroup),
         };
         let watch = Watch::for_service(
             facts.pid,

@@ -201,13 +201,18 @@ fn in_base_unit(unit: Unit, value: f64) -> f64 {
     }
 }
 
-/// The labels of every series about target `t`; empty `rule` in single-run mode.
+/// The labels of every series about target `t`; empty `rule` in single-run mode; a run in
+/// a SLURM job (the service) also has `slurm_job_id`, the cluster-wide name of its job.
 fn target_labels(t: &TargetStatus) -> Vec<(&'static str, String)> {
-    vec![
+    let mut labels = vec![
         ("pid", t.pid.to_string()),
         ("user", t.user.clone()),
         ("rule", t.rule.clone().unwrap_or_default()),
-    ]
+    ];
+    if let Some(job) = t.slurm_job_id {
+        labels.push(("slurm_job_id", job.to_string()));
+    }
+    labels
 }
 
 /// The text being built.
@@ -320,6 +325,8 @@ mod tests {
             user: user.to_string(),
             command: "python3 train.py".to_string(),
             rule: None,
+            slurm_job_id: None,
+            slurm_step: None,
             since_unix: 1_700_000_000.0,
             lead_s: 60.0,
             request_file: "/tmp/req".to_string(),

@@ -38,6 +38,17 @@ impl Job {
         })
     }
 
+    /// Job `id` as the service knows it: from its cgroup's path, nothing else.
+    pub fn of_cgroup(id: u64) -> Job {
+        Job {
+            id,
+            end_time: None,
+            procid: None,
+            restart_count: 0,
+            heterogeneous: false,
+        }
+    }
+
     /// The run key of its checkpoint record and recordings: `slurm-<SLURM_JOB_ID>`.
     pub fn key(&self) -> String {
         format!("slurm-{}", self.id)

@@ -163,7 +163,13 @@ fn record(
 ) -> Result<EndReading, String> {
     let mut s = state.lock().unwrap_or_else(PoisonError::into_inner);
     match answer {
-        Ok(view) => {
+        Ok(mut view) => {
+            // squeue's %e is the end only while the job runs: ending, it is the kill's time.
+            if !view.state.eq_ignore_ascii_case("RUNNING")
+                && let Some(before) = &s.latest
+            {
+                view.end_unix = before.view.end_unix;
+            }
             let ms = view
                 .end_unix
                 .map_or(u64::MAX, |secs| secs.saturating_mul(1000));

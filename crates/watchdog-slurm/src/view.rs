@@ -86,11 +86,47 @@ pub struct JobFacts {
     pub batch: Option<bool>,
     /// `Restarts=N`.
     pub restarts: Option<u32>,
+    /// `JobState=`: `RUNNING`, `COMPLETING`, `TIMEOUT`, `CANCELLED`, `PREEMPTED`, ...
+    pub state: Option<String>,
+    /// `Reason=`: `None`, `TimeLimit`, `BeginTime`, ...
+    pub reason: Option<String>,
+}
+
+impl JobFacts {
+    /// How the job is ending, for a job whose process was just ended by SIGTERM and which
+    /// was in its allocation `restart_count`. Measured on SLURM 22.05 from inside the job
+    /// during `KillWait`: a time limit shows `COMPLETING` with `Reason=TimeLimit`, a
+    /// `scancel` `COMPLETING` with `Reason=None`, a requeue the same with `Restarts` one
+    /// higher; once complete the state is `TIMEOUT`, `CANCELLED` or `PREEMPTED`.
+    pub fn ending(&self, restart_count: u32) -> Option<JobEnd> {
+        let state = self.state.as_deref().unwrap_or("").to_ascii_uppercase();
+        let reason = self.reason.as_deref().unwrap_or("");
+        if state.starts_with("TIMEOUT") || reason.eq_ignore_ascii_case("TimeLimit") {
+            return Some(JobEnd::TimeLimit);
+        }
+        if state.starts_with("PREEMPT") || reason.to_ascii_lowercase().contains("preempt") {
+            return Some(JobEnd::Preempted);
+        }
+        if self.restarts.is_some_and(|r| r > restart_count) {
+            // Requeued (by `scontrol requeue`): the job comes back; not an end.
+            return None;
+        }
+        if state.starts_with("CANCEL") || state.starts_with("COMPLETING") {
+            return Some(JobEnd::Cancelled);
+        }
+        None
+    }
 }
 
 /// Parses `scontrol show job -o ID`'s one line (space-separated `Key=Value` fields; only
 /// the single-word fields read here are trusted).
 pub fn parse_facts(output: &str) -> JobFacts {
+    let word = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 64
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_-:,()".contains(&b))
+    };
     let mut facts = JobFacts::default();
     for field in output.split_whitespace() {
         let Some((key, value)) = field.split_once('=') else {
@@ -105,6 +141,8 @@ pub fn parse_facts(output: &str) -> JobFacts {
             "Requeue" => facts.requeue = flag(),
             "BatchFlag" => facts.batch = flag(),
             "Restarts" => facts.restarts = value.parse().ok(),
+            "JobState" if word(value) => facts.state = Some(value.to_string()),
+            "Reason" if word(value) => facts.reason = Some(value.to_string()),
             _ => {}
         }
     }
@@ -161,6 +199,44 @@ mod tests {
         }
     }
 
+    /// What `scontrol show job -o` said from inside jobs during `KillWait` on the test
+    /// cluster (SLURM 22.05.8, docs/slurm.md), and after.
+    #[test]
+    fn how_a_job_is_ending() {
+        let end = |line: &str, restarts: u32| parse_facts(line).ending(restarts);
+        assert_eq!(
+            end("JobState=COMPLETING Reason=TimeLimit Restarts=0", 0),
+            Some(JobEnd::TimeLimit)
+        );
+        assert_eq!(
+            end("JobState=TIMEOUT Reason=TimeLimit Restarts=0", 0),
+            Some(JobEnd::TimeLimit)
+        );
+        assert_eq!(
+            end("JobState=COMPLETING Reason=None Restarts=0", 0),
+            Some(JobEnd::Cancelled)
+        );
+        assert_eq!(
+            end("JobState=CANCELLED Reason=None Restarts=1", 1),
+            Some(JobEnd::Cancelled)
+        );
+        assert_eq!(
+            end("JobState=COMPLETING Reason=None Restarts=1", 0),
+            None,
+            "requeued"
+        );
+        assert_eq!(
+            end("JobState=PREEMPTED Reason=None Restarts=0", 0),
+            Some(JobEnd::Preempted)
+        );
+        assert_eq!(
+            end("JobState=RUNNING Reason=None Restarts=0", 0),
+            None,
+            "a kill by hand"
+        );
+        assert_eq!(end("", 0), None);
+    }
+
     #[test]
     fn facts_of_scontrol_show_job() {
         let line = "JobId=5 JobName=train UserId=wdslurm(1001) JobState=RUNNING Reason=None \
@@ -170,6 +246,8 @@ mod tests {
         assert_eq!(f.requeue, Some(true));
         assert_eq!(f.batch, Some(true));
         assert_eq!(f.restarts, Some(0));
+        assert_eq!(f.state.as_deref(), Some("RUNNING"));
+        assert_eq!(f.reason.as_deref(), Some("None"));
         let f = parse_facts("JobId=6 Requeue=0 BatchFlag=0 Restarts=x");
         assert_eq!(
             (f.requeue, f.batch, f.restarts),

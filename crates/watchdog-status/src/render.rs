@@ -58,6 +58,12 @@ fn count(n: u64, one: &str) -> String {
 
 fn target_block(out: &mut String, t: &TargetStatus, now_unix: f64) {
     let mut facts = Vec::new();
+    if let Some(job) = t.slurm_job_id {
+        facts.push(match &t.slurm_step {
+            Some(step) => format!("slurm job {job} step {}", printable(step)),
+            None => format!("slurm job {job}"),
+        });
+    }
     if let Some(rule) = &t.rule {
         facts.push(format!("rule \"{}\"", printable(rule)));
     }
@@ -233,6 +239,8 @@ mod tests {
             user: "alice".into(),
             command: "python train.py".into(),
             rule: Some("training".into()),
+            slurm_job_id: None,
+            slurm_step: None,
             since_unix: 1_000.0,
             lead_s: 30.0,
             request_file: "/run/watchdog/4242.json".into(),

@@ -99,7 +99,13 @@ fn target() -> impl Strategy<Value = TargetStatus> {
             arbitrary_text(),
             arbitrary_text(),
         ),
-        (proptest::option::of(arbitrary_text()), finite(), finite()),
+        (
+            proptest::option::of(arbitrary_text()),
+            finite(),
+            finite(),
+            proptest::option::of(any::<u64>()),
+            proptest::option::of(arbitrary_text()),
+        ),
         (
             any::<String>(),
             any::<u64>(),
@@ -112,7 +118,7 @@ fn target() -> impl Strategy<Value = TargetStatus> {
         .prop_map(
             |(
                 (pid, uid, user, command),
-                (rule, since_unix, lead_s),
+                (rule, since_unix, lead_s, slurm_job_id, slurm_step),
                 (request_file, alerts_sent, checkpoints_acknowledged, checkpoint_s, dropped),
                 resources,
             )| TargetStatus {
@@ -121,6 +127,8 @@ fn target() -> impl Strategy<Value = TargetStatus> {
                 user,
                 command,
                 rule,
+                slurm_job_id,
+                slurm_step,
                 since_unix,
                 lead_s,
                 request_file,

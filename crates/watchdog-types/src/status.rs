@@ -34,6 +34,12 @@ pub struct TargetStatus {
     pub command: String,
     /// The daemon rule that matched it (`None` in single-run mode).
     pub rule: Option<String>,
+    /// The SLURM job its cgroup lies under (the service; from the cgroup path alone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm_job_id: Option<u64>,
+    /// That job's step (`batch`, `0`, ...), when the path names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm_step: Option<String>,
     /// Unix time the watch began, seconds.
     pub since_unix: f64,
     /// Lead in force (raised by slow checkpoints), seconds.

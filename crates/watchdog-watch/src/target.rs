@@ -205,6 +205,7 @@ pub fn label(proc: &ProcRoot, pid: u32) -> crate::Label {
         user,
         command: command_line_of(proc, pid),
         rule: None,
+        slurm: None,
     }
 }
 

@@ -384,6 +384,7 @@ struct Parts {
     request: RequestPlace,
     hook_user: Option<HookUser>,
     reads: Reads,
+    slurm: sources::SlurmAsk,
 }
 
 /// What the service knows of a run it starts watching.
@@ -398,6 +399,8 @@ pub struct ServiceRun<'a> {
     pub user_dirs: &'a UserDirs,
     /// Where recordings are kept.
     pub state_dir: &'a Path,
+    /// The SLURM job its cgroup lies under (taken from the path alone), if any.
+    pub slurm: Option<watchdog_slurm::cgroup::JobCgroup>,
     /// The service's shared reads: host-wide files read once per tick for all runs.
     pub reads: &'a Reads,
 }
@@ -413,6 +416,8 @@ pub struct Label {
     pub command: String,
     /// The service's rule that matched it.
     pub rule: Option<String>,
+    /// The SLURM job its cgroup lies under (the service).
+    pub slurm: Option<watchdog_slurm::cgroup::JobCgroup>,
 }
 
 /// The run's user when root watches another user's run (`--pid` under
@@ -464,6 +469,7 @@ impl Watch {
             request,
             hook_user: None,
             reads: Reads::Own,
+            slurm: sources::SlurmAsk::FromEnvironment,
         };
         Watch::start(target, settings, parts, recorders)
     }
@@ -497,6 +503,7 @@ impl Watch {
             user: user.name.clone(),
             command: run.command,
             rule: Some(run.rule),
+            slurm: run.slurm.clone(),
         };
         let parts = Parts {
             prepared,
@@ -505,6 +512,10 @@ impl Watch {
             request,
             hook_user: Some(user),
             reads: run.reads.clone(),
+            slurm: match &run.slurm {
+                Some(job) => sources::SlurmAsk::FromCgroup(job.job),
+                None => sources::SlurmAsk::No,
+            },
         };
         let mut watch = Watch::start(target, settings, parts, recorders)?;
         watch.label = label;
@@ -524,6 +535,7 @@ impl Watch {
             request,
             hook_user,
             reads,
+            slurm,
         } = parts;
         let request_file = outputs.request_file.clone();
         let python_file = crate::environment::python_file(&request);
@@ -534,8 +546,7 @@ impl Watch {
             mut table,
             gpu,
         } = prepared;
-        let ask_slurm = hook_user.is_none();
-        let mut built = sources::build(&target, &settings, &mut table, gpu, &reads, ask_slurm);
+        let mut built = sources::build(&target, &settings, &mut table, gpu, &reads, slurm);
         let (mut sampler, reader) = Sampler::for_target(
             &settings.host.proc,
             target.pid,
@@ -861,6 +872,8 @@ impl Watch {
             user: self.label.user.clone(),
             command: self.label.command.clone(),
             rule: self.label.rule.clone(),
+            slurm_job_id: self.label.slurm.as_ref().map(|j| j.job),
+            slurm_step: self.label.slurm.as_ref().and_then(|j| j.step.clone()),
             since_unix,
             lead_s: self.engine.lead_s(),
             request_file: self.request_file.display().to_string(),

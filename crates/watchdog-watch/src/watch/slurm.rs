@@ -20,6 +20,8 @@ use super::restart::step_tolerance;
 pub const CONTROLLER_TIMEOUT: Duration = Duration::from_secs(10);
 /// An end older than this is asked again before a requeue acts on it.
 pub const FRESH: Duration = Duration::from_secs(10);
+/// Where the service runs `squeue` from, by absolute path.
+pub const SERVICE_BIN_DIR: &str = "/usr/bin";
 /// How long the start waits for the controller's first answer.
 const FIRST_ANSWER: Duration = Duration::from_secs(2);
 /// Near the end the controller is asked this often (the window: the lead plus this).
@@ -55,11 +57,18 @@ pub(super) fn runtime_source(
     job: Job,
     target_start: SystemTime,
     poll: Duration,
+    service: bool,
     table: &mut ResourceTable,
 ) -> (Box<dyn Source>, SlurmEnd) {
-    let poller = EndPoller::start(Controller::of_user(CONTROLLER_TIMEOUT), job.id, poll);
+    let controller = if service {
+        Controller::in_dir(std::path::Path::new(SERVICE_BIN_DIR), CONTROLLER_TIMEOUT)
+    } else {
+        Controller::of_user(CONTROLLER_TIMEOUT)
+    };
+    let poller = EndPoller::start(controller, job.id, poll);
+    // The service's loop never waits for the controller.
     let waited = Instant::now();
-    while poller.latest().is_none() && waited.elapsed() < FIRST_ANSWER {
+    while !service && poller.latest().is_none() && waited.elapsed() < FIRST_ANSWER {
         std::thread::sleep(Duration::from_millis(10));
     }
     let end = poller.latest().map(|r| r.view.end_unix);
@@ -337,10 +346,8 @@ impl Watch {
                 ),
             });
         }
-        let view = Controller::of_user(Duration::from_secs(3))
-            .view(s.job.id)
-            .ok()?;
-        let kind = match view.end()? {
+        let facts = self.slurm_controller().facts(s.job.id).ok()?;
+        let kind = match facts.ending(s.job.restart_count)? {
             JobEnd::TimeLimit => VerdictKind::RuntimeLimit,
             JobEnd::Cancelled => VerdictKind::Cancelled,
             JobEnd::Preempted => VerdictKind::Preempted,
@@ -348,10 +355,26 @@ impl Watch {
         Some(SchedulerEnd {
             kind,
             said: format!(
-                "the SLURM controller reports job {} {} (reason {})",
-                s.job.id, view.state, view.reason
+                "the SLURM controller reports job {} JobState={} Reason={} as it ends",
+                s.job.id,
+                facts.state.as_deref().unwrap_or("?"),
+                facts.reason.as_deref().unwrap_or("?")
             ),
         })
+    }
+}
+
+impl Watch {
+    /// The controller as this watch asks it: the user's commands, or the service's.
+    fn slurm_controller(&self) -> Controller {
+        if self.label.slurm.is_some() {
+            Controller::in_dir(
+                std::path::Path::new(SERVICE_BIN_DIR),
+                Duration::from_secs(3),
+            )
+        } else {
+            Controller::of_user(Duration::from_secs(3))
+        }
     }
 }
 

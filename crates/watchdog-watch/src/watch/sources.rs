@@ -38,16 +38,27 @@ pub struct Built {
     pub slurm: Option<super::slurm::SlurmEnd>,
 }
 
-/// Opens every source for `target`, the host-wide files through `reads`; `ask_slurm`: a
-/// SLURM job named by the target's environment has its end asked of the controller (never
-/// for the service, where the environment is the user's).
+/// Which SLURM job's end is asked of the controller, and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlurmAsk {
+    /// The job the target's environment names (`run`, `--pid`), with the user's `squeue`.
+    FromEnvironment,
+    /// The job the run's cgroup path names (the service: never the user's environment),
+    /// with `/usr/bin/squeue` and an empty environment.
+    FromCgroup(u64),
+    /// None.
+    No,
+}
+
+/// Opens every source for `target`, the host-wide files through `reads`; `slurm` says
+/// which SLURM job's end is the runtime limit, when no flag sets one.
 pub fn build(
     target: &Target,
     settings: &Settings,
     table: &mut ResourceTable,
     gpu: GpuSetup,
     reads: &Reads,
-    ask_slurm: bool,
+    slurm_ask: SlurmAsk,
 ) -> Built {
     let proc_root = &settings.host.proc;
     let pid = target.pid;
@@ -103,7 +114,12 @@ pub fn build(
     match proc_root.start_time(pid) {
         Ok(start) => {
             let env = proc_root.environ(pid).unwrap_or_default();
-            job = watchdog_slurm::Job::from_env(&env).filter(|_| ask_slurm);
+            job = match slurm_ask {
+                SlurmAsk::FromEnvironment => watchdog_slurm::Job::from_env(&env),
+                SlurmAsk::FromCgroup(id) => Some(watchdog_slurm::Job::of_cgroup(id)),
+                SlurmAsk::No => None,
+            };
+            let service = matches!(slurm_ask, SlurmAsk::FromCgroup(_));
             // Deadlines are checked to be in the future, so after 1970; one too far
             // ahead for the clock to hold is no limit at all.
             let deadline = settings.deadline.and_then(|d| {
@@ -125,8 +141,13 @@ pub fn build(
                 }
                 // SLURM before 23.02 puts no end in the job's environment: ask the controller.
                 (None, Some(j)) if j.end_time.is_none() => {
-                    let (source, end) =
-                        super::slurm::runtime_source(j.clone(), start, settings.slurm_poll, table);
+                    let (source, end) = super::slurm::runtime_source(
+                        j.clone(),
+                        start,
+                        settings.slurm_poll,
+                        service,
+                        table,
+                    );
                     sources.push(source);
                     slurm = Some(end);
                 }
