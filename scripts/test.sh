@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Runs every test of the project: Rust unit, integration and end-to-end tests (real
-# processes, cgroups, tmpfs and signals), the Python client's tests, and the wheel in a
-# real Jupyter kernel (needs PyPI and python3-venv; a few minutes). The same command CI runs.
+# processes, cgroups, tmpfs and signals), the Python client's tests, the SLURM tests on a
+# real one-node cluster, and the wheel in a real Jupyter kernel (needs PyPI and
+# python3-venv; a few minutes). The same command CI runs.
 #
-# Some tests need root (memory cgroups, tmpfs mounts, dropping to user nobody), headless
-# Chromium, the Python frameworks or python3-venv. They run when they can. When they cannot,
+# Some tests need root (memory cgroups, tmpfs mounts, dropping to user nobody, SLURM's
+# daemons), slurm-wlm and munge, headless Chromium, the Python frameworks or
+# python3-venv. They run when they can. When they cannot,
 # they FAIL if CI is set (to anything but empty, "false" or "0") and are skipped otherwise;
 # the skipped ones are listed at the end. One rule: crates/watchdog-testsupport (Rust) and
 # python/tests/need.py (Python).
@@ -25,6 +27,10 @@ cargo build --workspace --all-targets
 cargo test --workspace --no-fail-fast -- --test-threads=2
 WATCHDOG_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/watchdog" \
     python3 -m unittest discover -s python/tests -v
+# A real one-node SLURM cluster (munged, slurmctld, slurmd started by tests/slurm/cluster.py;
+# needs root, slurm-wlm and munge): jobs as an unprivileged user, time limits, requeues.
+WATCHDOG_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/watchdog" \
+    python3 -m unittest discover -s tests/slurm -v
 # The headless build: no NVML, no desktop notifications (tokio, zbus). After the Python
 # tests: it rebuilds target/debug/watchdog without them.
 cargo test -p watchdog-sampler --no-default-features
