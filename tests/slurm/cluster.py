@@ -222,7 +222,9 @@ class Cluster:
             os.chmod(self.path(sub), mode)
 
     def _ensure_user(self):
-        """The unprivileged user jobs run as, created (no home, no login) when missing."""
+        """The unprivileged user jobs run as, created when missing, with a home of its own as
+        a cluster's users have (SLURM sets HOME from the password database: the watchdog keeps
+        its recordings under it)."""
         try:
             pwd.getpwnam(USER)
         except KeyError:
@@ -230,6 +232,9 @@ class Cluster:
                            check=True, capture_output=True)
         entry = pwd.getpwnam(USER)
         self.uid, self.gid = entry.pw_uid, entry.pw_gid
+        if not os.path.isdir(entry.pw_dir):
+            os.makedirs(entry.pw_dir, 0o755)
+            os.chown(entry.pw_dir, self.uid, self.gid)
 
     def _write_config(self):
         self.conf = self.path("etc", "slurm.conf")
@@ -542,6 +547,20 @@ class Cluster:
                 raise AssertionError("job %s: %s; last seen %r\n%s" % (
                     jobid, "gone" if last is None else "timed out after %ss" % timeout,
                     last, self.log_of(jobid)))
+            time.sleep(0.5)
+
+    def wait_until(self, predicate, timeout, what="the condition"):
+        """Poll PREDICATE() every half second until it returns something true; return that.
+
+        Raises AssertionError after TIMEOUT seconds, with the daemons' logs.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            got = predicate()
+            if got:
+                return got
+            if time.monotonic() > deadline:
+                raise AssertionError("%s did not hold within %ss\n%s" % (what, timeout, self.logs(10)))
             time.sleep(0.5)
 
     def release(self, jobid):

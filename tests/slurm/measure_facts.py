@@ -1,6 +1,6 @@
 """Measure what the watchdog's SLURM support relies on, on the real test cluster.
 
-Not a test: run by hand (as root) to regenerate the facts of docs/slurm-facts.md::
+Not a test: run by hand (as root) to regenerate the facts of docs/slurm.md#measured-on-the-test-cluster::
 
     python3 tests/slurm/measure_facts.py > /tmp/facts.txt
 

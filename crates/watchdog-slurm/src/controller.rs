@@ -74,13 +74,15 @@ impl Controller {
         }
     }
 
-    /// The commands in `bin_dir` by absolute path, with an empty environment (the
-    /// service: no user's variable reaches them).
+    /// The commands in `bin_dir` by absolute path, with an empty environment but the
+    /// watchdog's own `SLURM_CONF`, if it has one (the service: no user's variable reaches
+    /// them; the administrator's unit may name the cluster's configuration).
     pub fn in_dir(bin_dir: &Path, timeout: Duration) -> Controller {
+        let conf = std::env::var_os("SLURM_CONF").map(|v| (OsString::from("SLURM_CONF"), v));
         Controller {
             squeue: bin_dir.join("squeue"),
             scontrol: bin_dir.join("scontrol"),
-            env: Some(Vec::new()),
+            env: Some(conf.into_iter().collect()),
             timeout,
         }
     }
@@ -180,39 +182,16 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt as _;
 
-    /// A directory with a fake `squeue` printing `body` (a shell script's body).
-    fn fake(body: &str) -> (tempfile_dir::Dir, Controller) {
-        let dir = tempfile_dir::Dir::new();
+    /// A directory with a fake `squeue` and `scontrol` running `body` (a shell script's body).
+    fn fake(body: &str) -> (tempfile::TempDir, Controller) {
+        let dir = watchdog_testsupport::scratch();
         for name in ["squeue", "scontrol"] {
-            let path = dir.0.join(name);
+            let path = dir.path().join(name);
             std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
         }
-        let c = Controller::in_dir(&dir.0, Duration::from_millis(500));
+        let c = Controller::in_dir(dir.path(), Duration::from_millis(500));
         (dir, c)
-    }
-
-    /// A temporary directory removed on drop (no dependency for one test helper).
-    mod tempfile_dir {
-        pub struct Dir(pub std::path::PathBuf);
-        impl Dir {
-            pub fn new() -> Dir {
-                use std::sync::atomic::{AtomicU32, Ordering};
-                static N: AtomicU32 = AtomicU32::new(0);
-                let p = std::env::temp_dir().join(format!(
-                    "watchdog-slurm-test-{}-{}",
-                    std::process::id(),
-                    N.fetch_add(1, Ordering::Relaxed)
-                ));
-                std::fs::create_dir_all(&p).unwrap();
-                Dir(p)
-            }
-        }
-        impl Drop for Dir {
-            fn drop(&mut self) {
-                let _ = std::fs::remove_dir_all(&self.0);
-            }
-        }
     }
 
     #[test]

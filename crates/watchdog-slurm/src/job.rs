@@ -65,12 +65,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use watchdog_testsupport::env_pairs as env;
 
     #[test]
     fn a_batch_job_of_slurm_22_05_has_no_end_time() {

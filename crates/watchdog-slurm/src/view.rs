@@ -54,12 +54,6 @@ pub fn parse_view(output: &str) -> Option<JobView> {
     let end = fields.next()?;
     let state = fields.next()?;
     let reason = fields.collect::<Vec<_>>().join(" ");
-    let word = |s: &str| {
-        !s.is_empty()
-            && s.len() <= 64
-            && s.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"_-:,()".contains(&b))
-    };
     if !word(state) || !(reason.is_empty() || reason.split(' ').all(word)) {
         return None;
     }
@@ -75,6 +69,15 @@ pub fn parse_view(output: &str) -> Option<JobView> {
         state: state.to_string(),
         reason,
     })
+}
+
+/// A state or reason as SLURM spells them (`RUNNING`, `TimeLimit`, `QOSMaxWallDurationPerJobLimit`):
+/// anything else printed there is not trusted.
+fn word(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-:,()".contains(&b))
 }
 
 /// What `scontrol show job -o` says that decides whether a requeue can work.
@@ -121,12 +124,6 @@ impl JobFacts {
 /// Parses `scontrol show job -o ID`'s one line (space-separated `Key=Value` fields; only
 /// the single-word fields read here are trusted).
 pub fn parse_facts(output: &str) -> JobFacts {
-    let word = |s: &str| {
-        !s.is_empty()
-            && s.len() <= 64
-            && s.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"_-:,()".contains(&b))
-    };
     let mut facts = JobFacts::default();
     for field in output.split_whitespace() {
         let Some((key, value)) = field.split_once('=') else {

@@ -354,6 +354,8 @@ pub struct Watch {
     attempting: Option<restart::Attempting>,
     /// The highest training step the run reported (acknowledgments, step reports).
     max_step: Option<u64>,
+    /// Seconds from the watch's start to the first step the run reported.
+    first_step_s: Option<f64>,
     /// The verdict and the resources' ends, once the run ended.
     last_verdict: Option<(verdict::Verdict, Vec<verdict::ResourceEnd>)>,
     /// The kernel's wake-ups armed for this run.
@@ -635,6 +637,7 @@ impl Watch {
             start_unix: watchdog_alerter::events::unix_time_s(start_wall),
             attempting: None,
             max_step: None,
+            first_step_s: None,
             last_verdict: None,
             kernel,
             kernel_ids,

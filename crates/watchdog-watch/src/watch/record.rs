@@ -254,6 +254,36 @@ impl RunStart {
         );
     }
 
+    /// In a SLURM job: why no attempt should start now, when the job ends (as the
+    /// controller says now) before an attempt could reach its first step and save
+    /// (`needs_s`: the lead with the learned save time, plus the time the last attempt took
+    /// to its first step report).
+    pub(super) fn too_late_for_another_attempt(&self, needs_s: f64) -> Option<String> {
+        let job = self.job.as_ref()?;
+        let end = match job.end_time {
+            Some(end) => end,
+            None => {
+                watchdog_slurm::Controller::of_user(super::slurm::CONTROLLER_TIMEOUT)
+                    .view(job.id)
+                    .ok()?
+                    .end_unix?
+            }
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs_f64();
+        let left = end as f64 - now;
+        (left < needs_s).then(|| {
+            format!(
+                "not restarted: job {} ends in {}, less than the {} another attempt needs to reach its first step and save before the end",
+                job.id,
+                watchdog_types::units::format_duration_s(left.max(0.0)),
+                watchdog_types::units::format_duration_s(needs_s)
+            )
+        })
+    }
+
     /// Restarts before this allocation (`SLURM_RESTART_COUNT`).
     pub(super) fn requeues(&self) -> u32 {
         self.job.as_ref().map_or(0, |j| j.restart_count)
@@ -329,12 +359,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use watchdog_testsupport::env_pairs as env;
 
     #[test]
     fn the_key_is_the_users_then_the_jobs_then_default() {

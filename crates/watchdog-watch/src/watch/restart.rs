@@ -567,6 +567,9 @@ pub(super) fn run(
             Ended::Stopped(sig) => return Ok(ExitCode::from((128 + sig).clamp(0, 255) as u8)),
         };
         let lead_s = watch.settings.lead.as_secs_f64();
+        // Lead with the learned save time, and the time to the first step: what another
+        // attempt needs before the job's end to be worth starting.
+        let needs_s = watch.engine.lead_s() + watch.first_step_s.unwrap_or(0.0);
         let ended_unix = watchdog_alerter::events::unix_time_s(SystemTime::now());
         watch.attempting.take();
         let acks = std::mem::take(&mut watch.acks);
@@ -610,6 +613,11 @@ pub(super) fn run(
                 Ok(_) => {}
                 Err(why) => next = Next::Stop(Some(why)),
             }
+        }
+        if next == Next::Restart
+            && let Some(why) = start.too_late_for_another_attempt(needs_s)
+        {
+            next = Next::Stop(Some(why));
         }
         match next {
             Next::Restart => {
@@ -700,6 +708,9 @@ impl Watch {
     /// which the progress rule compares.
     pub fn saw_step(&mut self, step: u64) {
         self.max_step = Some(self.max_step.map_or(step, |s| s.max(step)));
+        if self.first_step_s.is_none() {
+            self.first_step_s = Some(self.start.elapsed().as_secs_f64());
+        }
     }
 
     /// A failed attempt's command is gone but processes it started run on: they are ended
