@@ -24,13 +24,27 @@ list_skips() {
 trap list_skips EXIT
 
 cargo build --workspace --all-targets
+# A real one-node SLURM cluster (munged, slurmctld, slurmd started by tests/slurm/cluster.py;
+# needs root, slurm-wlm and munge): jobs as an unprivileged user, time limits, requeues.
+# Their jobs mostly wait on SLURM's one-minute limits, so they run beside the other tests,
+# on a copy of this build's binary (later steps rebuild target/debug/watchdog); their
+# output is shown, and their status counted, at the end.
+slurm_dir="$(mktemp -d -t watchdog-slurm-tests.XXXXXX)"
+cp "${CARGO_TARGET_DIR:-$PWD/target}/debug/watchdog" "$slurm_dir/watchdog"
+WATCHDOG_BIN="$slurm_dir/watchdog" python3 -m unittest discover -s tests/slurm -v \
+    >"$slurm_dir/log" 2>&1 &
+slurm_pid=$!
+slurm_result() {
+    local status=0
+    wait "$slurm_pid" || status=$?
+    echo "== SLURM tests (tests/slurm), run beside the others:"
+    cat "$slurm_dir/log"
+    rm -rf "$slurm_dir"
+    return "$status"
+}
 cargo test --workspace --no-fail-fast -- --test-threads=2
 WATCHDOG_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/watchdog" \
     python3 -m unittest discover -s python/tests -v
-# A real one-node SLURM cluster (munged, slurmctld, slurmd started by tests/slurm/cluster.py;
-# needs root, slurm-wlm and munge): jobs as an unprivileged user, time limits, requeues.
-WATCHDOG_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/watchdog" \
-    python3 -m unittest discover -s tests/slurm -v
 # The headless build: no NVML, no desktop notifications (tokio, zbus). After the Python
 # tests: it rebuilds target/debug/watchdog without them.
 cargo test -p watchdog-sampler --no-default-features
@@ -40,3 +54,4 @@ cargo build -p watchdog  # the default binary back in target/debug
 # The notebook path as a user gets it: a fresh venv, `pip install` of this checkout (builds
 # the wheel with maturin, release profile), a real Jupyter kernel run through nbclient.
 python3 -m unittest discover -s tests/notebook -v
+slurm_result

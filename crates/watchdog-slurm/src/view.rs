@@ -96,6 +96,11 @@ pub struct JobFacts {
 }
 
 impl JobFacts {
+    /// Whether the job was requeued since the allocation `restart_count` began.
+    pub fn requeued(&self, restart_count: u32) -> bool {
+        self.restarts.is_some_and(|r| r > restart_count)
+    }
+
     /// How the job is ending, for a job whose process was just ended by SIGTERM and which
     /// was in its allocation `restart_count`. Measured on SLURM 22.05 from inside the job
     /// during `KillWait`: a time limit shows `COMPLETING` with `Reason=TimeLimit`, a
@@ -110,7 +115,7 @@ impl JobFacts {
         if state.starts_with("PREEMPT") || reason.to_ascii_lowercase().contains("preempt") {
             return Some(JobEnd::Preempted);
         }
-        if self.restarts.is_some_and(|r| r > restart_count) {
+        if self.requeued(restart_count) {
             // Requeued (by `scontrol requeue`): the job comes back; not an end.
             return None;
         }

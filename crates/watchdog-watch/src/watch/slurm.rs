@@ -347,6 +347,23 @@ impl Watch {
             });
         }
         let facts = self.slurm_controller().facts(s.job.id).ok()?;
+        if facts.requeued(s.job.restart_count) {
+            // By another task's watchdog, a framework or a person: the time limit's doing
+            // only when it was that near.
+            let left = s
+                .end
+                .as_ref()
+                .and_then(|e| end_in_s(e.end_ms.load(Ordering::Relaxed)))?;
+            return (left <= self.engine.lead_s() + 60.0).then(|| SchedulerEnd {
+                kind: VerdictKind::RuntimeLimit,
+                said: format!(
+                    "job {} was requeued (Restarts={}) {} before its time limit",
+                    s.job.id,
+                    facts.restarts.unwrap_or_default(),
+                    watchdog_types::units::format_duration_s(left.max(0.0))
+                ),
+            });
+        }
         let kind = match facts.ending(s.job.restart_count)? {
             JobEnd::TimeLimit => VerdictKind::RuntimeLimit,
             JobEnd::Cancelled => VerdictKind::Cancelled,

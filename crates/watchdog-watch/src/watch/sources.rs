@@ -113,7 +113,14 @@ pub fn build(
     let mut slurm = None;
     match proc_root.start_time(pid) {
         Ok(start) => {
-            let env = proc_root.environ(pid).unwrap_or_default();
+            // A command `run` started has the watchdog's environment (and WATCHDOG_*
+            // variables): read from /proc right after the spawn, it can still be empty,
+            // the exec not done yet.
+            let env: Vec<(String, String)> = if target.is_child() {
+                std::env::vars().collect()
+            } else {
+                proc_root.environ(pid).unwrap_or_default()
+            };
             job = match slurm_ask {
                 SlurmAsk::FromEnvironment => watchdog_slurm::Job::from_env(&env),
                 SlurmAsk::FromCgroup(id) => Some(watchdog_slurm::Job::of_cgroup(id)),
