@@ -18,6 +18,7 @@ mod hostile;
 mod inputs;
 mod kernel_wake;
 mod launchers;
+mod notice;
 mod notify;
 mod outputs;
 mod page_cache;

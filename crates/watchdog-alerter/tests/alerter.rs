@@ -232,6 +232,7 @@ fn request(seq: u64) -> SentRequest {
             limit: 2 << 30,
             predicted_s: Some(21.5),
             step_peak: None,
+            deadline_unix: None,
         },
         sent: Sent {
             time: now_rfc3339(),

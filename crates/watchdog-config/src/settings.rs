@@ -406,6 +406,15 @@ settings! {
         #[arg(long, value_name = "PATH")]
         checkpoint_record: Option<PathBuf>
     }
+
+    /// How long `run` holds a SIGTERM while the save it asks for is made (0: none).
+    term_grace: Duration, default Duration::from_secs(5), file "crate::de_duration";
+    flag {
+        /// `run`: on SIGTERM, first ask the run to save, and pass SIGTERM on when the save is
+        /// acknowledged or after DUR (0: at once; docs/notices.md) [default: 5s].
+        #[arg(long, value_name = "DUR", value_parser = Utf8(options::parse_duration))]
+        term_grace: Option<Duration>
+    }
 }
 
 #[cfg(test)]

@@ -103,6 +103,10 @@ pub const REFUSED_WATCH_KEYS: &[(&str, &str)] = &[
         "the daemon does not requeue SLURM jobs; run the job's command under `watchdog --requeue run` (see docs/slurm.md)",
     ),
     (
+        "term_grace",
+        "the daemon did not start the run: a SIGTERM to the daemon stops the daemon, never the runs; give the run's own `watchdog run` a --term-grace (see docs/notices.md)",
+    ),
+    (
         "checkpoint_record",
         "the daemon never reads or writes a run's checkpoint record (see docs/slurm.md)",
     ),

@@ -34,7 +34,9 @@ use watchdog_predictor::sample_rate::{self, NextSample, RateInput, SampleRate};
 use watchdog_predictor::{Decision, Observation, PredictorConfig, ResourcePredictor};
 use watchdog_types::status::ResourceStatus;
 use watchdog_types::units::format_duration_s;
-use watchdog_types::{AlertReason, EventBody, Forecast, Resource, ResourceId, Sample, Unit};
+use watchdog_types::{
+    AlertReason, EventBody, Forecast, Resource, ResourceId, ResourceKind, Sample, Unit,
+};
 
 use text::{alert_sentence, format_amount};
 use verdict::{ExitFacts, ResourceEnd, Verdict};
@@ -232,6 +234,8 @@ pub struct Engine {
     /// The longest interval between two samples of a far resource, as asked (clamped
     /// when used, see [`Engine::max_interval_s`]).
     max_interval_s: f64,
+    /// The time of the latest sample, seconds since the watch began.
+    last_t_s: f64,
 }
 
 impl Engine {
@@ -252,6 +256,7 @@ impl Engine {
             save_s: 0.0,
             cuda_oom: None,
             max_interval_s: sample_rate::DEFAULT_MAX_INTERVAL_S,
+            last_t_s: 0.0,
         };
         for r in resources {
             engine.add_resource(r.clone());
@@ -394,6 +399,7 @@ impl Engine {
     /// (none for an unknown or unlimited resource).
     pub fn observe(&mut self, s: &Sample, out: &mut Vec<Action>) -> Option<Observation> {
         let (lead_s, max_interval_s) = (self.lead_s, self.max_interval_s());
+        self.last_t_s = self.last_t_s.max(s.t_ns as f64 / 1e9);
         let st = self.states.get_mut(s.resource.0 as usize)?;
         st.samples += 1;
         if !st.next.is_some_and(|n| n.slow) {
@@ -469,7 +475,30 @@ impl Engine {
                 step: a.step,
                 predicted_peak: a.predicted_peak,
             }),
+            deadline_unix: None,
         })
+    }
+
+    /// An announced end at `deadline_unix` (SIGTERM with its grace, a provider's notice) as
+    /// a request of its own, numbered next: `resource` and `kind` `notice`, `used` and
+    /// `limit` 0, the seconds left from `now_unix` as `predicted_s`. Delivered like an
+    /// alert's plan; [`alerted`](Self::alerted) counts it among the alerts.
+    pub fn notice(&mut self, reason: AlertReason, deadline_unix: f64, now_unix: f64) -> AlertPlan {
+        self.seq += 1;
+        AlertPlan {
+            request: Request {
+                seq: self.seq,
+                resource: ResourceKind::Notice.as_str().to_string(),
+                kind: ResourceKind::Notice,
+                reason,
+                used: 0,
+                limit: 0,
+                predicted_s: Some((deadline_unix - now_unix).max(0.0)),
+                step_peak: None,
+                deadline_unix: Some(deadline_unix),
+            },
+            alerts: Vec::new(),
+        }
     }
 
     /// Drops this tick's alerts unacted (the target is gone).
@@ -510,6 +539,25 @@ impl Engine {
                 join_pids(&delivery.signalled)
             )
         };
+        if plan.request.kind == ResourceKind::Notice {
+            let left = plan.request.predicted_s.unwrap_or(0.0);
+            out.push(Action::Log(
+                Level::Warn,
+                format!(
+                    "NOTICE the run {} in {}; asked to save: {sent}",
+                    match plan.request.reason {
+                        AlertReason::Preemption => "is preempted",
+                        _ => "is being stopped (SIGTERM)",
+                    },
+                    format_duration_s(left)
+                ),
+            ));
+            self.alerts.push(AlertRecord {
+                resource: plan.request.resource.clone(),
+                t_s: self.last_t_s,
+                signalled: delivery.signalled.len(),
+            });
+        }
         for p in &plan.alerts {
             let Some(st) = self.states.get(p.id) else {
                 continue;

@@ -19,6 +19,8 @@ pub fn alert_sentence(
         AlertReason::StepPeak => "will not fit the next step's peak",
         AlertReason::EvalPeak => "will not fit the next evaluation's peak",
         AlertReason::Fragmentation => "is fragmented",
+        AlertReason::Terminating => "ends: the watchdog was sent SIGTERM",
+        AlertReason::Preemption => "ends: the machine is being preempted",
     };
     let when = match forecast.seconds_left {
         Some(s) => format!(" in about {}", format_duration_s(s)),

@@ -242,6 +242,7 @@ pub fn definition(kind: ResourceKind) -> &'static str {
         ResourceKind::DiskInodes => "f_files - f_ffree of statvfs",
         ResourceKind::Runtime => "wall time since the target's start",
         ResourceKind::GpuMemory => "NVML used memory",
+        ResourceKind::Notice => "an announced end: no figure, a deadline",
     }
 }
 

@@ -52,6 +52,9 @@ pub enum ResourceKind {
     Runtime,
     /// Memory used on one GPU against its total memory (bytes).
     GpuMemory,
+    /// An announced end (SIGTERM with its grace, a cloud's preemption notice): no usage,
+    /// a deadline (milliseconds; `used` and `limit` 0). Never sampled.
+    Notice,
 }
 
 /// The unit a resource's `used` and `limit` are counted in.
@@ -71,7 +74,7 @@ impl ResourceKind {
     pub fn unit(self) -> Unit {
         match self {
             ResourceKind::DiskInodes => Unit::Count,
-            ResourceKind::Runtime => Unit::Millis,
+            ResourceKind::Runtime | ResourceKind::Notice => Unit::Millis,
             _ => Unit::Bytes,
         }
     }
@@ -179,6 +182,10 @@ pub enum AlertReason {
     /// The allocator retries or needs memory that is reserved but unallocated: the cache is
     /// fragmented (`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` helps).
     Fragmentation,
+    /// The watchdog was sent SIGTERM: the run ends when the grace is over.
+    Terminating,
+    /// The cloud provider announced the machine's preemption.
+    Preemption,
 }
 
 /// The phase of a training step, as the Python client reports it.
@@ -453,6 +460,19 @@ pub enum EventBody {
         path: Option<String>,
         /// Its step, when known.
         step: Option<u64>,
+    },
+    /// An announced end: SIGTERM to `watchdog run`, or a provider's preemption notice. The
+    /// run was asked to save (request `seq`) before `deadline_unix`.
+    Notice {
+        /// `sigterm`, `gce`, `aws` or `azure`.
+        source: String,
+        /// When the end comes, seconds since the epoch.
+        deadline_unix: f64,
+        /// Whether the acknowledgment came before the end was passed on (`None`: not yet
+        /// known, the event written at the notice).
+        saved: Option<bool>,
+        /// The request's sequence number (`None` when no process could be asked).
+        seq: Option<u64>,
     },
     /// `run --restart` starts the command again after a failed attempt.
     Restart {

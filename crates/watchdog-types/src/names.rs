@@ -74,6 +74,7 @@ names!(ResourceKind, "resource kind", {
     DiskInodes => "disk_inodes",
     Runtime => "runtime",
     GpuMemory => "gpu_memory",
+    Notice => "notice",
 });
 
 names!(Unit, "unit", {
@@ -89,6 +90,8 @@ names!(AlertReason, "alert reason", {
     StepPeak => "step_peak",
     EvalPeak => "eval_peak",
     Fragmentation => "fragmentation",
+    Terminating => "terminating",
+    Preemption => "preemption",
 });
 
 names!(Phase, "phase", {

@@ -32,6 +32,8 @@ pub struct Request {
     pub predicted_s: Option<f64>,
     /// What a step-peak alert adds (`step_peak`, `eval_peak`, `fragmentation`); `None` otherwise.
     pub step_peak: Option<StepPeak>,
+    /// When an announced end comes (a notice), seconds since the epoch.
+    pub deadline_unix: Option<f64>,
 }
 
 /// The request fields of an alert from the run's step reports.
@@ -84,6 +86,7 @@ impl SentRequest {
                 limit: 1000,
                 predicted_s: Some(12.5),
                 step_peak: None,
+                deadline_unix: None,
             },
             sent: Sent {
                 time: "2026-11-22T20:31:05.123Z".into(),
@@ -158,6 +161,8 @@ struct RequestJson {
     step: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     predicted_peak: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    deadline_unix: Option<f64>,
 }
 
 impl From<SentRequest> for RequestJson {
@@ -184,6 +189,7 @@ impl From<SentRequest> for RequestJson {
             phase: r.step_peak.map(|p| p.phase),
             step: r.step_peak.map(|p| p.step),
             predicted_peak: r.step_peak.map(|p| p.predicted_peak),
+            deadline_unix: r.deadline_unix,
         }
     }
 }
@@ -220,6 +226,7 @@ impl TryFrom<RequestJson> for SentRequest {
                 limit: j.limit,
                 predicted_s: j.predicted_s,
                 step_peak,
+                deadline_unix: j.deadline_unix,
             },
             sent: Sent {
                 time: j.time,

@@ -285,6 +285,19 @@ pub fn forward_signals(
                 }
                 to.received
                     .store(info.signal as usize, std::sync::atomic::Ordering::Relaxed);
+                if info.signal == libc::SIGTERM
+                    && let Some(cell) = &to.notice
+                    && cell.load(std::sync::atomic::Ordering::Relaxed) == 0
+                {
+                    // The first SIGTERM: the loop asks for a save, then passes it on.
+                    let now_ms = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(1, |d| d.as_millis().max(1) as u64);
+                    cell.store(now_ms, std::sync::atomic::Ordering::Relaxed);
+                    tracing::info!("received SIGTERM: asking the run to save before passing it on");
+                    waker.wake();
+                    continue;
+                }
                 let from_kernel = info.process.is_none();
                 if from_kernel && rustix::termios::isatty(std::io::stdin()) {
                     tracing::debug!(
@@ -340,14 +353,19 @@ pub struct ForwardTo {
     target: Arc<std::sync::Mutex<Arc<PidFd>>>,
     /// The last SIGINT, SIGTERM or SIGHUP received (0: none).
     pub received: Arc<std::sync::atomic::AtomicUsize>,
+    /// When the first SIGTERM came, unix milliseconds (0: none yet), when a SIGTERM is a
+    /// notice (`--term-grace`): it is held for the loop, which asks the run to save and
+    /// passes it on; `None`: SIGTERM is forwarded at once.
+    pub notice: Option<Arc<std::sync::atomic::AtomicU64>>,
 }
 
 impl ForwardTo {
-    /// Forwarding to `pidfd`.
-    pub fn new(pidfd: Arc<PidFd>) -> ForwardTo {
+    /// Forwarding to `pidfd`; `notice`: the first SIGTERM is held for the loop.
+    pub fn new(pidfd: Arc<PidFd>, notice: bool) -> ForwardTo {
         ForwardTo {
             target: Arc::new(std::sync::Mutex::new(pidfd)),
             received: Arc::default(),
+            notice: notice.then(Arc::default),
         }
     }
 

@@ -41,6 +41,7 @@ mod deliver;
 mod kernel;
 mod kmsg;
 mod lineage;
+mod notice;
 mod record;
 mod restart;
 mod single;
@@ -221,7 +222,8 @@ impl Session {
                 Ok(())
             }
             (None, Some(signals)) => {
-                let to = target::ForwardTo::new(pidfd.clone());
+                let notice = !settings.dry_run && !settings.term_grace.is_zero();
+                let to = target::ForwardTo::new(pidfd.clone(), notice);
                 self.forward_to = Some(to.clone());
                 target::forward_signals(
                     signals,
@@ -252,6 +254,7 @@ impl Session {
         match built {
             Ok(mut w) => {
                 w.unforwarded = Some(self.unforwarded.clone());
+                w.term_notice = self.forward_to.as_ref().and_then(|to| to.notice.clone());
                 Ok(w)
             }
             Err(e) => {
@@ -376,6 +379,11 @@ pub struct Watch {
     record: Option<record::Book>,
     /// The SLURM job the run is in, when it is in one.
     slurm: Option<slurm::SlurmRun>,
+    /// When `run` received the first SIGTERM, unix milliseconds (0: not yet), when SIGTERM
+    /// is a notice (`--term-grace`).
+    term_notice: Option<Arc<std::sync::atomic::AtomicU64>>,
+    /// The notice taken from it: the save asked, SIGTERM held until it is acknowledged.
+    notice: Option<notice::Notice>,
 }
 
 /// What a watch is started with besides its target and settings.
@@ -645,6 +653,8 @@ impl Watch {
             wait_set: crate::wake::WaitSet::default(),
             acks: restart::AckReader::default(),
             record: None,
+            term_notice: None,
+            notice: None,
             slurm: built
                 .job
                 .take()
@@ -996,11 +1006,12 @@ impl Watch {
         self.reap_adopted();
         self.record_hook_outcomes();
         self.follow_slurm();
+        self.follow_notice();
         self.sample(now);
         self.read_steps_and_saves(now);
         self.maybe_requeue();
         if let Some(plan) = self.engine.decide() {
-            self.act(plan);
+            let _ = self.act(plan);
         }
         // After the alert is sent: the v1 thresholds move from this sample's figures.
         if let Some((used, cache, limit)) = self.kernel_sampled.take() {

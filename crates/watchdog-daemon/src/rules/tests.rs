@@ -188,6 +188,8 @@ fn watch_keys_the_daemon_decides_are_refused_with_a_reason_at_their_line() {
             "interval" => "\"1s\"",
             "restart" | "restart_per_hour" => "2",
             "restart_on" => "[\"oom_kill\"]",
+            "requeue" => "true",
+            "term_grace" => "\"5s\"",
             _ => "\"/tmp/x\"",
         };
         // A second rule before, so the line is the one in this rule's table.

@@ -57,6 +57,8 @@ pub(crate) struct Delivered {
     pub written: Option<String>,
     /// What the engine says follows.
     pub actions: Vec<Action>,
+    /// The processes sent the signal.
+    pub signalled: Vec<u32>,
 }
 
 /// Where the actions that follow an alert go: the watch's events, recording, hook and
@@ -131,6 +133,7 @@ pub(crate) fn deliver(
         request,
         written,
         actions,
+        signalled: delivery.signalled,
     }
 }
 
@@ -201,8 +204,8 @@ pub(crate) fn acknowledgment(ack: &mut AckWatcher, engine: &mut Engine) -> Vec<A
 }
 
 impl Watch {
-    /// Carries out this tick's alert (see [`deliver`]).
-    pub(super) fn act(&mut self, plan: AlertPlan) {
+    /// Carries out this tick's alert (see [`deliver`]); returns the processes signalled.
+    pub(super) fn act(&mut self, plan: AlertPlan) -> Vec<u32> {
         let runtime = (plan.request.kind == watchdog_types::ResourceKind::Runtime)
             .then_some(plan.request.seq);
         let courier = Courier {
@@ -222,6 +225,7 @@ impl Watch {
             Some((&done.request, done.written.as_deref())),
             self,
         );
+        done.signalled
     }
 
     /// Carries out what the engine decided (see [`perform`]).

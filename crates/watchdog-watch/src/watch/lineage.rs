@@ -175,7 +175,8 @@ impl Watch {
             match woken {
                 Ok(Woken::Woken) if waiting.stop_signal().is_none() => {
                     self.forward_to_survivors();
-                    if Instant::now() >= deadline {
+                    // A SIGTERM held for a save: the caller takes it now.
+                    if Instant::now() >= deadline || self.notice_pending() {
                         return Woken::Timeout;
                     }
                 }

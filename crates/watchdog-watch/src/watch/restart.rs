@@ -109,6 +109,8 @@ pub(super) struct AckReader {
     pub(super) found: Vec<Checkpoint>,
     /// Every acknowledged step with its time (`time_unix`), with a path or not.
     pub(super) steps: Vec<(f64, u64)>,
+    /// The highest request `seq` acknowledged.
+    pub(super) seq: u64,
 }
 
 impl AckReader {
@@ -122,6 +124,7 @@ impl AckReader {
         let ack: Ack = serde_json::from_slice(&bytes).ok()?;
         // Remembered once it parsed: a half-written file is read again.
         self.last = Some(bytes);
+        self.seq = self.seq.max(ack.seq);
         if let Some(step) = ack.step {
             self.steps.push((ack.time_unix, step));
         }
@@ -678,7 +681,11 @@ impl Watch {
     /// In a `run --restart` attempt: reads the acknowledgment for checkpoints (each with a
     /// path is recorded, with its size and modification time now).
     pub(super) fn check_checkpoints(&mut self) {
-        if self.attempting.is_none() && self.record.is_none() && self.slurm.is_none() {
+        if self.attempting.is_none()
+            && self.record.is_none()
+            && self.slurm.is_none()
+            && self.notice.is_none()
+        {
             return;
         }
         let cwd = self.target.start_cwd.clone().unwrap_or_default();

@@ -84,9 +84,23 @@ impl Loop for SingleRun<'_> {
         self.watch.next_sample_at()
     }
 
+    /// Waits until `until`; while a SIGTERM is held (docs/notices.md), in short steps
+    /// that look for the save's acknowledgment and the grace's end, whatever the interval.
     fn wait(&mut self, until: Instant) -> Waited {
-        let timeout = until.saturating_duration_since(Instant::now());
-        self.watch.wait_for_the_run(&self.waiting, timeout)
+        loop {
+            let end = if self.watch.notice_pending() {
+                until.min(Instant::now() + super::notice::HELD_CHECK_EVERY)
+            } else {
+                until
+            };
+            let timeout = end.saturating_duration_since(Instant::now());
+            let waited = self.watch.wait_for_the_run(&self.waiting, timeout);
+            self.watch.follow_notice();
+            match waited {
+                Waited::Deadline if Instant::now() < until && self.watch.notice_pending() => {}
+                w => return w,
+            }
+        }
     }
 
     fn kernel_sample(&mut self, now: Instant) {

@@ -1,0 +1,161 @@
+//! SIGTERM to `watchdog run` is a notice (docs/notices.md): the run is asked to save, and
+//! SIGTERM reaches it once the save is acknowledged or `--term-grace` has passed; a run
+//! relaunched in the same directory resumes from the checkpoint record. Real processes,
+//! real signals: the saver is `tests/e2e/scripts/saver.py` with the Python client.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+
+/// The watchdog running the saver in `dir` with `flags`; returns once the saver started.
+fn start(dir: &Path, flags: &[&str], env: &[(&str, &str)]) -> Child {
+    let out = std::fs::File::create(dir.join("out.log")).unwrap();
+    let err = std::fs::File::create(dir.join("err.log")).unwrap();
+    let mut cmd = bin();
+    cmd.current_dir(dir)
+        .env("PYTHONPATH", repo().join("python"))
+        .args(["--gpu", "off", "--no-notify", "--events"])
+        .arg(dir.join("ev.jsonl"))
+        .args(flags)
+        .args(["run", "--", "python3"])
+        .arg(repo().join("tests/e2e/scripts/saver.py"))
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let child = cmd.spawn().unwrap();
+    assert!(
+        wait_for(Duration::from_secs(30), || log(dir)
+            .contains("start at step")),
+        "the saver never started: {}",
+        std::fs::read_to_string(dir.join("err.log")).unwrap_or_default()
+    );
+    child
+}
+
+fn log(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("out.log")).unwrap_or_default()
+}
+
+fn term(child: &Child) {
+    let sent = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+}
+
+/// Waits for the watchdog's exit: its code and the time since `t`.
+fn exit_of(child: &mut Child, t: Instant) -> (Option<i32>, Duration) {
+    let status = child.wait().unwrap();
+    (status.code(), t.elapsed())
+}
+
+#[test]
+fn sigterm_asks_for_a_save_then_ends_the_run_and_a_second_run_resumes_from_it() {
+    let dir = scratch();
+    let mut watchdog = start(dir.path(), &[], &[("SAVE_S", "0.5")]);
+    let t = Instant::now();
+    term(&watchdog);
+    let (code, took) = exit_of(&mut watchdog, t);
+    let stderr = std::fs::read_to_string(dir.path().join("err.log")).unwrap();
+    assert_eq!(
+        code,
+        Some(143),
+        "the run ends of the SIGTERM passed on: {stderr}"
+    );
+    assert!(
+        took >= Duration::from_millis(450),
+        "passed on before the save: {took:?}"
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "not held for the whole grace: {took:?}"
+    );
+    let saved = log(dir.path());
+    assert!(saved.contains("saved step"), "{saved}");
+    let events = read_events(&dir.path().join("ev.jsonl"));
+    let notice = of_kind(&events, "notice");
+    assert_eq!(notice.len(), 1, "{events:?}");
+    assert_eq!(notice[0]["source"], "sigterm");
+    assert_eq!(notice[0]["saved"], true);
+    let ack = of_kind(&events, "ack");
+    assert_eq!(ack[0]["seq"], notice[0]["seq"]);
+    let step = ack[0]["step"].as_u64().unwrap();
+    // The request said when the end comes.
+    let request = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .find(|e| e.file_name().to_string_lossy().ends_with(".request.json"))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap())
+        .unwrap();
+    let request: serde_json::Value = serde_json::from_str(&request).unwrap();
+    assert_eq!(request["kind"], "notice");
+    assert_eq!(request["reason"], "terminating");
+    let deadline = request["deadline_unix"].as_f64().unwrap();
+    let sent = request["time_unix"].as_f64().unwrap();
+    assert!((4.0..=5.5).contains(&(deadline - sent)), "{request}");
+    // A new run in the same directory (another machine with the same volume) resumes.
+    std::fs::rename(dir.path().join("out.log"), dir.path().join("out1.log")).unwrap();
+    let mut again = start(dir.path(), &[], &[]);
+    assert!(
+        log(dir.path()).contains(&format!("start at step {}", step + 1)),
+        "{}",
+        log(dir.path())
+    );
+    let _ = again.kill();
+    let _ = again.wait();
+}
+
+#[test]
+fn a_save_never_acknowledged_holds_sigterm_for_the_grace_and_no_longer() {
+    let dir = scratch();
+    let mut watchdog = start(dir.path(), &["--term-grace", "3s"], &[("NEVER_ACK", "1")]);
+    let t = Instant::now();
+    term(&watchdog);
+    let (code, took) = exit_of(&mut watchdog, t);
+    assert_eq!(code, Some(143));
+    assert!(
+        took >= Duration::from_secs(3),
+        "passed on before the grace: {took:?}"
+    );
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    let events = read_events(&dir.path().join("ev.jsonl"));
+    let notice = of_kind(&events, "notice");
+    assert_eq!(notice[0]["saved"], false, "{events:?}");
+}
+
+#[test]
+fn term_grace_zero_and_a_second_sigterm_pass_sigterm_on_at_once() {
+    let dir = scratch();
+    let mut watchdog = start(dir.path(), &["--term-grace", "0"], &[("NEVER_ACK", "1")]);
+    let t = Instant::now();
+    term(&watchdog);
+    let (code, took) = exit_of(&mut watchdog, t);
+    assert_eq!(code, Some(143));
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    let events = read_events(&dir.path().join("ev.jsonl"));
+    assert!(of_kind(&events, "notice").is_empty(), "{events:?}");
+
+    let dir = scratch();
+    let mut watchdog = start(dir.path(), &["--term-grace", "60s"], &[("NEVER_ACK", "1")]);
+    term(&watchdog);
+    assert!(wait_for(Duration::from_secs(10), || {
+        !of_kind(&read_events(&dir.path().join("ev.jsonl")), "alert").is_empty()
+            || std::fs::read_to_string(dir.path().join("err.log"))
+                .unwrap_or_default()
+                .contains("NOTICE")
+    }));
+    let t = Instant::now();
+    term(&watchdog);
+    let (code, took) = exit_of(&mut watchdog, t);
+    assert_eq!(code, Some(143));
+    assert!(
+        took < Duration::from_secs(2),
+        "the second SIGTERM was held: {took:?}"
+    );
+}
