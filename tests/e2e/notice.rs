@@ -11,9 +11,13 @@ use crate::support::*;
 
 /// The watchdog running the saver in `dir` with `flags`; returns once the saver started.
 fn start(dir: &Path, flags: &[&str], env: &[(&str, &str)]) -> Child {
+    start_with(bin(), dir, flags, env)
+}
+
+/// [`start`] with `cmd` running the watchdog (`unshare ... watchdog`, say).
+fn start_with(mut cmd: Command, dir: &Path, flags: &[&str], env: &[(&str, &str)]) -> Child {
     let out = std::fs::File::create(dir.join("out.log")).unwrap();
     let err = std::fs::File::create(dir.join("err.log")).unwrap();
-    let mut cmd = bin();
     cmd.current_dir(dir)
         .env("PYTHONPATH", repo().join("python"))
         .args(["--gpu", "off", "--no-notify", "--events"])
@@ -157,5 +161,44 @@ fn term_grace_zero_and_a_second_sigterm_pass_sigterm_on_at_once() {
     assert!(
         took < Duration::from_secs(2),
         "the second SIGTERM was held: {took:?}"
+    );
+}
+
+/// A container's first process: `watchdog run` as PID 1 of a PID namespace gets the
+/// SIGTERM (`docker stop`), the run saves, and the exit status is the run's.
+#[test]
+fn as_pid_1_of_a_pid_namespace_the_notice_is_saved_and_the_status_is_the_runs() {
+    if !require(is_root(), "root (to make a PID namespace with unshare)") {
+        return;
+    }
+    let dir = scratch();
+    let mut cmd = Command::new("unshare");
+    cmd.args([
+        "--pid",
+        "--fork",
+        "--mount-proc",
+        env!("CARGO_BIN_EXE_watchdog"),
+    ])
+    .env("XDG_STATE_HOME", std::env::temp_dir().join("wd-e2e-state"))
+    .env_remove("XDG_RUNTIME_DIR");
+    let mut unshare = start_with(cmd, dir.path(), &[], &[("SAVE_S", "0.3")]);
+    // The watchdog is unshare's child; SIGTERM goes to it, as docker's does to PID 1.
+    let children =
+        std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", unshare.id())).unwrap();
+    let watchdog: u32 = children.split_whitespace().next().unwrap().parse().unwrap();
+    let sent = Command::new("kill")
+        .args(["-TERM", &watchdog.to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let status = unshare.wait().unwrap();
+    let stderr = std::fs::read_to_string(dir.path().join("err.log")).unwrap();
+    assert_eq!(status.code(), Some(143), "{stderr}");
+    assert!(log(dir.path()).contains("saved step"), "{stderr}");
+    let events = read_events(&dir.path().join("ev.jsonl"));
+    assert_eq!(of_kind(&events, "notice")[0]["saved"], true, "{events:?}");
+    assert!(
+        stderr.contains("PID 2 (python3)"),
+        "the run is PID 2 in its namespace: {stderr}"
     );
 }
