@@ -110,6 +110,12 @@ pub struct Platform {
     /// runtime (`docker`, `podman`, `kubernetes`, `lxc`, ...) when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// Container: the Kubernetes pod's UID, from the target's cgroup path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
+    /// Container: the container's ID, from the target's cgroup path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_id: Option<String>,
 }
 
 /// One watched resource and its limit, as the `limit` event reports it.
@@ -343,6 +349,8 @@ mod tests {
             platform: vec![Platform {
                 kind: PlatformKind::Colab,
                 detail: Some("release-colab_20240101-060000_RC00".into()),
+                pod_uid: None,
+                container_id: None,
             }],
             limits: vec![LimitFact {
                 resource: "tree_memory".into(),

@@ -174,7 +174,7 @@ mod tests {
         check(Unit::ALL, Unit::as_str);
         check(AlertReason::ALL, AlertReason::as_str);
         check(VerdictKind::ALL, VerdictKind::as_str);
-        assert_eq!(ResourceKind::ALL.len(), 9);
+        assert_eq!(ResourceKind::ALL.len(), 10);
         assert_eq!(VerdictKind::ALL.len(), 11);
     }
 

@@ -79,6 +79,8 @@ pub struct ContainerMarkers {
     pub containerenv: bool,
     /// The text of `/proc/1/cgroup`.
     pub pid1_cgroup: String,
+    /// The text of the target's `/proc/PID/cgroup`.
+    pub target_cgroup: String,
 }
 
 /// The platforms the target runs on, from its environment and the container markers. Only
@@ -91,30 +93,78 @@ pub fn detect_platforms(env: &[(String, String)], markers: &ContainerMarkers) ->
         out.push(Platform {
             kind: PlatformKind::Colab,
             detail: get("COLAB_RELEASE_TAG"),
+            pod_uid: None,
+            container_id: None,
         });
     }
     if let Some(kind) = get("KAGGLE_KERNEL_RUN_TYPE") {
         out.push(Platform {
             kind: PlatformKind::Kaggle,
             detail: Some(kind),
+            pod_uid: None,
+            container_id: None,
         });
     }
     if get("SLURM_JOB_ID").is_some() {
         out.push(Platform {
             kind: PlatformKind::Slurm,
             detail: get("SLURM_JOB_PARTITION"),
+            pod_uid: None,
+            container_id: None,
         });
     }
     let runtime = container_runtime(&markers.pid1_cgroup)
         .or(markers.dockerenv.then_some("docker"))
         .or(markers.containerenv.then_some("podman"));
     if runtime.is_some() || get("container").is_some() {
+        let (pod_uid, container_id) = container_of(&markers.target_cgroup);
         out.push(Platform {
             kind: PlatformKind::Container,
             detail: runtime.map(str::to_string).or_else(|| get("container")),
+            pod_uid,
+            container_id,
         });
     }
     out
+}
+
+/// The Kubernetes pod UID and the container ID a cgroup file (`/proc/PID/cgroup`) names,
+/// each when it does. Pure. The layouts (kubernetes `pkg/kubelet/cm/cgroup_manager_linux.go`):
+/// the systemd driver's `kubepods.slice/kubepods-<qos>.slice/kubepods-<qos>-pod<uid with
+/// _>.slice/cri-containerd-<id>.scope` (guaranteed pods have no QoS level), cgroupfs's
+/// `kubepods/<qos>/pod<uid>/<id>`; docker's `docker-<id>.scope` or `docker/<id>`. A cgroup
+/// namespace that shows `0::/` names neither.
+pub fn container_of(cgroup: &str) -> (Option<String>, Option<String>) {
+    let hex_id = |s: &str| {
+        (s.len() >= 12 && s.len() <= 128 && s.bytes().all(|b| b.is_ascii_hexdigit()))
+            .then(|| s.to_string())
+    };
+    let uid_chars = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 64
+            && s.bytes()
+                .all(|b| b.is_ascii_hexdigit() || b == b'-' || b == b'_')
+    };
+    let (mut pod, mut id) = (None, None);
+    for path in cgroup.lines().filter_map(|l| l.splitn(3, ':').nth(2)) {
+        for part in path.split('/') {
+            let name = part
+                .strip_suffix(".slice")
+                .or_else(|| part.strip_suffix(".scope"))
+                .unwrap_or(part);
+            if let Some(i) = name.rfind("pod")
+                && (name.starts_with("kubepods") || i == 0)
+                && uid_chars(&name[i + 3..])
+            {
+                pod = Some(name[i + 3..].replace('_', "-"));
+            }
+            let tail = name.rsplit('-').next().unwrap_or(name);
+            if let Some(found) = hex_id(tail).filter(|_| part != name || !name.contains("pod")) {
+                id = Some(found);
+            }
+        }
+    }
+    (pod, id)
 }
 
 /// Where a `runtime` resource's limit came from, from its description (the one
@@ -263,8 +313,16 @@ pub fn gather(host: &Host, pid: u32, resources: &[Resource]) -> Environment {
         dockerenv: host.root.join(".dockerenv").exists(),
         containerenv: host.root.join("run/.containerenv").exists(),
         pid1_cgroup: host.proc.cgroup_text(1).unwrap_or_default(),
+        target_cgroup: host.proc.cgroup_text(pid).unwrap_or_default(),
     };
     env.platform = detect_platforms(&target_env, &markers);
+    if env.platform.iter().any(|p| {
+        p.kind == PlatformKind::Container && p.pod_uid.is_none() && p.container_id.is_none()
+    }) {
+        env.unknown.push(
+            "the container's ID and pod: its cgroup path does not name them (a cgroup namespace shows 0::/)".into(),
+        );
+    }
 
     match target_shm(host, pid) {
         Ok(shm) => env.shm = Some(shm),
@@ -541,5 +599,51 @@ mod tests {
             assert_eq!(s.mount_point.as_deref(), Some("/dev/shm"), "{s:?}");
             assert_eq!(s.fs_type.as_deref(), Some("tmpfs"), "{s:?}");
         }
+    }
+}
+
+#[cfg(test)]
+mod container_tests {
+    use super::*;
+
+    /// Paths in the layouts the kubelet and docker write (sources in [`container_of`]'s
+    /// documentation); the IDs are made up in the real lengths.
+    #[test]
+    fn pods_and_containers_from_their_cgroup_paths() {
+        let id = "a3f1c0ffee00112233445566778899aabbccddeeff00112233445566778899aa";
+        let systemd = format!(
+            "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod6f1c2d3e_4b5a_46c7_8d9e_0f1a2b3c4d5e.slice/cri-containerd-{id}.scope\n"
+        );
+        assert_eq!(
+            container_of(&systemd),
+            (
+                Some("6f1c2d3e-4b5a-46c7-8d9e-0f1a2b3c4d5e".into()),
+                Some(id.into())
+            )
+        );
+        let guaranteed = format!(
+            "0::/kubepods.slice/kubepods-pod6f1c2d3e_4b5a_46c7_8d9e_0f1a2b3c4d5e.slice/cri-containerd-{id}.scope\n"
+        );
+        assert_eq!(
+            container_of(&guaranteed).0.as_deref(),
+            Some("6f1c2d3e-4b5a-46c7-8d9e-0f1a2b3c4d5e")
+        );
+        let cgroupfs = format!(
+            "12:memory:/kubepods/besteffort/pod6f1c2d3e-4b5a-46c7-8d9e-0f1a2b3c4d5e/{id}\n0::/\n"
+        );
+        assert_eq!(
+            container_of(&cgroupfs),
+            (
+                Some("6f1c2d3e-4b5a-46c7-8d9e-0f1a2b3c4d5e".into()),
+                Some(id.into())
+            )
+        );
+        let docker = format!("0::/system.slice/docker-{id}.scope\n");
+        assert_eq!(container_of(&docker), (None, Some(id.into())));
+        assert_eq!(container_of("0::/\n"), (None, None), "a cgroup namespace");
+        assert_eq!(
+            container_of("0::/user.slice/user-1000.slice/session-3.scope\n"),
+            (None, None)
+        );
     }
 }

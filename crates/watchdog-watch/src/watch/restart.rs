@@ -699,12 +699,14 @@ impl Watch {
         match (&ack.path, self.acks.found.last()) {
             (Some(_), Some(c)) if recorded => tracing::info!(
                 "checkpoint {} acknowledged{} ({})",
-                c.path.display(),
+                watchdog_types::units::printable(&c.path.to_string_lossy()),
                 c.step.map_or(String::new(), |s| format!(" at step {s}")),
                 format_bytes(c.size)
             ),
+            // The path is the run's own text: escaped, so it cannot forge a log line.
             (Some(path), _) => tracing::warn!(
-                "the acknowledged checkpoint {path} is not there: a restart will not resume from it"
+                "the acknowledged checkpoint {} is not there: a restart will not resume from it",
+                watchdog_types::units::printable(path)
             ),
             (None, _) => {}
         }
