@@ -167,3 +167,36 @@ fn what_a_hook_detaches_is_never_part_of_the_run() {
     );
     assert!(alive_after, "the detached process was ended: {stderr}");
 }
+
+/// The caller's `WATCHDOG_RESTART`, `WATCHDOG_LAST_VERDICT` and `WATCHDOG_RESUME_FROM` are
+/// not the hook's: only the watchdog sets them (issue 29, item 7).
+#[test]
+fn a_hook_never_sees_the_restart_variables_the_watchdog_inherited() {
+    let scene = Scene::new();
+    let seen = scene.dir.path().join("hook-env");
+    let hook = format!("env > '{}'", seen.display());
+    let out = scene
+        .watchdog()
+        .env("WATCHDOG_RESTART", "99")
+        .env("WATCHDOG_LAST_VERDICT", "oom_kill")
+        .env("WATCHDOG_RESUME_FROM", "/elsewhere/forged.pt")
+        .args(["--max-runtime", "2s", "--lead", "1s", "--on-alert", &hook])
+        .args(["run", "--", "python3", &hog()])
+        .arg(&scene.rep)
+        .args(["wait", "--seconds", "3"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let env = std::fs::read_to_string(&seen).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    assert!(env.contains("WATCHDOG_RESOURCE=runtime"), "{env}");
+    for var in [
+        "WATCHDOG_RESTART=",
+        "WATCHDOG_LAST_VERDICT=",
+        "WATCHDOG_RESUME_FROM=",
+    ] {
+        assert!(
+            !env.lines().any(|l| l.starts_with(var)),
+            "{var} reached the hook: {env}"
+        );
+    }
+}

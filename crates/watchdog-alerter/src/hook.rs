@@ -61,6 +61,15 @@ use rustix::process::{Pid, Signal};
 use crate::pidfd::PidFd;
 use watchdog_types::request::SentRequest;
 
+/// The variables `run --restart` and a requeue set for a restarted command
+/// (docs/restart.md): only the watchdog sets them, so what it inherited of them is passed
+/// on to nothing it starts (the command, a hook).
+pub const RESTART_VARS: [&str; 3] = [
+    "WATCHDOG_RESTART",
+    "WATCHDOG_LAST_VERDICT",
+    "WATCHDOG_RESUME_FROM",
+];
+
 /// How long a hook may run by default (`--hook-timeout`).
 pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a hook's group has between SIGTERM and SIGKILL.
@@ -434,6 +443,10 @@ impl Hooks {
         }
         match &self.inner.user {
             None => {
+                // What the watchdog itself inherited of a restart is not the hook's.
+                for var in RESTART_VARS {
+                    command.env_remove(var);
+                }
                 command.envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
             }
             Some(user) => user.prepare(&mut command, env).map_err(err)?,

@@ -338,12 +338,7 @@ fn pass_on(proc: &ProcRoot, pidfd: &PidFd, sig: i32) {
     }
 }
 
-/// The variables `run --restart` sets for a restarted command (docs/restart.md).
-pub const RESTART_VARS: [&str; 3] = [
-    "WATCHDOG_RESTART",
-    "WATCHDOG_LAST_VERDICT",
-    "WATCHDOG_RESUME_FROM",
-];
+pub use watchdog_alerter::hook::RESTART_VARS;
 
 /// Where `run` forwards the signals it gets: the current attempt's command (`run
 /// --restart` starts another), and the last stop signal the watchdog received at all
