@@ -610,3 +610,52 @@ fn a_sigint_while_a_hook_is_let_finish_between_attempts_stops_at_once() {
     );
     assert!(!err.contains("restarting"), "{err}");
 }
+
+/// A checkpoint's name is the run's own text: a name with an escape sequence and a newline
+/// is escaped and clipped in every line of stderr that names it (the acknowledgment, the
+/// restart), never written raw (issue 29, item 3).
+#[test]
+fn a_checkpoint_name_never_forges_a_line_of_stderr() {
+    let dir = scratch();
+    let script = r#"
+import json, os, sys, time
+req = os.environ["WATCHDOG_REQUEST_FILE"]
+name = "c\x1b[2J\nwatchdog: FORGED line" + "x" * 200
+if os.environ.get("WATCHDOG_RESTART"):
+    sys.exit(0)
+open(name, "w").write("w")
+with open(req + ".ack.tmp", "w") as f:
+    json.dump({"seq": 0, "time_unix": time.time(), "path": os.path.abspath(name), "step": 10, "cause": "cuda_oom"}, f)
+os.replace(req + ".ack.tmp", req + ".ack")
+time.sleep(1)
+sys.exit(1)
+"#;
+    let out = bin()
+        .current_dir(dir.path())
+        .args(["--gpu", "off", "--interval", "50ms", "--request-file"])
+        .arg(dir.path().join("req.json"))
+        .args([
+            "--restart",
+            "1",
+            "--restart-on",
+            "gpu_oom",
+            "run",
+            "--",
+            "python3",
+            "-c",
+            script,
+        ])
+        .output()
+        .unwrap();
+    let text = stderr(&out);
+    assert!(text.contains("restarting (attempt 2"), "{text}");
+    assert!(!text.contains('\u{1b}'), "a raw escape: {text}");
+    assert!(
+        !text.lines().any(|l| l.starts_with("watchdog: FORGED")),
+        "a forged line: {text}"
+    );
+    assert!(
+        !text.contains(&"x".repeat(200)),
+        "the name was not clipped: {text}"
+    );
+}

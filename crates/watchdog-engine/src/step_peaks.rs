@@ -259,7 +259,8 @@ impl Engine {
             printable(&cause)
         );
         if let Some(p) = &ack.path {
-            line.push_str(&format!(": {}", printable(p)));
+            // A path is clipped too (issue 29): one quoting for every path a run hands over.
+            line.push_str(&format!(": {}", watchdog_types::quote::quote_value(p)));
         }
         if let Some(s) = ack.step {
             line.push_str(&format!(" (step {s})"));

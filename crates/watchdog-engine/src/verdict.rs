@@ -264,7 +264,10 @@ pub fn diagnose_with(f: &ExitFacts, cuda_oom: Option<&CudaOom>) -> Verdict {
             ));
         }
         if oom.saved {
-            let path = oom.saved_path.as_deref().map(printable);
+            let path = oom
+                .saved_path
+                .as_deref()
+                .map(watchdog_types::quote::quote_value);
             evidence.push(match (path, oom.saved_step) {
                 (Some(p), Some(s)) => format!("the last-chance checkpoint {p} holds step {s}"),
                 (Some(p), None) => format!("the last-chance checkpoint is {p}"),

@@ -212,7 +212,7 @@ impl RunStart {
         let from = match &self.resume {
             Some(r) => format!(
                 "resuming from {}{}",
-                watchdog_types::units::printable(&r.path.to_string_lossy()),
+                watchdog_types::quote::quote_path(&r.path),
                 r.step.map_or(String::new(), |s| format!(" (step {s})"))
             ),
             None => "from the start: the checkpoint record has no complete checkpoint of this job"

@@ -656,7 +656,7 @@ pub(super) fn run(
                     match &resume {
                         Some(c) => format!(
                             "resuming from {}{}",
-                            c.path.display(),
+                            watchdog_types::quote::quote_path(&c.path),
                             c.step.map_or(String::new(), |s| format!(" (step {s})"))
                         ),
                         None => "from the start: no acknowledged checkpoint is there unchanged"
@@ -699,14 +699,14 @@ impl Watch {
         match (&ack.path, self.acks.found.last()) {
             (Some(_), Some(c)) if recorded => tracing::info!(
                 "checkpoint {} acknowledged{} ({})",
-                watchdog_types::units::printable(&c.path.to_string_lossy()),
+                watchdog_types::quote::quote_path(&c.path),
                 c.step.map_or(String::new(), |s| format!(" at step {s}")),
                 format_bytes(c.size)
             ),
             // The path is the run's own text: escaped, so it cannot forge a log line.
             (Some(path), _) => tracing::warn!(
                 "the acknowledged checkpoint {} is not there: a restart will not resume from it",
-                watchdog_types::units::printable(path)
+                watchdog_types::quote::quote_value(path)
             ),
             (None, _) => {}
         }
