@@ -659,3 +659,58 @@ sys.exit(1)
         "the name was not clipped: {text}"
     );
 }
+
+/// What an attempt leaves at the watchdog's own paths (a garbage acknowledgment, a
+/// symlink, a FIFO) never stops the next attempt; a user's own file at a later attempt's
+/// recording is refused before the first attempt runs (issue 29, item 1).
+#[test]
+fn what_an_attempt_leaves_behind_never_stops_the_restart() {
+    for leave in [
+        "echo garbage > \"$R.ack\"",
+        "ln -sf /etc/hostname \"$R.ack\"",
+        "mkfifo \"$R.ack\"",
+        "echo garbage > \"$R\"",
+    ] {
+        let dir = scratch();
+        let req = dir.path().join("req.json");
+        let script = format!(
+            "[ -n \"$WATCHDOG_RESTART\" ] && exit 0; R='{}'; {leave}; exit 1",
+            req.display()
+        );
+        let out = bin()
+            .args(["--gpu", "off", "--interval", "50ms", "--request-file"])
+            .arg(&req)
+            .args([
+                "--restart",
+                "1",
+                "--restart-on",
+                "exited",
+                "run",
+                "--",
+                "sh",
+                "-c",
+            ])
+            .arg(&script)
+            .output()
+            .unwrap();
+        let text = stderr(&out);
+        assert_eq!(out.status.code(), Some(0), "{leave}: {text}");
+        assert!(text.contains("2 attempt(s) of this run"), "{leave}: {text}");
+    }
+    let dir = scratch();
+    let mine = dir.path().join("train.attempt2.recording.csv");
+    std::fs::write(&mine, "my own notes\n").unwrap();
+    let out = bin()
+        .args(["--gpu", "off", "--record"])
+        .arg(dir.path().join("train.recording.csv"))
+        .args(["--restart", "1", "run", "--", "sh", "-c"])
+        .arg(format!("touch '{}/ran'", dir.path().display()))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        !dir.path().join("ran").exists(),
+        "the command ran before the check"
+    );
+    assert_eq!(std::fs::read_to_string(&mine).unwrap(), "my own notes\n");
+}

@@ -32,6 +32,8 @@ const MAX_ACK_BYTES: u64 = 64 * 1024;
 const MAX_ENTRIES: usize = 100_000;
 /// How long the processes a failed attempt left running get between SIGTERM and SIGKILL.
 pub(super) const SURVIVOR_GRACE: Duration = Duration::from_secs(5);
+/// Most attempts whose outputs are checked at start (`--restart` takes any count).
+const MAX_PLANNED: u32 = 1000;
 /// One hour, for `restart_per_hour`.
 const HOUR: Duration = Duration::from_secs(3600);
 
@@ -509,6 +511,18 @@ pub(super) fn run(
         mtime_ns: 0,
     });
     let first_start = Instant::now();
+    // Every attempt's outputs are checked before the first starts: a user's own file at
+    // an attempt's recording is refused now, not after attempt 1 ran.
+    for n in 2..=settings.restart.saturating_add(1).min(MAX_PLANNED) {
+        if let Some(rec) = &settings.record {
+            let mut later = settings.clone();
+            later.record = Some(attempt_recording(rec, n));
+            Outputs::plan(&later, own, cwd.as_deref())?;
+        }
+    }
+    // What the last attempt left at the watchdog's own paths (its request, acknowledgment
+    // and step reports): removed, never followed, before the next attempt's are checked.
+    let mut left_behind: Option<RequestPlace> = None;
     loop {
         let n = attempts.len() as u32 + 1;
         if let Some(last) = attempts.last()
@@ -530,16 +544,19 @@ pub(super) fn run(
                 .max_runtime
                 .map(|max| max.saturating_sub(first_start.elapsed()));
         }
-        let outputs = Outputs::plan(&attempt_settings, own, cwd.as_deref())?;
-        let request = RequestPlace::Path(outputs.request_file.clone());
-        if n > 1 && !settings.dry_run {
+        if let Some(request) = left_behind.take().filter(|_| !settings.dry_run) {
             // The new attempt must not save at its first step for the old one's request.
             for place in [request.clone(), request.ack(), request.sibling(".steps")] {
                 if let Err(e) = place.remove() {
-                    tracing::warn!("cannot remove {}: {e}", place.path().display());
+                    tracing::warn!(
+                        "cannot remove {}: {e}",
+                        watchdog_types::quote::quote_path(&place.path())
+                    );
                 }
             }
         }
+        let outputs = Outputs::plan(&attempt_settings, own, cwd.as_deref())?;
+        left_behind = Some(RequestPlace::Path(outputs.request_file.clone()));
         let mut watch = session.attempt(argv, attempt_settings, outputs, &env)?;
         watch.attempting = Some(Attempting {
             attempt: n,
