@@ -202,3 +202,99 @@ fn as_pid_1_of_a_pid_namespace_the_notice_is_saved_and_the_status_is_the_runs() 
         "the run is PID 2 in its namespace: {stderr}"
     );
 }
+
+/// The metadata servers of the providers, answering as each documents (shared with the
+/// crate's own tests).
+#[path = "../../crates/watchdog-notice/tests/server/mod.rs"]
+mod server;
+
+fn now_unix() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// For each of GCE, AWS and Azure: a local server answering as the provider documents
+/// flips to a preemption notice 30 s ahead; the run is asked to save at once with that
+/// deadline in the request, acknowledges before it, and its verdict is `preempted`.
+#[test]
+fn a_providers_preemption_notice_is_a_save_before_its_deadline() {
+    use watchdog_notice::Provider;
+    for provider in Provider::ALL {
+        let server = server::serve(provider);
+        let dir = scratch();
+        let mut watchdog = start(
+            dir.path(),
+            &[
+                "--notice",
+                provider.as_str(),
+                "--notice-endpoint",
+                &server.base_url(),
+                "--notice-interval",
+                "200ms",
+            ],
+            &[],
+        );
+        let deadline = (now_unix() + 30.0).floor();
+        server.announce(deadline);
+        let events = dir.path().join("ev.jsonl");
+        let saved = wait_for(Duration::from_secs(20), || {
+            of_kind(&read_events(&events), "notice")
+                .iter()
+                .any(|n| n["saved"] == true)
+        });
+        let all = read_events(&events);
+        assert!(saved, "{provider}: no save acknowledged: {all:?}");
+        let notice = of_kind(&all, "notice")[0].clone();
+        assert_eq!(notice["source"], provider.as_str(), "{notice}");
+        assert!(
+            (notice["deadline_unix"].as_f64().unwrap() - deadline).abs() < 1.0,
+            "{notice}"
+        );
+        let ack = of_kind(&all, "ack")[0].clone();
+        assert_eq!(ack["seq"], notice["seq"]);
+        let request: serde_json::Value = serde_json::from_str(
+            &std::fs::read_dir(dir.path())
+                .unwrap()
+                .filter_map(|e| e.ok())
+                .find(|e| e.file_name().to_string_lossy().ends_with(".request.json"))
+                .map(|e| std::fs::read_to_string(e.path()).unwrap())
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(request["reason"], "preemption", "{request}");
+        assert_eq!(request["kind"], "notice");
+        assert!((request["deadline_unix"].as_f64().unwrap() - deadline).abs() < 1.0);
+        // The machine's shutdown: SIGTERM; the verdict is the preemption's.
+        term(&watchdog);
+        let (code, _) = exit_of(&mut watchdog, Instant::now());
+        assert_eq!(code, Some(143));
+        let exit = of_kind(&read_events(&events), "exit")[0].clone();
+        assert_eq!(exit["verdict"], "preempted", "{exit}");
+    }
+}
+
+/// On a machine whose DMI names no provider, `--notice auto` asks no address at all.
+#[test]
+fn no_provider_in_the_dmi_no_request_anywhere() {
+    let (count, base) = server::counting();
+    let dir = scratch();
+    let fixtures = repo().join("crates/watchdog-notice/tests/fixtures/dmi/none");
+    let mut watchdog = start(
+        dir.path(),
+        &[
+            "--notice",
+            "auto",
+            "--notice-endpoint",
+            &base,
+            "--notice-interval",
+            "100ms",
+        ],
+        &[("WATCHDOG_DMI_ROOT", fixtures.to_str().unwrap())],
+    );
+    std::thread::sleep(Duration::from_millis(600));
+    let _ = watchdog.kill();
+    let _ = watchdog.wait();
+    assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 0);
+}

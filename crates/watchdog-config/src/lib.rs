@@ -29,6 +29,9 @@ pub use crate::settings::{FileConfig, KEYS, Settings};
 #[derive(Debug, Clone, PartialEq)]
 pub struct Host {
     /// The root directory (`/`), where container markers (`/.dockerenv`) are looked for.
+    /// Where `sys/class/dmi/id` is read for the cloud provider: `/`, or the fixture tree a
+    /// test names in `WATCHDOG_DMI_ROOT`.
+    pub dmi_root: PathBuf,
     pub root: PathBuf,
     /// procfs (`/proc`), the root every `/proc` reader is given.
     pub proc: ProcRoot,
@@ -64,6 +67,7 @@ impl Host {
             cgroup: PathBuf::from("/sys/fs/cgroup"),
             shm: PathBuf::from("/dev/shm"),
             kmsg: PathBuf::from("/dev/kmsg"),
+            dmi_root: env_path("WATCHDOG_DMI_ROOT").unwrap_or_else(|| PathBuf::from("/")),
             runtime_dir: env_path("XDG_RUNTIME_DIR"),
             state_home: env_path("XDG_STATE_HOME")
                 .or_else(|| env_path("HOME").map(|h| h.join(".local/state"))),
@@ -246,6 +250,20 @@ impl Settings {
                 format!(
                     "invalid slurm-poll '{poll}': expected at least 30s (each poll is a request to the SLURM controller)"
                 ),
+            ));
+        }
+        if let Err(e) = self.notice.parse::<watchdog_notice::Mode>() {
+            return Err(("notice", e.to_string()));
+        }
+        if let Some(url) = &self.notice_endpoint
+            && let Err(e) = watchdog_notice::parse_endpoint(url)
+        {
+            return Err(("notice_endpoint", e.to_string()));
+        }
+        if self.notice_interval < std::time::Duration::from_millis(100) {
+            return Err((
+                "notice_interval",
+                "invalid notice-interval: expected at least 100ms (each is a request to the metadata server)".into(),
             ));
         }
         if let Some(path) = &self.checkpoint_record {

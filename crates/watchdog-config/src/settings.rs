@@ -415,6 +415,32 @@ settings! {
         #[arg(long, value_name = "DUR", value_parser = Utf8(options::parse_duration))]
         term_grace: Option<Duration>
     }
+
+    /// Which cloud's preemption notice is asked: auto, gce, aws, azure or off.
+    notice: String, default "auto".to_string();
+    flag {
+        /// Ask the cloud's metadata server for a preemption notice: auto (the provider the
+        /// machine's DMI names, else none), gce, aws, azure or off (docs/notices.md) [default: auto].
+        #[arg(long, value_name = "MODE", value_parser = Utf8(options::text))]
+        notice: Option<String>
+    }
+
+    /// The metadata server's base URL; `None`: the provider's own.
+    notice_endpoint: String;
+    flag {
+        /// The metadata server's base URL, e.g. http://127.0.0.1:8080 [default: the provider's,
+        /// http://169.254.169.254].
+        #[arg(long, value_name = "URL", value_parser = Utf8(options::text))]
+        notice_endpoint: Option<String>
+    }
+
+    /// How often the preemption notice is asked.
+    notice_interval: Duration, default watchdog_notice::DEFAULT_INTERVAL, file "crate::de_duration";
+    flag {
+        /// How often the cloud's preemption notice is asked [default: 5s].
+        #[arg(long, value_name = "DUR", value_parser = Utf8(options::parse_duration))]
+        notice_interval: Option<Duration>
+    }
 }
 
 #[cfg(test)]
@@ -458,6 +484,7 @@ mod tests {
             "PERCENT" => "7",
             "N" => "2",
             "LIST" => "crash",
+            "URL" => "http://127.0.0.1:9",
             other => panic!("no sample value for a flag taking {other}: add one here"),
         }
     }

@@ -107,6 +107,18 @@ pub const REFUSED_WATCH_KEYS: &[(&str, &str)] = &[
         "the daemon did not start the run: a SIGTERM to the daemon stops the daemon, never the runs; give the run's own `watchdog run` a --term-grace (see docs/notices.md)",
     ),
     (
+        "notice",
+        "the daemon does not ask the cloud's preemption notice; run the job under `watchdog run`, which does (see docs/notices.md)",
+    ),
+    (
+        "notice_endpoint",
+        "the daemon does not ask the cloud's preemption notice (see docs/notices.md)",
+    ),
+    (
+        "notice_interval",
+        "the daemon does not ask the cloud's preemption notice (see docs/notices.md)",
+    ),
+    (
         "checkpoint_record",
         "the daemon never reads or writes a run's checkpoint record (see docs/slurm.md)",
     ),

@@ -108,6 +108,7 @@ pub fn attach(
     };
     let mut watch = Watch::new(target, settings, prepared, outputs, record_now, &recorders)?;
     watch.record = book;
+    watch.cloud = notice::cloud_poller(&watch.settings);
     // Stopping the watchdog (Ctrl-C, kill) ends the watch with a summary, not silently.
     let waiting = Waiting {
         wake: Some(&wake),
@@ -254,6 +255,7 @@ impl Session {
         match built {
             Ok(mut w) => {
                 w.unforwarded = Some(self.unforwarded.clone());
+                w.cloud = notice::cloud_poller(&w.settings);
                 w.term_notice = self.forward_to.as_ref().and_then(|to| to.notice.clone());
                 Ok(w)
             }
@@ -384,6 +386,10 @@ pub struct Watch {
     term_notice: Option<Arc<std::sync::atomic::AtomicU64>>,
     /// The notice taken from it: the save asked, SIGTERM held until it is acknowledged.
     notice: Option<notice::Notice>,
+    /// The cloud's preemption notice, polled (`run` and `--pid`).
+    cloud: Option<watchdog_notice::NoticePoller>,
+    /// The preemption it announced, once it did.
+    preemption: Option<notice::Preemption>,
 }
 
 /// What a watch is started with besides its target and settings.
@@ -655,6 +661,8 @@ impl Watch {
             record: None,
             term_notice: None,
             notice: None,
+            cloud: None,
+            preemption: None,
             slurm: built
                 .job
                 .take()
@@ -1007,6 +1015,7 @@ impl Watch {
         self.record_hook_outcomes();
         self.follow_slurm();
         self.follow_notice();
+        self.follow_cloud();
         self.sample(now);
         self.read_steps_and_saves(now);
         self.maybe_requeue();
@@ -1188,7 +1197,7 @@ impl Watch {
             sent_signal: None,
             scheduler: match exit {
                 TargetExit::Code(0) => None,
-                _ => self.scheduler_end(),
+                _ => self.preempted().or_else(|| self.scheduler_end()),
             },
         });
         if let Some(book) = &mut self.record {

@@ -189,7 +189,9 @@ fn watch_keys_the_daemon_decides_are_refused_with_a_reason_at_their_line() {
             "restart" | "restart_per_hour" => "2",
             "restart_on" => "[\"oom_kill\"]",
             "requeue" => "true",
-            "term_grace" => "\"5s\"",
+            "term_grace" | "notice_interval" => "\"5s\"",
+            "notice" => "\"gce\"",
+            "notice_endpoint" => "\"http://127.0.0.1:1\"",
             _ => "\"/tmp/x\"",
         };
         // A second rule before, so the line is the one in this rule's table.

@@ -1,16 +1,21 @@
-//! SIGTERM to `watchdog run` is a notice: docker, Kubernetes, systemd and SLURM send it,
+//! Announced ends, each a save. SIGTERM to `watchdog run` is a notice: docker, Kubernetes, systemd and SLURM send it,
 //! then SIGKILL after a grace. The signal thread holds the first SIGTERM
 //! (`target::ForwardTo::notice`); the loop asks the run to save (a request of kind
 //! `notice`, reason `terminating`, with the deadline) and passes SIGTERM on when the save
 //! is acknowledged or `--term-grace` has passed, at once when no process of the run
-//! catches the checkpoint signal. A second SIGTERM, SIGINT and SIGHUP are not held. See
+//! catches the checkpoint signal. A second SIGTERM, SIGINT and SIGHUP are not held. A
+//! cloud's preemption notice (`watchdog_notice`, polled on its own thread) asks for the
+//! save at once with the provider's deadline, and makes the verdict `preempted`. See
 //! docs/notices.md.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
+use watchdog_config::Settings;
+use watchdog_engine::verdict::SchedulerEnd;
+use watchdog_notice::{Mode, News, NoticePoller, NoticeSettings};
 use watchdog_types::units::format_duration_s;
-use watchdog_types::{AlertReason, EventBody};
+use watchdog_types::{AlertReason, EventBody, VerdictKind};
 
 use super::Watch;
 
@@ -29,7 +34,139 @@ pub(super) struct Notice {
     done: bool,
 }
 
+/// A cloud's preemption notice, taken.
+#[derive(Debug, Clone)]
+pub(super) struct Preemption {
+    provider: &'static str,
+    deadline_unix: f64,
+    detail: String,
+    /// The request asking for the save.
+    seq: u64,
+    /// Whether its acknowledgment was seen (said once).
+    saved: bool,
+}
+
+/// The poller of the cloud's notice `settings` ask for (`None`: off, or no provider).
+pub(super) fn cloud_poller(settings: &Settings) -> Option<NoticePoller> {
+    let mode = settings.notice.parse::<Mode>().ok()?;
+    NoticeSettings {
+        mode,
+        endpoint: settings.notice_endpoint.clone(),
+        interval: settings.notice_interval,
+    }
+    .start(&settings.host.dmi_root)
+}
+
 impl Watch {
+    /// Takes the cloud's news: a preemption notice asks the run to save at once.
+    pub(super) fn follow_cloud(&mut self) {
+        let Some(poller) = &self.cloud else { return };
+        let provider = poller.provider().as_str();
+        for news in poller.news() {
+            match news {
+                News::Notice {
+                    deadline_unix,
+                    detail,
+                    ..
+                } if self.preemption.is_none() => {
+                    self.take_preemption(provider, deadline_unix, detail)
+                }
+                News::Notice { .. } => {}
+                News::Unanswered(reason) => {
+                    tracing::warn!("{}", watchdog_types::units::printable(&reason));
+                    self.emit(EventBody::Unwatched {
+                        resource: "notice".into(),
+                        reason,
+                    });
+                }
+                News::Answered => self.emit(EventBody::Resumed {
+                    resource: "notice".into(),
+                }),
+            }
+        }
+        if let Some(p) = &self.preemption
+            && !p.saved
+            && self.acks.seq >= p.seq
+        {
+            let (provider, deadline_unix, seq) = (p.provider, p.deadline_unix, p.seq);
+            if let Some(p) = &mut self.preemption {
+                p.saved = true;
+            }
+            if let Some(book) = &mut self.record {
+                book.set_verdict(VerdictKind::Preempted.as_str());
+            }
+            self.emit(EventBody::Notice {
+                source: provider.into(),
+                deadline_unix,
+                saved: Some(
+                    watchdog_alerter::events::unix_time_s(SystemTime::now()) <= deadline_unix,
+                ),
+                seq: Some(seq),
+            });
+        }
+    }
+
+    /// Asks the run to save before the provider's deadline, and says so.
+    fn take_preemption(&mut self, provider: &'static str, deadline_unix: f64, detail: String) {
+        let now_unix = watchdog_alerter::events::unix_time_s(SystemTime::now());
+        tracing::warn!(
+            "{}",
+            watchdog_types::units::printable(&format!(
+                "{provider} announced the machine's preemption ({detail}): it ends in {}",
+                format_duration_s((deadline_unix - now_unix).max(0.0))
+            ))
+        );
+        self.check_save_fits(deadline_unix - now_unix, "the provider's notice");
+        let plan = self
+            .engine
+            .notice(AlertReason::Preemption, deadline_unix, now_unix);
+        let seq = plan.request.seq;
+        let _ = self.act(plan);
+        self.preemption = Some(Preemption {
+            provider,
+            deadline_unix,
+            detail,
+            seq,
+            saved: false,
+        });
+        // The machine may be gone before the exit is seen: the verdict is written now.
+        if let Some(book) = &mut self.record {
+            book.set_verdict(VerdictKind::Preempted.as_str());
+        }
+        self.emit(EventBody::Notice {
+            source: provider.into(),
+            deadline_unix,
+            saved: None,
+            seq: Some(seq),
+        });
+    }
+
+    /// The verdict's evidence of a preemption the provider announced.
+    pub(super) fn preempted(&self) -> Option<SchedulerEnd> {
+        let p = self.preemption.as_ref()?;
+        Some(SchedulerEnd {
+            kind: VerdictKind::Preempted,
+            said: format!(
+                "{} announced the machine's preemption ({}), the end due at unix time {:.0}",
+                p.provider,
+                watchdog_types::units::printable(&p.detail),
+                p.deadline_unix
+            ),
+        })
+    }
+
+    /// Says when the saves so far took longer than the time an announced end leaves.
+    fn check_save_fits(&self, left_s: f64, what: &str) {
+        let (count, total_s) = self.engine.checkpoints();
+        if count > 0 && total_s / count as f64 > left_s {
+            tracing::warn!(
+                "saving took {} on average here, longer than the {} {what} leaves: the save may not finish; give the platform a longer grace (docker stop --time, terminationGracePeriodSeconds, SLURM's --signal=B:USR1@...) and a longer --term-grace, or save less",
+                format_duration_s(total_s / count as f64),
+                format_duration_s(left_s.max(0.0))
+            );
+        }
+    }
+
     /// Whether a SIGTERM is held, or has just come and waits to be taken.
     pub(super) fn notice_pending(&self) -> bool {
         match (&self.term_notice, &self.notice) {
@@ -71,14 +208,7 @@ impl Watch {
         let now_unix = watchdog_alerter::events::unix_time_s(now);
         let deadline_unix = at_ms as f64 / 1e3 + grace.as_secs_f64();
         let left = Duration::from_secs_f64((deadline_unix - now_unix).max(0.0));
-        let (count, total_s) = self.engine.checkpoints();
-        if count > 0 && total_s / count as f64 > grace.as_secs_f64() {
-            tracing::warn!(
-                "saving took {} on average here, longer than the {} SIGTERM grace: the save may not finish; give the platform a longer grace (docker stop --time, terminationGracePeriodSeconds, SLURM's --signal=B:USR1@...) and a longer --term-grace, or save less",
-                format_duration_s(total_s / count as f64),
-                format_duration_s(grace.as_secs_f64())
-            );
-        }
+        self.check_save_fits(grace.as_secs_f64(), "SIGTERM grace (--term-grace)");
         let plan = self
             .engine
             .notice(AlertReason::Terminating, deadline_unix, now_unix);

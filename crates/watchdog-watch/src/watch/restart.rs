@@ -702,6 +702,7 @@ impl Watch {
             && self.record.is_none()
             && self.slurm.is_none()
             && self.notice.is_none()
+            && self.preemption.is_none()
         {
             return;
         }
