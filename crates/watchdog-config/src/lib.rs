@@ -138,6 +138,7 @@ impl Settings {
             match (&flags.config, from_flag) {
                 (Some(path), false) => {
                     let text = read_capped(path).unwrap_or_default();
+                    let msg = named_by_key(&msg, key, key);
                     match key_line(&text, key) {
                         Some(line) => format!("config file {}:{line}: {msg}", path.display()),
                         None => format!("config file {}: {msg}", path.display()),
@@ -289,6 +290,17 @@ impl Settings {
             ));
         }
         Ok(())
+    }
+}
+
+/// A check's message about a value from a file: the value named by its key's dotted
+/// `path` (`restart_per_hour`, `rule[0].watch.max_interval`), not by the flag `key` also
+/// has (`invalid restart-per-hour '0'` becomes `invalid restart_per_hour '0'`).
+pub fn named_by_key(msg: &str, key: &str, path: &str) -> String {
+    let flag = format!("invalid {} ", key.replace('_', "-"));
+    match msg.strip_prefix(&flag) {
+        Some(rest) => format!("invalid {path} {rest}"),
+        None => msg.to_string(),
     }
 }
 
@@ -565,6 +577,12 @@ fn de_restart_on<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<VerdictKi
     // A TOML list of names, or the flag's comma list as one string.
     let names = match toml::Value::deserialize(d)? {
         toml::Value::String(s) => s,
+        // Refused, saying why: a list naming no verdict would make `restart` restart nothing.
+        toml::Value::Array(items) if items.is_empty() => {
+            return Err(serde::de::Error::custom(
+                "an empty list would let no failure restart; expected at least one verdict such as [\"oom_kill\"], or restart = 0 for no restarts",
+            ));
+        }
         toml::Value::Array(items) => items
             .iter()
             .map(|v| v.as_str().ok_or_else(|| serde::de::Error::custom(EXPECTED)))
@@ -662,7 +680,7 @@ mod tests {
     }
 
     #[test]
-    fn a_value_that_fails_validation_names_its_line() {
+    fn a_value_that_fails_validation_names_its_line_and_its_key() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("w.toml");
         std::fs::write(&path, "lead = \"5s\"\n\nmem_limit = 0\n").unwrap();
@@ -674,9 +692,34 @@ mod tests {
         assert_eq!(
             e,
             format!(
-                "config file {}:3: invalid mem-limit '0': expected a positive size such as 8GiB",
+                "config file {}:3: invalid mem_limit '0': expected a positive size such as 8GiB",
                 path.display()
             )
+        );
+        // The flag's spelling stays for a value the flag gave.
+        let flags = WatchOptions {
+            mem_limit: Some(0),
+            ..Default::default()
+        };
+        let e = Settings::resolve(&flags).unwrap_err();
+        assert!(e.starts_with("invalid mem-limit '0'"), "{e}");
+        assert_eq!(
+            named_by_key(
+                "invalid max-interval '1ms': x",
+                "max_interval",
+                "rule[2].watch.max_interval"
+            ),
+            "invalid rule[2].watch.max_interval '1ms': x"
+        );
+        std::fs::write(&path, "restart = 1\nrestart_on = []\n").unwrap();
+        let flags = WatchOptions {
+            config: Some(path.clone()),
+            ..Default::default()
+        };
+        let e = Settings::resolve(&flags).unwrap_err();
+        assert!(
+            e.contains("restart_on: an empty list would let no failure restart"),
+            "{e}"
         );
     }
 

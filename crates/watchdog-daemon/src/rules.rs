@@ -234,7 +234,7 @@ impl DaemonConfig {
         let host = Host::from_env();
         let mut names = HashSet::new();
         let mut rules = Vec::with_capacity(raw.rule.len());
-        for rule in raw.rule {
+        for (index, rule) in raw.rule.into_iter().enumerate() {
             let rule = rule.into_inner();
             let name_span = rule.name.span();
             let name = rule.name.into_inner();
@@ -288,9 +288,10 @@ impl DaemonConfig {
             }
             let mut settings = Settings::from_file(host.clone(), &watch);
             settings.interval = interval;
-            settings
-                .validate()
-                .map_err(|(key, msg)| rule_error(key, &msg))?;
+            settings.validate().map_err(|(key, msg)| {
+                let dotted = format!("rule[{index}].watch.{key}");
+                rule_error(key, &watchdog_config::named_by_key(&msg, key, &dotted))
+            })?;
             rules.push(Rule {
                 name,
                 matcher,

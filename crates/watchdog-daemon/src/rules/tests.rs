@@ -218,7 +218,7 @@ fn watch_values_are_checked_as_watchdog_checks_them() {
     let e = err(&one_rule("gpu = true", "lead = \"5s\"\nmem_limit = 0"));
     assert_eq!(
         e,
-        "config file d.toml:7: rule 'r': invalid mem-limit '0': expected a positive size such as 8GiB"
+        "config file d.toml:7: rule 'r': invalid rule[0].watch.mem_limit '0': expected a positive size such as 8GiB"
     );
     let e = err(&one_rule("gpu = true", "disks = [\"/no/such/dir\"]"));
     assert!(
@@ -417,7 +417,7 @@ fn a_rule_max_interval_shorter_than_the_loop_interval_is_refused_at_its_line() {
     );
     assert_eq!(
         err(&text),
-        "config file d.toml:8: rule 'r': invalid max-interval '100ms': expected at least the interval (200ms)"
+        "config file d.toml:8: rule 'r': invalid rule[0].watch.max_interval '100ms': expected at least the interval (200ms)"
     );
     let text = format!(
         "interval = \"200ms\"\n{}",
