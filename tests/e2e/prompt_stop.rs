@@ -1,7 +1,8 @@
 //! A stop signal is acted on at once, not at the next sample: with `--interval 60s` the
 //! watchdog exits within a second of SIGTERM (measured: about 25 ms here; the bound below
 //! is 5 s for a busy CI machine), with its summary and recording written. The daemon's
-//! case is in `daemon.rs`.
+//! case is in `daemon.rs`. The runs here catch no checkpoint signal, so `run` passes the
+//! SIGTERM on at once; a run that can save is asked to first (`--term-grace`, `notice.rs`).
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

@@ -137,7 +137,11 @@ impl Watch {
                 );
                 return Waited::Over;
             }
-            if Instant::now() >= deadline || waiting.stop_signal().is_some() {
+            // A SIGTERM held for a save is the caller's to take now.
+            if Instant::now() >= deadline
+                || waiting.stop_signal().is_some()
+                || self.notice_pending()
+            {
                 return Waited::Deadline;
             }
         }
