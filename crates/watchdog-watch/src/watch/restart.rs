@@ -30,6 +30,8 @@ use crate::{Failure, Published, terminal};
 const MAX_ACK_BYTES: u64 = 64 * 1024;
 /// Most directory entries looked at to measure a checkpoint directory.
 const MAX_ENTRIES: usize = 100_000;
+/// Longest a checkpoint directory is walked to measure it (on the loop's thread).
+const MAX_MEASURE: Duration = Duration::from_millis(500);
 /// How long the processes a failed attempt left running get between SIGTERM and SIGKILL.
 pub(super) const SURVIVOR_GRACE: Duration = Duration::from_secs(5);
 /// Most attempts whose outputs are checked at start (`--restart` takes any count).
@@ -64,8 +66,12 @@ pub struct Checkpoint {
 }
 
 /// Size and newest modification time of a checkpoint file or directory, not following
-/// symbolic links inside it; `None` when it is missing. A `path` that is itself a link is
-/// measured through it, the link's own time counting too (pointed elsewhere: changed).
+/// symbolic links inside it; `None` when it cannot be measured whole: missing, neither a
+/// regular file nor a directory (a FIFO, a device: never a checkpoint), or a directory of
+/// more than [`MAX_ENTRIES`] entries or [`MAX_MEASURE`] of walking (a change past the
+/// bound would go unseen, so it is never offered as complete). A `path` that is itself a
+/// link is measured through it, the link's own time counting too (pointed elsewhere:
+/// changed).
 pub fn measure(path: &Path) -> Option<(u64, i128)> {
     use std::os::unix::fs::MetadataExt;
     let stamp =
@@ -77,9 +83,13 @@ pub fn measure(path: &Path) -> Option<(u64, i128)> {
         link.clone()
     };
     let linked = stamp(&link).max(stamp(&top));
-    if !top.is_dir() {
+    if top.is_file() {
         return Some((top.len(), linked));
     }
+    if !top.is_dir() {
+        return None;
+    }
+    let started = std::time::Instant::now();
     let (mut size, mut newest) = (0u64, linked);
     let mut dirs = vec![path.to_path_buf()];
     let mut seen = 0usize;
@@ -88,8 +98,8 @@ pub fn measure(path: &Path) -> Option<(u64, i128)> {
         for entry in entries {
             let entry = entry.ok()?;
             seen += 1;
-            if seen > MAX_ENTRIES {
-                return Some((size, newest));
+            if seen > MAX_ENTRIES || started.elapsed() > MAX_MEASURE {
+                return None;
             }
             let m = entry.path().symlink_metadata().ok()?;
             newest = newest.max(stamp(&m));
@@ -723,7 +733,7 @@ impl Watch {
             ),
             // The path is the run's own text: escaped, so it cannot forge a log line.
             (Some(path), _) => tracing::warn!(
-                "the acknowledged checkpoint {} is not there: a restart will not resume from it",
+                "the acknowledged checkpoint {} cannot be measured whole (missing, not a regular file or directory, or more than {MAX_ENTRIES} entries): a restart will not resume from it",
                 watchdog_types::quote::quote_value(path)
             ),
             (None, _) => {}
@@ -1007,5 +1017,29 @@ mod tests {
             t.contains("attempt 2: exited, step reached 300, resumed from step 100"),
             "{t}"
         );
+    }
+
+    /// A checkpoint is measured whole or not at all: a directory past the entry bound, with
+    /// a change past it, is never offered; a FIFO or a device is no checkpoint (issue 29,
+    /// item 2).
+    #[test]
+    fn only_what_is_measured_whole_is_a_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big");
+        std::fs::create_dir(&big).unwrap();
+        for i in 0..=MAX_ENTRIES {
+            std::fs::File::create(big.join(format!("f{i}"))).unwrap();
+        }
+        assert_eq!(measure(&big), None, "more entries than the bound");
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert_eq!(measure(&fifo), None, "a FIFO");
+        assert_eq!(measure(std::path::Path::new("/dev/zero")), None, "a device");
+        let small = dir.path().join("small");
+        std::fs::create_dir(&small).unwrap();
+        std::fs::write(small.join("a"), b"abc").unwrap();
+        assert_eq!(measure(&small).unwrap().0, 3);
     }
 }
