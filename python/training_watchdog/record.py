@@ -192,8 +192,9 @@ def claimed_by_others(key=None, record=None):
 
 
 def measure(path):
-    """``(size, mtime_ns)`` of a checkpoint as the watchdog measures it, or None when it is
-    missing: a file's size, or for a directory the sum of the sizes of everything in it
+    """``(size, mtime_ns)`` of a checkpoint as the watchdog measures it, or None when it
+    cannot be measured whole (missing, neither a regular file nor a directory, or a
+    directory of more than 100,000 entries): a file's size, or for a directory the sum of the sizes of everything in it
     that is not a directory; and the newest modification time of it and of everything in
     it. Symbolic links inside a directory are not followed (their own size and time count);
     a ``path`` that is itself a link is measured through it, the link's own time counting
@@ -204,8 +205,10 @@ def measure(path):
     except (OSError, ValueError):
         return None
     newest = max(link.st_mtime_ns, top.st_mtime_ns)
-    if not _isdir(top):
+    if stat.S_ISREG(top.st_mode):
         return top.st_size, newest
+    if not _isdir(top):
+        return None
     size, dirs, seen = 0, [path], 0
     try:
         while dirs:
@@ -213,7 +216,7 @@ def measure(path):
                 for entry in it:
                     seen += 1
                     if seen > _MAX_WALK:
-                        return size, newest
+                        return None
                     st = entry.stat(follow_symlinks=False)
                     newest = max(newest, st.st_mtime_ns)
                     if _isdir(st):
