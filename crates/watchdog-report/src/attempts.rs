@@ -4,7 +4,8 @@
 //! `restart` events (drawn as markers) between its attempts. Recordings are attempts of one
 //! run when their `meta` lines carry the same `run_id`.
 
-use crate::recording::{Event, EventKind, Recording};
+use crate::recording::{Event, EventKind, MAX_EVENTS, MAX_ROWS, Recording};
+use crate::trace::{MAX_ABS_TIME_S, MAX_RESOURCES};
 
 /// Whether `recs` are attempts of one run: every one has the same `run_id`.
 pub fn one_run(recs: &[Recording]) -> bool {
@@ -19,6 +20,50 @@ pub fn merge(mut recs: Vec<Recording>) -> Result<Recording, String> {
         return Err("the recordings are not attempts of one run: expected recordings written by one `watchdog run --restart` (the same run_id in their meta line)".into());
     }
     recs.sort_by_key(|r| r.meta.attempt.unwrap_or(0));
+    // One recording's bounds hold for the run merged: a recording given twice (the same
+    // attempt) is refused, start times are within the times' own bound, and the merged
+    // resources, rows and events within a recording's.
+    for pair in recs.windows(2) {
+        if let (Some(a), Some(b)) = (pair[0].meta.attempt, pair[1].meta.attempt)
+            && a == b
+        {
+            return Err(format!(
+                "attempt {a} is given twice: expected each attempt's recording once"
+            ));
+        }
+    }
+    if let Some(s) = recs
+        .iter()
+        .filter_map(|r| r.meta.start_unix)
+        .find(|s| !s.is_finite() || s.abs() > MAX_ABS_TIME_S)
+    {
+        return Err(format!(
+            "a recording's start_unix is {s}: expected seconds since the epoch, at most 1e12 either side of 0"
+        ));
+    }
+    let mut names: Vec<&str> = recs
+        .iter()
+        .flat_map(|r| r.resources.iter().map(|i| i.name.as_str()))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    let rows: usize = recs
+        .iter()
+        .flat_map(|r| r.series.iter())
+        .map(Vec::len)
+        .sum();
+    let events: usize = recs.iter().map(|r| r.events.len()).sum();
+    for (what, n, max) in [
+        ("resources", names.len(), MAX_RESOURCES),
+        ("rows", rows, MAX_ROWS),
+        ("events", events, MAX_EVENTS),
+    ] {
+        if n > max {
+            return Err(format!(
+                "the attempts hold {n} {what} together: expected at most {max}, as in one recording"
+            ));
+        }
+    }
     let mut recs = recs.into_iter();
     let Some(mut all) = recs.next() else {
         return Err("no recording given".into());
@@ -112,5 +157,43 @@ mod tests {
         let other = attempt(2, 1010.0, "s", "");
         let e = merge(vec![attempt(1, 1000.0, "r", ""), other]).unwrap_err();
         assert!(e.contains("not attempts of one run"), "{e}");
+    }
+
+    /// The bounds of one recording hold for the run merged (issue 29, item 4).
+    #[test]
+    fn merged_attempts_keep_one_recordings_bounds() {
+        let e = merge(vec![
+            attempt(1, 1000.0, "r", ""),
+            attempt(1, 1000.0, "r", ""),
+        ])
+        .unwrap_err();
+        assert!(e.contains("attempt 1 is given twice"), "{e}");
+        let e = merge(vec![
+            attempt(1, -1.7e308, "r", ""),
+            attempt(2, 1.7e308, "r", ""),
+        ])
+        .unwrap_err();
+        assert!(
+            e.contains("start_unix") && e.contains("at most 1e12"),
+            "{e}"
+        );
+        // Attempts each within the resource bound, with resources of their own.
+        let many: Vec<Recording> = (1..=3)
+            .map(|n| {
+                let mut r = attempt(n, 1000.0 + f64::from(n), "r", "");
+                for i in 0..100 {
+                    let mut info = r.resources[0].clone();
+                    info.name = format!("gpu{n}_{i}");
+                    r.resources.push(info);
+                    r.series.push(Vec::new());
+                }
+                r
+            })
+            .collect();
+        let e = merge(many).unwrap_err();
+        assert!(
+            e.contains("resources together: expected at most 256"),
+            "{e}"
+        );
     }
 }
