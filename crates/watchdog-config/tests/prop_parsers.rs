@@ -16,8 +16,9 @@ use watchdog_config::options::{parse_deadline, parse_percent, parse_pid};
 use watchdog_config::parse_file;
 
 /// The fixed part of these messages (`invalid deadline '': expected an RFC 3339 ...`, or
-/// `config file w.toml:N: ` and TOML's or a unit parser's message).
-const FIXED: usize = 420;
+/// `config file w.toml:N: ` and TOML's or a unit parser's message). The longest is an
+/// unknown key's, which lists every key of the file (31, about 480 characters of them).
+const FIXED: usize = 640;
 
 const PIDS: &[&str] = &["1", "4242", "2147483647", " 17 ", "4194304"];
 const DEADLINES: &[&str] = &[

@@ -817,7 +817,7 @@ mod step_peaks {
         assert!(
             v.evidence
                 .iter()
-                .any(|l| l.contains("ckpt/last holds step 49")),
+                .any(|l| l.contains("ckpt/last' holds step 49")),
             "{:?}",
             v.evidence
         );

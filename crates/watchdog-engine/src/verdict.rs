@@ -806,7 +806,7 @@ mod tests {
             "Tried to allocate 2.00 GiB",
             "the allocator had 700.00 MiB allocated, 900.00 MiB reserved, a peak of 950.00 MiB",
             "920.00 MiB was what the allocator could have on gpu0",
-            "ckpt/last holds step 120",
+            "ckpt/last' holds step 120",
             "exit status 1",
         ] {
             assert!(all.contains(want), "{want}: {all}");
