@@ -564,7 +564,16 @@ class Cluster:
             time.sleep(0.5)
 
     def release(self, jobid):
-        """Lift the hold SLURM puts on a requeued job (``Reason=BeginTime``): start it now."""
+        """Lift the hold SLURM puts on a requeued job (``Reason=BeginTime``): start it now.
+
+        First waits (up to 30 s) until the first run's cgroups are gone: a job started again
+        while slurmd still removes them failed at once (exit 1) on a busy machine.
+        """
+        def cleaned():
+            return not any(os.path.isdir(os.path.join(top, d, "job_%d" % jobid))
+                           for top in self._slurm_cgroup_dirs()
+                           for d in (os.listdir(top) if os.path.isdir(top) else []))
+        self.wait_until(cleaned, 30, "the cgroups of job %d's first run removed" % jobid)
         self.run("scontrol", "update", "JobId=%d" % jobid, "StartTime=now")
 
     def log_of(self, jobid):
