@@ -49,6 +49,13 @@ or after the request's ``time_unix``.
 When a CUDA out-of-memory error ends a step anyway, :func:`last_chance` (a context manager
 around a plain loop; the framework modules have their own) saves the run before the error
 ends it, acknowledges with ``cause="cuda_oom"`` and re-raises the error.
+
+When SIGTERM reaches the run itself (SLURM's ``scancel``, systemd's ``KillMode=control-group``
+and a VM's shutdown send it to every process), ``install(on_term="save")`` turns it into a
+request: the handler only sets a flag, :func:`checkpoint_requested` returns True, the loop
+saves and calls :func:`acknowledge` (``{"seq": 0, "cause": "terminating"}`` when no request
+file asks for the save), and then SIGTERM is raised again with the disposition it had
+before, so the process ends with status 143 (docs/notices.md).
 """
 
 import errno
@@ -77,6 +84,7 @@ __all__ = [
     "CheckpointRequestWarning",
     "request_file",
     "report_step",
+    "TERM_CAUSE",
 ]
 
 __version__ = "0.1.0"
@@ -220,7 +228,7 @@ def _handler(signum, frame):
         prev(signum, frame)
 
 
-def install(sig=None, register=True):
+def install(sig=None, register=True, on_term=None):
     """Catch the watchdog's signal (``WATCHDOG_SIGNAL``, default SIGUSR1); the handler only sets a flag.
 
     A Python handler installed before is chained (called after the flag is set). Calling
@@ -236,13 +244,27 @@ def install(sig=None, register=True):
     uses the request file it names from then on; the signal it names is caught too. No
     socket: nothing happens. A refusal or an error (a bad signal in its answer included) is a
     ``RuntimeWarning``, never an exception: training goes on without the daemon.
+
+    ``on_term="save"``: SIGTERM is a request too (reason ``terminating``). Its handler only
+    sets a flag; :func:`checkpoint_requested` returns True; once the loop has saved,
+    :func:`acknowledge` writes the ack (``cause="terminating"``, ``seq`` 0 when no request
+    file asks for this save) and raises SIGTERM again with the disposition it had before
+    ``install()`` (the default: the process ends with status 143; a Python handler that
+    was there: it runs now, after the save; ignored: training goes on). Acknowledging the
+    watchdog's own notice (kind ``notice``, reason ``terminating``: ``watchdog run`` got
+    SIGTERM and forwards it after the ack) ends the process the same way, so the forwarded
+    SIGTERM is not saved for twice. A SIGTERM no step boundary saw is raised again at
+    interpreter exit. ``on_term=None`` (the default) leaves SIGTERM as it is; a second
+    SIGTERM does not hurry the save (SIGKILL still ends the process at once).
     """
     if threading.current_thread() is not threading.main_thread():
         raise RuntimeError(
             "training_watchdog.install() must be called from the main thread: "
             "Python only lets the main thread install signal handlers"
         )
+    _check_on_term(on_term)
     signum = _checkpoint_signal(sig)[0]
+    _check_term_signal(signum, on_term)
     if signum == signal.SIGINT:
         import warnings
 
@@ -254,6 +276,8 @@ def install(sig=None, register=True):
             stacklevel=2,
         )
     _catch(signum)
+    if on_term is not None:
+        _take_sigterm()
     if register and not os.environ.get("WATCHDOG_REQUEST_FILE") and _registered is None:
         named = _register_with_daemon()
         if named is not None and named != signum:
@@ -271,6 +295,133 @@ def _catch(signum):
     # neither is chained. None means a handler installed outside Python: it cannot be called.
     _previous[signum] = current if callable(current) else None
     signal.signal(signum, _handler)
+
+
+# ---------------------------------------------------------------------------------------------
+# SIGTERM as a notice: install(on_term="save").
+
+#: The ``cause`` of an acknowledgment written for a SIGTERM this process caught itself
+#: (and the ``reason`` of the watchdog's own SIGTERM notice).
+TERM_CAUSE = "terminating"
+_ON_TERM = (None, "save")
+# "save" while SIGTERM is taken by _term_handler, else None
+_on_term = None
+# SIGTERM's disposition before ours: what the SIGTERM is given to once the run has saved
+_term_previous = signal.SIG_DFL
+# set by _term_handler (the only thing it does)
+_term_flag = False
+_term_at = 0.0
+# a save answering the end was acknowledged: the process is to end
+_term_saved = False
+# a framework callback ends the process itself, at a point of its own (else acknowledge() does)
+_term_deferred = False
+_term_atexit = False
+
+
+def _check_on_term(on_term):
+    if on_term not in _ON_TERM:
+        raise ValueError("on_term=%r: expected None (SIGTERM left as it is) or 'save' (SIGTERM "
+                         "asks for a checkpoint, then ends the run)" % (on_term,))
+
+
+def _check_term_signal(signum, on_term):
+    if on_term is not None and signum == signal.SIGTERM:
+        raise ValueError(
+            "on_term=%r with SIGTERM as the checkpoint signal: SIGTERM cannot both ask for a save "
+            "and end the run; expected another checkpoint signal, e.g. SIGUSR1" % (on_term,))
+
+
+def _term_handler(signum, frame):
+    """SIGTERM under ``install(on_term="save")``: only sets flags (the loop saves)."""
+    global _term_flag, _term_at
+    if not _term_flag:
+        _term_at = time.time()
+    _term_flag = True
+
+
+def _take_sigterm(deferred=False):
+    """Installs :func:`_term_handler` for SIGTERM (main thread), keeping the disposition it
+    replaces for the end. ``deferred``: the caller (a framework callback) ends the process
+    itself with :func:`_end_by_sigterm` or :func:`_release_term`; :func:`acknowledge` does not."""
+    global _on_term, _term_previous, _term_deferred, _term_atexit
+    current = signal.getsignal(signal.SIGTERM)
+    if current is not _term_handler:
+        # None: a handler installed outside Python, which cannot be put back: the default.
+        _term_previous = current if current is not None else signal.SIG_DFL
+        signal.signal(signal.SIGTERM, _term_handler)
+    _on_term = "save"
+    _term_deferred = _term_deferred or bool(deferred)
+    if not _term_atexit:
+        import atexit
+
+        atexit.register(_term_at_exit)
+        _term_atexit = True
+
+
+def _term_pending():
+    """Whether a SIGTERM caught under ``on_term="save"`` waits for its save."""
+    return _on_term is not None and _term_flag and not _term_saved
+
+
+def _is_notice(req):
+    return req.get("kind") == "notice" or req.get("resource") == "notice"
+
+
+def _is_term_notice(req):
+    """The watchdog's notice of a SIGTERM it got (it forwards SIGTERM once the save is acknowledged)."""
+    return _is_notice(req) and req.get("reason") == TERM_CAUSE
+
+
+def _end_by_sigterm():
+    """Ends the process as the SIGTERM would have without the client: SIGTERM's earlier
+    disposition back, SIGTERM raised again. The default ends the process (status 143, -15 to
+    ``subprocess``); a Python handler runs (and decides); an ignored SIGTERM changes nothing.
+    Outside the main thread the main thread's handler is asked to do it."""
+    global _on_term, _term_flag, _term_saved, _term_deferred
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()  # a signal's default action does not flush Python's buffers
+        except Exception:
+            pass
+    previous = _term_previous
+    if threading.current_thread() is not threading.main_thread():
+        _term_deferred = False  # the main thread's next checkpoint_requested() ends it
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
+    _on_term, _term_flag, _term_saved, _term_deferred = None, False, False, False
+    try:
+        signal.signal(signal.SIGTERM, previous)
+    except (OSError, TypeError, ValueError):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    except (AttributeError, OSError, ValueError):
+        pass
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _release_term():
+    """Training is over (a framework callback's end): a SIGTERM that came, saved for or too
+    late for a save, is raised again now (:func:`_end_by_sigterm`); else SIGTERM gets its
+    earlier disposition back."""
+    global _on_term, _term_deferred
+    if _on_term is None:
+        return
+    if _term_flag or _term_saved:
+        _end_by_sigterm()
+        return
+    _on_term, _term_deferred = None, False
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is _term_handler:
+        try:
+            signal.signal(signal.SIGTERM, _term_previous)
+        except (OSError, TypeError, ValueError):
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _term_at_exit():
+    """At interpreter exit: a SIGTERM that came (saved or not) ends the process with it."""
+    if _on_term is not None and (_term_flag or _term_saved):
+        _end_by_sigterm()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -654,13 +805,27 @@ def _number(d, key):
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def request():
-    """The current request (parsed request file) as a dict, or None when there is none."""
+def _file_request():
+    """The parsed request file as a dict, or None."""
     path = request_file()
     if path is None:
         return None
     req = _read_json_cached(path)
     return dict(req) if req is not None else None
+
+
+def request():
+    """The current request as a dict, or None when there is none: the parsed request file;
+    while a SIGTERM caught by ``install(on_term="save")`` waits for its save and the file
+    holds no pending request, ``{"seq": 0, "kind": "notice", "resource": "notice",
+    "reason": "terminating", "source": "sigterm", "time_unix": T, "used": 0, "limit": 0}``
+    (no ``deadline_unix``: the grace of a SIGTERM sent to the run itself is not known here).
+    A notice from the watchdog has ``kind`` ``notice`` and a ``deadline_unix``."""
+    req = _file_request()
+    if _term_pending() and (req is None or not _pending(req)):
+        return {"seq": 0, "kind": "notice", "resource": "notice", "reason": TERM_CAUSE,
+                "source": "sigterm", "time_unix": _term_at, "used": 0, "limit": 0}
+    return req
 
 
 def _pending(req):
@@ -691,12 +856,20 @@ def checkpoint_requested():
     request, is that request's own and no new one.
     """
     global _handling, _flag
-    req = request()
+    req = _file_request()
     if req is not None and _pending(req):
         _handling = req
         if _attached is not None:
             _announce(req)
         return True
+    if _term_pending():
+        return True
+    if _term_saved and _term_flag:
+        # SIGTERM came after its save (the watchdog's notice was acknowledged first): the
+        # end, not a second save. A framework callback carries it out at its own point.
+        if not _term_deferred:
+            _end_by_sigterm()
+        return False
     if _flag:
         if req is not None:
             if _late_signal_of(req):
@@ -760,12 +933,34 @@ def acknowledge(path=None, step=None, cause=None):
     Returns the acknowledged ``seq``, or None when nothing was written (no request file, or no
     request and no cause; the flag is cleared anyway). A failure to write the ack is reported
     with a warning, never raised into the training loop; a bad argument is a ValueError.
+
+    After ``install(on_term="save")``, when the save answers a SIGTERM this process caught
+    (``cause`` defaults to ``"terminating"`` unless a notice request of the watchdog's asks
+    for it) or acknowledges such a notice, the process then ends as the SIGTERM would have
+    ended it (see :func:`install`): with the default disposition this call does not return.
     """
-    global _flag, _handling, _acked
+    global _flag, _handling, _acked, _term_saved
     extra = _ack_fields(path, step, cause)
     _flag = False
-    req = _handling if _handling is not None else request()
+    req = _handling if _handling is not None else _file_request()
     _handling = None
+    own_term = _term_pending()
+    notice = _on_term is not None and req is not None and _is_term_notice(req) and _pending(req)
+    if own_term and cause is None and not notice:
+        cause = TERM_CAUSE
+        extra["cause"] = cause
+    try:
+        return _write_ack(req, cause, extra)
+    finally:
+        if own_term or notice:
+            _term_saved = True
+            if not _term_deferred:
+                _end_by_sigterm()
+
+
+def _write_ack(req, cause, extra):
+    """Writes the ack of :func:`acknowledge`; returns its ``seq`` (None when none was written)."""
+    global _acked
     if cause is not None and req is not None and not _pending(req):
         req = None  # a save nobody asked for: not an answer to a request handled before
     file = request_file() if cause is None else _request_file_or_register()
@@ -1025,6 +1220,8 @@ class _Restore:
     def __init__(self):
         self.env = {}
         self.handlers = {}
+        # whether attach(on_term="save") took SIGTERM (nobody had before)
+        self.term = False
 
     def note(self, signum):
         for key in _ENV_KEYS:
@@ -1039,6 +1236,7 @@ class _Restore:
         merged.env.update(older.env)
         merged.handlers = dict(self.handlers)
         merged.handlers.update(older.handlers)
+        merged.term = self.term or older.term
         return merged
 
     def restore(self):
@@ -1059,6 +1257,8 @@ class _Restore:
                 _previous.pop(signum, None)
             else:
                 _previous[signum] = previous
+        if self.term and not (_term_flag or _term_saved):
+            _release_term()  # a SIGTERM waiting for its save keeps it (it ends the process)
 
 
 def _state_dir():
@@ -1376,7 +1576,7 @@ def _start_failure(process, command, log_path, timed_out):
     )
 
 
-def attach(watchdog="watchdog", args=(), request_file=None, sig=None, **options):
+def attach(watchdog="watchdog", args=(), request_file=None, sig=None, on_term=None, **options):
     """Start ``watchdog --pid <this process>`` in the background (for notebooks) and install the handler.
 
     Options are keywords named after the binary's flags, e.g.
@@ -1409,8 +1609,13 @@ def attach(watchdog="watchdog", args=(), request_file=None, sig=None, **options)
     ``WATCHDOG_PID`` in ``os.environ`` and calls :func:`install`; ``stop()`` puts them back.
     While attached, the first :func:`checkpoint_requested` that sees a new request shows it
     (an IPython display in a notebook, else a :class:`CheckpointRequestWarning`).
+
+    ``on_term="save"``: as for :func:`install`, SIGTERM to this process asks for a save and
+    ends it once acknowledged (a client option: the watchdog is not told); ``stop()`` gives
+    SIGTERM back its earlier disposition unless one is waiting for its save.
     """
     global _attached
+    _check_on_term(on_term)
     plan = _Plan(watchdog, args, request_file, sig, options)
     if threading.current_thread() is not threading.main_thread():
         raise RuntimeError(
@@ -1418,15 +1623,19 @@ def attach(watchdog="watchdog", args=(), request_file=None, sig=None, **options)
             "Python only lets the main thread install signal handlers"
         )
     current = _attached
+    _check_term_signal(plan.signum, on_term)
     if current is not None and current.running and current._key == plan.key:
-        install(plan.signum)
+        if on_term is not None:
+            current._restore.term = current._restore.term or _on_term is None
+        install(plan.signum, on_term=on_term)
         return current
 
     restore = _Restore()
     restore.note(plan.signum)
+    restore.term = on_term is not None and _on_term is None
     workdir = process = read_fd = write_fd = None
     try:
-        install(plan.signum)
+        install(plan.signum, on_term=on_term)
         workdir = tempfile.mkdtemp(prefix="training-watchdog-")
         request_path = plan.request_file or os.path.join(workdir, "request.json")
         read_fd, write_fd = os.pipe()
@@ -1530,7 +1739,21 @@ def _format_seconds(s):
 
 
 def _alert_text(req):
-    """One sentence for a person: what runs out, how much is used, how long is left."""
+    """One sentence for a person: what runs out, how much is used, how long is left; for a
+    notice (kind ``notice``), that the run is being stopped and by when to save."""
+    if _is_notice(req):
+        why = {"terminating": "the run is being stopped (SIGTERM)",
+               "preemption": "the machine is being preempted"}.get(req.get("reason"), "the run is being stopped")
+        deadline = _number(req, "deadline_unix")
+        if deadline is not None:
+            by = "; save by %s, %s from now" % (time.strftime("%H:%M:%S", time.localtime(deadline)),
+                                              _format_seconds(max(deadline - time.time(), 0.0)))
+        else:
+            by = "; save now"
+        return (
+            "watchdog: %s%s (request %s). Save a checkpoint, then call training_watchdog.acknowledge()."
+            % (why, by, req.get("seq", "?"))
+        )
     unit = req.get("unit")
     used, limit = _format_amount(req.get("used"), unit), _format_amount(req.get("limit"), unit)
     left = _number(req, "predicted_s")
@@ -1573,8 +1796,16 @@ def _announce(req):
 def _reset():
     """Forget all state (for tests); stops an attached watchdog."""
     global _flag, _flag_at, _handling, _acked, _shown, _registered, _lookup, _register_tried
+    global _on_term, _term_flag, _term_at, _term_saved, _term_deferred
     if _attached is not None:
         _attached.stop()
+    if _on_term is not None and signal.getsignal(signal.SIGTERM) is _term_handler:
+        signal.signal(signal.SIGTERM, _term_previous)
+    _on_term = None
+    _term_flag = False
+    _term_at = 0.0
+    _term_saved = False
+    _term_deferred = False
     _flag = False
     _flag_at = 0.0
     _handling = None

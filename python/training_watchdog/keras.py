@@ -27,6 +27,14 @@ A CUDA out-of-memory error ends ``fit()`` with no callback told, so the last-cha
 is a context manager around it: ``with last_chance(watchdog): model.fit(..., callbacks=[...,
 watchdog])`` saves through that callback before the error goes on (see :class:`last_chance`).
 
+SIGTERM reaching the run itself (``scancel``, systemd's ``KillMode=control-group``, a VM's
+shutdown; see docs/notices.md): with ``on_term="save"`` the callback takes SIGTERM at train
+begin (a handler that only sets a flag); the next batch end saves as for any request,
+acknowledges (``cause="terminating"``, or answering the watchdog's notice), and SIGTERM is
+then raised again with its earlier disposition: the process ends with status 143 inside
+that batch end (callbacks after this one do not see it). Keras has no SIGTERM handling of
+its own; without ``on_term`` SIGTERM ends the run at once, unsaved.
+
 Imports keras; the rest of the package does not.
 """
 
@@ -50,10 +58,14 @@ class WatchdogCallback(keras.callbacks.Callback):
     reports the allocator's figures at each training and test batch end
     (:mod:`training_watchdog.allocator`); ``reset_peak=False`` leaves the allocator's peak
     alone (nothing in Keras reads it, so it is reset between batches by default).
+    ``on_term="save"``: SIGTERM is saved for too, and the process then ends with it
+    (status 143; see the module documentation).
     """
 
-    def __init__(self, backup=None, filepath=None, sig=None, agreement=None, reset_peak=True):
+    def __init__(self, backup=None, filepath=None, sig=None, agreement=None, reset_peak=True, on_term=None):
         super().__init__()
+        _tw._check_on_term(on_term)
+        self.on_term = on_term
         if (backup is None) == (filepath is None):
             raise ValueError(
                 "WatchdogCallback needs one of backup= (a keras.callbacks.BackupAndRestore) "
@@ -77,12 +89,14 @@ class WatchdogCallback(keras.callbacks.Callback):
         self._fitting = False
 
     def on_train_begin(self, logs=None):
-        _tw.install(self.sig)
+        _tw.install(self.sig, on_term=self.on_term)
         self._fitting = True
 
     def on_train_end(self, logs=None):
         self._fitting = False
         _allocator.flush()
+        if self.on_term is not None:
+            _tw._release_term()  # a SIGTERM that came ends the process now
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch

@@ -40,6 +40,21 @@ run (the last-chance save, :mod:`training_watchdog.oom`): ``watchdog-step=N.ckpt
 failing rank alone, with no collective (refused for sharded strategies), acknowledged with
 ``cause="cuda_oom"``; Lightning then raises the error again.
 
+SIGTERM reaching the run itself (``scancel``, systemd's ``KillMode=control-group``, a VM's
+shutdown; see docs/notices.md): with ``on_term="save"`` the callback takes SIGTERM in
+``setup`` (a handler that only sets a flag), before Lightning's own, which chains it and
+raises ``SIGTERMException`` at the next batch end. The batch end saves
+``watchdog-step=N.ckpt`` as for any request (acknowledged with ``cause="terminating"``, or
+answering the watchdog's notice); where Lightning raises ``SIGTERMException`` before a batch
+end saw the flag (validation, an epoch end, the ranks' SIGTERM broadcast), ``on_exception``
+saves. Lightning then finishes as it does for ``SIGTERMException`` (callbacks told, loggers
+finalized, its handlers put back) and the exception leaves ``fit()``; at interpreter exit
+SIGTERM is raised again with its earlier disposition: status 143, not the 0 of a bare
+``SIGTERMException`` (a ``SystemExit``), which a Kubernetes Job or SLURM would take for
+success. A fit that ends normally after the SIGTERM ends the process at ``teardown``.
+Without ``on_term``, Lightning's handling is unchanged: ``SIGTERMException``, exit status 0,
+nothing saved.
+
 Imports lightning; the rest of the package does not.
 """
 
@@ -50,6 +65,7 @@ import signal
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import DeviceStatsMonitor
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 import training_watchdog as _tw
 from training_watchdog import allocator as _allocator
@@ -130,11 +146,14 @@ class WatchdogCallback(pl.Callback):
     and reports the allocator's figures at each training and validation batch end
     (:mod:`training_watchdog.allocator`); ``reset_peak``: reset the allocator's peak
     between batches (default: unless a ``DeviceStatsMonitor`` is among the trainer's
-    callbacks, which reads it).
+    callbacks, which reads it). ``on_term="save"``: SIGTERM is saved for too, and the
+    process then ends with it (status 143; see the module documentation).
     """
 
-    def __init__(self, dirpath=None, every=DEFAULT_EVERY, sig=None, reset_peak=None):
+    def __init__(self, dirpath=None, every=DEFAULT_EVERY, sig=None, reset_peak=None, on_term=None):
         super().__init__()
+        _tw._check_on_term(on_term)
+        self.on_term = on_term
         self.dirpath = None if dirpath is None else str(dirpath)
         self.every = every
         self.sig = sig
@@ -152,6 +171,10 @@ class WatchdogCallback(pl.Callback):
         self._share_with_lightning = _requeue_signal(trainer) == signum
         if not self._share_with_lightning:
             _tw.install(signum)
+        if self.on_term is not None:
+            _tw._check_term_signal(signum, self.on_term)
+            # Before Lightning's handler (registered after setup), which keeps ours in its chain.
+            _tw._take_sigterm(deferred=True)
         strategy = trainer.strategy
         self.agreement = Agreement(
             self.every,
@@ -225,8 +248,36 @@ class WatchdogCallback(pl.Callback):
         raises the error again. See :mod:`training_watchdog.oom`."""
         if getattr(trainer.state, "fn", None) != "fit":
             return
+        if self.on_term is not None and isinstance(exception, SIGTERMException):
+            if _tw._term_pending():
+                self._save_on_term(trainer)
+            return  # the process ends at exit, with SIGTERM (status 143)
         _oom.rescue(exception, lambda: self._save_alone(trainer), step=trainer.global_step,
                     phase=_phase(trainer))
+        if self.on_term is not None:
+            _tw._release_term()
+
+    def teardown(self, trainer, pl_module, stage):
+        # fit() ended normally: SIGTERM goes back to what it was, or ends the process if it came.
+        if stage == "fit" and self.on_term is not None:
+            _tw._release_term()
+
+    def _save_on_term(self, trainer):
+        """The save for a SIGTERM that Lightning's ``SIGTERMException`` reached before a batch
+        end did. One process: through the trainer. Several: rank 0 writes the replicated (DDP)
+        state alone (the ranks may not all be here); a sharded state is refused (logged)."""
+        try:
+            if trainer.world_size <= 1:
+                path, step = self._save_alone(trainer)
+            elif trainer.global_rank == 0:
+                path, step = self._save_alone(trainer)
+            else:
+                path, step = None, None
+        except Exception as e:
+            _oom._log("the save after SIGTERM failed: %s: %s" % (type(e).__name__, e))
+            return
+        if path is not None:
+            _tw.acknowledge(path=path, step=step)
 
     def _save_alone(self, trainer):
         """Saves without a collective; returns ``(path, step)``. With several ranks only a

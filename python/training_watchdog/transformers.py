@@ -28,6 +28,17 @@ A CUDA out-of-memory error ends ``train()`` with no callback told, so the last-c
 is a context manager around it: ``with last_chance(trainer): trainer.train(...)`` saves
 ``checkpoint-N`` by the failing rank alone before the error goes on (see :class:`last_chance`).
 
+SIGTERM reaching the run itself (``scancel``, systemd's ``KillMode=control-group``, a VM's
+shutdown; see docs/notices.md): with ``on_term="save"`` the callback takes SIGTERM at train
+begin (a handler that only sets a flag). The next step end asks the Trainer to save as for
+any request (``checkpoint-N``), ``on_save`` acknowledges (``cause="terminating"``, or
+answering the watchdog's notice), and once every callback's ``on_save`` has run (at the next
+step begin, epoch end or train end) SIGTERM is raised again with its earlier disposition:
+the process ends with status 143. Without ``on_term``, SIGTERM ends the run at once, unsaved,
+as before. With ``TrainingArguments(enable_jit_checkpoint=True)`` the Trainer's own SIGTERM
+handler stays in charge (it waits 3 s, saves without ``on_save`` and ends ``train()``
+normally): ``on_term`` is then ignored, with a warning.
+
 Imports transformers; the rest of the package does not.
 """
 
@@ -35,6 +46,7 @@ import json
 import os
 import re
 import sys
+import warnings
 
 from transformers import Trainer, TrainerCallback
 
@@ -107,10 +119,13 @@ class WatchdogCallback(TrainerCallback):
     between steps (default: unless ``TrainingArguments.skip_memory_metrics`` is False,
     as the Trainer's memory metrics read it). When an evaluation is due at a step and a
     request is pending, the callback saves before the evaluation (see
-    :meth:`_save_before_evaluation`).
+    :meth:`_save_before_evaluation`). ``on_term="save"``: SIGTERM is saved for too, and the
+    process then ends with it (status 143; see the module documentation).
     """
 
-    def __init__(self, every=DEFAULT_EVERY, sig=None, reset_peak=None):
+    def __init__(self, every=DEFAULT_EVERY, sig=None, reset_peak=None, on_term=None):
+        _tw._check_on_term(on_term)
+        self.on_term = on_term
         self.agreement = Agreement(every)
         self.sig = sig
         self.saved_steps = []
@@ -120,8 +135,25 @@ class WatchdogCallback(TrainerCallback):
         self._eval_batch = 0
 
     def on_train_begin(self, args, state, control, **kwargs):
-        _tw.install(self.sig)
+        signum = _tw.install(self.sig)
         self._trainer = _calling_trainer()
+        if self.on_term is not None:
+            _tw._check_term_signal(signum, self.on_term)
+            if getattr(args, "enable_jit_checkpoint", False):
+                warnings.warn(
+                    "training_watchdog.transformers.WatchdogCallback(on_term=%r) is ignored: "
+                    "TrainingArguments(enable_jit_checkpoint=True) handles SIGTERM itself; turn "
+                    "one of the two off" % (self.on_term,), RuntimeWarning, stacklevel=2)
+            else:
+                _tw._take_sigterm(deferred=True)
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._end_if_saved()
+
+    def _end_if_saved(self):
+        """After a save that answered SIGTERM, once every callback's ``on_save`` ran: the end."""
+        if self.on_term is not None and _tw._term_saved:
+            _tw._end_by_sigterm()
 
     def on_step_end(self, args, state, control, **kwargs):
         self._eval_batch = 0
@@ -134,6 +166,7 @@ class WatchdogCallback(TrainerCallback):
         return control
 
     def on_epoch_end(self, args, state, control, **kwargs):
+        self._end_if_saved()
         if control.should_evaluate:
             self._save_before_evaluation(args, state, control)
         return control
@@ -147,6 +180,8 @@ class WatchdogCallback(TrainerCallback):
 
     def on_train_end(self, args, state, control, **kwargs):
         _allocator.flush()
+        if self.on_term is not None:
+            _tw._release_term()  # a SIGTERM that came ends the process now
 
     def _reset_peak(self, args):
         if self.reset_peak is not None:
