@@ -390,6 +390,8 @@ pub struct Watch {
     cloud: Option<watchdog_notice::NoticePoller>,
     /// The preemption it announced, once it did.
     preemption: Option<notice::Preemption>,
+    /// Whether saves longer than the SIGTERM grace were said.
+    grace_said: bool,
 }
 
 /// What a watch is started with besides its target and settings.
@@ -663,6 +665,7 @@ impl Watch {
             notice: None,
             cloud: None,
             preemption: None,
+            grace_said: false,
             slurm: built
                 .job
                 .take()

@@ -240,7 +240,11 @@ impl Watch {
     /// Reads the acknowledgment file and carries out what a new one brings.
     pub(super) fn check_ack(&mut self) {
         let actions = acknowledgment(&mut self.ack, &mut self.engine);
+        let acked = !actions.is_empty();
         self.perform(actions, None);
+        if acked {
+            self.say_if_saves_outlast_the_grace();
+        }
     }
 }
 

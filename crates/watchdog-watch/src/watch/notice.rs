@@ -155,6 +155,20 @@ impl Watch {
         })
     }
 
+    /// Says once, ahead of any notice, when the saves so far take longer on average than
+    /// the SIGTERM grace (`--term-grace`): the notice's save would not fit.
+    pub(super) fn say_if_saves_outlast_the_grace(&mut self) {
+        if self.grace_said || self.term_notice.is_none() {
+            return;
+        }
+        let grace = self.settings.term_grace.as_secs_f64();
+        let (count, total_s) = self.engine.checkpoints();
+        if count > 0 && total_s / count as f64 > grace {
+            self.grace_said = true;
+            self.check_save_fits(grace, "SIGTERM grace (--term-grace)");
+        }
+    }
+
     /// Says when the saves so far took longer than the time an announced end leaves.
     fn check_save_fits(&self, left_s: f64, what: &str) {
         let (count, total_s) = self.engine.checkpoints();
