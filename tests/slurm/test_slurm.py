@@ -72,6 +72,9 @@ def setUpModule():
     submit("ranks", """#!/bin/sh
 exec srun --ntasks=2 sh -c 'exec watchdog --lead %ds --no-notify --requeue --events ev-$SLURM_PROCID.jsonl --checkpoint-record rec-$SLURM_PROCID.json run -- env CKPT_TAG=rank$SLURM_PROCID- python3 "%s/train.py"'
 """ % (LEAD, jobs), "--time=1", "--ntasks=2", env={"STEPS": "600"})
+    # (i) scancel --full: SIGTERM to every process of the job, the run's client saves.
+    submit("term", script("--term-grace 8s"), "--time=5",
+           env={"ON_TERM": "save", "RESUME_FROM_RECORD": "1", "WATCHDOG_RUN_KEY": "bert"})
     # (h) the service on the node.
     submit("service", "#!/bin/sh\nexec sleep 300\n", "--time=5")
     # (c) an administrator shortens the job once its watchdog has read the first end.
@@ -266,6 +269,26 @@ def events_in(workdir):
     path = os.path.join(workdir, "ev.jsonl")
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+class Cancelled(unittest.TestCase):
+    def test_i_scancel_full_reaches_every_process_the_run_saves_and_a_rerun_resumes(self):
+        CLUSTER.wait_until(lambda: "train[0]: step 50" in CLUSTER.log_of(JOBS["term"]), 120, "50 steps")
+        CLUSTER.run("scancel", "--full", "--signal=TERM", str(JOBS["term"]))
+        evs = CLUSTER.wait_until(lambda: of_kind(events("term"), "exit") and events("term"), 60, "the exit")
+        log = CLUSTER.log_of(JOBS["term"])
+        acks = of_kind(evs, "ack")
+        self.assertTrue(acks, log)
+        saved = acks[-1]["step"]
+        self.assertEqual(of_kind(evs, "exit")[-1]["signal"], 15, log)
+        # A rerun by hand in the same directory, under the same run key, resumes.
+        again = CLUSTER.sbatch(script(), "--time=1", workdir=DIRS["term"],
+                               env={"STEPS": str(saved + 20), "RESUME_FROM_RECORD": "1",
+                                    "WATCHDOG_RUN_KEY": "bert"})
+        CLUSTER.wait_for(again, lambda j: j is not None and state(j) in ("COMPLETED", "FAILED", "TIMEOUT"), 120)
+        rerun = CLUSTER.log_of(again)
+        self.assertIn("start at step %d" % (saved + 1), rerun)
+        self.assertIn("finished at step %d" % (saved + 20), rerun)
 
 
 def free_port():

@@ -4,7 +4,9 @@ Each step sleeps STEP_S seconds (default 0.1) and, with LEAK_MIB set and no rest
 keeps LEAK_MIB MiB more. When the watchdog asks, it saves its step to ckpt-<tag><step>.json
 (atomically) and acknowledges with the path and the step; it resumes from
 WATCHDOG_RESUME_FROM when the watchdog names one. It stops making progress at STUCK_AT,
-and finishes at STEPS. Every line it prints is one a test reads.
+and finishes at STEPS. With ON_TERM=save, a SIGTERM that reaches it is saved for
+(`install(on_term="save")`); with RESUME_FROM_RECORD set, a rerun by hand resumes from the
+checkpoint record. Every line it prints is one a test reads.
 """
 
 import json
@@ -13,6 +15,7 @@ import sys
 import time
 
 import training_watchdog as tw
+from training_watchdog import record
 
 STEPS = int(os.environ.get("STEPS", "100000"))
 STEP_S = float(os.environ.get("STEP_S", "0.1"))
@@ -37,9 +40,13 @@ def save(step):
 
 
 def main():
-    tw.install()
+    tw.install(on_term=os.environ.get("ON_TERM") or None)
     step = 0
     resume = os.environ.get("WATCHDOG_RESUME_FROM")
+    if not resume and os.environ.get("RESUME_FROM_RECORD"):
+        # A rerun by hand: the newest complete checkpoint of this run's key in the record.
+        entry = record.newest_complete(os.getcwd())
+        resume = entry.path if entry is not None else None
     if resume:
         with open(resume) as f:
             step = json.load(f)["step"]
