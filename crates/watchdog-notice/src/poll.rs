@@ -7,6 +7,8 @@ use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use watchdog_types::outage::{Outage, Said};
+
 use crate::answer::Notice;
 use crate::ask::{Asker, NoticeError};
 use crate::dmi::Provider;
@@ -48,10 +50,8 @@ struct State {
     pending: Vec<Notice>,
     /// The ids of the notices in the latest answer: read again, they are not said again.
     current: HashSet<String>,
-    /// An error not yet reported, and whether the last question failed.
-    error: Option<String>,
-    failing: bool,
-    said_failing: bool,
+    /// Whether the server answers, and what of it was said.
+    outage: Outage,
     /// Questions asked, answered or not.
     asked: u64,
 }
@@ -121,17 +121,15 @@ impl NoticePoller {
     /// until the server answers again, then `Answered`. Never waits for the server.
     pub fn news(&self) -> Vec<News> {
         let mut s = self.lock();
-        let mut out = Vec::new();
-        if let Some(e) = s.error.take()
-            && !s.said_failing
-        {
-            s.said_failing = true;
-            out.push(News::Unanswered(e));
-        }
-        if !s.failing && s.said_failing {
-            s.said_failing = false;
-            out.push(News::Answered);
-        }
+        let mut out: Vec<News> = s
+            .outage
+            .news()
+            .into_iter()
+            .map(|said| match said {
+                Said::Unanswered(why) => News::Unanswered(why),
+                Said::Answered => News::Answered,
+            })
+            .collect();
         out.extend(s.pending.drain(..).map(News::from));
         out
     }
@@ -148,8 +146,7 @@ fn record(state: &Mutex<State>, answer: Result<Option<Notice>, NoticeError>) {
     s.asked += 1;
     match answer {
         Ok(notice) => {
-            s.failing = false;
-            s.error = None;
+            s.outage.answered();
             let mut current = HashSet::new();
             if let Some(n) = notice {
                 current.insert(n.id.clone());
@@ -160,17 +157,13 @@ fn record(state: &Mutex<State>, answer: Result<Option<Notice>, NoticeError>) {
             // A notice gone from the answer is forgotten: if it comes back, it is said again.
             s.current = current;
         }
-        Err(e) => {
-            s.failing = true;
-            s.error = Some(e.to_string());
-        }
+        Err(e) => s.outage.failed(e.to_string()),
     }
 }
 
 fn record_error(state: &Mutex<State>, text: String) {
     let mut s = state.lock().unwrap_or_else(PoisonError::into_inner);
-    s.failing = true;
-    s.error = Some(text);
+    s.outage.failed(text);
 }
 
 impl Drop for NoticePoller {

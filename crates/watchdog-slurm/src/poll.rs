@@ -7,6 +7,8 @@ use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use watchdog_types::outage::{Outage, Said};
+
 use crate::controller::{Controller, ControllerError};
 use crate::view::JobView;
 
@@ -35,10 +37,8 @@ struct State {
     latest: Option<EndReading>,
     /// The end last reported by `news`; `None`: not yet reported.
     said_end: Option<Option<u64>>,
-    /// An error not yet reported, and whether the last ask failed.
-    error: Option<String>,
-    failing: bool,
-    said_failing: bool,
+    /// Whether the controller answers, and what of it was said.
+    outage: Outage,
 }
 
 /// The end of one job, kept fresh by a thread.
@@ -129,17 +129,7 @@ impl EndPoller {
     /// What changed since the last call, oldest first.
     pub fn news(&self) -> Vec<News> {
         let mut s = self.lock();
-        let mut out = Vec::new();
-        if let Some(e) = s.error.take()
-            && !s.said_failing
-        {
-            s.said_failing = true;
-            out.push(News::Unanswered(e));
-        }
-        if !s.failing && s.said_failing {
-            s.said_failing = false;
-            out.push(News::Answered);
-        }
+        let mut out: Vec<News> = s.outage.news().into_iter().map(News::from).collect();
         if let Some(r) = &s.latest {
             let end = r.view.end_unix;
             if s.said_end != Some(end) {
@@ -179,8 +169,7 @@ fn record(
                 at: Instant::now(),
             };
             s.latest = Some(reading.clone());
-            s.failing = false;
-            s.error = None;
+            s.outage.answered();
             Ok(reading)
         }
         Err(e) => {
@@ -195,8 +184,16 @@ fn record(
 /// Keeps an error, to be said once.
 fn record_error(state: &Mutex<State>, text: String) {
     let mut s = state.lock().unwrap_or_else(PoisonError::into_inner);
-    s.failing = true;
-    s.error = Some(text);
+    s.outage.failed(text);
+}
+
+impl From<Said> for News {
+    fn from(said: Said) -> News {
+        match said {
+            Said::Unanswered(why) => News::Unanswered(why),
+            Said::Answered => News::Answered,
+        }
+    }
 }
 
 impl Drop for EndPoller {

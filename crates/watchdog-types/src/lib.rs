@@ -15,6 +15,7 @@
 pub mod environment;
 pub mod fs;
 pub mod names;
+pub mod outage;
 pub mod quote;
 pub mod request;
 pub mod status;
