@@ -13,6 +13,7 @@ import io
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -217,6 +218,47 @@ class LightningLatestCheckpoint(Env):
         self.assertIn("no complete Lightning .ckpt in %s (incomplete: watchdog-step=3.ckpt): a fresh start" % self.dir, err)
 
 
+class PlantedFiles(Env):
+    """What the resume helpers read of a checkpoint, planted as a FIFO, a device or too big:
+    refused at once, said once (issue 29). In a subprocess with a timeout: a blocked open
+    would hang the test run."""
+
+    def in_subprocess(self, code):
+        code = "import sys; sys.path.insert(0, %r)\nfrom training_watchdog import resume\n%s" % (
+            os.path.join(HERE, ".."), code)
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        return done.stdout.strip(), done.stderr
+
+    def test_a_fifo_is_neither_json_nor_a_whole_zip_and_never_waited_on(self):
+        fifo = os.path.join(self.dir, "watchdog-step=5.ckpt")
+        os.mkfifo(fifo)
+        out, err = self.in_subprocess("print(resume.read_json(%r, 1024), resume.whole_torch_zip(%r))" % (fifo, fifo))
+        self.assertEqual(out, "None False")
+        self.assertEqual(err.count("not reading %s: not a regular file" % fifo), 1, err)
+
+    def test_a_device_and_an_oversize_file_are_refused(self):
+        big = os.path.join(self.dir, "state.json")
+        with open(big, "w") as f:
+            json.dump({"global_step": 1, "pad": "x" * 2048}, f)
+        out, err = self.in_subprocess("print(resume.read_json(%r, 1024), resume.whole_torch_zip('/dev/zero'))" % big)
+        self.assertEqual(out, "None False")
+        self.assertIn("more than the 1024 read", err)
+        self.assertIn("not reading /dev/zero: not a regular file", err)
+
+    def test_a_zip_whose_directory_claims_more_than_the_cap_is_not_read(self):
+        path = os.path.join(self.dir, "big.ckpt")
+        with zipfile.ZipFile(path, "w") as z:
+            z.writestr("archive/data.pkl", b"x")
+        self.assertTrue(resume.whole_torch_zip(path))
+        saved = resume.MAX_ZIP_DIRECTORY_BYTES
+        resume.MAX_ZIP_DIRECTORY_BYTES = 10
+        self.addCleanup(setattr, resume, "MAX_ZIP_DIRECTORY_BYTES", saved)
+        answer, err = self.said(resume.whole_torch_zip, path)
+        self.assertFalse(answer)
+        self.assertIn("its zip directory is more than the 10 bytes read", err)
+
+
 class TransformersResumeCheckpoint(Env):
     def setUp(self):
         super().setUp()
@@ -339,6 +381,51 @@ class TransformersResumeCheckpoint(Env):
         path, err = self.said(self.resume, os.path.join(self.dir, "out"))
         self.assertIsNone(path)
         self.assertIn("a fresh start", err)
+
+    def resume_in_a_subprocess(self, named):
+        """``resume_checkpoint(self.dir)`` in a fresh interpreter with WATCHDOG_RESUME_FROM=named,
+        within 120 s (importing transformers takes seconds; the FIFO blocked it for good)."""
+        code = ("import sys; sys.path.insert(0, %r)\n"
+                "from training_watchdog.transformers import resume_checkpoint\n"
+                "print(resume_checkpoint(%r))\n" % (os.path.join(HERE, ".."), self.dir))
+        env = dict(os.environ, WATCHDOG_RESUME_FROM=named)
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        return done.stdout.strip(), done.stderr
+
+    def test_a_trainer_state_that_is_a_fifo_is_passed_over_at_once(self):
+        # issue 29: WATCHDOG_RESUME_FROM=out/checkpoint-5 with a FIFO for its trainer_state.json
+        # blocked resume_checkpoint for over 150 s before training started.
+        complete = self.checkpoint(4)
+        planted = self.checkpoint(5, "none")
+        os.mkfifo(os.path.join(planted, "trainer_state.json"))
+        path, err = self.resume_in_a_subprocess(planted)
+        self.assertEqual(path, complete)
+        self.assertIn("not reading %s: not a regular file" % os.path.join(planted, "trainer_state.json"), err)
+        self.assertIn("WATCHDOG_RESUME_FROM=%s is not a complete" % planted, err)
+
+    def test_a_trainer_state_over_the_cap_is_passed_over(self):
+        from training_watchdog import transformers as tw_transformers
+
+        complete = self.checkpoint(4)
+        planted = self.checkpoint(5, "none")
+        state = os.path.join(planted, "trainer_state.json")
+        with open(state, "w") as f:  # whole JSON with a global_step: only its size is wrong
+            f.write('{"global_step": 5, "log_history": [], "pad": "')
+            f.write("x" * tw_transformers.MAX_STATE_BYTES)
+            f.write('"}')
+        path, err = self.resume_in_a_subprocess(planted)
+        self.assertEqual(path, complete)
+        self.assertIn("not reading %s: %d bytes, more than the %d read"
+                      % (state, os.path.getsize(state), tw_transformers.MAX_STATE_BYTES), err)
+
+    def test_a_trainer_state_behind_a_link_is_not_followed(self):
+        complete = self.checkpoint(4)
+        planted = self.checkpoint(5, "none")
+        os.symlink(os.path.join(complete, "trainer_state.json"), os.path.join(planted, "trainer_state.json"))
+        path, err = self.said(self.resume, self.dir)
+        self.assertEqual(path, complete)
+        self.assertIn("it is a symbolic link", err)
 
 
 class KerasBackupAndRestore(Env):

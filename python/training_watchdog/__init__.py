@@ -60,6 +60,7 @@ before, so the process ends with status 143 (docs/notices.md).
 
 import errno
 import json
+import operator
 import os
 import re
 import shutil
@@ -691,12 +692,17 @@ class _Unfit(Exception):
     """A request or ack file that is not read: why, for the warning."""
 
 
-def _read_capped(path, limit=_MAX_FILE_BYTES, owner=None):
-    """The bytes of ``path`` (None when it is missing), read as the daemon reads a user's file:
-    opened with :data:`_READ_FLAGS`, a regular file by ``fstat``, at most ``limit`` bytes
-    (64 KiB), owned by uid ``owner`` when given. Raises :class:`_Unfit` otherwise."""
+def _open_regular(path, follow=False):
+    """``(fd, stat)`` of ``path`` opened for reading as the daemon opens a user's file, or None when
+    it is missing: ``O_NONBLOCK`` (a FIFO never blocks the open), ``O_NOFOLLOW`` unless
+    ``follow`` (a checkpoint the user named through a link is read through it; a file inside
+    one never is), and a regular file by ``fstat`` of what was opened (no race with a swap).
+    Raises :class:`_Unfit` otherwise. Every file a run, a user or a crashed attempt could
+    have planted is opened here (request, ack, checkpoint record, ``trainer_state.json``, a
+    checkpoint's zip)."""
+    flags = _READ_FLAGS if not follow else _READ_FLAGS & ~getattr(os, "O_NOFOLLOW", 0)
     try:
-        fd = os.open(path, _READ_FLAGS)
+        fd = os.open(path, flags)
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as e:
@@ -707,6 +713,23 @@ def _read_capped(path, limit=_MAX_FILE_BYTES, owner=None):
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise _Unfit("not a regular file")
+    except BaseException as e:
+        os.close(fd)
+        if isinstance(e, OSError):
+            raise _Unfit(e.strerror or str(e)) from None
+        raise
+    return fd, st
+
+
+def _read_capped(path, limit=_MAX_FILE_BYTES, owner=None, follow=False):
+    """The bytes of ``path`` (None when it is missing), read as the daemon reads a user's file:
+    opened by :func:`_open_regular`, at most ``limit`` bytes (64 KiB), owned by uid ``owner``
+    when given. Raises :class:`_Unfit` otherwise."""
+    opened = _open_regular(path, follow)
+    if opened is None:
+        return None
+    fd, st = opened
+    try:
         if owner is not None and st.st_uid != owner:
             raise _Unfit("owned by uid %d, not by this user (uid %d)" % (st.st_uid, owner))
         if st.st_size > limit:
@@ -725,6 +748,44 @@ def _read_capped(path, limit=_MAX_FILE_BYTES, owner=None):
         raise _Unfit(e.strerror or str(e)) from None
     finally:
         os.close(fd)
+
+
+def _safe_repr(value, limit=80):
+    """``repr(value)`` in at most ``limit`` characters, for a message about a bad argument: never
+    raises, whatever the object's ``__repr__`` does (then ``<unprintable TYPE>``)."""
+    try:
+        text = repr(value)
+        if not isinstance(text, str):
+            raise TypeError
+        text = str.__str__(text)
+    except Exception:
+        text = "<unprintable %s>" % _type_name(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _message(exc):
+    """The text of an exception for a log line: ``str(exc)``, or ``<unprintable TYPE>`` when its
+    ``__str__`` raises; never raises."""
+    try:
+        text = str(exc)
+        if isinstance(text, str):
+            return str.__str__(text)
+    except Exception:
+        pass
+    return "<unprintable %s>" % _type_name(exc)
+
+
+def _failure(exc):
+    """``TYPE: message`` of an exception, for a log line or a warning; never raises."""
+    return "%s: %s" % (_type_name(exc), _message(exc))
+
+
+def _type_name(value):
+    """The name of ``value``'s type; ``object`` when even that cannot be read."""
+    try:
+        return str.__str__(type.__getattribute__(type(value), "__name__"))
+    except Exception:
+        return "object"
 
 
 def _parse_object(data):
@@ -984,14 +1045,21 @@ def _write_ack(req, cause, extra):
 
 def _ack_fields(path, step, cause):
     """The optional fields of an ack, checked: ``path`` a path, ``step`` a whole number >= 0,
-    ``cause`` a short name. A ValueError names the argument and what was expected."""
+    ``cause`` a short name. A ValueError names the argument and what was expected, whatever
+    the object does (its ``__fspath__``, ``__index__``, ``__eq__`` or ``__repr__`` raising
+    included); what is kept is a plain ``str`` or ``int``, never the caller's object."""
     fields = {}
     if path is not None:
         try:
+            raw = os.fspath(path)
+            if isinstance(raw, bytes):
+                text = bytes.decode(raw, sys.getfilesystemencoding(), "surrogateescape")
+            else:
+                text = str.__str__(raw)
             # Absolute: the watchdog, and a restarted run, may not share this process's directory.
-            absolute = os.path.abspath(os.fsdecode(os.fspath(path)))
-        except TypeError:
-            raise ValueError("acknowledge(path=%r): expected a path (str or os.PathLike)" % (path,)) from None
+            absolute = os.path.abspath(text)
+        except Exception:
+            raise ValueError("acknowledge(path=%s): expected a path (str or os.PathLike)" % _safe_repr(path)) from None
         try:
             absolute.encode("utf-8")
             fields["path"] = absolute
@@ -999,17 +1067,31 @@ def _ack_fields(path, step, cause):
             pass  # not UTF-8: the watchdog could not read the ack at all; it goes without its path
     if step is not None:
         # At most 2**64 - 1: the watchdog reads it as a u64, and ignores an ack it cannot read.
-        if isinstance(step, bool) or not hasattr(step, "__index__") or not 0 <= step.__index__() < 1 << 64:
-            raise ValueError("acknowledge(step=%r): expected a whole number of steps, 0 to 2**64 - 1" % (step,))
-        fields["step"] = step.__index__()
+        try:
+            value = None if isinstance(step, bool) else int.__int__(operator.index(step))
+        except Exception:
+            value = None
+        if value is None or not 0 <= value < 1 << 64:
+            raise ValueError("acknowledge(step=%s): expected a whole number of steps, 0 to 2**64 - 1"
+                             % _safe_repr(step))
+        fields["step"] = value
     if cause is not None:
-        if not isinstance(cause, str) or not re.fullmatch(r"[a-z0-9_]{1,64}", cause):
-            raise ValueError("acknowledge(cause=%r): expected a name such as 'cuda_oom'" % (cause,))
-        fields["cause"] = cause
+        try:
+            name = str.__str__(cause) if isinstance(cause, str) else None
+        except Exception:
+            name = None
+        if name is None or not re.fullmatch(r"[a-z0-9_]{1,64}", name):
+            raise ValueError("acknowledge(cause=%s): expected a name such as 'cuda_oom'" % _safe_repr(cause))
+        fields["cause"] = name
     return fields
 
 
-def last_chance(save, step=None, phase="train"):
+# How long a last-chance save may take by default, in seconds (training_watchdog.oom keeps it):
+# a large model written to a network file system takes minutes, a hung one never ends.
+_LAST_CHANCE_TIMEOUT_S = 300.0
+
+
+def last_chance(save, step=None, phase="train", timeout=_LAST_CHANCE_TIMEOUT_S):
     """Context manager around a plain training loop: on a CUDA out-of-memory error inside
     it, free the step's memory, call ``save`` (it saves and returns the path), acknowledge
     with ``cause="cuda_oom"``, and let the error go on::
@@ -1023,13 +1105,17 @@ def last_chance(save, step=None, phase="train"):
                 run.step = step          # where the loop is: the checkpoint resumes there
                 train_step()
 
-    See :mod:`training_watchdog.oom`; Lightning, Transformers and Keras have their own.
+    The original error always goes on, unchanged: a save that fails, is interrupted
+    (``KeyboardInterrupt``, ``SystemExit``: noted on the error and logged, never raised in
+    its place) or takes more than ``timeout`` seconds (default 300; None: no bound) is
+    logged and not acknowledged. See :mod:`training_watchdog.oom` for how the bound is kept;
+    Lightning, Transformers and Keras have their own.
     """
     from training_watchdog.oom import LastChance
 
     if not callable(save):
-        raise TypeError("last_chance(save=%r): expected a function that saves and returns the path" % (save,))
-    return LastChance(save, step=step, phase=phase)
+        raise TypeError("last_chance(save=%s): expected a function that saves and returns the path" % _safe_repr(save))
+    return LastChance(save, step=step, phase=phase, timeout=timeout)
 
 
 # ---------------------------------------------------------------------------------------------

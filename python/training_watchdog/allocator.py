@@ -183,21 +183,54 @@ MAX_COUNT = (1 << 64) - 1
 
 
 def _count(name, value):
-    """A whole number from 0 to 2**64 - 1 (None stays None); anything else is a TypeError or a
-    ValueError naming it."""
+    """A whole number from 0 to 2**64 - 1, as a plain ``int`` (None stays None); anything else,
+    whatever its ``__int__``, ``__index__``, ``__eq__`` or ``__repr__`` does, is a ValueError
+    naming it."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        try:
-            as_int = None if isinstance(value, bool) else int(value)
-        except (TypeError, ValueError, OverflowError):
+    try:
+        if isinstance(value, bool):
             as_int = None
-        if as_int is None or as_int != value:
-            raise TypeError("%s=%r: expected a whole number" % (name, value))
-        value = as_int
-    if not 0 <= value <= MAX_COUNT:
-        raise ValueError("%s=%r: expected 0 to 2**64 - 1" % (name, value))
-    return value
+        elif isinstance(value, int):
+            as_int = int.__int__(value)  # a plain int, whatever an int subclass overrides
+        else:
+            as_int = int.__int__(int(value))
+            if not bool(as_int == value):  # 1.5 is not a step; 3.0 and a 0-d tensor of 3 are
+                as_int = None
+    except Exception:
+        as_int = None
+    if as_int is None:
+        raise ValueError("%s=%s: expected a whole number" % (name, _tw._safe_repr(value)))
+    if not 0 <= as_int <= MAX_COUNT:
+        raise ValueError("%s=%s: expected 0 to 2**64 - 1" % (name, _tw._safe_repr(value)))
+    return as_int
+
+
+def _phase(phase):
+    """``phase`` as one of :data:`PHASES` (a plain ``str``); a ValueError naming it otherwise."""
+    try:
+        if isinstance(phase, str):
+            text = str.__str__(phase)
+            if text in PHASES:
+                return text
+    except Exception:
+        pass
+    raise ValueError("phase=%s: expected one of %s" % (_tw._safe_repr(phase), ", ".join(PHASES)))
+
+
+def _arguments(step, phase, batch_size, tokens, reset_peak):
+    """The arguments of :func:`report_step` as plain values; a ValueError naming the first bad one."""
+    if step is None:
+        raise ValueError("step=None: expected a whole number")
+    step = _count("step", step)
+    phase = _phase(phase)
+    batch_size = _count("batch_size", batch_size)
+    tokens = _count("tokens", tokens)
+    try:
+        reset_peak = bool(reset_peak)
+    except Exception:
+        raise ValueError("reset_peak=%s: expected True or False" % _tw._safe_repr(reset_peak)) from None
+    return step, phase, batch_size, tokens, reset_peak
 
 
 def _interval():
@@ -330,18 +363,14 @@ def report_step(step, phase="train", batch_size=None, tokens=None, reset_peak=Tr
     peak is that step's own (process-wide: ``torch.cuda.max_memory_allocated()`` then
     returns the peak since the last step to everyone; pass False when your code or a
     library reads it). Returns True when an entry was recorded: False without torch, or
-    before CUDA is initialized. Never raises into the loop: a bad argument or a failure is
-    one ``RuntimeWarning``.
+    before CUDA is initialized. Never raises into the loop, whatever it is given (an object
+    whose ``__int__``, ``__index__``, ``__eq__``, ``__str__`` or ``__bool__`` raises
+    included): a bad argument is False, and the first one a ``RuntimeWarning``; a failure
+    is False, and one ``RuntimeWarning`` per kind of failure.
     """
     try:
-        step = _count("step", step)
-        if step is None:
-            raise TypeError("step=None: expected a whole number")
-        if phase not in PHASES:
-            raise ValueError("phase=%r: expected one of %s" % (phase, ", ".join(PHASES)))
-        batch_size = _count("batch_size", batch_size)
-        tokens = _count("tokens", tokens)
-    except (TypeError, ValueError) as e:
+        step, phase, batch_size, tokens, reset_peak = _arguments(step, phase, batch_size, tokens, reset_peak)
+    except ValueError as e:
         _warn("report_step() was given a bad argument", e)
         return False
     cuda = _cuda()
@@ -360,7 +389,7 @@ def report_step(step, phase="train", batch_size=None, tokens=None, reset_peak=Tr
                 _write(now)
         return True
     except Exception as e:
-        _warn("cannot report the allocator's figures", "%s: %s" % (type(e).__name__, e))
+        _warn("cannot report the allocator's figures", _tw._failure(e))
         return False
 
 
@@ -397,7 +426,7 @@ def _is_cuda_oom(exc):
         kind = getattr(owner, "OutOfMemoryError", None)
         if isinstance(kind, type) and isinstance(exc, kind):
             return True
-    return "out of memory" in str(exc).lower()
+    return "out of memory" in _tw._message(exc).lower()
 
 
 def report_exception(exc, step=None, phase=None):
@@ -413,14 +442,19 @@ def report_exception(exc, step=None, phase=None):
         with _lock:
             _forked()
             record = {"kind": "cuda_oom"}
-            step = _count("step", step) if step is not None else None
-            if step is not None:
-                record["step"] = step
-            if phase in PHASES:
-                record["phase"] = phase
+            try:  # a step or phase that is not one: the error is reported without it
+                if step is not None:
+                    record["step"] = _count("step", step)
+            except ValueError:
+                pass
+            try:
+                if phase is not None:
+                    record["phase"] = _phase(phase)
+            except ValueError:
+                pass
             record["time_unix"] = round(time.time(), 6)
             # As UTF-8 the watchdog can read: a lone surrogate would make it refuse the file.
-            record["message"] = str(exc)[:MAX_MESSAGE].encode("utf-8", "replace").decode("utf-8")
+            record["message"] = _tw._message(exc)[:MAX_MESSAGE].encode("utf-8", "replace").decode("utf-8")
             cuda = _cuda()
             if cuda is not None:
                 try:
@@ -433,7 +467,7 @@ def report_exception(exc, step=None, phase=None):
             _state.exception_written = False
             return _write(time.monotonic())
     except Exception as e:
-        _warn("cannot report the CUDA out-of-memory error", "%s: %s" % (type(e).__name__, e))
+        _warn("cannot report the CUDA out-of-memory error", _tw._failure(e))
         return False
 
 
@@ -445,7 +479,7 @@ def flush():
             if _state.pending:
                 _write(time.monotonic())
     except Exception as e:
-        _warn("cannot write the step reports", "%s: %s" % (type(e).__name__, e))
+        _warn("cannot write the step reports", _tw._failure(e))
 
 
 def _register_flush():

@@ -164,13 +164,14 @@ class last_chance(_oom.LastChance):  # noqa: N801  (used as a function: ``with l
 
     Through a BackupAndRestore the next ``fit()`` starts again at the beginning of the
     epoch that was interrupted. The ack's ``step`` is the optimizer's ``iterations``.
+    ``timeout``: the seconds the save may take (:mod:`training_watchdog.oom`).
     """
 
-    def __init__(self, callback):
-        super().__init__()
+    def __init__(self, callback, timeout=_oom.DEFAULT_TIMEOUT_S):
+        super().__init__(timeout=timeout)
         if not isinstance(callback, WatchdogCallback):
-            raise TypeError("last_chance(callback=%r): expected the training_watchdog.keras.WatchdogCallback "
-                            "given to fit()" % (callback,))
+            raise TypeError("last_chance(callback=%s): expected the training_watchdog.keras.WatchdogCallback "
+                            "given to fit()" % _tw._safe_repr(callback))
         self.callback = callback
 
     def _current_step(self):

@@ -107,7 +107,7 @@ def latest_checkpoint(dirpath):
 
 
 def _complete(path):
-    return os.path.isfile(path) and _resume.whole_torch_zip(path)
+    return _resume.whole_torch_zip(path)  # a regular file, opened without blocking
 
 
 def _step_of(path):

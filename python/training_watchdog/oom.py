@@ -20,6 +20,26 @@ hook does with such an exception, in this order:
 A save that fails is logged (and added as a note to the original error); it never replaces
 the original error. Each exception is handled once, however many hooks see it.
 
+Whatever happens in between, the original error goes on unchanged (the same object; only a
+note is added, on Python 3.11 and later):
+
+- an error whose ``__str__`` raises is not read as "CUDA out of memory" by its message (a
+  ``torch.OutOfMemoryError`` still is, by its type), and is raised again as it is;
+- a ``KeyboardInterrupt`` or ``SystemExit`` raised during the save (Ctrl-C, a ``sys.exit``
+  in the save) ends the save, which is not acknowledged; it is logged on stderr and noted on
+  the original error ("the last-chance save was interrupted by KeyboardInterrupt"), and not
+  raised in its place: the out-of-memory error is what ends the run, and what a caller
+  catches;
+- the save has a time bound, ``timeout`` seconds (:data:`DEFAULT_TIMEOUT_S`, 300; None: no
+  bound). In the main thread, when the program has no ``SIGALRM`` handler and no
+  ``ITIMER_REAL`` timer of its own, a real-time timer interrupts a save that takes longer
+  (at its next Python instruction or interrupted system call: a wait inside a C extension
+  that never returns is not interrupted); the save is then logged as too slow and not
+  acknowledged (a checkpoint it left part-written is never offered: the resume helpers
+  check completeness), and the handler and timer are put back as they were. Elsewhere (another
+  thread, or ``SIGALRM`` in use) nothing is interrupted and no thread is killed: one line on
+  stderr says the save is late when the bound passes, and the save goes on to its end.
+
 :class:`LastChance` is the context manager around a plain loop
 (``training_watchdog.last_chance``); the framework modules subclass it. This module never
 imports torch: it uses the torch the process already imported.
@@ -27,17 +47,23 @@ imports torch: it uses the torch the process already imported.
 
 import gc
 import inspect
+import math
 import os
+import signal
 import sys
+import threading
+import time
 import traceback
 
 import training_watchdog as _tw
 from training_watchdog import allocator
 
-__all__ = ["CAUSE", "LastChance", "free_memory", "is_cuda_oom", "rescue", "sharded"]
+__all__ = ["CAUSE", "DEFAULT_TIMEOUT_S", "LastChance", "free_memory", "is_cuda_oom", "rescue", "sharded"]
 
 #: The ``cause`` of the acknowledgment written after a last-chance save.
 CAUSE = "cuda_oom"
+#: Seconds a last-chance save may take before it is stopped (or said to be late; see above).
+DEFAULT_TIMEOUT_S = _tw._LAST_CHANCE_TIMEOUT_S
 
 # Set on an exception once handled: Lightning's hook and a context manager around fit() both
 # see the same exception, and it is saved once.
@@ -50,17 +76,21 @@ _MESSAGE = "CUDA out of memory"
 def is_cuda_oom(exc):
     """Whether ``exc`` (or an exception it was raised ``from``) is a CUDA out-of-memory error:
     a ``torch.OutOfMemoryError`` (it exists in CPU builds too) or a RuntimeError saying
-    "CUDA out of memory". Never imports torch."""
+    "CUDA out of memory" (an error whose ``__str__`` raises says nothing). Never imports
+    torch, never raises."""
     seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        torch = sys.modules.get("torch")
-        oom = getattr(torch, "OutOfMemoryError", None)
-        if isinstance(oom, type) and isinstance(exc, oom):
-            return True
-        if isinstance(exc, RuntimeError) and _MESSAGE in str(exc):
-            return True
-        exc = exc.__cause__
+    try:
+        while exc is not None and id(exc) not in seen:
+            seen.add(id(exc))
+            torch = sys.modules.get("torch")
+            oom = getattr(torch, "OutOfMemoryError", None)
+            if isinstance(oom, type) and isinstance(exc, oom):
+                return True
+            if isinstance(exc, RuntimeError) and _MESSAGE in _tw._message(exc):
+                return True
+            exc = exc.__cause__
+    except Exception:
+        pass
     return False
 
 
@@ -78,7 +108,7 @@ def _report_exception(exc, step, phase):
     try:
         allocator.report_exception(exc, step=step, phase=phase)
     except Exception as e:  # a report must never stop the save
-        _log("cannot report the CUDA out-of-memory error to the watchdog: %s" % e)
+        _log("cannot report the CUDA out-of-memory error to the watchdog: %s" % _tw._failure(e))
 
 
 def free_memory(exc):
@@ -94,17 +124,28 @@ def free_memory(exc):
         if cuda is not None and cuda.is_initialized():
             cuda.empty_cache()
     except Exception as e:
-        _log("cannot empty the CUDA cache: %s" % e)
+        _log("cannot empty the CUDA cache: %s" % _tw._failure(e))
 
 
-def rescue(exc, save, step=None, phase="train"):
+def rescue(exc, save, step=None, phase="train", timeout=DEFAULT_TIMEOUT_S):
     """The last-chance save for ``exc`` when it is a CUDA OOM not handled yet; else nothing.
 
     ``save()`` saves in the framework's format and returns ``(path, step)``: the checkpoint
     written and the global step it holds. ``step`` and ``phase`` (``train``, ``eval``,
-    ``other``) are where the error happened, for the allocator report. Returns ``(path,
-    step)`` after a save, None otherwise; never raises (the caller re-raises ``exc``).
+    ``other``) are where the error happened, for the allocator report. ``timeout``: seconds
+    the save may take (see the module documentation). Returns ``(path, step)`` after a save,
+    None otherwise; never raises, not even an interrupt during the save (the caller
+    re-raises ``exc``).
     """
+    try:
+        return _rescue(exc, save, step, phase, timeout)
+    except BaseException as e:  # never in the original error's place
+        _failed(exc, "the last-chance save after a CUDA out-of-memory error was interrupted by %s"
+                % _tw._safe_repr(e))
+        return None
+
+
+def _rescue(exc, save, step, phase, timeout):
     if exc is None or not is_cuda_oom(exc) or getattr(exc, _HANDLED, False):
         return None
     try:
@@ -113,27 +154,120 @@ def rescue(exc, save, step=None, phase="train"):
         pass
     _report_exception(exc, step, phase)
     free_memory(exc)
+    started = time.monotonic()
     try:
-        path, saved_step = save()
+        path, saved_step = _within(timeout, save)
         if path is not None:
             path = os.path.abspath(os.fsdecode(os.fspath(path)))
-    except Exception as e:
-        text = "the last-chance save after a CUDA out-of-memory error failed: %s: %s" % (type(e).__name__, e)
-        _log(text + "; the original error follows")
-        if hasattr(exc, "add_note"):
-            exc.add_note("training_watchdog: " + text)
+    except _TooSlow:
+        _failed(exc, "the last-chance save after a CUDA out-of-memory error took more than %g s (its "
+                "timeout) and was stopped" % timeout)
         return None
+    except Exception as e:
+        _failed(exc, "the last-chance save after a CUDA out-of-memory error failed: %s" % _tw._failure(e))
+        return None
+    except BaseException as e:  # KeyboardInterrupt, SystemExit: noted, never raised in its place
+        _failed(exc, "the last-chance save after a CUDA out-of-memory error was interrupted by %s"
+                % _tw._safe_repr(e))
+        return None
+    took = time.monotonic() - started
+    if timeout is not None and took > timeout:
+        _log("the last-chance save took %.1f s, more than its timeout of %g s; it finished and is "
+             "acknowledged" % (took, timeout))
     try:
         _tw.acknowledge(path=path, step=saved_step, cause=CAUSE)
     except Exception as e:
-        _log("cannot acknowledge the last-chance save: %s" % e)
-    where = "" if saved_step is None else " at step %s" % (saved_step,)  # %s: any step the caller set
+        _log("cannot acknowledge the last-chance save: %s" % _tw._failure(e))
+    where = "" if saved_step is None else " at step %s" % _tw._message(saved_step)  # any step the caller set
     if path is not None:
         where += " to %s" % path
     _log("CUDA out of memory: the run was saved%s before the error ends it" % where)
-    if hasattr(exc, "add_note"):
-        exc.add_note("training_watchdog: the run was saved%s (last-chance save)" % where)
+    _note(exc, "the run was saved%s (last-chance save)" % where)
     return path, saved_step
+
+
+def _failed(exc, text):
+    """A last-chance save that did not happen: said on stderr and noted on the original error."""
+    _log(text + "; nothing was acknowledged, the original error follows")
+    _note(exc, text)
+
+
+def _note(exc, text):
+    """``exc.add_note`` (Python 3.11 and later), never raising."""
+    try:
+        add_note = getattr(exc, "add_note", None)
+        if add_note is not None:
+            add_note("training_watchdog: " + text)
+    except Exception:
+        pass
+
+
+class _TooSlow(BaseException):
+    """Raised inside a last-chance save by its timer: a BaseException, so that a save's own
+    ``except Exception`` does not swallow it."""
+
+
+def _check_timeout(timeout):
+    """``timeout`` as seconds (a float > 0) or None; a ValueError naming it otherwise."""
+    if timeout is None:
+        return None
+    try:
+        seconds = None if isinstance(timeout, (bool, str, bytes)) else float(timeout)
+    except Exception:
+        seconds = None
+    if seconds is None or not (seconds > 0 and math.isfinite(seconds)):
+        raise ValueError("last_chance(timeout=%s): expected seconds, more than 0, or None for no bound"
+                         % _tw._safe_repr(timeout))
+    return seconds
+
+
+def _within(timeout, save):
+    """``save()``, bounded by ``timeout`` seconds: interrupted by SIGALRM (:class:`_TooSlow`)
+    where this thread may own it, else said to be late on stderr and left to finish."""
+    if timeout is None:
+        return save()
+    if _may_take_the_alarm():
+        return _with_alarm(timeout, save)
+    timer = threading.Timer(timeout, _log, ("the last-chance save has taken more than %g s (its timeout); it is "
+                                            "not interrupted outside the main thread or while the program uses "
+                                            "SIGALRM, and goes on" % timeout,))
+    timer.daemon = True
+    timer.start()
+    try:
+        return save()
+    finally:
+        timer.cancel()
+
+
+def _may_take_the_alarm():
+    """Whether SIGALRM and the real-time timer are free: this is the main thread, the program has
+    no SIGALRM handler of its own (the default disposition) and no timer running."""
+    try:
+        return (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGALRM) == signal.SIG_DFL
+                and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0))
+    except (AttributeError, ValueError, OSError):  # no SIGALRM on this platform
+        return False
+
+
+def _with_alarm(timeout, save):
+    armed = [True]
+
+    def expired(signum, frame):
+        if armed[0]:  # not once the save returned, even if the timer fires in between
+            armed[0] = False
+            raise _TooSlow()
+
+    signal.signal(signal.SIGALRM, expired)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+        try:
+            return save()
+        finally:
+            armed[0] = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    finally:
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
 
 
 def sharded(what, ranks):
@@ -166,16 +300,19 @@ class LastChance:
     ``save`` saves the run and returns the path written; it is called ``save(step)`` when
     it takes an argument (``step``: the last value given to ``run.step``, None when none
     was), else ``save()``. ``step`` is the step the ack and the allocator report carry,
-    ``phase`` the phase (``train``, ``eval``, ``other``; settable in the loop). The error
-    is always raised again. After a save, ``path`` and ``saved_step`` say what was written.
+    ``phase`` the phase (``train``, ``eval``, ``other``; settable in the loop). ``timeout``:
+    the seconds the save may take (see the module documentation). The error is always
+    raised again, unchanged. After a save, ``path`` and ``saved_step`` say what was written.
     """
 
-    def __init__(self, save=None, step=None, phase="train"):
+    def __init__(self, save=None, step=None, phase="train", timeout=DEFAULT_TIMEOUT_S):
         if save is not None and not callable(save):
-            raise TypeError("last_chance(save=%r): expected a function that saves and returns the path" % (save,))
+            raise TypeError("last_chance(save=%s): expected a function that saves and returns the path"
+                            % _tw._safe_repr(save))
         self.save = save
         self.step = step
         self.phase = phase
+        self.timeout = _check_timeout(timeout)
         self.path = None
         self.saved_step = None
 
@@ -184,7 +321,11 @@ class LastChance:
 
     def __exit__(self, exc_type, exc, tb):
         if exc is not None:
-            done = rescue(exc, self._save, step=self._current_step(), phase=self.phase)
+            try:
+                step = self._current_step()
+            except Exception:
+                step = None
+            done = rescue(exc, self._save, step=step, phase=self.phase, timeout=self.timeout)
             if done is not None:
                 self.path, self.saved_step = done
         return False  # the original error goes on

@@ -119,7 +119,7 @@ def _parse(value, base):
 def _entry(i, e, base):
     def bad(field, expected):
         return _Garbage("entry %d: \"%s\" is %s, expected %s"
-                        % (i, field, _shown(e.get(field) if isinstance(e, dict) else e), expected))
+                        % (i, field, _tw._safe_repr(e.get(field) if isinstance(e, dict) else e, 40), expected))
 
     if not isinstance(e, dict):
         raise bad("", "an object")
@@ -149,11 +149,6 @@ def _entry(i, e, base):
 
 def _is_int(v):
     return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _shown(v):
-    text = repr(v)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def entries(key=None, record=None):

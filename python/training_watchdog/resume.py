@@ -19,6 +19,12 @@ after the framework's save returned) that still exists unchanged. The framework 
 A checkpoint is complete when what its framework writes last is there and whole, so a save
 the run died in is never chosen. Each answer is said in one line on stderr, with the step.
 
+What a framework helper reads of a checkpoint (a ``trainer_state.json``, a ``.ckpt`` zip's
+central directory) is read as the client reads any file a run or a user could have placed
+(:func:`read_json`, :func:`whole_torch_zip`): opened without blocking (a FIFO, a device),
+a regular file by ``fstat`` of what was opened, at most so many bytes. A file that is not is
+said once on stderr, with why, and its checkpoint is not complete: it is passed over.
+
 Standard library only: the framework modules import this one.
 """
 
@@ -26,9 +32,16 @@ import os
 import sys
 import zipfile
 
+import training_watchdog as _tw
 from training_watchdog import record as _record
 
-__all__ = ["choose", "whole_torch_zip"]
+__all__ = ["choose", "read_json", "whole_torch_zip"]
+
+#: The most of a ``.ckpt`` zip :func:`whole_torch_zip` reads: its end record and central
+#: directory (a few hundred bytes per tensor), never the tensors.
+MAX_ZIP_DIRECTORY_BYTES = 64 * 1024 * 1024
+# path -> why it was last refused: said once, not at every look.
+_refused = {}
 
 
 def whole_torch_zip(path):
@@ -37,17 +50,85 @@ def whole_torch_zip(path):
 
     A file cut short anywhere lacks the end-of-central-directory record at its end
     (``zipfile`` then raises ``BadZipFile``); the members' extents catch a directory that
-    names more than the file holds.
+    names more than the file holds. Read with the client's bounds: through a link the user
+    named, but a regular file, opened without blocking, and at most
+    :data:`MAX_ZIP_DIRECTORY_BYTES` read.
     """
     try:
-        size = os.path.getsize(path)
-        with zipfile.ZipFile(path) as z:
+        opened = _tw._open_regular(path, follow=True)
+    except _tw._Unfit as e:
+        _refuse(path, str(e))
+        return False
+    if opened is None:
+        return False
+    fd, st = opened
+    try:
+        with os.fdopen(fd, "rb") as f, zipfile.ZipFile(_Capped(f, MAX_ZIP_DIRECTORY_BYTES)) as z:
             infos = z.infolist()
-    except (OSError, zipfile.BadZipFile, ValueError, EOFError):
+    except _TooMuch:
+        _refuse(path, "its zip directory is more than the %d bytes read" % MAX_ZIP_DIRECTORY_BYTES)
+        return False
+    except (OSError, zipfile.BadZipFile, ValueError, EOFError, OverflowError):
         return False
     if not any(i.filename.endswith("data.pkl") for i in infos):
         return False
-    return all(i.header_offset + i.compress_size <= size for i in infos)
+    return all(i.header_offset + i.compress_size <= st.st_size for i in infos)
+
+
+def read_json(path, limit):
+    """The JSON object in ``path``, or None: when it is missing, not whole JSON (a save cut
+    short), or not a regular file of at most ``limit`` bytes (said once on stderr, with why:
+    a FIFO is never waited on). Never raises."""
+    try:
+        data = _tw._read_capped(path, limit)
+        return None if data is None else _tw._parse_object(data)
+    except _tw._Unfit as e:
+        why = str(e)
+        if why.startswith(("not a JSON object", "JSON nested")):
+            return None  # cut short or not the framework's: incomplete, as choose() says
+        _refuse(path, why)
+        return None
+    except Exception as e:  # a reader of a hint never ends the run
+        _refuse(path, _tw._failure(e))
+        return None
+
+
+class _TooMuch(Exception):
+    """More of a file was asked for than its reader's cap."""
+
+
+class _Capped:
+    """A binary file, read at most ``limit`` bytes in all (:class:`_TooMuch` past that): what
+    ``zipfile`` reads of a zip is then bounded, whatever its end record claims."""
+
+    def __init__(self, f, limit):
+        self._f, self._left = f, limit
+
+    def read(self, n=-1):
+        if n is not None and n > self._left:
+            raise _TooMuch()
+        data = self._f.read(self._left + 1 if n is None or n < 0 else n)
+        if len(data) > self._left:
+            raise _TooMuch()
+        self._left -= len(data)
+        return data
+
+    def seek(self, offset, whence=0):
+        return self._f.seek(offset, whence)
+
+    def tell(self):
+        return self._f.tell()
+
+    def seekable(self):
+        return True
+
+
+def _refuse(path, why):
+    """Says once on stderr that ``path`` is not read, and why."""
+    if _refused.get(path) == why:
+        return
+    _refused[path] = why
+    _say("not reading %s: %s; its checkpoint is passed over" % (path, why))
 
 
 def _same_dir(path, dirpath):

@@ -42,7 +42,6 @@ normally): ``on_term`` is then ignored, with a warning.
 Imports transformers; the rest of the package does not.
 """
 
-import json
 import os
 import re
 import sys
@@ -61,6 +60,9 @@ __all__ = ["WatchdogCallback", "last_chance", "resume_checkpoint"]
 # The Trainer's checkpoint directories, and the file its _save_checkpoint writes last.
 _CHECKPOINT = re.compile(r"^checkpoint-([0-9]+)$")
 _STATE = "trainer_state.json"
+#: The largest ``trainer_state.json`` read: its ``log_history`` grows by an entry per logging
+#: step (about 200 bytes), so 64 MiB is some 300,000 of them; a bigger one is passed over, said.
+MAX_STATE_BYTES = 64 * 1024 * 1024
 
 
 def resume_checkpoint(output_dir):
@@ -74,7 +76,8 @@ def resume_checkpoint(output_dir):
     that no other run key claims in the record; else None (a fresh start; also when
     ``output_dir`` does not exist). Complete: its ``trainer_state.json``,
     which the Trainer writes after the model, optimizer, scheduler and RNG state, is there
-    and parses with a ``global_step``. ``transformers.trainer_utils.get_last_checkpoint``
+    and parses with a ``global_step``, and is a regular file (not a link, a FIFO never
+    waited on) of at most :data:`MAX_STATE_BYTES`. ``transformers.trainer_utils.get_last_checkpoint``
     only asks for a directory, so it picks a checkpoint the run died writing. Says on
     stderr which one, and its step.
     """
@@ -97,13 +100,11 @@ def resume_checkpoint(output_dir):
 
 
 def _global_step(path):
-    """The ``global_step`` in ``path/trainer_state.json``, or None when it is missing or cut short."""
-    try:
-        with open(os.path.join(path, _STATE), encoding="utf-8") as f:
-            state = json.load(f)
-    except (OSError, ValueError):
-        return None
-    step = state.get("global_step") if isinstance(state, dict) else None
+    """The ``global_step`` in ``path/trainer_state.json``, or None when it is missing, cut short,
+    or not a regular file of at most :data:`MAX_STATE_BYTES` (:func:`training_watchdog.resume.read_json`:
+    never through a link, never waiting on a FIFO)."""
+    state = _resume.read_json(os.path.join(path, _STATE), MAX_STATE_BYTES)
+    step = state.get("global_step") if state is not None else None
     return step if isinstance(step, int) and not isinstance(step, bool) else None
 
 
@@ -247,13 +248,14 @@ class last_chance(_oom.LastChance):  # noqa: N801  (used as a function: ``with l
     the version pinned in scripts/frameworks-requirements.txt). Several (DDP): the same
     files written by the failing rank alone, without the Trainer's collectives. FSDP,
     DeepSpeed and tensor parallelism shard the state: refused, nothing saved (logged).
-    After a save, ``path`` and ``saved_step`` say what was written.
+    ``timeout``: the seconds the save may take (:mod:`training_watchdog.oom`). After a save,
+    ``path`` and ``saved_step`` say what was written.
     """
 
-    def __init__(self, trainer):
-        super().__init__()
+    def __init__(self, trainer, timeout=_oom.DEFAULT_TIMEOUT_S):
+        super().__init__(timeout=timeout)
         if not callable(getattr(trainer, "train", None)) or not hasattr(trainer, "state"):
-            raise TypeError("last_chance(trainer=%r): expected a transformers.Trainer" % (trainer,))
+            raise TypeError("last_chance(trainer=%s): expected a transformers.Trainer" % _tw._safe_repr(trainer))
         self.trainer = trainer
 
     def _current_step(self):
