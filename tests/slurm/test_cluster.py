@@ -45,7 +45,6 @@ def setUpModule():
     unittest.addModuleCleanup(CLUSTER.stop)  # also when a submission below fails
     JOBS["done"] = CLUSTER.sbatch(DONE, "--time=1")
     JOBS["timeout"] = CLUSTER.sbatch(WHO, "--time=1")
-    JOBS["requeue"] = CLUSTER.sbatch(WHO, "--time=5")
     JOBS["mem"] = CLUSTER.sbatch(CGROUP, "--time=5", "--mem=400M")
     try:
         CLUSTER.watchdog_bin()  # fails under CI when there is no binary
@@ -84,19 +83,6 @@ class ClusterTest(unittest.TestCase):
         self.assertEqual(fields["TimeLimit"], "00:01:00")
         self.assertEqual(fields["Reason"], "TimeLimit")
         self.assertIn("DUE TO TIME LIMIT", CLUSTER.log_of(job))
-
-    def test_a_requeued_job_released_at_once_runs_again_with_restart_count_1(self):
-        job = JOBS["requeue"]
-        CLUSTER.wait_for(job, lambda j: "restart=unset" in CLUSTER.log_of(job), 60)
-        CLUSTER.run("scontrol", "requeue", str(job))
-        held = CLUSTER.wait_for(job, state("PENDING"), 30)
-        self.assertEqual((held["Reason"], held["Restarts"]), ("BeginTime", "1"))
-        CLUSTER.release(job)
-        CLUSTER.wait_for(job, lambda j: "restart=1" in CLUSTER.log_of(job), 60)
-        log = CLUSTER.log_of(job)
-        # --open-mode=append: the first run's output is still there, above the second's.
-        self.assertLess(log.index("restart=unset"), log.index("restart=1"))
-        CLUSTER.run("scancel", str(job))
 
     def test_mem_puts_the_batch_step_in_a_memory_cgroup_with_that_limit(self):
         job = JOBS["mem"]

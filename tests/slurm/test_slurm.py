@@ -321,6 +321,13 @@ class Service(unittest.TestCase):
                 targets = json.loads(out.stdout).get("targets", [])
                 return [t for t in targets if t.get("slurm_job_id") == JOBS["service"]] or None
             targets = CLUSTER.wait_until(found, 30)
+
+            # The service never waits for the controller: the end comes with its first answer.
+            def limited():
+                t = found()
+                runtime = [r for r in (t[0]["resources"] if t else []) if r["name"] == "runtime"]
+                return t if runtime and runtime[0].get("limit") else None
+            targets = CLUSTER.wait_until(limited, 30, "the job's end in the service's status")
             self.assertEqual(targets[0]["slurm_step"], "batch", targets)
             text = subprocess.run([CLUSTER.watchdog_bin(), "status", "--socket", sock],
                                   capture_output=True, text=True).stdout
