@@ -2,7 +2,6 @@
 //! period, and on demand before the watchdog acts on the end. The loop never waits for
 //! the controller; it reads the latest answer and what changed since it last looked.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -47,9 +46,6 @@ pub struct EndPoller {
     job: u64,
     controller: Controller,
     state: Arc<Mutex<State>>,
-    /// The end in unix milliseconds, `u64::MAX` while none is known: what the runtime
-    /// source reads on every sample.
-    end_ms: Arc<AtomicU64>,
     /// Nudges the thread; dropped, it ends the thread (after the question in flight).
     stop: Option<Sender<()>>,
 }
@@ -58,16 +54,15 @@ impl EndPoller {
     /// Starts asking for job `job`'s end at once, then every `period`.
     pub fn start(controller: Controller, job: u64, period: Duration) -> EndPoller {
         let state = Arc::new(Mutex::new(State::default()));
-        let end_ms = Arc::new(AtomicU64::new(u64::MAX));
         let (stop, stopped) = mpsc::channel::<()>();
         {
-            let (controller, shared, end_ms) = (controller.clone(), state.clone(), end_ms.clone());
+            let (controller, shared) = (controller.clone(), state.clone());
             let spawned = std::thread::Builder::new()
                 .name("watchdog-slurm".into())
                 .spawn(move || {
                     loop {
                         // Kept in the state; the loop reads it from there.
-                        let _ = record(&shared, &end_ms, controller.view(job));
+                        let _ = record(&shared, controller.view(job));
                         // A nudge asks at once; the poller dropped ends the thread.
                         match stopped.recv_timeout(period) {
                             Ok(()) | Err(RecvTimeoutError::Timeout) => continue,
@@ -86,7 +81,6 @@ impl EndPoller {
             job,
             controller,
             state,
-            end_ms,
             stop: Some(stop),
         }
     }
@@ -94,11 +88,6 @@ impl EndPoller {
     /// The job's ID.
     pub fn job(&self) -> u64 {
         self.job
-    }
-
-    /// The cell holding the end in unix milliseconds (`u64::MAX`: none known).
-    pub fn end_cell(&self) -> Arc<AtomicU64> {
-        self.end_ms.clone()
     }
 
     /// The latest answer.
@@ -115,7 +104,7 @@ impl EndPoller {
 
     /// Asks now, on the caller's thread (before acting on the end).
     pub fn ask_now(&self) -> Result<EndReading, String> {
-        record(&self.state, &self.end_ms, self.controller.view(self.job))
+        record(&self.state, self.controller.view(self.job))
     }
 
     /// Asks now unless the latest answer is younger than `fresh`.
@@ -145,10 +134,9 @@ impl EndPoller {
     }
 }
 
-/// Keeps one answer: the latest reading and the end cell, or the error.
+/// Keeps one answer: the latest reading, or the error.
 fn record(
     state: &Mutex<State>,
-    end_ms: &AtomicU64,
     answer: Result<JobView, ControllerError>,
 ) -> Result<EndReading, String> {
     let mut s = state.lock().unwrap_or_else(PoisonError::into_inner);
@@ -160,10 +148,6 @@ fn record(
             {
                 view.end_unix = before.view.end_unix;
             }
-            let ms = view
-                .end_unix
-                .map_or(u64::MAX, |secs| secs.saturating_mul(1000));
-            end_ms.store(ms, Ordering::Relaxed);
             let reading = EndReading {
                 view,
                 at: Instant::now(),

@@ -269,11 +269,7 @@ impl RunStart {
                     .end_unix?
             }
         };
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs_f64();
-        let left = end as f64 - now;
+        let left = end as f64 - watchdog_alerter::events::unix_time_s(std::time::SystemTime::now());
         (left < needs_s).then(|| {
             format!(
                 "not restarted: job {} ends in {}, less than the {} another attempt needs to reach its first step and save before the end",

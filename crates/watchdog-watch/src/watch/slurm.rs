@@ -60,12 +60,7 @@ pub(super) fn runtime_source(
     service: bool,
     table: &mut ResourceTable,
 ) -> (Box<dyn Source>, SlurmEnd) {
-    let controller = if service {
-        Controller::in_dir(std::path::Path::new(SERVICE_BIN_DIR), CONTROLLER_TIMEOUT)
-    } else {
-        Controller::of_user(CONTROLLER_TIMEOUT)
-    };
-    let poller = EndPoller::start(controller, job.id, poll);
+    let poller = EndPoller::start(controller(service, CONTROLLER_TIMEOUT), job.id, poll);
     // The service's loop never waits for the controller.
     let waited = Instant::now();
     while !service && poller.latest().is_none() && waited.elapsed() < FIRST_ANSWER {
@@ -346,7 +341,10 @@ impl Watch {
                 ),
             });
         }
-        let facts = self.slurm_controller().facts(s.job.id).ok()?;
+        let service = self.label.slurm.is_some();
+        let facts = controller(service, Duration::from_secs(3))
+            .facts(s.job.id)
+            .ok()?;
         if facts.requeued(s.job.restart_count) {
             // By another task's watchdog, a framework or a person: the time limit's doing
             // only when it was that near.
@@ -381,17 +379,13 @@ impl Watch {
     }
 }
 
-impl Watch {
-    /// The controller as this watch asks it: the user's commands, or the service's.
-    fn slurm_controller(&self) -> Controller {
-        if self.label.slurm.is_some() {
-            Controller::in_dir(
-                std::path::Path::new(SERVICE_BIN_DIR),
-                Duration::from_secs(3),
-            )
-        } else {
-            Controller::of_user(Duration::from_secs(3))
-        }
+/// The controller as a watch asks it: the service's commands by absolute path with an
+/// empty environment, or the user's.
+fn controller(service: bool, timeout: Duration) -> Controller {
+    if service {
+        Controller::in_dir(std::path::Path::new(SERVICE_BIN_DIR), timeout)
+    } else {
+        Controller::of_user(timeout)
     }
 }
 
@@ -400,11 +394,7 @@ fn end_in_s(end_ms: u64) -> Option<f64> {
     if end_ms == u64::MAX {
         return None;
     }
-    let now = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs_f64();
-    Some(end_ms as f64 / 1e3 - now)
+    Some(end_ms as f64 / 1e3 - watchdog_alerter::events::unix_time_s(SystemTime::now()))
 }
 
 #[cfg(test)]
