@@ -342,7 +342,7 @@ impl<'a> Service<'a> {
                 let ended = if run.watch.due_soon(now, next_wake) {
                     run.watch.step(now)
                 } else {
-                    run.watch.ended()
+                    run.watch.look_for_the_end()
                 };
                 if ended {
                     run.ended = Some(now);

@@ -8,27 +8,25 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use watchdog_alerter::beneath::UserDirs;
 use watchdog_alerter::events::EventLog;
 use watchdog_alerter::hook::HookUser;
-use watchdog_alerter::request::{AckWatcher, RequestPlace};
+use watchdog_alerter::request::RequestPlace;
 use watchdog_engine::verdict::{self, ExitFacts};
 use watchdog_engine::{Ending, Engine};
 use watchdog_sampler::shared::Reads;
 use watchdog_sampler::{ResourceTable, Sampler};
+use watchdog_types::EventBody;
 use watchdog_types::fs::Owner;
 use watchdog_types::units::{format_duration_s, signal_name};
-use watchdog_types::{Event, EventBody};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use watchdog_sampler::cgroup::OomKillCounter;
-
 use crate::outputs::{self, Outputs};
-use crate::recorder::{self, FlightRecorder, RecorderLink, Recorders};
+use crate::recorder::{self, FlightRecorder, Recorders};
 use crate::target::{self, Target, TargetExit};
 use crate::terminal;
 use crate::wake::Wake;
@@ -37,13 +35,20 @@ use lineage::Waiting;
 use watchdog_config::Settings;
 
 mod actions;
+mod clock;
+mod courier;
 mod deliver;
+mod evidence;
 mod kernel;
 mod kmsg;
+mod lifecycle;
 mod lineage;
 mod notice;
+mod output;
 mod record;
+mod replies;
 mod restart;
+mod series;
 mod single;
 mod slurm;
 mod sources;
@@ -107,8 +112,8 @@ pub fn attach(
         _ => None,
     };
     let mut watch = Watch::new(target, settings, prepared, outputs, record_now, &recorders)?;
-    watch.record = book;
-    watch.cloud = notice::cloud_poller(&watch.settings);
+    watch.series.record = book;
+    watch.notices.cloud = notice::cloud_poller(&watch.settings);
     // Stopping the watchdog (Ctrl-C, kill) ends the watch with a summary, not silently.
     let waiting = Waiting {
         wake: Some(&wake),
@@ -152,7 +157,7 @@ pub fn run_command(
     published: Option<Arc<Published>>,
 ) -> Result<ExitCode, Failure> {
     if settings.restart > 0 {
-        return restart::run(argv, settings, published);
+        return lifecycle::run(argv, settings, published);
     }
     // The command starts in our working directory, which may have been deleted.
     let own = std::process::id();
@@ -254,9 +259,9 @@ impl Session {
         });
         match built {
             Ok(mut w) => {
-                w.unforwarded = Some(self.unforwarded.clone());
-                w.cloud = notice::cloud_poller(&w.settings);
-                w.term_notice = self.forward_to.as_ref().and_then(|to| to.notice.clone());
+                w.run.unforwarded = Some(self.unforwarded.clone());
+                w.notices.cloud = notice::cloud_poller(&w.settings);
+                w.notices.term = self.forward_to.as_ref().and_then(|to| to.notice.clone());
                 Ok(w)
             }
             Err(e) => {
@@ -314,84 +319,31 @@ impl Prepared {
 /// ([`crate::schedule`]): the single-run watchdog drives one, the service many, one
 /// [`Watch::step`] each per tick.
 pub struct Watch {
+    /// The watch's settings, resolved.
     settings: Settings,
-    target: Target,
+    /// The target, what it leaves running, and who it belongs to.
+    run: lineage::Run,
+    /// The run's sources, read into the ring buffer.
     sampler: Sampler,
+    /// Every decision about the run: samples in, a plan out.
     engine: Engine,
-    events: Option<EventLog>,
-    request_file: PathBuf,
-    /// Where requests are written: the request file's path, or beneath the user's
-    /// directory for a run the service watches.
-    request: RequestPlace,
-    outputs: Outputs,
-    ack: AckWatcher,
-    actions: actions::Actions,
-    start: Instant,
-    ticks: u64,
-    /// Ticks that came late while this run was watched (counted by the loop's schedule).
-    late_ticks: u64,
-    recorder: Recording,
-    record_path: Option<PathBuf>,
-    record_now: Arc<AtomicBool>,
-    oom_counter: Option<(OomKillCounter, u64)>,
-    kmsg: Option<kmsg::Kmsg>,
-    /// The target's status, once it exited (the watch goes on while the run's other
-    /// processes remain; see `lineage`).
-    target_exit: Option<TargetExit>,
-    /// When the target exited leaving processes of the run behind.
-    survivors_since: Option<Instant>,
-    /// A signal `run` could not forward to the exited command (for the survivors).
-    unforwarded: Option<Arc<AtomicUsize>>,
-    hooks: watchdog_alerter::hook::Hooks,
-    hook_outcomes: std::sync::mpsc::Receiver<watchdog_alerter::hook::HookOutcome>,
-    /// The Python client's environment file, until it was read (see `environment`).
-    python_file: Option<RequestPlace>,
-    /// The run's step reports (see `steps`), and NVML's view of their device.
-    steps: crate::steps::StepsIntake,
-    gpu_view: crate::steps::GpuView,
-    steps_unmatched_said: bool,
-    next_ack: Instant,
-    next_python: Instant,
-    /// Who the run belongs to and what it is, for status readers.
-    label: Label,
-    start_unix: f64,
-    /// When this watch is one attempt of a `run --restart`.
-    attempting: Option<restart::Attempting>,
-    /// The highest training step the run reported (acknowledgments, step reports).
-    max_step: Option<u64>,
-    /// Seconds from the watch's start to the first step the run reported.
-    first_step_s: Option<f64>,
-    /// The verdict and the resources' ends, once the run ended.
-    last_verdict: Option<(verdict::Verdict, Vec<verdict::ResourceEnd>)>,
     /// The kernel's wake-ups armed for this run.
     kernel: kernel::KernelWake,
-    /// `cgroup_memory` and `cgroup_cache`, whose samples move the v1 threshold.
-    kernel_ids: Option<(
-        watchdog_types::ResourceId,
-        Option<watchdog_types::ResourceId>,
-    )>,
-    /// The last sample's `cgroup_memory`, page cache and limit, for the threshold moved
-    /// at the end of the tick.
-    kernel_sampled: Option<(u64, u64, u64)>,
-    /// What a single run's wait polls: its pidfd and kernel descriptors, kept warm.
-    wait_set: crate::wake::WaitSet,
-    /// Every checkpoint acknowledged with a path, and every acknowledged step.
-    acks: restart::AckReader,
-    /// The run's checkpoint record (`run`, and `--pid` of a process of our own user).
-    record: Option<record::Book>,
-    /// The SLURM job the run is in, when it is in one.
-    slurm: Option<slurm::SlurmRun>,
-    /// When `run` received the first SIGTERM, unix milliseconds (0: not yet), when SIGTERM
-    /// is a notice (`--term-grace`).
-    term_notice: Option<Arc<std::sync::atomic::AtomicU64>>,
-    /// The notice taken from it: the save asked, SIGTERM held until it is acknowledged.
-    notice: Option<notice::Notice>,
-    /// The cloud's preemption notice, polled (`run` and `--pid`).
-    cloud: Option<watchdog_notice::NoticePoller>,
-    /// The preemption it announced, once it did.
-    preemption: Option<notice::Preemption>,
-    /// Whether saves longer than the SIGTERM grace were said.
-    grace_said: bool,
+    /// What the watch writes: the events file, the request file, the recording.
+    out: output::Output,
+    /// What carries an alert off the loop's thread: hooks and notifications.
+    courier: courier::Courier,
+    /// What the run writes back: acknowledgments, step reports, its environment.
+    replies: replies::Replies,
+    /// What the verdict looks at besides the samples: OOM kills, the kernel's log.
+    evidence: evidence::Evidence,
+    /// The attempts this run is one of: a restart attempt, the checkpoint record, the
+    /// SLURM job.
+    series: series::Series,
+    /// Announced ends: SIGTERM held for a save, the cloud's preemption notice.
+    notices: notice::Notices,
+    /// When the watch started, and its ticks.
+    clock: clock::Clock,
 }
 
 /// What a watch is started with besides its target and settings.
@@ -536,148 +488,69 @@ impl Watch {
             },
         };
         let mut watch = Watch::start(target, settings, parts, recorders)?;
-        watch.label = label;
+        watch.run.label = label;
         Ok(watch)
     }
 
+    /// Builds the parts of a watch of `target` and announces its start.
     fn start(
         target: Target,
         settings: Settings,
         parts: Parts,
         recorders: &Recorders,
     ) -> Result<Watch, Failure> {
-        let Parts {
-            prepared,
-            outputs,
-            record_now,
-            request,
-            hook_user,
-            reads,
-            slurm,
-        } = parts;
-        let request_file = outputs.request_file.clone();
-        let python_file = crate::environment::python_file(&request);
-        let steps = crate::steps::StepsIntake::new(&request, settings.dry_run);
-        let start = Instant::now();
+        let clock = clock::Clock::started();
         let Prepared {
             events,
             mut table,
             gpu,
-        } = prepared;
-        let mut built = sources::build(&target, &settings, &mut table, gpu, &reads, slurm);
-        let (mut sampler, reader) = Sampler::for_target(
-            &settings.host.proc,
-            target.pid,
-            built.sources,
-            RING_CAPACITY,
-        )
-        .map_err(|e| Failure::Usage(format!("cannot watch PID {}: {e}", target.pid)))?;
-        sampler.tree_mut().read_loadavg_through(&reads);
-        if let Some(period) = settings.slow_tree_interval() {
-            // The tree's RSS is summed this often (see `sources::build`): walk it as often.
-            let ticks = period.as_nanos() / settings.interval.as_nanos().max(1);
-            sampler.set_tree_refresh_every(u32::try_from(ticks).unwrap_or(u32::MAX));
-        }
-        let hooks = watchdog_alerter::hook::Hooks::with_user(
-            settings.hook_timeout,
-            watchdog_alerter::hook::HOOK_GRACE,
-            hook_user,
-        );
-        let (hook_tx, hook_outcomes) = std::sync::mpsc::channel();
-        hooks.report_to(hook_tx);
-        lineage::follow_the_run(sampler.tree_mut(), &hooks, target.is_child());
-        let mut engine = Engine::new(table.all(), settings.engine());
-        engine.set_max_interval(settings.max_interval().as_secs_f64());
+        } = parts.prepared;
+        let reads = &parts.reads;
+        let mut built = sources::build(&target, &settings, &mut table, gpu, reads, parts.slurm);
+        let (mut sampler, reader) = sampler_for(&target, &settings, &mut built, reads)?;
+        let courier = courier::Courier::of(&settings, parts.hook_user);
+        lineage::follow_the_run(sampler.tree_mut(), &courier.hooks, target.is_child());
         let kernel = kernel::KernelWake::arm(built.cgroup.as_ref(), settings.host.proc.path());
-        if let Some(id) = kernel.covered() {
-            engine.set_kernel_wake(id, true);
-        }
-        let kernel_ids = built.cgroup.as_ref().map(|c| (c.id, c.cache));
-        let start_wall = SystemTime::now();
-        let mut environment = crate::environment::gather(&settings.host, target.pid, table.all());
-        environment.gpus = std::mem::take(&mut built.gpus);
-        let flight = FlightRecorder::new(
-            table.all().to_vec(),
-            recorder::Meta {
-                pid: Some(target.pid.into()),
-                command: Some(target.name.clone()),
-                start: Some(watchdog_alerter::events::format_rfc3339_ms(start_wall)),
-                start_unix: Some(watchdog_alerter::events::unix_time_s(start_wall)),
-                interval_s: Some(settings.interval.as_secs_f64()),
-                lead_s: Some(settings.lead.as_secs_f64()),
-                watchdog_version: Some(env!("CARGO_PKG_VERSION").to_string()),
-                environment: Some(environment),
-                ..recorder::Meta::default()
-            },
-            settings.record_window.as_secs_f64(),
-        );
+        let engine = engine_for(&settings, &table, &kernel);
+        let flight = flight_recorder(&target, &settings, &table, &mut built, &clock);
         let start_environment = flight.environment().cloned();
-        let recorder = Recording::Live(recorders.add(flight, reader));
-        // In a dry run nothing is written unless a recording was asked for by name.
-        let record_path = outputs.recording.clone();
-        let oom_counter = built
-            .oom_counter
-            .and_then(|mut c| c.read().ok().map(|n| (c, n)));
-        let settings_kmsg = settings.host.kmsg.clone();
+        let gpu_view = std::mem::take(&mut built.gpu_view);
+        let replies =
+            replies::Replies::new(&parts.request, settings.dry_run, gpu_view, clock.start);
+        let kmsg = kmsg::Kmsg::open_at_end(&settings.host.kmsg);
+        let out = output::Output {
+            events,
+            request: parts.request,
+            plan: parts.outputs,
+            recording: output::Recording::Live(recorders.add(flight, reader)),
+            record_now: parts.record_now,
+        };
         let mut watch = Watch {
-            ack: AckWatcher::at(&request),
-            actions: actions::Actions::new(settings.notify && !settings.dry_run, hooks.clone()),
             settings,
-            target,
+            run: lineage::Run::of(target),
             sampler,
             engine,
-            events,
-            request_file,
-            request,
-            outputs,
-            start,
-            ticks: 0,
-            late_ticks: 0,
-            recorder,
-            record_path,
-            record_now,
-            oom_counter,
-            kmsg: kmsg::Kmsg::open_at_end(&settings_kmsg),
-            target_exit: None,
-            survivors_since: None,
-            unforwarded: None,
-            hooks,
-            hook_outcomes,
-            python_file: Some(python_file),
-            steps,
-            gpu_view: std::mem::take(&mut built.gpu_view),
-            steps_unmatched_said: false,
-            next_ack: start,
-            next_python: start,
-            label: Label::default(),
-            start_unix: watchdog_alerter::events::unix_time_s(start_wall),
-            attempting: None,
-            max_step: None,
-            first_step_s: None,
-            last_verdict: None,
             kernel,
-            kernel_ids,
-            kernel_sampled: None,
-            wait_set: crate::wake::WaitSet::default(),
-            acks: restart::AckReader::default(),
-            record: None,
-            term_notice: None,
-            notice: None,
-            cloud: None,
-            preemption: None,
-            grace_said: false,
-            slurm: built
-                .job
-                .take()
-                .map(|job| slurm::SlurmRun::new(job, built.slurm.take(), false)),
+            out,
+            courier,
+            replies,
+            evidence: evidence::Evidence::at_start(built.oom_counter.take(), kmsg),
+            series: series::Series::in_job(built.job.take(), built.slurm.take()),
+            notices: notice::Notices::default(),
+            clock,
         };
-        if !watch.settings.dry_run
-            && let Err(e) = watchdog_alerter::request::clear_request(&watch.request)
+        watch.clear_old_request();
+        watch.announce_start(&built.unwatched, start_environment);
+        Ok(watch)
+    }
+
+    /// Removes a request file an earlier run left (not in a dry run).
+    fn clear_old_request(&self) {
+        if !self.settings.dry_run
+            && let Err(e) = watchdog_alerter::request::clear_request(&self.out.request)
         {
             tracing::warn!("cannot remove an old request file: {e}");
         }
-        watch.announce_start(&built.unwatched, start_environment);
-        Ok(watch)
     }
 
     fn announce_start(
@@ -701,11 +574,11 @@ impl Watch {
         let s = &self.settings;
         tracing::info!(
             "watching PID {} ({}) every {} with a {} lead; request file {}{}",
-            self.target.pid,
-            self.target.name,
+            self.run.target.pid,
+            self.run.target.name,
             format_duration_s(s.interval.as_secs_f64()),
             format_duration_s(s.lead.as_secs_f64()),
-            self.request_file.display(),
+            self.out.plan.request_file.display(),
             if s.dry_run {
                 " (dry run: nothing will be sent or written)"
             } else {
@@ -716,7 +589,7 @@ impl Watch {
             tracing::warn!("{caution}");
         }
         self.emit(EventBody::Start {
-            pid: self.target.pid,
+            pid: self.run.target.pid,
             watchdog_pid: std::process::id(),
             interval_s: s.interval.as_secs_f64(),
             lead_s: s.lead.as_secs_f64(),
@@ -748,9 +621,9 @@ impl Watch {
             });
         }
         crate::ready::notify(
-            self.target.pid,
-            &self.request_file,
-            self.record_path.as_deref(),
+            self.run.target.pid,
+            &self.out.plan.request_file,
+            self.out.plan.recording.as_deref(),
         );
     }
 
@@ -759,14 +632,14 @@ impl Watch {
     pub fn step(&mut self, now: Instant) -> bool {
         self.tick(now);
         self.read_from_the_run(now);
-        self.ended()
+        self.look_for_the_end()
     }
 
     /// When this run's first source is next due (`None`: none left to read).
     pub fn next_sample_at(&self) -> Option<Instant> {
         self.sampler
             .next_due_ns()
-            .map(|ns| self.start + Duration::from_nanos(ns))
+            .map(|ns| self.clock.start + Duration::from_nanos(ns))
     }
 
     /// Whether a source of this run is due at `now`.
@@ -778,7 +651,7 @@ impl Watch {
     /// soon enough to be read early rather than wake the loop on its own, the caller's
     /// next wake (`next_wake`) coming after it is due ([`Sampler::due_soon`]).
     pub fn due_soon(&self, now: Instant, next_wake: Option<Instant>) -> bool {
-        let ns = |t: Instant| t.saturating_duration_since(self.start).as_nanos() as u64;
+        let ns = |t: Instant| t.saturating_duration_since(self.clock.start).as_nanos() as u64;
         self.sampler
             .due_soon(ns(now), next_wake.map_or(u64::MAX, ns))
     }
@@ -797,25 +670,33 @@ impl Watch {
     /// source, every source for PSI (memory is short somewhere).
     pub fn kernel_woke(&mut self, now: Instant) {
         let woke = self.kernel.consume();
-        match self.kernel_ids {
-            Some((memory, cache)) if woke.cgroup => {
-                self.sampler.make_due(&[memory, cache.unwrap_or(memory)])
-            }
+        match self.kernel.cgroup_resources() {
+            Some(ids) if woke.cgroup => self.sampler.make_due(&ids),
             _ => self.sampler.all_due(),
         }
         self.tick(now);
         self.read_from_the_run(now);
     }
 
-    /// Whether the run has ended, without waiting.
-    pub fn ended(&mut self) -> bool {
-        self.wait_for_the_run(&Waiting::default(), Duration::ZERO) == crate::schedule::Waited::Over
+    /// Looks, without waiting, whether the run ended (collecting the target's status, and
+    /// the processes it left running, as [`step`](Self::step) does); then [`ended`](Self::ended).
+    pub fn look_for_the_end(&mut self) -> bool {
+        if !self.run.over {
+            self.wait_for_the_run(&Waiting::default(), Duration::ZERO);
+        }
+        self.run.over
+    }
+
+    /// Whether the run ended: its target exited and no process of the run is left, as of
+    /// the last [`step`](Self::step) or [`look_for_the_end`](Self::look_for_the_end).
+    pub fn ended(&self) -> bool {
+        self.run.over
     }
 
     /// Counts `ticks` deadlines the loop's last sample overran while this run was watched
     /// (the summary's "K late").
     pub fn count_late(&mut self, ticks: u64) {
-        self.late_ticks += ticks;
+        self.clock.late_ticks += ticks;
     }
 
     /// The end of a run: one last look for the verdict (a full disk stays full after the
@@ -829,7 +710,7 @@ impl Watch {
     /// Whether the ended run's exit status can be had without waiting (see
     /// [`Target::status_ready`](crate::target::Target::status_ready)). Never blocks.
     pub fn exit_status_ready(&self) -> bool {
-        self.target.status_ready()
+        self.run.target.status_ready()
     }
 
     /// [`conclude`](Self::conclude), waiting at most `wait` for the exit status.
@@ -845,7 +726,7 @@ impl Watch {
             self.check_ack();
         }
         self.check_checkpoints();
-        let exit = self.target.reap_within(wait);
+        let exit = self.run.target.reap_within(wait);
         self.finish(exit);
         exit
     }
@@ -857,23 +738,23 @@ impl Watch {
 
     /// The target's PID.
     pub fn pid(&self) -> u32 {
-        self.target.pid
+        self.run.target.pid
     }
 
     /// Labels the status with the target's owner and command line, for `--metrics`.
     fn label_from_proc(&mut self) {
-        self.label = crate::target::label(&self.settings.host.proc, self.target.pid);
+        self.run.label = crate::target::label(&self.settings.host.proc, self.run.target.pid);
     }
 
     /// Sets what status readers show of the run besides its figures.
     pub fn set_label(&mut self, label: Label) {
-        self.label = label;
+        self.run.label = label;
     }
 
     /// The watched tree as of the last refresh, target first.
     pub fn tree_pids(&self) -> impl Iterator<Item = u32> + '_ {
         let tree = self.sampler.tree_pids();
-        let target = (!tree.contains(&self.target.pid)).then_some(self.target.pid);
+        let target = (!tree.contains(&self.run.target.pid)).then_some(self.run.target.pid);
         tree.iter().copied().chain(target)
     }
 
@@ -884,23 +765,23 @@ impl Watch {
 
     /// Where this run's checkpoint requests are written.
     pub fn request_file(&self) -> &Path {
-        &self.request_file
+        &self.out.plan.request_file
     }
 
     /// The run as status readers see it.
     pub fn status(&self, since_unix: f64) -> watchdog_types::status::TargetStatus {
         let (acks, checkpoint_s) = self.engine.checkpoints();
         watchdog_types::status::TargetStatus {
-            pid: self.target.pid,
-            uid: self.label.uid,
-            user: self.label.user.clone(),
-            command: self.label.command.clone(),
-            rule: self.label.rule.clone(),
-            slurm_job_id: self.label.slurm.as_ref().map(|j| j.job),
-            slurm_step: self.label.slurm.as_ref().and_then(|j| j.step.clone()),
+            pid: self.run.target.pid,
+            uid: self.run.label.uid,
+            user: self.run.label.user.clone(),
+            command: self.run.label.command.clone(),
+            rule: self.run.label.rule.clone(),
+            slurm_job_id: self.run.label.slurm.as_ref().map(|j| j.job),
+            slurm_step: self.run.label.slurm.as_ref().and_then(|j| j.step.clone()),
             since_unix,
             lead_s: self.engine.lead_s(),
-            request_file: self.request_file.display().to_string(),
+            request_file: self.out.plan.request_file.display().to_string(),
             alerts_sent: self.engine.alerts_sent() as u64,
             checkpoints_acknowledged: acks,
             checkpoint_seconds_total: checkpoint_s,
@@ -912,17 +793,17 @@ impl Watch {
     /// Reads what the run writes back, each on its own schedule: the acknowledgment while
     /// an alert is outstanding, the Python client's environment until it came.
     fn read_from_the_run(&mut self, now: Instant) {
-        let ack_due = now >= self.next_ack;
+        let ack_due = now >= self.replies.next_ack;
         if self.engine.alerts_sent() > 0 && ack_due {
             self.check_ack();
         }
         if ack_due {
             self.check_checkpoints();
-            self.next_ack = now + ACK_CHECK_EVERY;
+            self.replies.next_ack = now + ACK_CHECK_EVERY;
         }
-        if self.python_file.is_some() && now >= self.next_python {
+        if self.replies.python_file.is_some() && now >= self.replies.next_python {
             self.check_python_environment();
-            self.next_python = now + PYTHON_CHECK_EVERY;
+            self.replies.next_python = now + PYTHON_CHECK_EVERY;
         }
     }
 
@@ -931,53 +812,35 @@ impl Watch {
         terminal::clear_status();
         self.end_hooks();
         let alerts = self.engine.alerts_sent();
-        let last = self.last_recording();
+        let last = self.out.last_recording();
         terminal::summary(&format!(
             "watchdog: stopped by {} after {}; PID {} ({}) is still running. {alerts} alert(s) sent.{}",
             signal_name(sig),
-            format_duration_s(self.start.elapsed().as_secs_f64()),
-            self.target.pid,
-            self.target.name,
-            recording_note(&last),
+            format_duration_s(self.clock.start.elapsed().as_secs_f64()),
+            self.run.target.pid,
+            self.run.target.name,
+            output::recording_note(&last),
         ));
         self.emit(EventBody::Stop { signal: sig });
         self.close(last);
         Ended::Stopped(sig)
     }
 
-    /// Where the final recording goes, or why it is skipped, decided once before the
-    /// summary names it (`None`: no recording).
-    fn last_recording(&self) -> Option<(PathBuf, Option<String>)> {
-        let path = self.record_path.clone()?;
-        let skipped = recorder::unwritable(&path);
-        Some((path, skipped))
-    }
-
     /// The last of a watch: let queued hooks and notifications finish, then write the
     /// final recording unless `last` says it is skipped.
     fn close(&mut self, last: Option<(PathBuf, Option<String>)>) {
-        self.actions.finish(Duration::from_secs(3));
-        let recorder = self.recorder.take_back();
-        if let (Some((path, skipped)), Some(recorder)) = (last, recorder) {
-            let written = match skipped {
-                Some(why) => Err(why),
-                None => recorder::write_checked(&path, &recorder.snapshot()),
-            };
-            match written {
-                Ok(()) => tracing::info!("recording written to {}", path.display()),
-                Err(e) => outputs::write_failed("recording", &path, &e),
-            }
-        }
+        self.courier.actions.finish(Duration::from_secs(3));
+        self.out.write_last(last);
         // Failures of the last writes still reach the events file.
         self.emit_output_failures();
-        self.outputs.prune();
+        self.out.plan.prune();
     }
 
     /// The summary's rates: each resource's samples a second on average over the watch,
     /// its samples, and how many came at the interval (the others came slowly, far from
     /// its limit); then the kernel's wake-ups by source, if any. Empty before any sample.
     fn rates_note(&self) -> String {
-        let elapsed_s = self.start.elapsed().as_secs_f64();
+        let elapsed_s = self.clock.start.elapsed().as_secs_f64();
         let interval = format_duration_s(self.settings.interval.as_secs_f64());
         let parts: Vec<String> = self
             .engine
@@ -1026,41 +889,30 @@ impl Watch {
             let _ = self.act(plan);
         }
         // After the alert is sent: the v1 thresholds move from this sample's figures.
-        if let Some((used, cache, limit)) = self.kernel_sampled.take() {
-            self.kernel
-                .after_sample(&mut self.engine, used, cache, limit);
-        }
-        if self.record_now.swap(false, Ordering::Relaxed) {
-            self.save_recording_in_background("SIGUSR2");
+        self.kernel.after_tick(&mut self.engine);
+        if self.out.record_now.swap(false, Ordering::Relaxed) {
+            self.out.save_in_background("SIGUSR2");
         }
         self.emit_output_failures();
     }
 
     /// Samples every source and runs the predictors; decisions wait in `pending`.
     fn sample(&mut self, now: Instant) {
-        let t_ns = now.duration_since(self.start).as_nanos() as u64;
-        self.ticks += 1;
+        let t_ns = self.clock.ns_at(now);
+        self.clock.ticks += 1;
         let mut actions = Vec::new();
         let engine = &mut self.engine;
-        let ids = self.kernel_ids;
-        let (mut used, mut cache) = (None, 0);
+        let kernel = &mut self.kernel;
         let report = self.sampler.tick_into(t_ns, &mut |s| {
-            if let Some((memory, cache_id)) = ids {
-                if s.resource == memory {
-                    used = Some((s.used, s.limit));
-                } else if Some(s.resource) == cache_id {
-                    cache = s.used;
-                }
-            }
+            kernel.note(s);
             let _ = engine.observe(s, &mut actions);
         });
-        self.kernel_sampled = used.map(|(used, limit)| (used, cache, limit));
         // Each source next when the first of its resources is due (adaptive rates).
         let engine = &self.engine;
         let idle = Duration::from_secs_f64(engine.max_interval_s());
         self.sampler.plan(&|id| engine.next_due(id), idle);
         if report.wake_reader {
-            self.recorder.ask_drain();
+            self.out.recording.ask_drain();
         }
         let mut failures = Vec::new();
         self.sampler
@@ -1077,24 +929,10 @@ impl Watch {
         self.perform(actions, None);
     }
 
-    /// Hands a copy of the flight recorder to the action thread to write.
-    fn save_recording_in_background(&mut self, why: &str) {
-        match &self.record_path {
-            Some(path) => {
-                tracing::debug!("writing the recording {} ({why})", path.display());
-                self.recorder.write(path.clone());
-            }
-            None if why == "SIGUSR2" => {
-                tracing::info!("dry run: no recording written (give --record PATH to have one)")
-            }
-            None => {}
-        }
-    }
-
     /// Reads the Python client's environment file once it appears: an `environment`
     /// event, and the recording's environment.
     fn check_python_environment(&mut self) {
-        let Some(place) = &self.python_file else {
+        let Some(place) = &self.replies.python_file else {
             return;
         };
         match crate::environment::read_python(place) {
@@ -1102,20 +940,20 @@ impl Watch {
             // Left by an earlier run (or another process): wait for this run's.
             Ok(Some(report))
                 if !report.pid.is_some_and(|pid| {
-                    pid == self.target.pid || self.sampler.tree_pids().contains(&pid)
+                    pid == self.run.target.pid || self.sampler.tree_pids().contains(&pid)
                 }) => {}
             Ok(Some(report)) => {
                 if !self.settings.dry_run {
                     // Consumed: leave nothing behind beside the request file.
                     let _ = place.remove();
                 }
-                self.python_file = None;
+                self.replies.python_file = None;
                 let python = report.facts;
                 // The run is set up by now: read its /dev/shm again (a `run` target may
                 // have mounted its own after the start).
-                let shm = crate::environment::target_shm(&self.settings.host, self.target.pid);
+                let shm = crate::environment::target_shm(&self.settings.host, self.run.target.pid);
                 let recorded = python.clone();
-                self.recorder.edit(move |r| {
+                self.out.recording.edit(move |r| {
                     if let Some(env) = r.environment_mut() {
                         env.python = Some(recorded);
                         if let Ok(shm) = shm {
@@ -1126,69 +964,29 @@ impl Watch {
                 self.emit(EventBody::Environment { python });
             }
             Err(e) => {
-                self.python_file = None;
+                self.replies.python_file = None;
                 tracing::warn!("the Python environment file is not used: {e}");
             }
         }
     }
 
+    /// Writes `body` as an event: the events file, the recording.
     fn emit(&mut self, body: EventBody) {
-        if let EventBody::Limit {
-            resource,
-            kind,
-            limit,
-            unit,
-            source,
-        } = &body
-        {
-            let fact = watchdog_types::environment::LimitFact {
-                resource: resource.clone(),
-                kind: *kind,
-                limit: *limit,
-                unit: *unit,
-                source: source.clone(),
-            };
-            self.recorder.edit(move |r| {
-                if let Some(env) = r.environment_mut() {
-                    crate::environment::note_limit(env, fact);
-                }
-            });
-        }
-        let event = Event {
-            time: watchdog_alerter::events::now_rfc3339(),
-            body,
-        };
-        if let Ok(json) = serde_json::to_value(&event) {
-            let t_s = self.start.elapsed().as_secs_f64();
-            self.recorder.edit(move |r| r.event(t_s, json));
-        }
-        if let Some(log) = &mut self.events {
-            match log.append(&event) {
-                Ok(()) => outputs::write_ok("events"),
-                // Reported next tick as an event, which the recording keeps.
-                Err(e) => outputs::write_failed("events", log.path(), &e.to_string()),
-            }
-        }
+        self.out.emit(body, self.clock.elapsed_s());
     }
 
     /// Gathers what the verdict looks at and decides.
     fn diagnose(&mut self, exit: TargetExit) -> verdict::Verdict {
-        let now_ms = self.start.elapsed().as_millis().min(u64::MAX as u128) as u64;
-        let recorder = self.recorder.take_back();
+        let now_ms = self.clock.elapsed_ms();
+        let recorder = self.out.recording.take_back();
         let resources = self.engine.resource_ends(now_ms as f64 / 1e3, |i| {
             recorder.and_then(|r| r.recent_peak(i, now_ms, RECENT_MS))
         });
-        let oom_kills = self
-            .oom_counter
-            .as_mut()
-            .and_then(|(c, before)| c.read().ok().map(|after| (*before, after)));
+        let oom_kills = self.evidence.oom_kills();
         let mut pids = self.sampler.tree_pids().to_vec();
-        pids.push(self.target.pid);
+        pids.push(self.run.target.pid);
         let ends = resources.clone();
-        let kernel_oom_line = self
-            .kmsg
-            .as_mut()
-            .and_then(|k| verdict::find_oom_line(&k.read_new(), &pids));
+        let kernel_oom_line = self.evidence.kernel_oom_line(&pids);
         let verdict = self.engine.verdict(ExitFacts {
             exit: match exit {
                 TargetExit::Unknown => None,
@@ -1203,10 +1001,10 @@ impl Watch {
                 _ => self.preempted().or_else(|| self.scheduler_end()),
             },
         });
-        if let Some(book) = &mut self.record {
+        if let Some(book) = &mut self.series.record {
             book.set_verdict(verdict.kind.as_str());
         }
-        self.last_verdict = Some((verdict.clone(), ends));
+        self.evidence.last_verdict = Some((verdict.clone(), ends));
         verdict
     }
 
@@ -1214,95 +1012,96 @@ impl Watch {
         self.let_hooks_finish();
         self.end_hooks();
         let verdict = self.diagnose(exit);
-        let last = self.last_recording();
+        let last = self.out.last_recording();
         let late = format!(
             " Sampled {} times every {} ({} late, {} samples dropped).{}{}",
-            self.ticks,
+            self.clock.ticks,
             format_duration_s(self.settings.interval.as_secs_f64()),
-            self.late_ticks,
+            self.clock.late_ticks,
             self.sampler.dropped(),
             self.rates_note(),
-            recording_note(&last),
+            output::recording_note(&last),
         );
         let survivors = self.survivors_note();
         let (text, event) = self.engine.closing(&Ending {
             exit,
             verdict: &verdict,
-            pid: self.target.pid,
-            name: &self.target.name,
-            elapsed_s: self.start.elapsed().as_secs_f64(),
+            pid: self.run.target.pid,
+            name: &self.run.target.name,
+            elapsed_s: self.clock.start.elapsed().as_secs_f64(),
             after_duration: &survivors,
             tail: &late,
         });
         terminal::summary(&text);
         let mut event = event;
-        if let (EventBody::Exit { attempt, .. }, Some(a)) = (&mut event, &self.attempting) {
-            *attempt = Some(a.attempt);
+        if let (EventBody::Exit { attempt, .. }, Some(n)) = (&mut event, self.series.attempt()) {
+            *attempt = Some(n);
         }
         self.emit(event);
         self.close(last);
     }
 }
 
-/// ` Recording: PATH.` for the summary, when the final recording will be written.
-fn recording_note(last: &Option<(PathBuf, Option<String>)>) -> String {
-    match last {
-        Some((path, None)) => format!(" Recording: {}.", path.display()),
-        _ => String::new(),
+/// The sampler of `target`'s sources, and the ring buffer's reader; the tree reads the
+/// service's shared load average, and is walked as often as its RSS is summed.
+fn sampler_for(
+    target: &Target,
+    settings: &Settings,
+    built: &mut sources::Built,
+    reads: &Reads,
+) -> Result<(Sampler, watchdog_sampler::ring::SampleReader), Failure> {
+    let (mut sampler, reader) = Sampler::for_target(
+        &settings.host.proc,
+        target.pid,
+        std::mem::take(&mut built.sources),
+        RING_CAPACITY,
+    )
+    .map_err(|e| Failure::Usage(format!("cannot watch PID {}: {e}", target.pid)))?;
+    sampler.tree_mut().read_loadavg_through(reads);
+    if let Some(period) = settings.slow_tree_interval() {
+        // The tree's RSS is summed this often (see `sources::build`): walk it as often.
+        let ticks = period.as_nanos() / settings.interval.as_nanos().max(1);
+        sampler.set_tree_refresh_every(u32::try_from(ticks).unwrap_or(u32::MAX));
     }
+    Ok((sampler, reader))
 }
 
-/// The flight recorder as this watch reaches it: on the recorder thread while the watch
-/// runs, taken back (with every sample drained into it) for the verdict and the last write.
-enum Recording {
-    Live(RecorderLink),
-    Back(Box<FlightRecorder>),
-    Gone,
+/// The engine over `table`'s resources, told which one the kernel wakes the loop for.
+fn engine_for(settings: &Settings, table: &ResourceTable, kernel: &kernel::KernelWake) -> Engine {
+    let mut engine = Engine::new(table.all(), settings.engine());
+    engine.set_max_interval(settings.max_interval().as_secs_f64());
+    if let Some(id) = kernel.covered() {
+        engine.set_kernel_wake(id, true);
+    }
+    engine
 }
 
-impl Recording {
-    /// Asks the recorder thread to drain the ring (it is nearly full).
-    fn ask_drain(&self) {
-        if let Recording::Live(link) = self {
-            link.ask_drain();
-        }
-    }
-
-    /// Changes the recorder wherever it is.
-    fn edit(&mut self, f: impl FnOnce(&mut FlightRecorder) + Send + 'static) {
-        match self {
-            Recording::Live(link) => link.edit(f),
-            Recording::Back(r) => f(r),
-            Recording::Gone => {}
-        }
-    }
-
-    /// Writes the recording to `path` off the sampling thread.
-    fn write(&self, path: PathBuf) {
-        match self {
-            Recording::Live(link) => link.write(path),
-            Recording::Back(r) => {
-                if let Err(e) = recorder::write(&path, &r.snapshot()) {
-                    outputs::write_failed("recording", &path, &e);
-                }
-            }
-            Recording::Gone => {}
-        }
-    }
-
-    /// The recorder, taken back from its thread on the first call.
-    fn take_back(&mut self) -> Option<&FlightRecorder> {
-        if let Recording::Live(_) = self
-            && let Recording::Live(link) = std::mem::replace(self, Recording::Gone)
-            && let Some(r) = link.take()
-        {
-            *self = Recording::Back(Box::new(r));
-        }
-        match self {
-            Recording::Back(r) => Some(r),
-            _ => None,
-        }
-    }
+/// The flight recorder of a watch of `target`, its environment gathered now.
+fn flight_recorder(
+    target: &Target,
+    settings: &Settings,
+    table: &ResourceTable,
+    built: &mut sources::Built,
+    clock: &clock::Clock,
+) -> FlightRecorder {
+    let mut environment = crate::environment::gather(&settings.host, target.pid, table.all());
+    environment.gpus = std::mem::take(&mut built.gpus);
+    let start_wall = clock.start_wall();
+    FlightRecorder::new(
+        table.all().to_vec(),
+        recorder::Meta {
+            pid: Some(target.pid.into()),
+            command: Some(target.name.clone()),
+            start: Some(watchdog_alerter::events::format_rfc3339_ms(start_wall)),
+            start_unix: Some(clock.start_unix),
+            interval_s: Some(settings.interval.as_secs_f64()),
+            lead_s: Some(settings.lead.as_secs_f64()),
+            watchdog_version: Some(env!("CARGO_PKG_VERSION").to_string()),
+            environment: Some(environment),
+            ..recorder::Meta::default()
+        },
+        settings.record_window.as_secs_f64(),
+    )
 }
 
 /// `n` samples a second over `elapsed_s`, counted over at least a second: a watch shorter

@@ -209,9 +209,9 @@ impl Watch {
         let runtime = (plan.request.kind == watchdog_types::ResourceKind::Runtime)
             .then_some(plan.request.seq);
         let courier = Courier {
-            place: &self.request,
+            place: &self.out.request,
             tree: self.sampler.tree_mut(),
-            target: &self.target.pidfd,
+            target: &self.run.target.pidfd,
             proc: &self.settings.host.proc,
             signal: self.settings.signal,
             dry_run: self.settings.dry_run,
@@ -239,7 +239,7 @@ impl Watch {
 
     /// Reads the acknowledgment file and carries out what a new one brings.
     pub(super) fn check_ack(&mut self) {
-        let actions = acknowledgment(&mut self.ack, &mut self.engine);
+        let actions = acknowledgment(&mut self.replies.ack, &mut self.engine);
         let acked = !actions.is_empty();
         self.perform(actions, None);
         if acked {
@@ -254,17 +254,17 @@ impl Outlet for Watch {
     }
 
     fn flush_recording(&mut self, why: &'static str) {
-        self.save_recording_in_background(why);
+        self.out.save_in_background(why);
     }
 
     fn run_hook(&mut self, env: Vec<(String, String)>) {
         if let Some(cmd) = &self.settings.on_alert {
-            self.actions.hook(cmd.clone(), env);
+            self.courier.actions.hook(cmd.clone(), env);
         }
     }
 
     fn notify(&mut self, title: String, body: String) {
-        self.actions.notify(title, body);
+        self.courier.actions.notify(title, body);
     }
 }
 

@@ -158,13 +158,23 @@ pub struct KernelWake {
     unarmed: Vec<(String, String)>,
     /// Wake-ups so far: from a cgroup source, from PSI.
     woken: (u64, u64),
+    /// `cgroup_memory` and `cgroup_cache`, whose samples move the v1 threshold.
+    ids: Option<(ResourceId, Option<ResourceId>)>,
+    /// This tick's `cgroup_memory` and its limit, when sampled, for the threshold moved
+    /// at the end of the tick.
+    tick_memory: Option<(u64, u64)>,
+    /// This tick's page cache of the cgroup (0: not sampled).
+    tick_cache: u64,
 }
 
 impl KernelWake {
     /// Arms what can be armed for a run in `cgroup` (`None`: its memory cgroup is not
     /// watched), PSI's system-wide file under `proc_root`; says once what cannot be and why.
     pub fn arm(cgroup: Option<&CgroupWake>, proc_root: &Path) -> KernelWake {
-        let mut k = KernelWake::default();
+        let mut k = KernelWake {
+            ids: cgroup.map(|c| (c.id, c.cache)),
+            ..KernelWake::default()
+        };
         let mut psi_path = proc_root.join("pressure/memory");
         if let Some(cg) = cgroup {
             let dir = &cg.location.dir;
@@ -291,6 +301,34 @@ impl KernelWake {
             self.woken.1 += 1;
         }
         woke
+    }
+
+    /// The resources a cgroup wake-up makes due: `cgroup_memory` and its page cache (`None`:
+    /// no cgroup is watched, every source is).
+    pub fn cgroup_resources(&self) -> Option<[ResourceId; 2]> {
+        self.ids
+            .map(|(memory, cache)| [memory, cache.unwrap_or(memory)])
+    }
+
+    /// Notes what a sample of a tick says of the cgroup, for [`after_tick`](Self::after_tick).
+    pub fn note(&mut self, sample: &watchdog_types::Sample) {
+        let Some((memory, cache)) = self.ids else {
+            return;
+        };
+        if sample.resource == memory {
+            self.tick_memory = Some((sample.used, sample.limit));
+        } else if Some(sample.resource) == cache {
+            self.tick_cache = sample.used;
+        }
+    }
+
+    /// At the end of a tick whose samples were [`note`](Self::note)d: moves the v1
+    /// thresholds from the cgroup's figures, if it was sampled.
+    pub fn after_tick(&mut self, engine: &mut Engine) {
+        let cache = std::mem::take(&mut self.tick_cache);
+        if let Some((used, limit)) = self.tick_memory.take() {
+            self.after_sample(engine, used, cache, limit);
+        }
     }
 
     /// After a sample of the cgroup (`used` is `cgroup_memory`, `cache` its page cache,

@@ -53,6 +53,45 @@ impl Waiting<'_> {
     }
 }
 
+/// The target, what it leaves running, and who it belongs to.
+pub(super) struct Run {
+    /// The process watched (started by `run`, or found by PID).
+    pub(super) target: crate::target::Target,
+    /// The target's status, once it exited (the watch goes on while the run's other
+    /// processes remain).
+    pub(super) exit: Option<TargetExit>,
+    /// When the target exited leaving processes of the run behind.
+    pub(super) survivors_since: Option<Instant>,
+    /// Set once nothing of the run is left to watch.
+    pub(super) over: bool,
+    /// A signal `run` could not forward to the exited command (for the survivors).
+    pub(super) unforwarded: Option<std::sync::Arc<std::sync::atomic::AtomicUsize>>,
+    /// Who the run belongs to and what it is, for status readers.
+    pub(super) label: crate::Label,
+    /// What a single run's wait polls: its pidfd and kernel descriptors, kept warm.
+    pub(super) wait_set: crate::wake::WaitSet,
+}
+
+impl Run {
+    /// The run of `target`, not exited.
+    pub(super) fn of(target: crate::target::Target) -> Run {
+        Run {
+            target,
+            exit: None,
+            survivors_since: None,
+            over: false,
+            unforwarded: None,
+            label: crate::Label::default(),
+            wait_set: crate::wake::WaitSet::default(),
+        }
+    }
+
+    /// Whether the target's command failed (exited other than with 0), once it exited.
+    pub(super) fn failed(&self) -> bool {
+        !matches!(self.exit, None | Some(TargetExit::Code(0)))
+    }
+}
+
 /// How often the processes a run left running are looked at between samples.
 const SURVIVORS_EVERY: Duration = Duration::from_millis(100);
 
@@ -112,9 +151,12 @@ impl Watch {
     /// exited target (it goes to the processes left running, then the wait goes on).
     pub(super) fn wait_for_the_run(&mut self, waiting: &Waiting<'_>, timeout: Duration) -> Waited {
         let deadline = Instant::now() + timeout;
-        if self.target_exit.is_none() {
+        if self.run.exit.is_none() {
             return match self.pause(waiting, deadline, true) {
-                Woken::Other if self.target_exited() => Waited::Over,
+                Woken::Other if self.take_the_exit() => {
+                    self.run.over = true;
+                    Waited::Over
+                }
                 Woken::Other | Woken::Woken | Woken::Timeout => Waited::Deadline,
                 Woken::Ready => Waited::Kernel,
             };
@@ -132,9 +174,10 @@ impl Watch {
             if self.survivor_pids().next().is_none() {
                 tracing::info!(
                     "the last process PID {} ({}) left running has exited",
-                    self.target.pid,
-                    self.target.name
+                    self.run.target.pid,
+                    self.run.target.name
                 );
+                self.run.over = true;
                 return Waited::Over;
             }
             // A SIGTERM held for a save is the caller's to take now.
@@ -150,12 +193,12 @@ impl Watch {
     /// Sleeps until `deadline`, a stop signal, or (`for_exit`) the target's exit
     /// ([`Woken::Other`]) or one of its kernel wake-ups ([`Woken::Ready`]).
     fn pause(&mut self, waiting: &Waiting<'_>, deadline: Instant, for_exit: bool) -> Woken {
-        let pidfd = std::sync::Arc::clone(&self.target.pidfd);
+        let pidfd = std::sync::Arc::clone(&self.run.target.pidfd);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let woken = match waiting.wake {
                 Some(wake) => {
-                    let set = &mut self.wait_set;
+                    let set = &mut self.run.wait_set;
                     set.clear();
                     if for_exit {
                         // The pidfd first: its exit wins over a kernel wake-up.
@@ -196,16 +239,16 @@ impl Watch {
 
     /// The target just exited: collects its status and, when processes of the run remain,
     /// says which and keeps watching. Returns true when nothing is left to watch.
-    fn target_exited(&mut self) -> bool {
-        let exit = self.target.reap();
-        self.target_exit = Some(exit);
+    fn take_the_exit(&mut self) -> bool {
+        let exit = self.run.target.reap();
+        self.run.exit = Some(exit);
         self.reap_adopted();
         self.sampler.tree_mut().mark_target_exited();
         let left = self.survivors_alive();
         if left.is_empty() {
             return true;
         }
-        self.survivors_since = Some(std::time::Instant::now());
+        self.run.survivors_since = Some(std::time::Instant::now());
         let status = match exit {
             TargetExit::Code(c) => format!("exited with code {c}"),
             TargetExit::Signal(s) => format!("was killed by {}", signal_name(s)),
@@ -214,8 +257,8 @@ impl Watch {
         tracing::warn!(
             "PID {} ({}) {status}, but {} process(es) of the run it started are still running: {}; \
              watching them until the last one exits",
-            self.target.pid,
-            self.target.name,
+            self.run.target.pid,
+            self.run.target.name,
             left.len(),
             describe(&left)
         );
@@ -225,7 +268,7 @@ impl Watch {
             TargetExit::Unknown => (None, None),
         };
         self.emit(EventBody::Survivors {
-            pid: self.target.pid,
+            pid: self.run.target.pid,
             code,
             signal,
             pids: left.iter().map(|(p, _)| *p).collect(),
@@ -247,13 +290,13 @@ impl Watch {
             .tree_pids()
             .iter()
             .copied()
-            .filter(move |&p| p != self.target.pid && proc.is_alive(p))
+            .filter(move |&p| p != self.run.target.pid && proc.is_alive(p))
     }
 
     /// Reaps the adopted processes that exited (`run` mode), each by its PID: never the
     /// target before its status is collected, never a hook's `sh` (its thread waits for it).
     pub(super) fn reap_adopted(&mut self) {
-        let target = self.target_exit.is_none().then_some(self.target.pid);
+        let target = self.run.exit.is_none().then_some(self.run.target.pid);
         let children: Vec<u32> = self.sampler.tree_mut().adopter_children().to_vec();
         for pid in children {
             if Some(pid) == target {
@@ -262,7 +305,7 @@ impl Watch {
             let Some(p) = Pid::from_raw(pid as i32) else {
                 continue;
             };
-            let reaped = self.hooks.while_no_hook_starts(pid, |is_hook_sh| {
+            let reaped = self.courier.hooks.while_no_hook_starts(pid, |is_hook_sh| {
                 if is_hook_sh {
                     return None;
                 }
@@ -286,13 +329,13 @@ impl Watch {
 
     /// The processes of the tree whose parent is not in it (see [`roots`]).
     pub(super) fn roots(&mut self) -> Vec<PidFd> {
-        roots(self.sampler.tree_mut(), self.target.pid)
+        roots(self.sampler.tree_mut(), self.run.target.pid)
     }
 
     /// In the survivors' time, a SIGINT/SIGTERM/SIGHUP that `run` could not forward to the
     /// exited command goes to the processes it left running.
     fn forward_to_survivors(&mut self) {
-        let Some(flag) = &self.unforwarded else {
+        let Some(flag) = &self.run.unforwarded else {
             return;
         };
         let sig = flag.swap(0, Ordering::Relaxed) as i32;
@@ -309,7 +352,7 @@ impl Watch {
 
     /// Ends the hooks still running (the watchdog is exiting) and records how each ended.
     pub(super) fn end_hooks(&mut self) {
-        let hooks = self.hooks.clone();
+        let hooks = self.courier.hooks.clone();
         if !hooks.running().is_empty() {
             let ended = hooks.end_all(|| self.reap_adopted());
             if !ended.is_empty() {
@@ -321,7 +364,7 @@ impl Watch {
 
     /// Emits a `hook` event for every hook that finished since the last call.
     pub(super) fn record_hook_outcomes(&mut self) {
-        while let Ok(o) = self.hook_outcomes.try_recv() {
+        for o in self.courier.finished() {
             self.emit(EventBody::Hook {
                 command: o.cmd,
                 pid: o.pid,
@@ -337,7 +380,7 @@ impl Watch {
     /// How long the run's leftover processes were watched after the target exited, for
     /// the summary.
     pub(super) fn survivors_note(&self) -> String {
-        match self.survivors_since {
+        match self.run.survivors_since {
             Some(t) => format!(
                 " Processes it started ran on for {} after it exited, and were watched until the last one exited.",
                 format_duration_s(t.elapsed().as_secs_f64())

@@ -46,6 +46,39 @@ pub(super) struct Preemption {
     saved: bool,
 }
 
+/// A watch's announced ends: the SIGTERM cell `run`'s signal thread sets, the notice
+/// taken from it, the cloud's poller and the preemption it announced.
+#[derive(Default)]
+pub(super) struct Notices {
+    /// When `run` received the first SIGTERM, unix milliseconds (0: not yet), when SIGTERM
+    /// is a notice (`--term-grace`).
+    pub(super) term: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
+    /// The notice taken from it: the save asked, SIGTERM held until it is acknowledged.
+    pub(super) notice: Option<Notice>,
+    /// The cloud's preemption notice, polled (`run` and `--pid`).
+    pub(super) cloud: Option<NoticePoller>,
+    /// The preemption it announced, once it did.
+    pub(super) preemption: Option<Preemption>,
+    /// Whether saves longer than the SIGTERM grace were said.
+    pub(super) grace_said: bool,
+}
+
+impl Notices {
+    /// Whether a SIGTERM is held, or has just come and waits to be taken.
+    pub(super) fn pending(&self) -> bool {
+        match (&self.term, &self.notice) {
+            (_, Some(n)) => !n.done,
+            (Some(cell), None) => cell.load(Ordering::Relaxed) != 0,
+            (None, None) => false,
+        }
+    }
+
+    /// Whether an end was announced whose save a checkpoint acknowledgment answers.
+    pub(super) fn any(&self) -> bool {
+        self.notice.is_some() || self.preemption.is_some()
+    }
+}
+
 /// The poller of the cloud's notice `settings` ask for (`None`: off, or no provider).
 pub(super) fn cloud_poller(settings: &Settings) -> Option<NoticePoller> {
     let mode = settings.notice.parse::<Mode>().ok()?;
@@ -60,7 +93,9 @@ pub(super) fn cloud_poller(settings: &Settings) -> Option<NoticePoller> {
 impl Watch {
     /// Takes the cloud's news: a preemption notice asks the run to save at once.
     pub(super) fn follow_cloud(&mut self) {
-        let Some(poller) = &self.cloud else { return };
+        let Some(poller) = &self.notices.cloud else {
+            return;
+        };
         let provider = poller.provider().as_str();
         for news in poller.news() {
             match news {
@@ -68,7 +103,7 @@ impl Watch {
                     deadline_unix,
                     detail,
                     ..
-                } if self.preemption.is_none() => {
+                } if self.notices.preemption.is_none() => {
                     self.take_preemption(provider, deadline_unix, detail)
                 }
                 News::Notice { .. } => {}
@@ -84,15 +119,15 @@ impl Watch {
                 }),
             }
         }
-        if let Some(p) = &self.preemption
+        if let Some(p) = &self.notices.preemption
             && !p.saved
-            && self.acks.seq >= p.seq
+            && self.replies.acks.seq >= p.seq
         {
             let (provider, deadline_unix, seq) = (p.provider, p.deadline_unix, p.seq);
-            if let Some(p) = &mut self.preemption {
+            if let Some(p) = &mut self.notices.preemption {
                 p.saved = true;
             }
-            if let Some(book) = &mut self.record {
+            if let Some(book) = &mut self.series.record {
                 book.set_verdict(VerdictKind::Preempted.as_str());
             }
             self.emit(EventBody::Notice {
@@ -122,7 +157,7 @@ impl Watch {
             .notice(AlertReason::Preemption, deadline_unix, now_unix);
         let seq = plan.request.seq;
         let _ = self.act(plan);
-        self.preemption = Some(Preemption {
+        self.notices.preemption = Some(Preemption {
             provider,
             deadline_unix,
             detail,
@@ -130,7 +165,7 @@ impl Watch {
             saved: false,
         });
         // The machine may be gone before the exit is seen: the verdict is written now.
-        if let Some(book) = &mut self.record {
+        if let Some(book) = &mut self.series.record {
             book.set_verdict(VerdictKind::Preempted.as_str());
         }
         self.emit(EventBody::Notice {
@@ -143,7 +178,7 @@ impl Watch {
 
     /// The verdict's evidence of a preemption the provider announced.
     pub(super) fn preempted(&self) -> Option<SchedulerEnd> {
-        let p = self.preemption.as_ref()?;
+        let p = self.notices.preemption.as_ref()?;
         Some(SchedulerEnd {
             kind: VerdictKind::Preempted,
             said: format!(
@@ -158,13 +193,13 @@ impl Watch {
     /// Says once, ahead of any notice, when the saves so far take longer on average than
     /// the SIGTERM grace (`--term-grace`): the notice's save would not fit.
     pub(super) fn say_if_saves_outlast_the_grace(&mut self) {
-        if self.grace_said || self.term_notice.is_none() {
+        if self.notices.grace_said || self.notices.term.is_none() {
             return;
         }
         let grace = self.settings.term_grace.as_secs_f64();
         let (count, total_s) = self.engine.checkpoints();
         if count > 0 && total_s / count as f64 > grace {
-            self.grace_said = true;
+            self.notices.grace_said = true;
             self.check_save_fits(grace, "SIGTERM grace (--term-grace)");
         }
     }
@@ -183,34 +218,32 @@ impl Watch {
 
     /// Whether a SIGTERM is held, or has just come and waits to be taken.
     pub(super) fn notice_pending(&self) -> bool {
-        match (&self.term_notice, &self.notice) {
-            (_, Some(n)) => !n.done,
-            (Some(cell), None) => cell.load(Ordering::Relaxed) != 0,
-            (None, None) => false,
-        }
+        self.notices.pending()
     }
 
     /// Takes a SIGTERM that came (asks for the save), and passes it on once the save is
     /// acknowledged or the grace is over.
     pub(super) fn follow_notice(&mut self) {
-        let Some(cell) = &self.term_notice else {
+        let Some(cell) = &self.notices.term else {
             return;
         };
         let at_ms = cell.load(Ordering::Relaxed);
         if at_ms == 0 {
             return;
         }
-        if self.notice.is_none() {
+        if self.notices.notice.is_none() {
             self.take_notice(at_ms);
         }
-        let Some(n) = self.notice.clone() else { return };
+        let Some(n) = self.notices.notice.clone() else {
+            return;
+        };
         if n.done {
             return;
         }
         self.check_ack();
         self.check_checkpoints();
-        let saved = n.seq.is_some_and(|seq| self.acks.seq >= seq);
-        if saved || Instant::now() >= n.deadline || self.target_exit.is_some() {
+        let saved = n.seq.is_some_and(|seq| self.replies.acks.seq >= seq);
+        if saved || Instant::now() >= n.deadline || self.run.exit.is_some() {
             self.pass_on_sigterm(saved);
         }
     }
@@ -228,7 +261,7 @@ impl Watch {
             .notice(AlertReason::Terminating, deadline_unix, now_unix);
         let seq = plan.request.seq;
         let signalled = self.act(plan);
-        self.notice = Some(Notice {
+        self.notices.notice = Some(Notice {
             deadline: Instant::now() + left,
             deadline_unix,
             seq: (!signalled.is_empty()).then_some(seq),
@@ -246,13 +279,15 @@ impl Watch {
     /// Sends the held SIGTERM to the run (or, its command gone, to what it left running)
     /// and says whether the save came first.
     fn pass_on_sigterm(&mut self, saved: bool) {
-        let Some(n) = &mut self.notice else { return };
+        let Some(n) = &mut self.notices.notice else {
+            return;
+        };
         n.done = true;
         let (deadline_unix, seq) = (n.deadline_unix, n.seq);
-        match self.target.pidfd.send_signal(libc::SIGTERM) {
+        match self.run.target.pidfd.send_signal(libc::SIGTERM) {
             Ok(()) => tracing::info!(
                 "forwarded SIGTERM to PID {} {}",
-                self.target.pid,
+                self.run.target.pid,
                 if saved {
                     "after the run acknowledged its save"
                 } else if seq.is_some() {
@@ -262,7 +297,7 @@ impl Watch {
                 }
             ),
             Err(e) if e.is_gone() => {
-                if let Some(flag) = &self.unforwarded {
+                if let Some(flag) = &self.run.unforwarded {
                     flag.store(libc::SIGTERM as usize, Ordering::Relaxed);
                 }
             }
@@ -274,5 +309,34 @@ impl Watch {
             saved: Some(saved),
             seq,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicU64;
+
+    #[test]
+    fn a_sigterm_is_pending_from_its_arrival_until_it_is_passed_on() {
+        let mut notices = Notices::default();
+        assert!(!notices.pending(), "SIGTERM is not a notice here");
+        let cell = Arc::new(AtomicU64::new(0));
+        notices.term = Some(cell.clone());
+        assert!(!notices.pending(), "no SIGTERM came");
+        cell.store(1_700_000_000_000, Ordering::Relaxed);
+        assert!(notices.pending(), "came, not taken yet");
+        notices.notice = Some(Notice {
+            deadline: Instant::now(),
+            deadline_unix: 0.0,
+            seq: Some(1),
+            done: false,
+        });
+        assert!(notices.pending() && notices.any(), "held for the save");
+        if let Some(n) = &mut notices.notice {
+            n.done = true;
+        }
+        assert!(!notices.pending(), "passed on");
     }
 }

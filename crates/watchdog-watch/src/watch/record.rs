@@ -18,7 +18,7 @@ pub struct Book {
     key: String,
     attempt: u32,
     /// A record that could not be read or written is said once.
-    said: bool,
+    said: std::cell::Cell<bool>,
 }
 
 /// The run key of `env`: `WATCHDOG_RUN_KEY`, else `slurm-<SLURM_JOB_ID>`, else `default`.
@@ -69,7 +69,7 @@ impl Book {
             path,
             key,
             attempt,
-            said: false,
+            said: std::cell::Cell::new(false),
         }
     }
 
@@ -84,7 +84,7 @@ impl Book {
     }
 
     /// Reads the record; one that cannot be read is said once and taken as empty.
-    fn load(&mut self) -> Record {
+    fn load(&self) -> Record {
         match Record::read(&self.path) {
             Ok(r) => r.unwrap_or_default(),
             Err(e) => {
@@ -94,14 +94,13 @@ impl Book {
         }
     }
 
-    fn say(&mut self, what: &str) {
-        if !self.said {
+    fn say(&self, what: &str) {
+        if !self.said.replace(true) {
             tracing::warn!("{}", watchdog_types::units::printable(what));
-            self.said = true;
         }
     }
 
-    fn store(&mut self, record: &Record) {
+    fn store(&self, record: &Record) {
         if let Err(e) = write_atomic_with(&self.path, &record.to_bytes(), Durability::Durable) {
             self.say(&format!(
                 "cannot write the checkpoint record {}: {e}",
@@ -145,7 +144,7 @@ impl Book {
 
     /// This run's newest checkpoint that is still complete (as acknowledged: same size,
     /// same newest modification time), if any.
-    pub fn resume(&mut self) -> Option<Resume> {
+    pub fn resume(&self) -> Option<Resume> {
         let record = self.load();
         let dir = self.dir().to_path_buf();
         record.of_key(&self.key).find_map(|e| {
@@ -161,7 +160,7 @@ impl Book {
     }
 
     /// The verdict of this run's newest entry, if one was written.
-    pub fn last_verdict(&mut self) -> Option<String> {
+    pub fn last_verdict(&self) -> Option<String> {
         let record = self.load();
         record.of_key(&self.key).find_map(|e| e.verdict.clone())
     }
@@ -331,19 +330,19 @@ impl RunStart {
     /// recordings' run id and, in a SLURM job, `--requeue` and the step it resumed from.
     pub(super) fn fit(&self, watch: &mut super::Watch, n: u32, resumed_step: Option<u64>) {
         let attempt = self.requeues() + n;
-        watch.record = self.book.clone().map(|mut b| {
+        watch.series.record = self.book.clone().map(|mut b| {
             b.attempt = attempt;
             b
         });
         if let Some(id) = self.run_id() {
-            watch.recorder.edit(move |r| {
+            watch.out.recording.edit(move |r| {
                 let meta = r.meta_mut();
                 meta.run_id = Some(id);
                 meta.attempt = Some(attempt);
             });
         }
         let requeue = watch.settings.requeue;
-        if let Some(s) = &mut watch.slurm {
+        if let Some(s) = &mut watch.series.slurm {
             s.set_requeue(requeue);
             s.resumed_from(resumed_step);
         }

@@ -3,28 +3,24 @@
 //! and environment, told `WATCHDOG_RESTART`, `WATCHDOG_LAST_VERDICT` and, when the run
 //! acknowledged a checkpoint that is still there unchanged, `WATCHDOG_RESUME_FROM`.
 //!
-//! This module owns the decisions ([`decide`], [`no_progress`], pure and table-tested), the
-//! checkpoints the run acknowledged ([`Ledger`], [`AckReader`]), and the loop that carries
-//! them out ([`run`]). The watch itself knows only that it is one attempt of several
+//! This module owns the decisions ([`decide`], [`no_progress`], pure and table-tested) and
+//! the checkpoints the run acknowledged ([`Ledger`], [`AckReader`]); `lifecycle` carries
+//! them out, phase by phase. The watch itself knows only that it is one attempt of several
 //! ([`Attempting`]): it reads every acknowledgment, ends what a failed attempt left running,
 //! and lets a hook finish before the next attempt is judged. See docs/restart.md.
 
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use watchdog_alerter::request::{Ack, RequestPlace};
-use watchdog_config::Settings;
 use watchdog_engine::verdict::ResourceEnd;
 use watchdog_types::units::{format_bytes, signal_name};
-use watchdog_types::{EventBody, ResourceKind, VerdictKind};
+use watchdog_types::{ResourceKind, VerdictKind};
 
-use super::{Ended, Session, Watch};
-use crate::outputs::{self, Outputs};
+use super::Watch;
 use crate::target::TargetExit;
-use crate::{Failure, Published, terminal};
 
 /// Largest acknowledgment read (as the alerter reads it).
 const MAX_ACK_BYTES: u64 = 64 * 1024;
@@ -35,9 +31,12 @@ const MAX_MEASURE: Duration = Duration::from_millis(500);
 /// How long the processes a failed attempt left running get between SIGTERM and SIGKILL.
 pub(super) const SURVIVOR_GRACE: Duration = Duration::from_secs(5);
 /// Most attempts whose outputs are checked at start (`--restart` takes any count).
-const MAX_PLANNED: u32 = 1000;
+pub(super) const MAX_PLANNED: u32 = 1000;
+/// How often a stop signal is looked for while the hooks of a failed attempt finish
+/// (each hook's end wakes the wait at once).
+const STOP_LOOKED_AT_EVERY: Duration = Duration::from_millis(100);
 /// One hour, for `restart_per_hour`.
-const HOUR: Duration = Duration::from_secs(3600);
+pub(super) const HOUR: Duration = Duration::from_secs(3600);
 
 /// What a watch that is one attempt of a `run --restart` keeps besides a plain watch.
 #[derive(Debug, Default)]
@@ -63,6 +62,19 @@ pub struct Checkpoint {
     pub size: u64,
     /// Newest modification time inside it, nanoseconds since the epoch.
     pub mtime_ns: i128,
+}
+
+impl Checkpoint {
+    /// The record's checkpoint a requeued run resumes from (its size and time unknown).
+    pub(super) fn from_record(r: &super::record::Resume) -> Checkpoint {
+        Checkpoint {
+            path: r.path.clone(),
+            step: r.step,
+            time_unix: 0.0,
+            size: 0,
+            mtime_ns: 0,
+        }
+    }
 }
 
 /// Size and newest modification time of a checkpoint file or directory, not following
@@ -179,7 +191,7 @@ impl Ledger {
     }
 
     /// The newest checkpoint's size (what the next save will likely need).
-    fn last_size(&self) -> Option<u64> {
+    pub(super) fn last_size(&self) -> Option<u64> {
         self.all.last().map(|c| c.size)
     }
 }
@@ -377,7 +389,7 @@ fn deterministic(prev: &Attempt, this: &Attempt) -> String {
 /// every filesystem that was full (`Ok`: what is free now; `Err`: what is still missing).
 /// The save is taken to need the last checkpoint's size, else the verdict's own measure
 /// of "full" (1 MiB, or 0.5% of the filesystem).
-fn space_back(this: &Attempt, needed: Option<u64>) -> Result<String, String> {
+pub(super) fn space_back(this: &Attempt, needed: Option<u64>) -> Result<String, String> {
     let mut said = Vec::new();
     for end in &this.ends {
         if end.kind == ResourceKind::DiskInodes
@@ -469,7 +481,7 @@ pub fn attempts_table(attempts: &[Attempt]) -> String {
 }
 
 /// A run id: the watchdog's PID and its start time, unique on this host.
-fn run_id() -> String {
+pub(super) fn run_id() -> String {
     let now = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or_default();
@@ -490,241 +502,24 @@ pub fn attempt_recording(path: &Path, n: u32) -> PathBuf {
     path.with_file_name(named)
 }
 
-/// `watchdog run --restart N -- CMD`: attempts until one succeeds or no restart is due.
-pub(super) fn run(
-    argv: &[std::ffi::OsString],
-    settings: Settings,
-    published: Option<Arc<Published>>,
-) -> Result<ExitCode, Failure> {
-    let policy = Policy {
-        restart: settings.restart,
-        restart_on: settings.restart_on.clone(),
-        per_hour: settings.restart_per_hour,
-    };
-    let own = std::process::id();
-    let cwd = outputs::live_cwd(&settings.host, own);
-    let mut session = Session::open()?;
-    let id = run_id();
-    let mut ledger = Ledger::default();
-    let mut attempts: Vec<Attempt> = Vec::new();
-    let mut restarts: Vec<Instant> = Vec::new();
-    let start = super::record::RunStart::new(&settings, cwd.as_deref());
-    start.announce();
-    start.check_requeue(settings.requeue);
-    let mut env: Vec<(String, String)> = start.env();
-    // After a requeue, the first attempt resumes from the record's checkpoint.
-    let mut resume: Option<Checkpoint> = start.resume.as_ref().map(|r| Checkpoint {
-        path: r.path.clone(),
-        step: r.step,
-        time_unix: 0.0,
-        size: 0,
-        mtime_ns: 0,
-    });
-    let first_start = Instant::now();
-    // Every attempt's outputs are checked before the first starts: a user's own file at
-    // an attempt's recording is refused now, not after attempt 1 ran.
-    for n in 2..=settings.restart.saturating_add(1).min(MAX_PLANNED) {
-        if let Some(rec) = &settings.record {
-            let mut later = settings.clone();
-            later.record = Some(attempt_recording(rec, n));
-            Outputs::plan(&later, own, cwd.as_deref())?;
-        }
-    }
-    // What the last attempt left at the watchdog's own paths (its request, acknowledgment
-    // and step reports): removed, never followed, before the next attempt's are checked.
-    let mut left_behind: Option<RequestPlace> = None;
-    loop {
-        let n = attempts.len() as u32 + 1;
-        if let Some(last) = attempts.last()
-            && session.received_stop() != 0
-        {
-            // Told to stop between two attempts: the signal found no command to reach.
-            terminal::summary("watchdog: not restarted: the watchdog was told to stop.");
-            return Ok(ExitCode::from(last.exit.shell_status()));
-        }
-        let mut attempt_settings = settings.clone();
-        if n > 1
-            && let Some(rec) = &settings.record
-        {
-            attempt_settings.record = Some(attempt_recording(rec, n));
-        }
-        // --max-runtime is the run's: a restarted attempt has what is left of it.
-        if n > 1 {
-            attempt_settings.max_runtime = settings
-                .max_runtime
-                .map(|max| max.saturating_sub(first_start.elapsed()));
-        }
-        if let Some(request) = left_behind.take().filter(|_| !settings.dry_run) {
-            // The new attempt must not save at its first step for the old one's request.
-            for place in [request.clone(), request.ack(), request.sibling(".steps")] {
-                if let Err(e) = place.remove() {
-                    tracing::warn!(
-                        "cannot remove {}: {e}",
-                        watchdog_types::quote::quote_path(&place.path())
-                    );
-                }
-            }
-        }
-        let outputs = Outputs::plan(&attempt_settings, own, cwd.as_deref())?;
-        left_behind = Some(RequestPlace::Path(outputs.request_file.clone()));
-        let mut watch = session.attempt(argv, attempt_settings, outputs, &env)?;
-        watch.attempting = Some(Attempting {
-            attempt: n,
-            stop: session.forward_to.as_ref().map(|to| to.received.clone()),
-            ..Attempting::default()
-        });
-        let (run_id, attempt) = (id.clone(), n);
-        watch.recorder.edit(move |r| {
-            let meta = r.meta_mut();
-            meta.run_id = Some(run_id);
-            meta.attempt = Some(attempt);
-        });
-        start.fit(&mut watch, n, resume.as_ref().and_then(|c| c.step));
-        if n > 1
-            && let Some(prev) = attempts.last()
-        {
-            watch.emit(EventBody::Restart {
-                attempt: n,
-                verdict: prev.verdict.to_string(),
-                resume_from: resume.as_ref().map(|c| c.path.display().to_string()),
-                step: resume.as_ref().and_then(|c| c.step),
-            });
-        }
-        // Each attempt runs on the same loop as a single run.
-        let ended = super::single::watch_one(&mut watch, session.waiting(), published.clone());
-        let exit = match ended {
-            Ended::Target(exit) => exit,
-            Ended::Stopped(sig) => return Ok(ExitCode::from((128 + sig).clamp(0, 255) as u8)),
-        };
-        let lead_s = watch.settings.lead.as_secs_f64();
-        // Lead with the learned save time, and the time to the first step: what another
-        // attempt needs before the job's end to be worth starting.
-        let needs_s = watch.engine.lead_s() + watch.first_step_s.unwrap_or(0.0);
-        let ended_unix = watchdog_alerter::events::unix_time_s(SystemTime::now());
-        watch.attempting.take();
-        let acks = std::mem::take(&mut watch.acks);
-        let (found, acked) = (acks.found, acks.steps);
-        let saved_before_lead = found.iter().any(|c| c.time_unix < ended_unix - lead_s);
-        let resumed_at = resume.as_ref().and_then(|c| c.step);
-        let (step, progress_step) =
-            steps_reached(&acked, ended_unix - lead_s, watch.max_step.max(resumed_at));
-        ledger.extend(found);
-        let (verdict, ends) = watch
-            .last_verdict
-            .take()
-            .map(|(v, e)| (v.kind, e))
-            .unwrap_or((VerdictKind::Unknown, Vec::new()));
-        attempts.push(Attempt {
-            n,
-            verdict,
-            exit,
-            step,
-            progress_step,
-            resumed_from: resume.as_ref().and_then(|c| c.step),
-            resumed: resume.is_some(),
-            saved_before_lead,
-            ends,
-        });
-        drop(watch);
-        let now = Instant::now();
-        restarts.retain(|t| now.duration_since(*t) < HOUR);
-        let stopped_by = match session.received_stop() {
-            0 => None,
-            sig => Some(sig as i32),
-        };
-        let mut next = decide(&policy, &attempts, restarts.len() as u32, stopped_by);
-        let this = attempts.last().cloned();
-        if next == Next::Restart
-            && let Some(this) = &this
-            && this.verdict == VerdictKind::DiskFull
-        {
-            match space_back(this, ledger.last_size()) {
-                Ok(said) if !said.is_empty() => terminal::summary(&format!("watchdog: {said}")),
-                Ok(_) => {}
-                Err(why) => next = Next::Stop(Some(why)),
-            }
-        }
-        if next == Next::Restart
-            && let Some(why) = start.too_late_for_another_attempt(needs_s)
-        {
-            next = Next::Stop(Some(why));
-        }
-        match next {
-            Next::Restart => {
-                restarts.push(now);
-                resume = ledger.resume_from().cloned().or_else(|| {
-                    start.resume.as_ref().map(|r| Checkpoint {
-                        path: r.path.clone(),
-                        step: r.step,
-                        time_unix: 0.0,
-                        size: 0,
-                        mtime_ns: 0,
-                    })
-                });
-                let verdict = this.map_or(VerdictKind::Unknown, |a| a.verdict);
-                env = start.record_env();
-                env.extend([
-                    (
-                        "WATCHDOG_RESTART".into(),
-                        (start.requeues() + n).to_string(),
-                    ),
-                    ("WATCHDOG_LAST_VERDICT".into(), verdict.to_string()),
-                ]);
-                if let Some(c) = &resume {
-                    env.push((
-                        "WATCHDOG_RESUME_FROM".into(),
-                        c.path.to_string_lossy().into_owned(),
-                    ));
-                }
-                terminal::summary(&format!(
-                    "watchdog: restarting (attempt {} of at most {}) after {verdict}, {}",
-                    n + 1,
-                    u64::from(policy.restart) + 1,
-                    match &resume {
-                        Some(c) => format!(
-                            "resuming from {}{}",
-                            watchdog_types::quote::quote_path(&c.path),
-                            c.step.map_or(String::new(), |s| format!(" (step {s})"))
-                        ),
-                        None => "from the start: no acknowledged checkpoint is there unchanged"
-                            .to_string(),
-                    }
-                ));
-            }
-            Next::Stop(why) => {
-                if let Some(why) = why {
-                    terminal::summary(&format!("watchdog: {why}."));
-                }
-                if attempts.len() > 1 {
-                    terminal::summary(&attempts_table(&attempts));
-                }
-                return Ok(ExitCode::from(exit.shell_status()));
-            }
-        }
-    }
-}
-
 impl Watch {
     /// In a `run --restart` attempt: reads the acknowledgment for checkpoints (each with a
     /// path is recorded, with its size and modification time now).
     pub(super) fn check_checkpoints(&mut self) {
-        if self.attempting.is_none()
-            && self.record.is_none()
-            && self.slurm.is_none()
-            && self.notice.is_none()
-            && self.preemption.is_none()
-        {
+        if !self.series.keeps_checkpoints() && !self.notices.any() {
             return;
         }
-        let cwd = self.target.start_cwd.clone().unwrap_or_default();
-        let Some((ack, recorded)) = self.acks.check(&self.request.ack(), &cwd) else {
+        let cwd = self.run.target.start_cwd.clone().unwrap_or_default();
+        let Some((ack, recorded)) = self.replies.acks.check(&self.out.request.ack(), &cwd) else {
             return;
         };
         self.slurm_acknowledged(ack.seq, ack.path.clone(), ack.step);
-        if recorded && let (Some(book), Some(c)) = (&mut self.record, self.acks.found.last()) {
+        if recorded
+            && let (Some(book), Some(c)) = (&mut self.series.record, self.replies.acks.found.last())
+        {
             book.add(c);
         }
-        match (&ack.path, self.acks.found.last()) {
+        match (&ack.path, self.replies.acks.found.last()) {
             (Some(_), Some(c)) if recorded => tracing::info!(
                 "checkpoint {} acknowledged{} ({})",
                 watchdog_types::quote::quote_path(&c.path),
@@ -744,18 +539,15 @@ impl Watch {
     /// step is kept with its time instead): the highest is the attempt's step reached,
     /// which the progress rule compares.
     pub fn saw_step(&mut self, step: u64) {
-        self.max_step = Some(self.max_step.map_or(step, |s| s.max(step)));
-        if self.first_step_s.is_none() {
-            self.first_step_s = Some(self.start.elapsed().as_secs_f64());
-        }
+        self.replies.saw_step(step, self.clock.elapsed_s());
     }
 
     /// A failed attempt's command is gone but processes it started run on: they are ended
     /// (SIGTERM, then SIGKILL after [`SURVIVOR_GRACE`]) so the next attempt has their
     /// memory and GPUs. Called while the survivors are watched.
     pub(super) fn end_failed_survivors(&mut self) {
-        let failed = !matches!(self.target_exit, None | Some(TargetExit::Code(0)));
-        let Some(attempting) = &mut self.attempting else {
+        let failed = self.run.failed();
+        let Some(attempting) = &mut self.series.attempting else {
             return;
         };
         if !failed {
@@ -784,8 +576,8 @@ impl Watch {
     /// timeout, or until the watchdog is told to stop) before the attempt is judged: a
     /// hook may free the space a save needs.
     pub(super) fn let_hooks_finish(&mut self) {
-        let failed = !matches!(self.target_exit, None | Some(TargetExit::Code(0)));
-        let Some(attempting) = self.attempting.as_ref().filter(|_| failed) else {
+        let failed = self.run.failed();
+        let Some(attempting) = self.series.attempting.as_ref().filter(|_| failed) else {
             return;
         };
         let stop = attempting.stop.clone();
@@ -794,10 +586,9 @@ impl Watch {
                 .is_some_and(|s| s.load(Ordering::Relaxed) != 0)
         };
         let until = Instant::now() + self.settings.hook_timeout;
-        while !self.hooks.running().is_empty() && Instant::now() < until && !stopped() {
-            std::thread::sleep(Duration::from_millis(50));
-            self.reap_adopted();
-        }
+        self.courier
+            .wait_for_hooks(until, STOP_LOOKED_AT_EVERY, stopped);
+        self.reap_adopted();
     }
 }
 

@@ -71,7 +71,7 @@ impl Loop for SingleRun<'_> {
             terminal::draw_status(&self.watch.engine.status_line());
         }
         if let Some(published) = &self.published {
-            published.set_targets(vec![self.watch.status(self.watch.start_unix)]);
+            published.set_targets(vec![self.watch.status(self.watch.clock.start_unix)]);
         }
         self.next_status = now + STATUS_EVERY;
     }

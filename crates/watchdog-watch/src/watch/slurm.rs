@@ -189,7 +189,7 @@ impl Watch {
     /// Takes the controller's news (a moved end, a controller that stopped or started
     /// answering) and, near the end, asks it again so the end acted on is fresh.
     pub(super) fn follow_slurm(&mut self) {
-        let Some(end) = self.slurm.as_mut().and_then(|s| s.end.as_mut()) else {
+        let Some(end) = self.series.slurm.as_mut().and_then(|s| s.end.as_mut()) else {
             return;
         };
         let news = end.poller.news();
@@ -221,7 +221,9 @@ impl Watch {
             }
         }
         let lead_s = self.engine.lead_s();
-        let Some(s) = self.slurm.as_mut() else { return };
+        let Some(s) = self.series.slurm.as_mut() else {
+            return;
+        };
         let Some(end) = s.end.as_ref() else { return };
         let left = end_in_s(end.end_ms.load(Ordering::Relaxed));
         let near = left.is_some_and(|l| l <= lead_s + 3.0 * NEAR_END_ASK_EVERY.as_secs_f64());
@@ -237,14 +239,16 @@ impl Watch {
 
     /// A runtime request `seq` went out.
     pub(super) fn slurm_asked(&mut self, seq: u64) {
-        if let Some(s) = &mut self.slurm {
+        if let Some(s) = &mut self.series.slurm {
             s.asked = Some(seq);
         }
     }
 
     /// An acknowledgment came: of the runtime request (or a later one), it may requeue.
     pub(super) fn slurm_acknowledged(&mut self, seq: u64, path: Option<String>, step: Option<u64>) {
-        let Some(s) = &mut self.slurm else { return };
+        let Some(s) = &mut self.series.slurm else {
+            return;
+        };
         if let Some(step) = step {
             s.acked_step = Some(s.acked_step.map_or(step, |a| a.max(step)));
         }
@@ -257,7 +261,9 @@ impl Watch {
     /// again, is still that near (see [`requeue_decision`]).
     pub(super) fn maybe_requeue(&mut self) {
         let lead_s = self.engine.lead_s();
-        let Some(s) = &mut self.slurm else { return };
+        let Some(s) = &mut self.series.slurm else {
+            return;
+        };
         if !s.requeue || s.saved.is_none() || self.settings.dry_run {
             return;
         }
@@ -306,10 +312,10 @@ impl Watch {
                     path,
                     step,
                 });
-                if let Some(log) = &self.events {
+                if let Some(log) = &self.out.events {
                     let _ = log.sync();
                 }
-                if let Some(book) = &mut self.record {
+                if let Some(book) = &mut self.series.record {
                     book.set_verdict(VerdictKind::RuntimeLimit.as_str());
                 }
                 match Controller::of_user(CONTROLLER_TIMEOUT).requeue(job_id) {
@@ -331,7 +337,7 @@ impl Watch {
     /// How the controller says the job ended, for the verdict of a run that did not exit
     /// on its own: its state now, or the requeue this watchdog made.
     pub(super) fn scheduler_end(&self) -> Option<SchedulerEnd> {
-        let s = self.slurm.as_ref()?;
+        let s = self.series.slurm.as_ref()?;
         if REQUEUED.load(Ordering::Relaxed) {
             return Some(SchedulerEnd {
                 kind: VerdictKind::RuntimeLimit,
@@ -341,7 +347,7 @@ impl Watch {
                 ),
             });
         }
-        let service = self.label.slurm.is_some();
+        let service = self.run.label.slurm.is_some();
         let facts = controller(service, Duration::from_secs(3))
             .facts(s.job.id)
             .ok()?;

@@ -16,10 +16,10 @@ impl Watch {
     /// measured now rather than at the exit, when it may be half rewritten.
     pub(super) fn read_steps_and_saves(&mut self, now: Instant) {
         self.check_steps(now, false);
-        if self.engine.alerts_sent() == 0 && now >= self.next_ack {
+        if self.engine.alerts_sent() == 0 && now >= self.replies.next_ack {
             self.check_ack();
             self.check_checkpoints();
-            self.next_ack = now + ACK_CHECK_EVERY;
+            self.replies.next_ack = now + ACK_CHECK_EVERY;
         }
     }
 
@@ -37,9 +37,9 @@ impl Watch {
     /// the exception for the verdict. The ranks' files are looked for on their own
     /// schedule (`StepsIntake::check_ranks_due`), and all of them at the `last` look.
     fn check_steps(&mut self, now: Instant, last: bool) {
-        let target = self.target.pid;
+        let target = self.run.target.pid;
         let sampler = &mut self.sampler;
-        let shared = self.steps.check(|pid| {
+        let shared = self.replies.steps.check(|pid| {
             if pid == target || sampler.tree_pids().contains(&pid) {
                 return true;
             }
@@ -52,9 +52,11 @@ impl Watch {
             self.take_steps(taken, now);
         }
         let ranks = if last {
-            self.steps.check_ranks(self.sampler.tree_pids())
+            self.replies.steps.check_ranks(self.sampler.tree_pids())
         } else {
-            self.steps.check_ranks_due(self.sampler.tree_pids(), now)
+            self.replies
+                .steps
+                .check_ranks_due(self.sampler.tree_pids(), now)
         };
         for taken in ranks {
             self.take_steps(taken, now);
@@ -63,9 +65,9 @@ impl Watch {
 
     /// One writer's new reports to the engine, and its exception.
     fn take_steps(&mut self, taken: crate::steps::Taken, now: Instant) {
-        let (resource, gpu) = self.gpu_view.locate(&taken.device, taken.pid);
-        if resource.is_none() && !self.steps_unmatched_said && !taken.new.is_empty() {
-            self.steps_unmatched_said = true;
+        let (resource, gpu) = self.replies.gpu_view.locate(&taken.device, taken.pid);
+        if resource.is_none() && !self.replies.steps_unmatched_said && !taken.new.is_empty() {
+            self.replies.steps_unmatched_said = true;
             tracing::info!(
                 "the step reports' device ({}) is not a GPU NVML lists: its peaks are not predicted",
                 describe(&taken.device)
@@ -82,7 +84,7 @@ impl Watch {
         for r in taken.new.iter().filter(|r| r.phase == Phase::Train) {
             self.saw_step(r.step);
         }
-        let t_ns = now.duration_since(self.start).as_nanos() as u64;
+        let t_ns = now.duration_since(self.clock.start).as_nanos() as u64;
         let mut actions = Vec::new();
         self.engine.observe_steps(
             &StepBatch {
