@@ -233,6 +233,8 @@ pub const MAX_RANK_FILES: usize = 256;
 
 /// How often the ranks' files are looked for while none has been taken.
 pub const RANK_LOOK_EVERY: Duration = Duration::from_secs(1);
+/// How often the shared step reports file is looked for until reports come in it.
+pub const SHARED_LOOK_EVERY: Duration = Duration::from_millis(100);
 
 /// The path of one rank's step reports: `<request file>.steps.<pid>`.
 pub fn rank_steps_file(request: &RequestPlace, pid: u32) -> RequestPlace {
@@ -333,6 +335,11 @@ pub struct StepsIntake {
     next_rank_look: Option<Instant>,
     /// Whether a rank's file was taken: from then on they are looked at every time.
     ranks_taken: bool,
+    /// When the shared file is next looked for while nothing has been taken from it.
+    next_shared_look: Option<Instant>,
+    /// Whether reports were taken from the shared file: from then on it is looked at every
+    /// time.
+    shared_taken: bool,
     /// Each writer and what was taken from it.
     writers: Vec<Writer>,
     /// The exception taken: its writer and time (or step).
@@ -352,6 +359,8 @@ impl StepsIntake {
             looks: 0,
             next_rank_look: None,
             ranks_taken: false,
+            next_shared_look: None,
+            shared_taken: false,
             writers: Vec::new(),
             exception: None,
             warned: false,
@@ -378,6 +387,19 @@ impl StepsIntake {
         });
         let looked = looked.map_err(|why| (why, self.shared.place.path()));
         self.taken(looked)
+    }
+
+    /// [`check`](Self::check) every time once reports were taken from the shared file, else
+    /// at most every [`SHARED_LOOK_EVERY`]: a run that reports no steps costs a `stat` every
+    /// 100 ms, not one per tick.
+    pub fn check_due(&mut self, now: Instant, in_tree: impl FnMut(u32) -> bool) -> Option<Taken> {
+        if !self.shared_taken && self.next_shared_look.is_some_and(|at| now < at) {
+            return None;
+        }
+        self.next_shared_look = Some(now + SHARED_LOOK_EVERY);
+        let taken = self.check(in_tree);
+        self.shared_taken |= taken.is_some();
+        taken
     }
 
     /// [`check_ranks`](Self::check_ranks) every time once a rank's file was taken, else
@@ -911,6 +933,30 @@ mod tests {
         // The shared file is still read beside them (a single process of the same run).
         std::fs::write(dir.path().join("req.json.steps"), entries(1, 1..=1)).unwrap();
         assert_eq!(intake.check(|p| tree.contains(&p)).unwrap().new.len(), 1);
+    }
+
+    /// Until reports came in the shared file it is looked for every 100 ms, not every
+    /// tick; then every time.
+    #[test]
+    fn the_shared_file_is_looked_for_every_100_ms_until_reports_come() {
+        let dir = tempfile::tempdir().unwrap();
+        let req = dir.path().join("req.json");
+        let shared = dir.path().join("req.json.steps");
+        let mut intake = StepsIntake::new(&at(&req), false);
+        let t0 = Instant::now();
+        assert!(intake.check_due(t0, |_| true).is_none());
+        std::fs::write(&shared, entries(1, 1..=2)).unwrap();
+        let soon = t0 + SHARED_LOOK_EVERY / 2;
+        assert!(intake.check_due(soon, |_| true).is_none(), "not due yet");
+        let due = t0 + SHARED_LOOK_EVERY;
+        assert_eq!(intake.check_due(due, |_| true).unwrap().new.len(), 2);
+        std::fs::write(&shared, entries(1, 3..=3)).unwrap();
+        let next = due + Duration::from_millis(1);
+        assert_eq!(
+            intake.check_due(next, |_| true).unwrap().new.len(),
+            1,
+            "every look now"
+        );
     }
 
     /// Until a rank's file was taken they are looked for once a second (a run without

@@ -39,7 +39,7 @@ impl Watch {
     fn check_steps(&mut self, now: Instant, last: bool) {
         let target = self.run.target.pid;
         let sampler = &mut self.sampler;
-        let shared = self.replies.steps.check(|pid| {
+        let in_tree = |pid| {
             if pid == target || sampler.tree_pids().contains(&pid) {
                 return true;
             }
@@ -47,7 +47,12 @@ impl Watch {
             // spawned) is looked for once more before its file is refused.
             sampler.tree_mut().refresh_if_changed();
             sampler.tree_pids().contains(&pid)
-        });
+        };
+        let shared = if last {
+            self.replies.steps.check(in_tree)
+        } else {
+            self.replies.steps.check_due(now, in_tree)
+        };
         if let Some(taken) = shared {
             self.take_steps(taken, now);
         }
