@@ -37,7 +37,7 @@
 //! reason. `notice_endpoint` overrides the base for every provider (tests use
 //! `http://127.0.0.1:PORT`).
 //!
-//! Sources, per provider: `docs/notices-cloud.md`.
+//! Sources, per provider: `docs/notices.md`.
 
 #![deny(missing_docs)]
 

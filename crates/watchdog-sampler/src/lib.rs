@@ -10,7 +10,7 @@
 //! [`cgroup`] (the target's memory cgroup, v1 and v2), [`tree`] (the process tree, its RSS,
 //! and facts about the target), [`disk`] (filesystems), [`runtime`] (wall time against the
 //! runtime limit), [`shared`] (files read once per tick for all the runs of a service), [`ring`] (the SPSC ring of samples) and [`fake`] (a scripted source for
-//! tests). [`Sampler`] ties them together: one [`Sampler::tick`] per interval.
+//! tests). [`Sampler`] ties them together: one [`Sampler::tick_into`] per wake that has a source due.
 #![deny(missing_docs)]
 
 pub mod cgroup;
