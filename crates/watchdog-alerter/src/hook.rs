@@ -59,6 +59,7 @@ use std::time::{Duration, Instant};
 use rustix::process::{Pid, Signal};
 
 use crate::pidfd::PidFd;
+use watchdog_types::defaults::DEFAULT_HOOK_TIMEOUT;
 use watchdog_types::request::SentRequest;
 
 /// The variables `run --restart` and a requeue set for a restarted command
@@ -70,8 +71,6 @@ pub const RESTART_VARS: [&str; 3] = [
     "WATCHDOG_RESUME_FROM",
 ];
 
-/// How long a hook may run by default (`--hook-timeout`).
-pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a hook's group has between SIGTERM and SIGKILL.
 pub const HOOK_GRACE: Duration = Duration::from_secs(2);
 /// The same as the watchdog exits: short, so a stopped watchdog is gone within a second

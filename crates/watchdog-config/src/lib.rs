@@ -108,7 +108,7 @@ impl Settings {
     /// else 1 s or the interval when that is longer (the engine clamps it further).
     pub fn max_interval(&self) -> Duration {
         self.max_interval.unwrap_or_else(|| {
-            Duration::from_secs_f64(watchdog_predictor::sample_rate::DEFAULT_MAX_INTERVAL_S)
+            Duration::from_secs_f64(watchdog_types::defaults::DEFAULT_MAX_INTERVAL_S)
                 .max(self.interval)
         })
     }
@@ -201,7 +201,7 @@ impl Settings {
                     ),
                 ));
             }
-            if let Err(why) = watchdog_sampler::disk::check_sized(disk) {
+            if let Err(why) = check_sized(disk) {
                 return Err((
                     "disks",
                     format!("cannot watch disk {}: {why}", quoted(disk)),
@@ -290,6 +290,16 @@ impl Settings {
             ));
         }
         Ok(())
+    }
+}
+
+/// Checks that the filesystem holding `path` has a size to watch (the disk source refuses
+/// one that has none, later); the error says why not.
+fn check_sized(path: &Path) -> Result<(), String> {
+    match rustix::fs::statvfs(path) {
+        Ok(s) if s.f_blocks == 0 => Err(watchdog_types::fs::NO_SIZE.to_string()),
+        Ok(_) => Ok(()),
+        Err(e) => Err(e.to_string()),
     }
 }
 
@@ -748,6 +758,22 @@ mod tests {
         text.push('\n');
         std::fs::write(&path, &text).unwrap();
         assert!(load_file(&path).unwrap_err().contains("larger than 1 MiB"));
+    }
+
+    /// `--disk /proc` was watched as "limit 0 B": a filesystem with no size is refused when
+    /// the settings are checked, and the root filesystem has one.
+    #[test]
+    fn a_disk_with_no_size_is_refused() {
+        let flags = WatchOptions {
+            disks: Some(vec!["/proc".into()]),
+            ..Default::default()
+        };
+        let e = Settings::resolve(&flags).unwrap_err();
+        assert_eq!(
+            e,
+            format!("cannot watch disk '/proc': {}", watchdog_types::fs::NO_SIZE)
+        );
+        assert_eq!(check_sized(Path::new("/")), Ok(()));
     }
 
     /// A quote in the path paired with the message's own quotes, so the clipping of

@@ -275,7 +275,7 @@ settings! {
     }
 
     /// How long a hook may run before it is ended.
-    hook_timeout: Duration, default watchdog_alerter::hook::DEFAULT_HOOK_TIMEOUT, file "crate::de_duration";
+    hook_timeout: Duration, default watchdog_types::defaults::DEFAULT_HOOK_TIMEOUT, file "crate::de_duration";
     flag {
         /// How long an --on-alert hook may run before its process group is ended (SIGTERM,
         /// then SIGKILL 2 s later) [default: 60s].

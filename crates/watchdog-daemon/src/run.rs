@@ -426,6 +426,7 @@ impl<'a> Service<'a> {
             runs,
             socket,
             metrics,
+            gpu,
             ..
         } = self;
         let _ = notifier.stopping();
@@ -444,6 +445,7 @@ impl<'a> Service<'a> {
         );
         drop(socket);
         drop(metrics);
+        drop(gpu);
     }
 }
 

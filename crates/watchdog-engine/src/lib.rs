@@ -255,7 +255,7 @@ impl Engine {
             step_peaks: Vec::new(),
             save_s: 0.0,
             cuda_oom: None,
-            max_interval_s: sample_rate::DEFAULT_MAX_INTERVAL_S,
+            max_interval_s: watchdog_types::defaults::DEFAULT_MAX_INTERVAL_S,
             last_t_s: 0.0,
         };
         for r in resources {

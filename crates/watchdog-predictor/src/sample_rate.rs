@@ -15,8 +15,7 @@
 //! bucket a saw-tooth's troughs were learned as steps). The rule and its measurements are
 //! in `docs/prediction.md` ("Sampling rates").
 
-/// The default longest interval between two samples of a far resource, seconds.
-pub const DEFAULT_MAX_INTERVAL_S: f64 = 1.0;
+use watchdog_types::defaults::DEFAULT_MAX_INTERVAL_S;
 
 /// Samples every bucket gets at the least, as at the fixed rate (a bucket is at least
 /// four intervals wide): its span is the usage's jitter the step learner and the trend's

@@ -121,7 +121,7 @@ impl Filesystem {
         if figures.blocks == 0 {
             return Err(SourceError::Parse {
                 path: path.display().to_string(),
-                what: NO_SIZE.to_string(),
+                what: watchdog_types::fs::NO_SIZE.to_string(),
             });
         }
         let shown = path.display().to_string();
@@ -201,18 +201,6 @@ impl Source for Filesystem {
             });
         }
         Ok(Outcome::Sampled)
-    }
-}
-
-/// Why a filesystem with no size cannot be watched.
-const NO_SIZE: &str = "the filesystem reports no size (statvfs f_blocks is 0), as /proc and /sys do: there is nothing to run out of";
-
-/// Checks that the filesystem holding `path` has a size to watch; the error says why not.
-pub fn check_sized(path: &Path) -> Result<(), String> {
-    match rustix::fs::statvfs(path) {
-        Ok(s) if s.f_blocks == 0 => Err(NO_SIZE.to_string()),
-        Ok(_) => Ok(()),
-        Err(e) => Err(e.to_string()),
     }
 }
 
@@ -357,8 +345,6 @@ mod tests {
             err.contains("/proc") && err.contains("reports no size"),
             "{err}"
         );
-        assert!(check_sized(Path::new("/proc")).is_err());
-        assert_eq!(check_sized(Path::new("/")), Ok(()));
     }
 
     /// `--disk P --disk P/.` watched one filesystem several times.

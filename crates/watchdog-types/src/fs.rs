@@ -95,6 +95,10 @@ pub fn kernel_filesystem(f_type: impl Into<i64>) -> Option<&'static str> {
         .map(|(_, name)| *name)
 }
 
+/// Why a filesystem that reports no size cannot be watched: said by the config's check of
+/// `disks` and by the sampler's disk source, each after its own `statvfs`.
+pub const NO_SIZE: &str = "the filesystem reports no size (statvfs f_blocks is 0), as /proc and /sys do: there is nothing to run out of";
+
 /// The directory a file path is in: its parent, or `.` for a bare file name.
 pub fn parent_dir(path: &Path) -> &Path {
     match path.parent() {

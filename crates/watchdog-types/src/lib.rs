@@ -9,9 +9,11 @@
 //! command line and the config file live in [`units`]; the names of the enums (as
 //! serde writes them) in [`names`]; the
 //! atomic file write every output uses in [`fs`]; the checkpoint request, from the
-//! engine's decision to the request file's JSON, in [`request`].
+//! engine's decision to the request file's JSON, in [`request`]; the defaults of settings
+//! a crate below the config needs too, in [`defaults`].
 #![deny(missing_docs)]
 
+pub mod defaults;
 pub mod environment;
 pub mod fs;
 pub mod names;
