@@ -1,6 +1,7 @@
 """``attach()``: the binary started from the training process itself, for notebooks.
 
-Finding the binary, turning ``attach()``'s keywords into its flags (:data:`_OPTIONS`), starting it in its own session and waiting
+Finding the binary, turning ``attach()``'s keywords into its flags (:data:`_OPTIONS`, which a
+test keeps in step with the binary's ``--help``), starting it in its own session and waiting
 for its ``--ready-fd`` line, the handle that stops it, and putting back what ``attach()``
 changed in this process. At most one watchdog is attached at a time.
 """
@@ -34,23 +35,36 @@ _OWN_FLAGS = {
     "--signal": "use attach(sig=...)",
     "--ready-fd": "attach() uses it to learn that the watchdog is watching",
 }
-# attach()'s keyword options: name -> (the binary's flag, kind of value).
+# attach()'s keyword options: name -> (the binary's flag, kind of value). Every flag the binary's
+# `--pid` takes has one here, but the ones attach() sets itself (_OWN_FLAGS, `sig`,
+# `request_file`); python/tests/test_flags.py compares this table with the binary's --help.
 _OPTIONS = {
-    "lead": ("--lead", "duration"),
+    "metrics": ("--metrics", "text"),
+    "config": ("--config", "path"),
     "interval": ("--interval", "duration"),
+    "max_interval": ("--max-interval", "duration"),
+    "lead": ("--lead", "duration"),
     "mem_limit": ("--mem-limit", "size"),
+    "disk": ("--disk", "paths"),
     "max_runtime": ("--max-runtime", "duration"),
     "deadline": ("--deadline", "deadline"),
-    "disk": ("--disk", "paths"),
     "events": ("--events", "path"),
+    "on_alert": ("--on-alert", "text"),
+    "hook_timeout": ("--hook-timeout", "duration"),
     "record": ("--record", "path"),
     "record_window": ("--record-window", "duration"),
-    "on_alert": ("--on-alert", "text"),
+    "dry_run": ("--dry-run", "flag"),
     "gpu": ("--gpu", "text"),
     "floor": ("--floor", "number"),
-    "config": ("--config", "path"),
-    "dry_run": ("--dry-run", "flag"),
     "notify": ("--no-notify", "negated"),
+    "status": ("--no-status", "negated"),
+    "log_format": ("--log-format", "text"),
+    "slurm_poll": ("--slurm-poll", "duration"),
+    "checkpoint_record": ("--checkpoint-record", "path"),
+    "term_grace": ("--term-grace", "duration"),
+    "notice": ("--notice", "text"),
+    "notice_endpoint": ("--notice-endpoint", "text"),
+    "notice_interval": ("--notice-interval", "duration"),
 }
 _MISSING = object()
 
@@ -483,14 +497,18 @@ def _start_failure(process, command, log_path, timed_out):
 def attach(watchdog="watchdog", args=(), request_file=None, sig=None, on_term=None, **options):
     """Start ``watchdog --pid <this process>`` in the background (for notebooks) and install the handler.
 
-    Options are keywords named after the binary's flags, e.g.
-    ``attach(mem_limit="12GiB", lead="60s")``: ``lead``, ``interval``, ``max_runtime`` and
-    ``record_window`` (seconds as a number, a ``timedelta`` or a string such as ``"1h30m"``),
-    ``mem_limit`` (bytes or ``"12GiB"``), ``deadline``, ``disk`` (one path or a list),
-    ``events``, ``record``, ``on_alert``, ``gpu``, ``floor``, ``config``, ``dry_run`` and
-    ``notify``; any other flag goes in ``args``. ``sig`` is the checkpoint signal (default
-    ``$WATCHDOG_SIGNAL``, else SIGUSR1); ``request_file`` defaults to one in a new temporary
-    directory ``training-watchdog-*``, which also holds the watchdog's log.
+    Options are keywords named after the binary's flags (dashes as underscores), e.g.
+    ``attach(mem_limit="12GiB", lead="60s")``; every flag ``watchdog --pid`` takes has one.
+    Durations (``interval``, ``max_interval``, ``lead``, ``max_runtime``, ``hook_timeout``,
+    ``record_window``, ``slurm_poll``, ``term_grace``, ``notice_interval``): seconds as a
+    number, a ``timedelta`` or a string such as ``"1h30m"``; ``mem_limit``: bytes or
+    ``"12GiB"``; ``disk``: one path or a list; ``deadline``: an aware ``datetime`` or RFC 3339
+    text; ``dry_run``: True; ``notify=False`` and ``status=False`` for ``--no-notify`` and
+    ``--no-status``; the others (``metrics``, ``config``, ``events``, ``on_alert``, ``record``,
+    ``gpu``, ``floor``, ``log_format``, ``checkpoint_record``, ``notice``, ``notice_endpoint``)
+    as the flag takes them. Flags may also go in ``args``. ``sig`` is the checkpoint signal
+    (default ``$WATCHDOG_SIGNAL``, else SIGUSR1); ``request_file`` defaults to one in a new
+    temporary directory ``training-watchdog-*``, which also holds the watchdog's log.
 
     The binary: ``watchdog`` if it is a path, else ``$WATCHDOG_BIN``, else ``watchdog`` beside
     ``sys.executable`` (where ``pip install training-watchdog`` puts it: found even when the
