@@ -187,7 +187,6 @@ from training_watchdog._signals import (  # noqa: F401
 )
 from training_watchdog._units import (  # noqa: F401
     _CRASH_SIGNALS,
-    _DURATION_PART,
     _DURATION_UNITS,
     _RT_NAME,
     _SIGNAL_EXPECTED,

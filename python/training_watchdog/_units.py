@@ -1,8 +1,9 @@
 """The binary's units as the client reads them: signal names and numbers, durations.
 
-The parsers here follow ``crates/watchdog-types/src/units.rs`` (``parse_signal``,
-``parse_duration``); they also say whether a signal may be the checkpoint signal, and write a
-number of seconds as the binary's flags take it. Sizes are never parsed here: ``attach()`` passes a
+The parsers here agree with ``crates/watchdog-types/src/units.rs`` (``parse_signal``,
+``parse_duration``) on every case of ``tests/cases/units.json``, which both sides test
+against; they also say whether a signal may be the checkpoint signal, and write a number of
+seconds as the binary's flags take it. Sizes are never parsed here: ``attach()`` passes a
 size's text to the binary, which checks it.
 """
 
@@ -12,6 +13,12 @@ import signal
 
 from training_watchdog import _defaults
 
+
+# What Rust's str::trim takes away (the Unicode White_Space characters); str.strip() also takes
+# U+001C..U+001F, which the binary keeps (and so refuses).
+_WHITE_SPACE = ("\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007"
+                "\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
+_DIGITS = "0123456789"
 
 # The standard signals the binary knows by name (crates/watchdog-types/src/units.rs, SIGNALS);
 # it also reads IOT as ABRT. Aliases Python knows beyond these (CLD, POLL) are refused, as there.
@@ -34,8 +41,8 @@ _SIGNAL_EXPECTED = "expected e.g. SIGUSR1, USR2, 10 or SIGRTMIN+2"
 def _resolve_signal(sig=None):
     """Signal number from an int, a numeric string or a name, as the watchdog writes them.
 
-    Names with or without ``SIG``, any case: ``SIGUSR1``, ``USR1``, and the real-time
-    ``SIGRTMIN``, ``SIGRTMIN+n``, ``SIGRTMAX-n``, ``SIGRTMAX`` (computed from
+    Names with or without ``SIG``, in any case of their ASCII letters: ``SIGUSR1``, ``usr1``,
+    and the real-time ``SIGRTMIN``, ``SIGRTMIN+n``, ``SIGRTMAX-n``, ``SIGRTMAX`` (computed from
     ``signal.SIGRTMIN``/``signal.SIGRTMAX``, as the binary does at run time). Raises
     ValueError for anything else, or a real-time offset outside SIGRTMIN..SIGRTMAX. Whether
     the number may be the checkpoint signal is :func:`_checkpoint_signal`'s question.
@@ -44,7 +51,8 @@ def _resolve_signal(sig=None):
         sig = os.environ.get("WATCHDOG_SIGNAL") or _defaults.SIGNAL
     if isinstance(sig, int) and not isinstance(sig, bool):
         return int(sig)
-    text = str(sig).strip().upper() if isinstance(sig, str) else ""
+    # The binary's trim and upper-casing: only ASCII letters change case ("\u017fIG" is no "SIG").
+    text = "".join(c.upper() if c.isascii() else c for c in sig.strip(_WHITE_SPACE)) if isinstance(sig, str) else ""
     if re.fullmatch(r"[0-9]+", text):
         return int(text)
     name = text[3:] if text.startswith("SIG") else text
@@ -127,20 +135,42 @@ def _signal_name(signum):
         return str(signum)
 
 
-_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]*)?)(ns|us|µs|ms|secs|sec|s|mins|min|m|hrs|hr|h|d)")
-_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0, "secs": 1.0,
+# The binary's duration units (parse_duration in crates/watchdog-types/src/units.rs).
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "\u00b5s": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0, "secs": 1.0,
                    "m": 60.0, "min": 60.0, "mins": 60.0, "h": 3600.0, "hr": 3600.0, "hrs": 3600.0,
                    "d": 86400.0}
+# A number as Rust's f64 parser takes one made of digits and dots only: "5", "5.", ".5", "1.5".
+_DURATION_NUMBER = re.compile(r"[0-9]+\.?[0-9]*|\.[0-9]+")
+# The binary's largest duration, in seconds.
+_MAX_DURATION_S = 1e12
 
 
 def _duration_seconds(text):
-    """Seconds of a duration such as ``"20ms"``, ``"1.5s"`` or ``"1m30s"``; None otherwise."""
-    text = str(text).strip()
-    if text == "0":
+    """Seconds of a duration such as ``"20ms"``, ``"1.5s"``, ``"1h 30m"`` or ``"0"``; None where
+    the binary's ``parse_duration`` refuses it (tests/cases/units.json holds the cases).
+
+    Parts of a number (digits and at most one dot) and a unit, summed; white space around the
+    text and around a unit is ignored; a bare ``0`` needs no unit; at most 10^12 s."""
+    rest = str(text).strip(_WHITE_SPACE)
+    if rest == "0":
         return 0.0
-    if not text or _DURATION_PART.sub("", text):
+    if not rest:
         return None
-    return sum(float(n) * _DURATION_UNITS[u] for n, u in _DURATION_PART.findall(text))
+    total = 0.0
+    while rest:
+        end = next((i for i, c in enumerate(rest) if c not in _DIGITS and c != "."), None)
+        if end is None or not _DURATION_NUMBER.fullmatch(rest[:end]):
+            return None
+        number, rest = float(rest[:end]), rest[end:]
+        end = next((i for i, c in enumerate(rest) if c in _DIGITS or c == "."), len(rest))
+        scale = _DURATION_UNITS.get(rest[:end].strip(_WHITE_SPACE))
+        if scale is None:
+            return None
+        total += number * scale
+        rest = rest[end:]
+    if total != total or total > _MAX_DURATION_S:  # NaN cannot come, but inf can
+        return None
+    return total
 
 
 def _seconds_text(name, value):
