@@ -261,7 +261,7 @@ class RequestFileTests(Base):
         self.assertTrue(tw.checkpoint_requested())
         self.assertEqual(tw.acknowledge(), 1)
         os.kill(os.getpid(), signal.SIGUSR1)
-        self.assertTrue(wait_until(lambda: tw._flag))
+        self.assertTrue(wait_until(lambda: tw._signals._flag))
         self.assertFalse(tw.checkpoint_requested())
         self.assertFalse(tw.checkpoint_requested())
         write_request(self.req, 2)
@@ -275,13 +275,13 @@ class RequestFileTests(Base):
         self.assertTrue(tw.checkpoint_requested())
         self.assertEqual(tw.acknowledge(), 1)
         os.kill(os.getpid(), signal.SIGUSR1)
-        self.assertTrue(wait_until(lambda: tw._flag))
+        self.assertTrue(wait_until(lambda: tw._signals._flag))
         self.assertTrue(tw.checkpoint_requested())
 
     def test_a_signal_without_a_request_file_is_a_request(self):
         tw.install()
         os.kill(os.getpid(), signal.SIGUSR1)
-        self.assertTrue(wait_until(lambda: tw._flag))
+        self.assertTrue(wait_until(lambda: tw._signals._flag))
         self.assertTrue(tw.checkpoint_requested())
 
     def test_ack_symlink_not_followed(self):
@@ -370,11 +370,11 @@ class AttachTests(Base):
         os.mkdir(self.tmp)
         self.saved_tempdir = tempfile.tempdir
         tempfile.tempdir = self.tmp  # so the test sees every training-watchdog-* directory
-        self.saved_timeout = tw._READY_TIMEOUT_S
+        self.saved_timeout = tw._process._READY_TIMEOUT_S
 
     def tearDown(self):
         tw._reset()  # stops a watchdog a failed test left attached
-        tw._READY_TIMEOUT_S = self.saved_timeout
+        tw._process._READY_TIMEOUT_S = self.saved_timeout
         tempfile.tempdir = self.saved_tempdir
         for k, v in self.more_env.items():
             if v is None:
@@ -535,7 +535,7 @@ class AttachTests(Base):
         self.assertIn("status 1", str(cm.exception))
         self.assertIn("boom", str(cm.exception))
         os.environ["FAKE_MODE"] = "silent"  # never says it is watching
-        tw._READY_TIMEOUT_S = 1.0
+        tw._process._READY_TIMEOUT_S = 1.0
         with self.assertRaises(RuntimeError) as cm:
             tw.attach(watchdog=path)
         self.assertIn("did not say it was watching", str(cm.exception))

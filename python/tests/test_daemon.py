@@ -111,15 +111,15 @@ class PerUserLookupTests(DaemonBase):
     def test_ancestors_are_read_once_per_process(self):
         self.assertIsNone(tw.request_file())
         calls = []
-        real = tw._ancestors
-        tw._ancestors = lambda pid: calls.append(pid) or real(pid)
+        real = tw._service._ancestors
+        tw._service._ancestors = lambda pid: calls.append(pid) or real(pid)
         try:
             for _ in range(100):
                 tw.checkpoint_requested()
             write_request(self.file_of(os.getpid()), 1)
             self.assertTrue(tw.checkpoint_requested())
         finally:
-            tw._ancestors = real
+            tw._service._ancestors = real
         self.assertEqual(calls, [])
 
     def test_a_file_created_after_a_quiet_look_is_found(self):

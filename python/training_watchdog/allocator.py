@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 
-import training_watchdog as _tw
+from training_watchdog import _files, _messages, _service, _units
 
 __all__ = ["report_step", "report_exception", "flush"]
 
@@ -120,7 +120,7 @@ def _warn(what, error):
         import warnings
 
         warnings.warn("training_watchdog: %s: %s; step reports go on without it" % (what, error),
-                      RuntimeWarning, stacklevel=_tw._caller_stacklevel())
+                      RuntimeWarning, stacklevel=_messages._caller_stacklevel())
     except Exception:
         pass
 
@@ -200,9 +200,9 @@ def _count(name, value):
     except Exception:
         as_int = None
     if as_int is None:
-        raise ValueError("%s=%s: expected a whole number" % (name, _tw._safe_repr(value)))
+        raise ValueError("%s=%s: expected a whole number" % (name, _messages._safe_repr(value)))
     if not 0 <= as_int <= MAX_COUNT:
-        raise ValueError("%s=%s: expected 0 to 2**64 - 1" % (name, _tw._safe_repr(value)))
+        raise ValueError("%s=%s: expected 0 to 2**64 - 1" % (name, _messages._safe_repr(value)))
     return as_int
 
 
@@ -215,7 +215,7 @@ def _phase(phase):
                 return text
     except Exception:
         pass
-    raise ValueError("phase=%s: expected one of %s" % (_tw._safe_repr(phase), ", ".join(PHASES)))
+    raise ValueError("phase=%s: expected one of %s" % (_messages._safe_repr(phase), ", ".join(PHASES)))
 
 
 def _arguments(step, phase, batch_size, tokens, reset_peak):
@@ -229,7 +229,7 @@ def _arguments(step, phase, batch_size, tokens, reset_peak):
     try:
         reset_peak = bool(reset_peak)
     except Exception:
-        raise ValueError("reset_peak=%s: expected True or False" % _tw._safe_repr(reset_peak)) from None
+        raise ValueError("reset_peak=%s: expected True or False" % _messages._safe_repr(reset_peak)) from None
     return step, phase, batch_size, tokens, reset_peak
 
 
@@ -242,7 +242,7 @@ def _interval():
             try:
                 value = float(text)
             except ValueError:
-                value = _tw._duration_seconds(text)  # "100ms", as the binary's flag takes it
+                value = _units._duration_seconds(text)  # "100ms", as the binary's flag takes it
             if value is not None and 0 <= value < float("inf"):
                 seconds = value
             else:
@@ -318,7 +318,7 @@ def _write(now):
     """Write every entry the watchdog has not read (and an exception) to ``<request file>`` and
     :func:`_suffix`."""
     _state.last_write = now
-    path = _tw._request_file_or_register()
+    path = _service._request_file_or_register()
     if not path:
         return False  # no watchdog yet: the entries wait (folded) for one
     path += _suffix()
@@ -338,7 +338,7 @@ def _write(now):
         cap //= 2
         entries = _fold(entries, cap)
         data = _body(entries)
-    _tw._write_atomic(path, data, sync=False)
+    _files._write_atomic(path, data, sync=False)
     _state.path = path
     _state.unread = entries
     _state.pending = []
@@ -389,7 +389,7 @@ def report_step(step, phase="train", batch_size=None, tokens=None, reset_peak=Tr
                 _write(now)
         return True
     except Exception as e:
-        _warn("cannot report the allocator's figures", _tw._failure(e))
+        _warn("cannot report the allocator's figures", _messages._failure(e))
         return False
 
 
@@ -426,7 +426,7 @@ def _is_cuda_oom(exc):
         kind = getattr(owner, "OutOfMemoryError", None)
         if isinstance(kind, type) and isinstance(exc, kind):
             return True
-    return "out of memory" in _tw._message(exc).lower()
+    return "out of memory" in _messages._message(exc).lower()
 
 
 def report_exception(exc, step=None, phase=None):
@@ -454,7 +454,7 @@ def report_exception(exc, step=None, phase=None):
                 pass
             record["time_unix"] = round(time.time(), 6)
             # As UTF-8 the watchdog can read: a lone surrogate would make it refuse the file.
-            record["message"] = _tw._message(exc)[:MAX_MESSAGE].encode("utf-8", "replace").decode("utf-8")
+            record["message"] = _messages._message(exc)[:MAX_MESSAGE].encode("utf-8", "replace").decode("utf-8")
             cuda = _cuda()
             if cuda is not None:
                 try:
@@ -467,7 +467,7 @@ def report_exception(exc, step=None, phase=None):
             _state.exception_written = False
             return _write(time.monotonic())
     except Exception as e:
-        _warn("cannot report the CUDA out-of-memory error", _tw._failure(e))
+        _warn("cannot report the CUDA out-of-memory error", _messages._failure(e))
         return False
 
 
@@ -479,7 +479,7 @@ def flush():
             if _state.pending:
                 _write(time.monotonic())
     except Exception as e:
-        _warn("cannot write the step reports", _tw._failure(e))
+        _warn("cannot write the step reports", _messages._failure(e))
 
 
 def _register_flush():

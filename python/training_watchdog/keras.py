@@ -41,6 +41,7 @@ Imports keras; the rest of the package does not.
 import keras
 
 import training_watchdog as _tw
+from training_watchdog import _messages, _signals
 from training_watchdog import allocator as _allocator
 from training_watchdog import oom as _oom
 from training_watchdog.distributed import Agreement
@@ -64,7 +65,7 @@ class WatchdogCallback(keras.callbacks.Callback):
 
     def __init__(self, backup=None, filepath=None, sig=None, agreement=None, reset_peak=True, on_term=None):
         super().__init__()
-        _tw._check_on_term(on_term)
+        _signals._check_on_term(on_term)
         self.on_term = on_term
         if (backup is None) == (filepath is None):
             raise ValueError(
@@ -96,7 +97,7 @@ class WatchdogCallback(keras.callbacks.Callback):
         self._fitting = False
         _allocator.flush()
         if self.on_term is not None:
-            _tw._release_term()  # a SIGTERM that came ends the process now
+            _signals._release_term()  # a SIGTERM that came ends the process now
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
@@ -171,7 +172,7 @@ class last_chance(_oom.LastChance):  # noqa: N801  (used as a function: ``with l
         super().__init__(timeout=timeout)
         if not isinstance(callback, WatchdogCallback):
             raise TypeError("last_chance(callback=%s): expected the training_watchdog.keras.WatchdogCallback "
-                            "given to fit()" % _tw._safe_repr(callback))
+                            "given to fit()" % _messages._safe_repr(callback))
         self.callback = callback
 
     def _current_step(self):

@@ -68,6 +68,7 @@ from lightning.pytorch.callbacks import DeviceStatsMonitor
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 import training_watchdog as _tw
+from training_watchdog import _signals, _units
 from training_watchdog import allocator as _allocator
 from training_watchdog import oom as _oom
 from training_watchdog import resume as _resume
@@ -152,7 +153,7 @@ class WatchdogCallback(pl.Callback):
 
     def __init__(self, dirpath=None, every=DEFAULT_EVERY, sig=None, reset_peak=None, on_term=None):
         super().__init__()
-        _tw._check_on_term(on_term)
+        _signals._check_on_term(on_term)
         self.on_term = on_term
         self.dirpath = None if dirpath is None else str(dirpath)
         self.every = every
@@ -167,14 +168,14 @@ class WatchdogCallback(pl.Callback):
     def setup(self, trainer, pl_module, stage):
         if stage != "fit":
             return
-        signum = _tw._checkpoint_signal(self.sig)[0]
+        signum = _units._checkpoint_signal(self.sig)[0]
         self._share_with_lightning = _requeue_signal(trainer) == signum
         if not self._share_with_lightning:
             _tw.install(signum)
         if self.on_term is not None:
-            _tw._check_term_signal(signum, self.on_term)
+            _signals._check_term_signal(signum, self.on_term)
             # Before Lightning's handler (registered after setup), which keeps ours in its chain.
-            _tw._take_sigterm(deferred=True)
+            _signals._take_sigterm(deferred=True)
         strategy = trainer.strategy
         self.agreement = Agreement(
             self.every,
@@ -184,7 +185,7 @@ class WatchdogCallback(pl.Callback):
 
     def on_train_start(self, trainer, pl_module):
         if self._share_with_lightning:
-            self._install_dispatcher(_tw._checkpoint_signal(self.sig)[0])
+            self._install_dispatcher(_units._checkpoint_signal(self.sig)[0])
 
     @staticmethod
     def _install_dispatcher(signum):
@@ -249,18 +250,18 @@ class WatchdogCallback(pl.Callback):
         if getattr(trainer.state, "fn", None) != "fit":
             return
         if self.on_term is not None and isinstance(exception, SIGTERMException):
-            if _tw._term_pending():
+            if _signals._term_pending():
                 self._save_on_term(trainer)
             return  # the process ends at exit, with SIGTERM (status 143)
         _oom.rescue(exception, lambda: self._save_alone(trainer), step=trainer.global_step,
                     phase=_phase(trainer))
         if self.on_term is not None:
-            _tw._release_term()
+            _signals._release_term()
 
     def teardown(self, trainer, pl_module, stage):
         # fit() ended normally: SIGTERM goes back to what it was, or ends the process if it came.
         if stage == "fit" and self.on_term is not None:
-            _tw._release_term()
+            _signals._release_term()
 
     def _save_on_term(self, trainer):
         """The save for a SIGTERM that Lightning's ``SIGTERMException`` reached before a batch

@@ -56,6 +56,7 @@ import time
 import traceback
 
 import training_watchdog as _tw
+from training_watchdog import _defaults, _messages
 from training_watchdog import allocator
 
 __all__ = ["CAUSE", "DEFAULT_TIMEOUT_S", "LastChance", "free_memory", "is_cuda_oom", "rescue", "sharded"]
@@ -63,7 +64,7 @@ __all__ = ["CAUSE", "DEFAULT_TIMEOUT_S", "LastChance", "free_memory", "is_cuda_o
 #: The ``cause`` of the acknowledgment written after a last-chance save.
 CAUSE = "cuda_oom"
 #: Seconds a last-chance save may take before it is stopped (or said to be late; see above).
-DEFAULT_TIMEOUT_S = _tw._LAST_CHANCE_TIMEOUT_S
+DEFAULT_TIMEOUT_S = _defaults.LAST_CHANCE_TIMEOUT_S
 
 # Set on an exception once handled: Lightning's hook and a context manager around fit() both
 # see the same exception, and it is saved once.
@@ -86,7 +87,7 @@ def is_cuda_oom(exc):
             oom = getattr(torch, "OutOfMemoryError", None)
             if isinstance(oom, type) and isinstance(exc, oom):
                 return True
-            if isinstance(exc, RuntimeError) and _MESSAGE in _tw._message(exc):
+            if isinstance(exc, RuntimeError) and _MESSAGE in _messages._message(exc):
                 return True
             exc = exc.__cause__
     except Exception:
@@ -108,7 +109,7 @@ def _report_exception(exc, step, phase):
     try:
         allocator.report_exception(exc, step=step, phase=phase)
     except Exception as e:  # a report must never stop the save
-        _log("cannot report the CUDA out-of-memory error to the watchdog: %s" % _tw._failure(e))
+        _log("cannot report the CUDA out-of-memory error to the watchdog: %s" % _messages._failure(e))
 
 
 def free_memory(exc):
@@ -124,7 +125,7 @@ def free_memory(exc):
         if cuda is not None and cuda.is_initialized():
             cuda.empty_cache()
     except Exception as e:
-        _log("cannot empty the CUDA cache: %s" % _tw._failure(e))
+        _log("cannot empty the CUDA cache: %s" % _messages._failure(e))
 
 
 def rescue(exc, save, step=None, phase="train", timeout=DEFAULT_TIMEOUT_S):
@@ -141,7 +142,7 @@ def rescue(exc, save, step=None, phase="train", timeout=DEFAULT_TIMEOUT_S):
         return _rescue(exc, save, step, phase, timeout)
     except BaseException as e:  # never in the original error's place
         _failed(exc, "the last-chance save after a CUDA out-of-memory error was interrupted by %s"
-                % _tw._safe_repr(e))
+                % _messages._safe_repr(e))
         return None
 
 
@@ -164,11 +165,11 @@ def _rescue(exc, save, step, phase, timeout):
                 "timeout) and was stopped" % timeout)
         return None
     except Exception as e:
-        _failed(exc, "the last-chance save after a CUDA out-of-memory error failed: %s" % _tw._failure(e))
+        _failed(exc, "the last-chance save after a CUDA out-of-memory error failed: %s" % _messages._failure(e))
         return None
     except BaseException as e:  # KeyboardInterrupt, SystemExit: noted, never raised in its place
         _failed(exc, "the last-chance save after a CUDA out-of-memory error was interrupted by %s"
-                % _tw._safe_repr(e))
+                % _messages._safe_repr(e))
         return None
     took = time.monotonic() - started
     if timeout is not None and took > timeout:
@@ -177,8 +178,8 @@ def _rescue(exc, save, step, phase, timeout):
     try:
         _tw.acknowledge(path=path, step=saved_step, cause=CAUSE)
     except Exception as e:
-        _log("cannot acknowledge the last-chance save: %s" % _tw._failure(e))
-    where = "" if saved_step is None else " at step %s" % _tw._message(saved_step)  # any step the caller set
+        _log("cannot acknowledge the last-chance save: %s" % _messages._failure(e))
+    where = "" if saved_step is None else " at step %s" % _messages._message(saved_step)  # any step the caller set
     if path is not None:
         where += " to %s" % path
     _log("CUDA out of memory: the run was saved%s before the error ends it" % where)
@@ -217,7 +218,7 @@ def _check_timeout(timeout):
         seconds = None
     if seconds is None or not (seconds > 0 and math.isfinite(seconds)):
         raise ValueError("last_chance(timeout=%s): expected seconds, more than 0, or None for no bound"
-                         % _tw._safe_repr(timeout))
+                         % _messages._safe_repr(timeout))
     return seconds
 
 
@@ -308,7 +309,7 @@ class LastChance:
     def __init__(self, save=None, step=None, phase="train", timeout=DEFAULT_TIMEOUT_S):
         if save is not None and not callable(save):
             raise TypeError("last_chance(save=%s): expected a function that saves and returns the path"
-                            % _tw._safe_repr(save))
+                            % _messages._safe_repr(save))
         self.save = save
         self.step = step
         self.phase = phase

@@ -30,7 +30,7 @@ import os
 import stat
 import sys
 
-import training_watchdog as _tw
+from training_watchdog import _files, _messages
 
 __all__ = ["Entry", "RECORD_NAME", "record_path", "run_key", "read", "entries", "newest_complete",
            "claimed_by_others", "measure"]
@@ -90,11 +90,11 @@ def read(path=None):
     except OSError:  # the current directory is gone, and a record in it with it
         return []
     try:
-        data = _tw._read_capped(path, _MAX_RECORD_BYTES, owner=os.geteuid())
+        data = _files._read_capped(path, _MAX_RECORD_BYTES, owner=os.geteuid())
         if data is None:
             return []
-        return _parse(_tw._parse_object(data), os.path.dirname(path))
-    except (_tw._Unfit, _Garbage) as e:
+        return _parse(_files._parse_object(data), os.path.dirname(path))
+    except (_files._Unfit, _Garbage) as e:
         why = str(e)
     except Exception as e:  # a reader of a hint never ends the run
         why = "%s: %s" % (type(e).__name__, e)
@@ -119,7 +119,7 @@ def _parse(value, base):
 def _entry(i, e, base):
     def bad(field, expected):
         return _Garbage("entry %d: \"%s\" is %s, expected %s"
-                        % (i, field, _tw._safe_repr(e.get(field) if isinstance(e, dict) else e, 40), expected))
+                        % (i, field, _messages._safe_repr(e.get(field) if isinstance(e, dict) else e, 40), expected))
 
     if not isinstance(e, dict):
         raise bad("", "an object")

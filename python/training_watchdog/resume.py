@@ -32,7 +32,7 @@ import os
 import sys
 import zipfile
 
-import training_watchdog as _tw
+from training_watchdog import _files, _messages
 from training_watchdog import record as _record
 
 __all__ = ["choose", "read_json", "whole_torch_zip"]
@@ -55,8 +55,8 @@ def whole_torch_zip(path):
     :data:`MAX_ZIP_DIRECTORY_BYTES` read.
     """
     try:
-        opened = _tw._open_regular(path, follow=True)
-    except _tw._Unfit as e:
+        opened = _files._open_regular(path, follow=True)
+    except _files._Unfit as e:
         _refuse(path, str(e))
         return False
     if opened is None:
@@ -80,16 +80,16 @@ def read_json(path, limit):
     short), or not a regular file of at most ``limit`` bytes (said once on stderr, with why:
     a FIFO is never waited on). Never raises."""
     try:
-        data = _tw._read_capped(path, limit)
-        return None if data is None else _tw._parse_object(data)
-    except _tw._Unfit as e:
+        data = _files._read_capped(path, limit)
+        return None if data is None else _files._parse_object(data)
+    except _files._Unfit as e:
         why = str(e)
         if why.startswith(("not a JSON object", "JSON nested")):
             return None  # cut short or not the framework's: incomplete, as choose() says
         _refuse(path, why)
         return None
     except Exception as e:  # a reader of a hint never ends the run
-        _refuse(path, _tw._failure(e))
+        _refuse(path, _messages._failure(e))
         return None
 
 

@@ -50,6 +50,7 @@ import warnings
 from transformers import Trainer, TrainerCallback
 
 import training_watchdog as _tw
+from training_watchdog import _messages, _signals
 from training_watchdog import allocator as _allocator
 from training_watchdog import oom as _oom
 from training_watchdog import resume as _resume
@@ -125,7 +126,7 @@ class WatchdogCallback(TrainerCallback):
     """
 
     def __init__(self, every=DEFAULT_EVERY, sig=None, reset_peak=None, on_term=None):
-        _tw._check_on_term(on_term)
+        _signals._check_on_term(on_term)
         self.on_term = on_term
         self.agreement = Agreement(every)
         self.sig = sig
@@ -139,22 +140,22 @@ class WatchdogCallback(TrainerCallback):
         signum = _tw.install(self.sig)
         self._trainer = _calling_trainer()
         if self.on_term is not None:
-            _tw._check_term_signal(signum, self.on_term)
+            _signals._check_term_signal(signum, self.on_term)
             if getattr(args, "enable_jit_checkpoint", False):
                 warnings.warn(
                     "training_watchdog.transformers.WatchdogCallback(on_term=%r) is ignored: "
                     "TrainingArguments(enable_jit_checkpoint=True) handles SIGTERM itself; turn "
                     "one of the two off" % (self.on_term,), RuntimeWarning, stacklevel=2)
             else:
-                _tw._take_sigterm(deferred=True)
+                _signals._take_sigterm(deferred=True)
 
     def on_step_begin(self, args, state, control, **kwargs):
         self._end_if_saved()
 
     def _end_if_saved(self):
         """After a save that answered SIGTERM, once every callback's ``on_save`` ran: the end."""
-        if self.on_term is not None and _tw._term_saved:
-            _tw._end_by_sigterm()
+        if self.on_term is not None and _signals._term_saved:
+            _signals._end_by_sigterm()
 
     def on_step_end(self, args, state, control, **kwargs):
         self._eval_batch = 0
@@ -182,7 +183,7 @@ class WatchdogCallback(TrainerCallback):
     def on_train_end(self, args, state, control, **kwargs):
         _allocator.flush()
         if self.on_term is not None:
-            _tw._release_term()  # a SIGTERM that came ends the process now
+            _signals._release_term()  # a SIGTERM that came ends the process now
 
     def _reset_peak(self, args):
         if self.reset_peak is not None:
@@ -255,7 +256,7 @@ class last_chance(_oom.LastChance):  # noqa: N801  (used as a function: ``with l
     def __init__(self, trainer, timeout=_oom.DEFAULT_TIMEOUT_S):
         super().__init__(timeout=timeout)
         if not callable(getattr(trainer, "train", None)) or not hasattr(trainer, "state"):
-            raise TypeError("last_chance(trainer=%s): expected a transformers.Trainer" % _tw._safe_repr(trainer))
+            raise TypeError("last_chance(trainer=%s): expected a transformers.Trainer" % _messages._safe_repr(trainer))
         self.trainer = trainer
 
     def _current_step(self):
