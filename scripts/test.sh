@@ -43,8 +43,21 @@ slurm_result() {
     return "$status"
 }
 cargo test --workspace --no-fail-fast -- --test-threads=2
-WATCHDOG_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/watchdog" \
-    python3 -m unittest discover -s python/tests -v
+# The client's tests: the quick ones alone, then the files that train real models (most of
+# the suite's time, torch on the CPU) in two lanes side by side (python/tests/lanes.py).
+export WATCHDOG_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/watchdog"
+python3 python/tests/lanes.py quick
+models_log="$(mktemp -t watchdog-models.XXXXXX)"
+python3 python/tests/lanes.py test_gpu_check >"$models_log" 2>&1 &
+models_pid=$!
+models_status=0
+python3 python/tests/lanes.py test_frameworks test_last_chance_frameworks || models_status=$?
+wait "$models_pid" || models_status=$?
+echo "== python/tests/test_gpu_check.py, run beside the frameworks' tests:"
+cat "$models_log"
+rm -f "$models_log"
+[ "$models_status" = 0 ]
+unset WATCHDOG_BIN
 # The headless build: no NVML, no desktop notifications (tokio, zbus). After the Python
 # tests: it rebuilds target/debug/watchdog without them.
 cargo test -p watchdog-sampler --no-default-features
