@@ -20,7 +20,7 @@ use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::mpsc::{Sender, channel};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use rustix::event::{EventfdFlags, PollFlags, eventfd};
 use rustix::io::Errno;
@@ -35,6 +35,9 @@ pub struct CgroupV1Threshold {
     eventfd: OwnedFd,
     /// A registration going on on the worker thread ([`move_to`](Self::move_to)).
     pending: Option<Arc<Registration>>,
+    /// The worker thread, from the first move on: shared by every threshold of the
+    /// process, stopped when the last one is dropped.
+    worker: Option<Arc<Worker>>,
     text: Vec<u8>,
 }
 
@@ -114,6 +117,7 @@ impl CgroupV1Threshold {
             files,
             eventfd,
             pending: None,
+            worker: None,
             text: Vec::with_capacity(32),
         })
     }
@@ -145,7 +149,7 @@ impl CgroupV1Threshold {
             failure: Mutex::new(None),
         });
         self.pending = Some(Arc::clone(&registration));
-        worker().send(registration);
+        self.worker.get_or_insert_with(worker).send(registration);
         Ok(())
     }
 
@@ -248,57 +252,83 @@ fn dup_eventfd(fd: &OwnedFd) -> rustix::io::Result<OwnedFd> {
 }
 
 /// The worker thread registering moved thresholds, started at the first move; one per
-/// process, serving every cgroup in turn.
-struct Worker(Mutex<Sender<Arc<Registration>>>);
+/// process, serving every cgroup in turn; stopped and joined when the last threshold that
+/// moved is dropped (its channel closed, the registration in flight finished first).
+#[derive(Debug)]
+struct Worker {
+    tx: Mutex<Option<Sender<Arc<Registration>>>>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
 
 impl Worker {
     /// Queues `registration`; marked failed at once if the worker is gone.
     fn send(&self, registration: Arc<Registration>) {
-        let sent = self
-            .0
-            .lock()
-            .ok()
-            .and_then(|tx| tx.send(Arc::clone(&registration)).ok());
+        let sent = self.tx.lock().ok().and_then(|tx| {
+            tx.as_ref()
+                .and_then(|tx| tx.send(Arc::clone(&registration)).ok())
+        });
         if sent.is_none() {
             registration.state.store(FAILED, Ordering::Release);
         }
     }
 }
 
-fn worker() -> &'static Worker {
-    static WORKER: OnceLock<Worker> = OnceLock::new();
-    WORKER.get_or_init(|| {
-        let (tx, rx) = channel::<Arc<Registration>>();
-        let spawned = std::thread::Builder::new()
-            .name("v1-thresholds".into())
-            .spawn(move || {
-                let mut text = Vec::with_capacity(32);
-                for r in rx {
-                    // Dropped by its owner meanwhile (moved again, or closed): skipped.
-                    if Arc::strong_count(&r) == 1 {
-                        continue;
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if let Ok(mut tx) = self.tx.lock() {
+            tx.take();
+        }
+        let thread = self.thread.lock().ok().and_then(|mut t| t.take());
+        if let Some(thread) = thread {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The worker, started unless a threshold holds it already.
+fn worker() -> Arc<Worker> {
+    static WORKER: Mutex<std::sync::Weak<Worker>> = Mutex::new(std::sync::Weak::new());
+    let mut shared = match WORKER.lock() {
+        Ok(w) => w,
+        Err(poisoned) => poisoned.into_inner(),
+    };
+    if let Some(w) = shared.upgrade() {
+        return w;
+    }
+    let (tx, rx) = channel::<Arc<Registration>>();
+    let spawned = std::thread::Builder::new()
+        .name("v1-thresholds".into())
+        .spawn(move || {
+            let mut text = Vec::with_capacity(32);
+            for r in rx {
+                // Dropped by its owner meanwhile (moved again, or closed): skipped.
+                if Arc::strong_count(&r) == 1 {
+                    continue;
+                }
+                match register(&r.files, &r.eventfd, &[r.level]) {
+                    Ok(()) => {
+                        if read_usage(&r.files.usage, &mut text).is_ok_and(|u| u >= r.level) {
+                            let _ = rustix::io::write(&r.eventfd, &1u64.to_ne_bytes());
+                        }
+                        r.state.store(ARMED, Ordering::Release);
                     }
-                    match register(&r.files, &r.eventfd, &[r.level]) {
-                        Ok(()) => {
-                            if read_usage(&r.files.usage, &mut text).is_ok_and(|u| u >= r.level) {
-                                let _ = rustix::io::write(&r.eventfd, &1u64.to_ne_bytes());
-                            }
-                            r.state.store(ARMED, Ordering::Release);
+                    Err(e) => {
+                        if let Ok(mut f) = r.failure.lock() {
+                            *f = Some(e);
                         }
-                        Err(e) => {
-                            if let Ok(mut f) = r.failure.lock() {
-                                *f = Some(e);
-                            }
-                            r.state.store(FAILED, Ordering::Release);
-                        }
+                        r.state.store(FAILED, Ordering::Release);
                     }
                 }
-            });
-        // Not started: `rx` is gone, so every move fails (`Settled::Failed`) and the caller
-        // polls instead.
-        drop(spawned);
-        Worker(Mutex::new(tx))
-    })
+            }
+        });
+    // Not started: `rx` is gone, so every move fails (`Settled::Failed`) and the caller
+    // polls instead.
+    let worker = Arc::new(Worker {
+        tx: Mutex::new(Some(tx)),
+        thread: Mutex::new(spawned.ok()),
+    });
+    *shared = Arc::downgrade(&worker);
+    worker
 }
 
 /// A fresh non-blocking eventfd.
