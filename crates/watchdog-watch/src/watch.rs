@@ -588,7 +588,7 @@ impl Watch {
         lineage::follow_the_run(sampler.tree_mut(), &hooks, target.is_child());
         let mut engine = Engine::new(table.all(), settings.engine());
         engine.set_max_interval(settings.max_interval().as_secs_f64());
-        let kernel = kernel::KernelWake::arm(built.cgroup.as_ref(), settings.host.proc.path());
+        let kernel = kernel::KernelWake::arm(built.cgroup.as_ref(), &settings.host.proc);
         if let Some(id) = kernel.covered() {
             engine.set_kernel_wake(id, true);
         }
