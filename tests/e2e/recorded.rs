@@ -5,28 +5,15 @@
 //! no process here), ends as a target that exited once `DIR/proc/PID` is removed; the
 //! service refuses to start on a recorded tree.
 
-use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::Duration;
+
+use watchdog_testsupport::copy_tree;
 
 use crate::support::{bin, of_kind, read_events, repo, scratch, wait_for};
 
 /// The PID of the recorded `sleep`.
 const RECORDED_PID: &str = "22161";
-
-/// Copies the recorded tree into `to` (the test removes `proc/PID` from its copy).
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
-}
 
 /// A watchdog killed when dropped.
 struct Watching(Child);

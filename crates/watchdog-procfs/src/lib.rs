@@ -200,6 +200,16 @@ impl ProcRoot {
         read_file(&self.file(name))
     }
 
+    /// The effective UID and GID of `pid`: the owner of `ROOT/PID`.
+    pub fn owner(&self, pid: u32) -> Result<(u32, u32), Error> {
+        use std::os::unix::fs::MetadataExt as _;
+        let path = self.pid_dir(pid);
+        match fs::metadata(&path) {
+            Ok(m) => Ok((m.uid(), m.gid())),
+            Err(source) => Err(Error::Read { path, source }),
+        }
+    }
+
     /// Whether `ROOT/PID` exists: in a recorded tree, whether the process is alive.
     pub fn has_pid(&self, pid: u32) -> bool {
         self.pid_dir(pid).is_dir()
@@ -536,6 +546,9 @@ mod tests {
             .unwrap_or_default();
         assert!(age < Duration::from_secs(600), "{age:?}");
         assert!(root.environ(me).unwrap().iter().any(|(k, _)| k == "PATH"));
+        // SAFETY: getegid has no preconditions.
+        assert_eq!(root.owner(me).unwrap(), (euid, unsafe { libc::getegid() }));
+        assert!(root.owner(u32::MAX - 1).unwrap_err().is_gone());
         assert_eq!(
             root.namespace(me, "pid").unwrap(),
             root.own_namespace("pid").unwrap()
