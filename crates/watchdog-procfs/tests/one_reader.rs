@@ -144,7 +144,7 @@ fn code_of(line: &str) -> String {
                 // A char literal ('x', '\n', '{'), else a lifetime.
                 let rest: String = chars.clone().take(3).collect();
                 if rest.starts_with('\\') {
-                    while let Some(c) = chars.next() {
+                    for c in chars.by_ref() {
                         if c == '\'' {
                             break;
                         }

@@ -173,7 +173,7 @@ impl Reread for KeptOpenFile {
 
 impl Reread for StatvfsReader {
     fn reread(&mut self) -> Result<(), SourceError> {
-        self.read().map(|_| ()).map_err(SourceError::from)
+        self.read().map(|_| ())
     }
 }
 
