@@ -159,3 +159,22 @@ fn the_service_refuses_a_recorded_tree_with_exit_2() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_pid_the_recorded_tree_lacks_is_a_usage_error() {
+    let dir = scratch();
+    let out = bin()
+        .env("WATCHDOG_ROOT", dir.path())
+        .args(["--pid", RECORDED_PID, "--gpu", "off"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "no process with PID 22161 in the recorded tree: expected a directory {}",
+            dir.path().join("proc/22161").display()
+        )),
+        "{stderr}"
+    );
+}

@@ -6,7 +6,8 @@
 //! machine: no pidfd can be opened for it. It is held through a stand-in that becomes
 //! readable once `DIR/proc/PID` is gone (it is alive while that directory exists), and
 //! every signal is refused from then on ([`watchdog_alerter::pidfd::refuse_signals`]):
-//! the request file is still written, and the events and the log say what was not sent.
+//! the request file is still written, the log says what was not sent, and the alert
+//! event lists no process signalled.
 
 use std::path::PathBuf;
 use std::process::{Child, Command};
