@@ -23,6 +23,7 @@ mod notify;
 mod outputs;
 mod page_cache;
 mod prompt_stop;
+mod recorded;
 mod restart;
 mod support;
 mod watching;

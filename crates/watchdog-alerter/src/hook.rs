@@ -208,7 +208,7 @@ impl HookUser {
         let groups: Vec<libc::gid_t> = self.groups.clone();
         let (uid, gid) = (self.uid, self.gid);
         let root = c"/";
-        let oom_score_adj = c"/proc/self/oom_score_adj";
+        let oom_score_adj = watchdog_procfs::roots::OWN_OOM_SCORE_ADJ;
         // SAFETY: the closure runs in the child between fork and exec. It only makes
         // system calls (async-signal-safe) on values prepared before the fork, and
         // allocates nothing; errors come from errno.

@@ -10,9 +10,16 @@
 //! whoever holds a pidfd (`PIDFD_GET_INFO` with `PIDFD_INFO_EXIT`): [`PidFd::exit_status`]
 //! reads it, so a watchdog that is not the parent (`--pid`, the service) can still tell an
 //! exit code from a kill.
+//!
+//! A watch of a recorded tree (`WATCHDOG_ROOT`, the test seam) holds a stand-in for its
+//! target ([`PidFd::stand_in`]: readable once the recorded process's directory is gone)
+//! and calls [`refuse_signals`] first: the recorded PIDs name no process of this machine,
+//! so from then on every [`PidFd::send_signal`] fails with [`PidFdError::Refused`], which
+//! says what was not sent.
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags, Timespec};
@@ -47,6 +54,16 @@ pub enum PidFdError {
         /// The OS error.
         #[source]
         source: io::Error,
+    },
+    /// Not sent: the watchdog reads a recorded tree ([`refuse_signals`]).
+    #[error(
+        "not sent {signal} to pid {pid}: the watchdog reads a recorded tree (WATCHDOG_ROOT), whose PIDs name no process of this machine"
+    )]
+    Refused {
+        /// The PID.
+        pid: u32,
+        /// The signal's name.
+        signal: String,
     },
     /// `poll` on the pidfd failed.
     #[error("cannot poll the pidfd of pid {pid}: {source}")]
@@ -98,6 +115,22 @@ const PIDFD_INFO_EXIT: u64 = 1 << 3;
 /// `PIDFD_GET_INFO`: `_IOWR(PIDFS_IOCTL_MAGIC, 11, struct pidfd_info)`.
 const PIDFD_GET_INFO: Opcode = opcode::read_write::<PidfdInfo>(0xFF, 11);
 
+/// Set by [`refuse_signals`]: no signal leaves this process any more.
+static SIGNALS_REFUSED: AtomicBool = AtomicBool::new(false);
+
+/// Refuses every signal sent through a [`PidFd`] from now on, for the rest of this
+/// process: called when the watchdog reads a recorded tree (`WATCHDOG_ROOT`), so that no
+/// decision made from recorded files reaches a real process that happens to hold a
+/// recorded PID. Cannot be undone.
+pub fn refuse_signals() {
+    SIGNALS_REFUSED.store(true, Ordering::SeqCst);
+}
+
+/// Whether [`refuse_signals`] was called.
+pub fn signals_refused() -> bool {
+    SIGNALS_REFUSED.load(Ordering::SeqCst)
+}
+
 /// An open pidfd for one process.
 #[derive(Debug)]
 pub struct PidFd {
@@ -132,6 +165,13 @@ impl PidFd {
         Ok(PidFd { fd, pid })
     }
 
+    /// A stand-in for process `pid` of a recorded tree: `fd` becomes readable once the
+    /// process is gone (`watchdog_procfs::ProcRoot::exit_fd`), as a pidfd does. It has no
+    /// wait status ([`exit_status`](Self::exit_status) fails) and cannot be signalled.
+    pub fn stand_in(fd: OwnedFd, pid: u32) -> Self {
+        PidFd { fd, pid }
+    }
+
     /// The PID the descriptor was opened for.
     pub fn pid(&self) -> u32 {
         self.pid
@@ -139,6 +179,12 @@ impl PidFd {
 
     /// Sends signal number `sig` to the process, never to a process that reused its PID.
     pub fn send_signal(&self, sig: i32) -> Result<(), PidFdError> {
+        if signals_refused() {
+            return Err(PidFdError::Refused {
+                pid: self.pid,
+                signal: watchdog_types::units::signal_name(sig),
+            });
+        }
         let s = to_signal(sig)?;
         rustix::process::pidfd_send_signal(&self.fd, s).map_err(|e| PidFdError::Signal {
             pid: self.pid,

@@ -11,7 +11,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use watchdog_engine::EngineSettings;
-use watchdog_procfs::ProcRoot;
+use watchdog_procfs::{KernelRoots, ProcRoot};
 
 use serde::{Deserialize, Deserializer};
 use watchdog_types::VerdictKind;
@@ -24,16 +24,22 @@ use crate::options::WatchOptions;
 pub use crate::settings::{FileConfig, KEYS, Settings};
 
 /// The host as the watchdog sees it: where the kernel's interfaces are, and what the
-/// environment says. Built once, here (the only place that reads environment variables
-/// or names a host path), and passed down, so tests can point it elsewhere.
+/// environment says. Built once, here (the only place that reads environment variables),
+/// from the roots `watchdog-procfs` declares ([`KernelRoots`]), and passed down, so tests
+/// can point it elsewhere.
+///
+/// `WATCHDOG_ROOT=DIR`, a test seam, points every kernel root at a recorded tree:
+/// `DIR/proc`, `DIR/sys/fs/cgroup`, `DIR/sys/class/dmi/id` (see `docs/design.md`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Host {
-    /// The root directory (`/`), where container markers (`/.dockerenv`) are looked for.
-    /// Where `sys/class/dmi/id` is read for the cloud provider: `/`, or the fixture tree a
-    /// test names in `WATCHDOG_DMI_ROOT`.
+    /// Where `sys/class/dmi/id` is read for the cloud provider: the root, or the fixture
+    /// tree a test names in `WATCHDOG_DMI_ROOT`.
     pub dmi_root: PathBuf,
+    /// The root directory (`/`, or `WATCHDOG_ROOT`), where container markers
+    /// (`/.dockerenv`) are looked for.
     pub root: PathBuf,
-    /// procfs (`/proc`), the root every `/proc` reader is given.
+    /// procfs (`/proc`, or `WATCHDOG_ROOT/proc`, recorded), the root every `/proc` reader
+    /// is given.
     pub proc: ProcRoot,
     /// The cgroup mount root (`/sys/fs/cgroup`), used when mountinfo cannot be read.
     pub cgroup: PathBuf,
@@ -61,13 +67,17 @@ pub struct Host {
 impl Host {
     /// The real host and this process's environment.
     pub fn from_env() -> Host {
+        let kernel = match recorded_root() {
+            Some(dir) => KernelRoots::recorded(dir),
+            None => KernelRoots::host(),
+        };
         Host {
-            root: PathBuf::from("/"),
-            proc: ProcRoot::default(),
-            cgroup: PathBuf::from("/sys/fs/cgroup"),
+            root: kernel.root().to_path_buf(),
+            proc: kernel.proc().clone(),
+            cgroup: kernel.cgroup().to_path_buf(),
             shm: PathBuf::from("/dev/shm"),
             kmsg: PathBuf::from("/dev/kmsg"),
-            dmi_root: env_path("WATCHDOG_DMI_ROOT").unwrap_or_else(|| PathBuf::from("/")),
+            dmi_root: env_path("WATCHDOG_DMI_ROOT").unwrap_or_else(|| kernel.root().to_path_buf()),
             runtime_dir: env_path("XDG_RUNTIME_DIR"),
             state_home: env_path("XDG_STATE_HOME")
                 .or_else(|| env_path("HOME").map(|h| h.join(".local/state"))),
@@ -83,6 +93,21 @@ impl Host {
     pub fn proc_file(&self, pid: u32, name: &str) -> PathBuf {
         self.proc.pid_file(pid, name)
     }
+
+    /// The directory of the recorded tree the kernel's files are read from
+    /// (`WATCHDOG_ROOT`), or `None` on a real host.
+    pub fn recorded_root(&self) -> Option<&Path> {
+        self.proc.is_recorded().then_some(self.root.as_path())
+    }
+}
+
+/// The name of the test seam's environment variable: a directory of recorded kernel files.
+pub const WATCHDOG_ROOT: &str = "WATCHDOG_ROOT";
+
+/// `$WATCHDOG_ROOT` when set and not empty, made absolute (against the working directory).
+fn recorded_root() -> Option<PathBuf> {
+    let dir = std::env::var_os(WATCHDOG_ROOT).filter(|d| !d.is_empty())?;
+    Some(std::path::absolute(&dir).unwrap_or_else(|_| PathBuf::from(dir)))
 }
 
 /// An environment variable holding an absolute path.

@@ -51,8 +51,18 @@ struct Run {
 
 /// `watchdog daemon --config PATH [--metrics ADDR]`: runs until SIGTERM or SIGINT (exit 0,
 /// every run left running), reloading the config on SIGHUP. `metrics`, from the command
-/// line, wins over the config's `metrics`.
+/// line, wins over the config's `metrics`. Refused (exit 2) when `WATCHDOG_ROOT` names a
+/// recorded tree: that test seam is for `watch` and `run`, and the service acts on the
+/// host's real processes.
 pub fn run(config_path: &Path, host: Host, metrics: Option<String>) -> Result<ExitCode, Failure> {
+    if let Some(dir) = host.recorded_root() {
+        return Err(Failure::Usage(format!(
+            "{} is set ({}): the service watches this machine's real processes and cannot read a recorded tree; expected {} unset (it is a test seam for watch and run)",
+            watchdog_config::WATCHDOG_ROOT,
+            dir.display(),
+            watchdog_config::WATCHDOG_ROOT,
+        )));
+    }
     let mut service = Service::setup(config_path, host, metrics)?;
     let interval = service.config.interval;
     if let Driven::Stopped(sig) = schedule::drive(&mut service, interval) {

@@ -1,6 +1,7 @@
 //! Which cloud a VM is on, from the DMI (SMBIOS) strings the kernel shows under
 //! `/sys/class/dmi/id` (<https://www.kernel.org/doc/Documentation/ABI/testing/sysfs-class-dmi>,
-//! world-readable for these three files). Read through a root so tests use fixture trees.
+//! world-readable for these three files). Read through `watchdog-procfs` (the one reader of
+//! the kernel's files) under a root, so tests use fixture trees.
 //!
 //! The values, each from the provider's documentation:
 //! - GCE: `product_name` is `Google Compute Engine` ("Detect if a VM is running in Compute
@@ -12,8 +13,9 @@
 //!   "MSFT AZURE VM"; Microsoft's Azure Linux agent and cloud-init's `DataSourceAzure`
 //!   identify Azure by it). A Hyper-V VM elsewhere has another tag.
 
-use std::io::Read as _;
 use std::path::Path;
+
+use watchdog_procfs::roots::DMI_ID_DIR;
 
 /// `product_name` on GCE.
 pub const GCE_PRODUCT_NAME: &str = "Google Compute Engine";
@@ -21,9 +23,6 @@ pub const GCE_PRODUCT_NAME: &str = "Google Compute Engine";
 pub const AWS_SYS_VENDOR: &str = "Amazon EC2";
 /// `chassis_asset_tag` on Azure.
 pub const AZURE_CHASSIS_ASSET_TAG: &str = "7783-7084-3265-9085-8269-3286-77";
-
-/// The most bytes read of one DMI file (they hold one short line).
-const MAX_DMI_BYTES: u64 = 4096;
 
 /// A cloud whose metadata server announces a VM's end.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -65,15 +64,9 @@ impl std::fmt::Display for Provider {
 /// The provider named by the DMI strings under `<dmi_root>/sys/class/dmi/id`, if any.
 /// A missing or unreadable file counts as empty: a machine without DMI is no provider's.
 pub fn detect(dmi_root: &Path) -> Option<Provider> {
-    let dir = dmi_root.join("sys/class/dmi/id");
-    let read = |name: &str| -> String {
-        let mut text = String::new();
-        if let Ok(file) = std::fs::File::open(dir.join(name)) {
-            // An unreadable file stays empty: it names no provider.
-            let _ = file.take(MAX_DMI_BYTES).read_to_string(&mut text);
-        }
-        text
-    };
+    let dir = dmi_root.join(DMI_ID_DIR);
+    // An unreadable file reads as empty: it names no provider.
+    let read = |name: &str| watchdog_procfs::dmi_string(&dir, name);
     detect_from(
         &read("product_name"),
         &read("sys_vendor"),

@@ -11,6 +11,11 @@
 //! tick borrow from the caller's buffer and never allocate; the convenience readers on
 //! [`ProcRoot`] allocate and are for the cold paths (attaching, alerting, registering).
 //!
+//! The roots themselves are declared once, in [`roots`]: the host's `/proc`,
+//! `/sys/fs/cgroup` and `/sys/class/dmi/id`, or a recorded tree's (`WATCHDOG_ROOT`). The
+//! hot path stays one `pread`: the roots hand out [`KeptOpenFile`]s ([`kept`]), opened
+//! once and re-read at offset 0.
+//!
 //! The kernel's description of every file read here:
 //! <https://docs.kernel.org/filesystems/proc.html> and `proc(5)`.
 
@@ -18,8 +23,10 @@
 
 pub mod cgroup;
 pub mod cmdline;
+pub mod kept;
 pub mod mountinfo;
 pub mod parse;
+pub mod roots;
 pub mod stat;
 pub mod status;
 
@@ -35,8 +42,10 @@ use rustix::io::Errno;
 
 pub use cgroup::{CgroupLine, ProcCgroup, cgroup_lines, parse_proc_cgroup};
 pub use cmdline::{COMMAND_MAX_BYTES, command_line, parse_environ};
+pub use kept::{KeptOpenFile, read_error};
 pub use mountinfo::{Mount, mount_of, parse_mountinfo};
 pub use parse::{key_value_lines, parse_u32, parse_u64};
+pub use roots::{KernelRoots, dmi_string, read_small};
 pub use stat::{
     PF_EXITING, PF_KTHREAD, ProcStat, clock_ticks_per_second, fields_after_comm, page_size,
     parse_children, parse_loadavg_change_key, parse_stat, parse_statm_resident_pages, parse_uptime,
@@ -93,18 +102,24 @@ impl Error {
 /// A procfs mount: `/proc` by default, a directory of recorded files in tests.
 ///
 /// Dereferences to its [`Path`], so code that joins a file name onto it keeps working; the
-/// methods are the readers, one per file, each naming the file in its error.
+/// methods are the readers, one per file, each naming the file in its error. A recorded
+/// one ([`ProcRoot::recorded`], a `WATCHDOG_ROOT` tree) holds PIDs that name no process
+/// of this machine: its users must not signal them or open pidfds for them.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ProcRoot {
     path: PathBuf,
+    recorded: bool,
 }
 
 impl Default for ProcRoot {
     /// The host's `/proc`.
     fn default() -> ProcRoot {
-        ProcRoot::new("/proc")
+        KernelRoots::host().proc().clone()
     }
 }
+
+/// How often [`ProcRoot::exit_fd`] looks whether a recorded process's directory is gone.
+pub const RECORDED_EXIT_POLL: std::time::Duration = std::time::Duration::from_millis(10);
 
 impl Deref for ProcRoot {
     type Target = Path;
@@ -121,7 +136,7 @@ impl AsRef<Path> for ProcRoot {
 
 impl From<PathBuf> for ProcRoot {
     fn from(path: PathBuf) -> ProcRoot {
-        ProcRoot { path }
+        ProcRoot::new(path)
     }
 }
 
@@ -134,7 +149,90 @@ impl From<&Path> for ProcRoot {
 impl ProcRoot {
     /// The procfs mounted (or recorded) at `path`.
     pub fn new(path: impl Into<PathBuf>) -> ProcRoot {
-        ProcRoot { path: path.into() }
+        ProcRoot {
+            path: path.into(),
+            recorded: false,
+        }
+    }
+
+    /// A recorded procfs at `path` (a `WATCHDOG_ROOT` tree's `proc`): its processes are
+    /// alive while their directories exist, and are no processes of this machine.
+    pub fn recorded(path: impl Into<PathBuf>) -> ProcRoot {
+        ProcRoot {
+            path: path.into(),
+            recorded: true,
+        }
+    }
+
+    /// Whether this is a recorded tree, not the kernel's procfs.
+    pub fn is_recorded(&self) -> bool {
+        self.recorded
+    }
+
+    /// Opens `ROOT/NAME` (`meminfo`, `loadavg`) to be re-read every tick with `pread`.
+    pub fn keep_open(&self, name: &str, capacity: usize) -> Result<KeptOpenFile, Error> {
+        KeptOpenFile::with_capacity(self.file(name), capacity)
+    }
+
+    /// Opens `ROOT/PID/NAME` (`statm`, `cgroup`, `stat`) to be re-read with `pread`: the
+    /// descriptor stays bound to that process (see [`kept`]).
+    pub fn keep_open_pid(
+        &self,
+        pid: u32,
+        name: &str,
+        capacity: usize,
+    ) -> Result<KeptOpenFile, Error> {
+        KeptOpenFile::with_capacity(self.pid_file(pid, name), capacity)
+    }
+
+    /// Opens `ROOT/PID/task`, the directory of the process's threads (listed with
+    /// `getdents` to find their `children`), and returns it with its path for messages.
+    pub fn open_task_dir(&self, pid: u32) -> Result<(OwnedFd, PathBuf), Error> {
+        let path = self.pid_file(pid, "task");
+        match open_dir(&path) {
+            Ok(fd) => Ok((fd, path)),
+            Err(e) => Err(read_error(&path, e)),
+        }
+    }
+
+    /// The bytes of a host-wide file `ROOT/NAME` (`sys/kernel/osrelease`, `cpuinfo`).
+    pub fn read_host(&self, name: &str) -> Result<Vec<u8>, Error> {
+        read_file(&self.file(name))
+    }
+
+    /// The effective UID and GID of `pid`: the owner of `ROOT/PID`.
+    pub fn owner(&self, pid: u32) -> Result<(u32, u32), Error> {
+        use std::os::unix::fs::MetadataExt as _;
+        let path = self.pid_dir(pid);
+        match fs::metadata(&path) {
+            Ok(m) => Ok((m.uid(), m.gid())),
+            Err(source) => Err(Error::Read { path, source }),
+        }
+    }
+
+    /// Whether `ROOT/PID` exists: in a recorded tree, whether the process is alive.
+    pub fn has_pid(&self, pid: u32) -> bool {
+        self.pid_dir(pid).is_dir()
+    }
+
+    /// A descriptor that becomes readable (`POLLIN`) once `ROOT/PID` is gone: a recorded
+    /// process's stand-in for a pidfd, for the wait sets a pidfd sits in. A thread looks
+    /// every [`RECORDED_EXIT_POLL`] and ends when the directory does.
+    pub fn exit_fd(&self, pid: u32) -> io::Result<OwnedFd> {
+        use std::io::Write as _;
+        let (reader, mut writer) = io::pipe()?;
+        let root = self.clone();
+        std::thread::Builder::new()
+            .name(format!("exit-of-{pid}"))
+            .spawn(move || {
+                while root.has_pid(pid) {
+                    std::thread::sleep(RECORDED_EXIT_POLL);
+                }
+                // One byte: the read end stays readable for every later poll (the write
+                // end then closes with the thread, which a poll reports as POLLHUP too).
+                let _ = writer.write_all(b"x");
+            })?;
+        Ok(OwnedFd::from(reader))
     }
 
     /// Its directory.
@@ -273,6 +371,18 @@ impl ProcRoot {
     pub fn cwd(&self, pid: u32) -> Result<PathBuf, Error> {
         let path = self.pid_file(pid, "cwd");
         fs::read_link(&path).map_err(|source| Error::Read { path, source })
+    }
+
+    /// The working directory of `pid` if it still exists: `/proc/PID/cwd` names a deleted
+    /// directory as `PATH (deleted)`, and that name may belong to another directory (or to
+    /// none); only a path that is the very directory the process is in is returned.
+    pub fn live_cwd(&self, pid: u32) -> Option<PathBuf> {
+        use std::os::unix::fs::MetadataExt as _;
+        let link = self.pid_file(pid, "cwd");
+        let path = fs::read_link(&link).ok()?;
+        let real = fs::metadata(&link).ok()?;
+        let named = fs::metadata(&path).ok()?;
+        (named.is_dir() && real.dev() == named.dev() && real.ino() == named.ino()).then_some(path)
     }
 
     /// The namespace `pid` is in (`ns/KIND`, such as `ns/pid` or `ns/mnt`), as the link's
@@ -436,6 +546,9 @@ mod tests {
             .unwrap_or_default();
         assert!(age < Duration::from_secs(600), "{age:?}");
         assert!(root.environ(me).unwrap().iter().any(|(k, _)| k == "PATH"));
+        // SAFETY: getegid has no preconditions.
+        assert_eq!(root.owner(me).unwrap(), (euid, unsafe { libc::getegid() }));
+        assert!(root.owner(u32::MAX - 1).unwrap_err().is_gone());
         assert_eq!(
             root.namespace(me, "pid").unwrap(),
             root.own_namespace("pid").unwrap()

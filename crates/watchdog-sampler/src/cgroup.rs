@@ -128,6 +128,19 @@ impl CgroupMounts {
         Ok(Self::from_mountinfo(&text))
     }
 
+    /// The same mounts under the directory of a recorded tree (their mount points are the
+    /// ones the recorded kernel named, such as `/sys/fs/cgroup`).
+    pub fn under(self, recorded: &Path) -> Self {
+        let rebase = |m: CgroupMount| CgroupMount {
+            mount_point: watchdog_procfs::roots::rerooted(recorded, &m.mount_point),
+            root: m.root,
+        };
+        Self {
+            v1_memory: self.v1_memory.map(rebase),
+            v2: self.v2.map(rebase),
+        }
+    }
+
     /// The standard layouts under `cgroup_root` (normally `/sys/fs/cgroup`): v1 memory at
     /// `<root>/memory`, v2 at `<root>` (pure v2) or `<root>/unified` (hybrid), each when it exists.
     pub fn standard(cgroup_root: &Path) -> Self {
@@ -236,7 +249,7 @@ fn locate_from_text(
 ) -> Result<CgroupLocation, SourceError> {
     let proc_cgroup = parse_proc_cgroup(text);
     let v2_has_memory = match &mounts.v2 {
-        Some(m) => std::fs::read_to_string(m.mount_point.join("cgroup.controllers"))
+        Some(m) => watchdog_procfs::read_small(&m.mount_point.join("cgroup.controllers"))
             .map(|t| t.split_whitespace().any(|c| c == "memory"))
             .unwrap_or(false),
         None => false,
@@ -452,9 +465,9 @@ impl CgroupMemory {
         table: &mut ResourceTable,
     ) -> Result<Self, SourceError> {
         let root = ProcRoot::from(proc_root);
-        let path = root.pid_file(pid, "cgroup");
-        let mut file = KeptOpenFile::with_capacity(&path, 1024)?;
-        let stat = KeptOpenFile::with_capacity(root.pid_file(pid, "stat"), 512).ok();
+        let mut file = root.keep_open_pid(pid, "cgroup", 1024)?;
+        let path = file.path().to_path_buf();
+        let stat = root.keep_open_pid(pid, "stat", 512).ok();
         let known = file.read()?.to_vec();
         let location = locate_from_text(&String::from_utf8_lossy(&known), &path, pid, mounts)?;
         let mut me = Self::open(location, reads)?;

@@ -125,7 +125,7 @@ impl SharedReads {
         capacity: usize,
     ) -> Result<Arc<Mutex<Entry<KeptOpenFile>>>, SourceError> {
         entry_in(&self.files, path.to_path_buf(), || {
-            KeptOpenFile::with_capacity(path, capacity)
+            Ok(KeptOpenFile::with_capacity(path, capacity)?)
         })
     }
 
@@ -167,7 +167,7 @@ trait Reread {
 
 impl Reread for KeptOpenFile {
     fn reread(&mut self) -> Result<(), SourceError> {
-        self.read().map(|_| ())
+        self.read().map(|_| ()).map_err(SourceError::from)
     }
 }
 
@@ -215,7 +215,7 @@ impl TickFile {
     /// the tick's first reader read them. Allocates only when the file outgrew a buffer.
     pub fn read(&mut self) -> Result<&[u8], SourceError> {
         match &mut self.0 {
-            FileReader::Own(file) => file.read(),
+            FileReader::Own(file) => Ok(file.read()?),
             FileReader::Shared {
                 entry,
                 reads,
@@ -296,6 +296,7 @@ struct StatvfsReader {
 
 impl StatvfsReader {
     fn open(path: &Path) -> Result<StatvfsReader, SourceError> {
+        // Not a kernel file: a watched disk, opened O_PATH for fstatvfs.
         let fd = rustix::fs::open(path, OFlags::PATH | OFlags::CLOEXEC, Mode::empty())
             .map_err(|e| read_error(path, e))?;
         Ok(StatvfsReader {

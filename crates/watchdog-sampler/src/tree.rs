@@ -66,11 +66,12 @@ use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use rustix::fs::{Mode, OFlags, RawDir, SeekFrom};
+use rustix::fs::{RawDir, SeekFrom};
 use watchdog_types::{ResourceId, ResourceKind, Sample};
 
 use watchdog_procfs::{
-    page_size, parse_children, parse_loadavg_change_key, parse_statm_resident_pages, parse_u32,
+    ProcRoot, page_size, parse_children, parse_loadavg_change_key, parse_statm_resident_pages,
+    parse_u32,
 };
 
 use crate::procfile::{KeptOpenFile, read_error};
@@ -115,7 +116,7 @@ impl std::fmt::Debug for Adopter {
 /// The target and its descendants, found by following `children` files down from the target.
 #[derive(Debug)]
 pub struct ProcessTree {
-    proc_root: PathBuf,
+    proc_root: ProcRoot,
     target: u32,
     /// A process whose subtree the walk skips (the watchdog itself by default); never the target.
     excluded: Option<u32>,
@@ -164,7 +165,7 @@ impl ProcessTree {
         excluded: Option<u32>,
     ) -> Result<Self, SourceError> {
         let mut me = Self {
-            proc_root: proc_root.to_path_buf(),
+            proc_root: ProcRoot::from(proc_root),
             target,
             excluded: excluded.filter(|&p| p != target),
             pids: Vec::with_capacity(64),
@@ -272,15 +273,7 @@ impl ProcessTree {
     }
 
     fn open_tracked(&self, pid: u32) -> Result<Tracked, SourceError> {
-        let mut path = self.proc_root.clone();
-        path.push(pid.to_string());
-        path.push("task");
-        let task_dir = rustix::fs::open(
-            &path,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| read_error(&path, e))?;
+        let (task_dir, path) = self.proc_root.open_task_dir(pid)?;
         Ok(Tracked {
             pid,
             task_dir,
@@ -558,7 +551,7 @@ impl ProcessTree {
 /// The `tree_memory` source: summed RSS of the tree against `--mem-limit`.
 #[derive(Debug)]
 pub struct TreeMemory {
-    proc_root: PathBuf,
+    proc_root: ProcRoot,
     id: ResourceId,
     limit: u64,
     page_size: u64,
@@ -579,7 +572,7 @@ impl TreeMemory {
         };
         let id = table.register(ResourceKind::TreeMemory, "tree_memory".into(), source);
         Self {
-            proc_root: proc_root.to_path_buf(),
+            proc_root: ProcRoot::from(proc_root),
             id,
             limit: limit.unwrap_or(u64::MAX),
             page_size: page_size(),
@@ -612,10 +605,7 @@ impl TreeMemory {
             let idx = match self.files.binary_search_by_key(&pid, |(p, _, _)| *p) {
                 Ok(idx) => idx,
                 Err(idx) => {
-                    let mut path = self.proc_root.clone();
-                    path.push(pid.to_string());
-                    path.push("statm");
-                    let Ok(f) = KeptOpenFile::with_capacity(path, 128) else {
+                    let Ok(f) = self.proc_root.keep_open_pid(pid, "statm", 128) else {
                         continue;
                     };
                     self.files.insert(idx, (pid, f, generation));

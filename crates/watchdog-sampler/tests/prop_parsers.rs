@@ -25,6 +25,7 @@ use watchdog_sampler::meminfo::{HostMemory, parse_meminfo};
 use watchdog_sampler::procfile::{key_value_lines, parse_u64};
 use watchdog_sampler::shared::Reads;
 use watchdog_sampler::{ResourceTable, Sampler, Source, SourceError};
+use watchdog_testsupport::copy_tree;
 
 /// `unexpected contents in PATH: ...` with a temporary path, without what it quotes.
 const FIXED: usize = 200;
@@ -183,19 +184,6 @@ fn tick() -> watchdog_sampler::Tick<'static> {
     watchdog_sampler::Tick {
         now_ns: 1,
         tree: &[],
-    }
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let dest = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&entry.path(), &dest);
-        } else {
-            std::fs::copy(entry.path(), dest).unwrap();
-        }
     }
 }
 

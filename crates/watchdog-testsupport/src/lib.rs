@@ -123,6 +123,25 @@ pub fn scratch() -> tempfile::TempDir {
         .unwrap_or_else(|e| panic!("cannot make a scratch directory: {e}"))
 }
 
+/// Copies the directory tree `from` into `to` (made if missing): a recorded fixture tree a
+/// test then changes in its copy.
+pub fn copy_tree(from: &Path, to: &Path) {
+    let fail = |what: &str, p: &Path, e: std::io::Error| -> ! {
+        panic!("cannot {what} {}: {e}", p.display())
+    };
+    std::fs::create_dir_all(to).unwrap_or_else(|e| fail("make", to, e));
+    let entries = std::fs::read_dir(from).unwrap_or_else(|e| fail("list", from, e));
+    for entry in entries {
+        let entry = entry.unwrap_or_else(|e| fail("list", from, e));
+        let dest = to.join(entry.file_name());
+        if entry.path().is_dir() {
+            copy_tree(&entry.path(), &dest);
+        } else {
+            std::fs::copy(entry.path(), &dest).unwrap_or_else(|e| fail("copy", &entry.path(), e));
+        }
+    }
+}
+
 /// A documented config example (`config/watchdog.toml`, `config/daemon.toml`) with every
 /// commented-out `# key = value` and `# [table]` line uncommented: what the tests keeping
 /// the examples in step with the code parse.

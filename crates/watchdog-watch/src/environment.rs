@@ -287,15 +287,16 @@ pub fn gather(host: &Host, pid: u32, resources: &[Resource]) -> Environment {
         arch: Some(std::env::consts::ARCH.to_string()),
         ..HostFacts::default()
     };
-    match std::fs::read_to_string(host.proc.file("sys/kernel/osrelease")) {
+    let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
+    match host.proc.read_host("sys/kernel/osrelease").map(text) {
         Ok(s) => facts.kernel = Some(s.trim().to_string()),
         Err(e) => env.unknown.push(format!("kernel release: {e}")),
     }
-    match std::fs::read_to_string(host.proc.file("cpuinfo")) {
+    match host.proc.read_host("cpuinfo").map(text) {
         Ok(s) => (facts.cpu_model, facts.cpu_cores) = parse_cpuinfo(&s),
         Err(e) => env.unknown.push(format!("CPU: {e}")),
     }
-    match std::fs::read(host.proc.file("meminfo")) {
+    match host.proc.read_host("meminfo") {
         Ok(b) => {
             let m = watchdog_sampler::meminfo::parse_meminfo(&b);
             (facts.mem_total_bytes, facts.swap_total_bytes) = (m.mem_total, m.swap_total);

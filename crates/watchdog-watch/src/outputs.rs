@@ -187,15 +187,11 @@ impl Outputs {
     }
 }
 
-/// The working directory of `pid` if it still exists: `/proc/PID/cwd` names a deleted
-/// directory as `PATH (deleted)`, and that name may belong to another directory (or to
-/// none); only a path that is the very directory the process is in is returned.
+/// The working directory of `pid` if it still exists ([`ProcRoot::live_cwd`]).
+///
+/// [`ProcRoot::live_cwd`]: watchdog_procfs::ProcRoot::live_cwd
 pub fn live_cwd(host: &Host, pid: u32) -> Option<PathBuf> {
-    let link = host.proc_file(pid, "cwd");
-    let path = std::fs::read_link(&link).ok()?;
-    let real = std::fs::metadata(&link).ok()?;
-    let named = std::fs::metadata(&path).ok()?;
-    (named.is_dir() && real.dev() == named.dev() && real.ino() == named.ino()).then_some(path)
+    host.proc.live_cwd(pid)
 }
 
 /// The request file's default place: `$XDG_RUNTIME_DIR` (a tmpfs that a full data disk

@@ -1,6 +1,13 @@
 //! The process being watched: attached to by PID or started by `run`, held through a
 //! pidfd from the first moment so its exit is seen at once and its PID is never
 //! confused with a later process's.
+//!
+//! A process of a recorded tree (`WATCHDOG_ROOT`, the test seam) is no process of this
+//! machine: no pidfd can be opened for it. It is held through a stand-in that becomes
+//! readable once `DIR/proc/PID` is gone (it is alive while that directory exists), and
+//! every signal is refused from then on ([`watchdog_alerter::pidfd::refuse_signals`]):
+//! the request file is still written, the log says what was not sent, and the alert
+//! event lists no process signalled.
 
 use std::path::PathBuf;
 use std::process::{Child, Command};
@@ -32,6 +39,9 @@ pub struct Target {
 impl Target {
     /// Attaches to a running process, or explains in one line why it cannot be watched.
     pub fn attach(proc: &ProcRoot, pid: u32) -> Result<Target, Failure> {
+        if proc.is_recorded() {
+            return Target::attach_recorded(proc, pid);
+        }
         if pid == std::process::id() {
             return Err(Failure::Usage(format!(
                 "invalid PID {pid}: that is the watchdog itself; expected the PID of the training process"
@@ -62,6 +72,35 @@ impl Target {
             pid,
             pidfd: Arc::new(pidfd),
             name,
+            child: None,
+            start_cwd: None,
+            proc: proc.clone(),
+        })
+    }
+
+    /// Attaches to process `pid` of a recorded tree: alive while `PROC/PID` exists, never
+    /// signalled (see the module documentation).
+    fn attach_recorded(proc: &ProcRoot, pid: u32) -> Result<Target, Failure> {
+        if !proc.has_pid(pid) {
+            return Err(Failure::Usage(format!(
+                "no process with PID {pid} in the recorded tree: expected a directory {}",
+                proc.pid_dir(pid).display()
+            )));
+        }
+        watchdog_alerter::pidfd::refuse_signals();
+        tracing::info!(
+            "reading the recorded tree {} (WATCHDOG_ROOT): PID {pid} is alive while its directory exists; no signal will be sent",
+            proc.display()
+        );
+        let exit = proc.exit_fd(pid).map_err(|e| {
+            Failure::Runtime(format!(
+                "cannot watch the recorded PID {pid} for its end: {e}"
+            ))
+        })?;
+        Ok(Target {
+            pid,
+            pidfd: Arc::new(PidFd::stand_in(exit, pid)),
+            name: comm(proc, pid),
             child: None,
             start_cwd: None,
             proc: proc.clone(),
@@ -120,7 +159,10 @@ impl Target {
     pub fn cwd(&self) -> std::io::Result<PathBuf> {
         match &self.start_cwd {
             Some(dir) => Ok(dir.clone()),
-            None => std::fs::read_link(self.proc.pid_file(self.pid, "cwd")),
+            None => self.proc.cwd(self.pid).map_err(|e| match e {
+                watchdog_procfs::Error::Read { source, .. } => source,
+                other => std::io::Error::other(other.to_string()),
+            }),
         }
     }
 

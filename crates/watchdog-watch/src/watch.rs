@@ -395,7 +395,7 @@ pub struct Label {
 /// given to them whatever root's umask. Never where a user could steer the path (a
 /// directory or parent of theirs, or writable by others): a file given to a user there
 /// could be one root was tricked into making anywhere.
-fn given_to(proc: &Path, pid: u32, request_file: &Path) -> Option<Owner> {
+fn given_to(proc: &watchdog_procfs::ProcRoot, pid: u32, request_file: &Path) -> Option<Owner> {
     use std::os::unix::fs::MetadataExt;
     if !rustix::process::geteuid().is_root() {
         return None;
@@ -409,11 +409,8 @@ fn given_to(proc: &Path, pid: u32, request_file: &Path) -> Option<Owner> {
         return None;
     }
     // /proc/PID belongs to the process's effective UID and GID.
-    let m = std::fs::metadata(proc.join(pid.to_string())).ok()?;
-    (m.uid() != 0).then(|| Owner {
-        uid: m.uid(),
-        gid: m.gid(),
-    })
+    let (uid, gid) = proc.owner(pid).ok()?;
+    (uid != 0).then_some(Owner { uid, gid })
 }
 
 impl Watch {
@@ -510,7 +507,7 @@ impl Watch {
         let (mut sampler, reader) = sampler_for(&target, &settings, &mut built, reads)?;
         let courier = courier::Courier::of(&settings, parts.hook_user);
         lineage::follow_the_run(sampler.tree_mut(), &courier.hooks, target.is_child());
-        let kernel = kernel::KernelWake::arm(built.cgroup.as_ref(), settings.host.proc.path());
+        let kernel = kernel::KernelWake::arm(built.cgroup.as_ref(), &settings.host.proc);
         let engine = engine_for(&settings, &table, &kernel);
         let flight = flight_recorder(&target, &settings, &table, &mut built, &clock);
         let start_environment = flight.environment().cloned();

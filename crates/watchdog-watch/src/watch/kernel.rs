@@ -22,6 +22,9 @@
 //! - A PSI trigger as a fallback wake: the cgroup's `memory.pressure` on v2, else
 //!   system-wide `/proc/pressure/memory`.
 //!
+//! Nothing is armed on a recorded tree (`WATCHDOG_ROOT`): no kernel writes its files, and
+//! arming a PSI trigger would write into one; each source is said unarmed, with that reason.
+//!
 //! Nothing here waits: the loop polls [`KernelWake::each_fd`] beside its own descriptors
 //! and calls [`KernelWake::consume`] when one is ready, then samples the run.
 
@@ -32,6 +35,8 @@ use watchdog_engine::Engine;
 use watchdog_kernel_wake::{
     CgroupV1Threshold, CgroupV2Events, PollFlags, PsiSpec, PsiTrigger, Settled, Unarmable,
 };
+use watchdog_procfs::ProcRoot;
+use watchdog_procfs::roots::PRESSURE_MEMORY;
 use watchdog_sampler::cgroup::{CgroupLocation, CgroupVersion};
 use watchdog_types::ResourceId;
 
@@ -169,13 +174,29 @@ pub struct KernelWake {
 
 impl KernelWake {
     /// Arms what can be armed for a run in `cgroup` (`None`: its memory cgroup is not
-    /// watched), PSI's system-wide file under `proc_root`; says once what cannot be and why.
-    pub fn arm(cgroup: Option<&CgroupWake>, proc_root: &Path) -> KernelWake {
+    /// watched), PSI's system-wide file under `proc`; says once what cannot be and why.
+    pub fn arm(cgroup: Option<&CgroupWake>, proc: &ProcRoot) -> KernelWake {
         let mut k = KernelWake {
             ids: cgroup.map(|c| (c.id, c.cache)),
             ..KernelWake::default()
         };
-        let mut psi_path = proc_root.join("pressure/memory");
+        let mut psi_path = proc.file(PRESSURE_MEMORY);
+        if proc.is_recorded() {
+            const RECORDED: &str =
+                "the files are a recorded tree's (WATCHDOG_ROOT): no kernel writes them";
+            if let Some(cg) = cgroup {
+                let (source, dir) = (&cg.location.version, &cg.location.dir);
+                match source {
+                    CgroupVersion::V1 => k.refused(V1, RECORDED.into()),
+                    CgroupVersion::V2 => {
+                        k.refused(V2, RECORDED.into());
+                        psi_path = dir.join("memory.pressure");
+                    }
+                }
+            }
+            k.refused(&format!("psi:{}", psi_path.display()), RECORDED.into());
+            return k;
+        }
         if let Some(cg) = cgroup {
             let dir = &cg.location.dir;
             match cg.location.version {
@@ -455,7 +476,7 @@ mod tests {
     #[test]
     fn a_run_without_a_cgroup_arms_at_most_system_wide_psi() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let k = KernelWake::arm(None, dir.path());
+        let k = KernelWake::arm(None, &ProcRoot::new(dir.path()));
         assert!(k.armed().is_empty());
         assert_eq!(k.unarmed().len(), 1);
         let (name, reason) = &k.unarmed()[0];
@@ -526,7 +547,7 @@ mod tests {
             cache: None,
             limit,
         };
-        let k = KernelWake::arm(Some(&wake), Path::new("/proc"));
+        let k = KernelWake::arm(Some(&wake), &ProcRoot::default());
         assert_eq!(k.covered(), Some(ResourceId(0)), "{:?}", k.unarmed());
         assert!(k.armed().iter().any(|a| a == V1));
         Some((cg, k))

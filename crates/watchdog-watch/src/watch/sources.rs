@@ -70,8 +70,11 @@ pub fn build(
         Err(e) => unwatched.push(("host_memory".to_string(), e.to_string())),
     }
 
-    let mounts = CgroupMounts::read(proc_root)
-        .unwrap_or_else(|_| CgroupMounts::standard(&settings.host.cgroup));
+    let mounts = match (CgroupMounts::read(proc_root), settings.host.recorded_root()) {
+        (Ok(recorded), Some(dir)) => recorded.under(dir),
+        (Ok(mounts), None) => mounts,
+        (Err(_), _) => CgroupMounts::standard(&settings.host.cgroup),
+    };
     let mut oom_counter = None;
     let mut cgroup = None;
     match CgroupMemory::for_pid(proc_root, pid, &mounts, reads, table) {
