@@ -315,8 +315,9 @@ pub fn forward_signals(
     unforwarded: Arc<std::sync::atomic::AtomicUsize>,
     waker: crate::wake::Waker,
     proc: ProcRoot,
-) -> Result<(), Failure> {
-    std::thread::Builder::new()
+) -> Result<Forwarding, Failure> {
+    let handle = signals.handle();
+    let thread = std::thread::Builder::new()
         .name("watchdog-signals".into())
         .spawn(move || {
             for info in signals.forever() {
@@ -363,7 +364,26 @@ pub fn forward_signals(
             }
         })
         .map_err(|e| Failure::Runtime(format!("cannot start the signal thread: {e}")))?;
-    Ok(())
+    Ok(Forwarding {
+        handle,
+        thread: Some(thread),
+    })
+}
+
+/// The signal thread of [`forward_signals`]: stopped and joined when dropped (the
+/// watchdog's own handlers stay, so a signal from then on is not lost but not forwarded).
+pub struct Forwarding {
+    handle: signal_hook::iterator::Handle,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Forwarding {
+    fn drop(&mut self) {
+        self.handle.close();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// Sends `sig` to the command if it catches it; says what happened.

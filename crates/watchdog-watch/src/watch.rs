@@ -182,6 +182,8 @@ struct Session {
     /// The forwarded signals until the first command starts, then where they go.
     forwarded: Option<target::Forwarded>,
     forward_to: Option<target::ForwardTo>,
+    /// The thread forwarding them, stopped with the session.
+    forwarding: Option<target::Forwarding>,
     unforwarded: Arc<AtomicUsize>,
     wake: Wake,
     recorders: Option<Recorders>,
@@ -197,6 +199,7 @@ impl Session {
             record_now,
             forwarded: Some(forwarded),
             forward_to: None,
+            forwarding: None,
             unforwarded: Arc::new(AtomicUsize::new(0)),
             wake: new_wake()?,
             recorders: None,
@@ -238,6 +241,7 @@ impl Session {
                     self.wake.waker(),
                     settings.host.proc.clone(),
                 )
+                .map(|f| self.forwarding = Some(f))
             }
             (None, None) => Ok(()),
         };
