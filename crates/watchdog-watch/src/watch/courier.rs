@@ -53,19 +53,29 @@ impl Courier {
 
     /// Waits until no hook runs, `until` passes or `stopped` says so, whichever is first;
     /// woken by each hook's end (its outcome is held for [`finished`](Self::finished)),
-    /// looking at `stopped` at least every `look_every`.
+    /// looking at `stopped` at least every `look_every`. A hook's outcome comes just before
+    /// its process group is let go: what it left running is looked at every 20 ms.
     pub(super) fn wait_for_hooks(
         &mut self,
         until: Instant,
         look_every: Duration,
         mut stopped: impl FnMut() -> bool,
     ) {
-        while !self.hooks.running().is_empty() && !stopped() {
+        loop {
+            let running = self.hooks.running();
             let now = Instant::now();
-            if now >= until {
+            if running.is_empty() || now >= until || stopped() {
                 return;
             }
-            match self.outcomes.recv_timeout((until - now).min(look_every)) {
+            let unreported = running
+                .iter()
+                .any(|&pid| !self.held.iter().any(|o| o.pid == pid));
+            let wait = if unreported {
+                look_every
+            } else {
+                look_every.min(LEFTOVERS_LOOKED_AT_EVERY)
+            };
+            match self.outcomes.recv_timeout((until - now).min(wait)) {
                 Ok(outcome) => self.held.push(outcome),
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => return,
@@ -73,6 +83,9 @@ impl Courier {
         }
     }
 }
+
+/// How often a hook that reported its end is looked at until its process group is gone.
+const LEFTOVERS_LOOKED_AT_EVERY: Duration = Duration::from_millis(20);
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
