@@ -28,6 +28,10 @@
 #          (bind-mounted in a mount namespace of its own): on a machine shared with builds,
 #          other processes starting keep host memory moving and so sampled fast; this
 #          measures the loop at rest as on a quiet host. Everything else it reads is live.
+#        MOVING_MEMINFO=1: the opposite, host memory moving as on a live machine: for the
+#          whole run scripts/bench/mem_mover.py allocates and frees 1% of host memory every
+#          2 s (nothing frozen, nothing bind-mounted). scripts/bench/at_rest.sh measures one
+#          watchdog at its defaults against earlyoom this way.
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -63,6 +67,12 @@ if [ "$EARLYOOM" = 1 ] && ! command -v earlyoom >/dev/null; then
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq earlyoom >/dev/null 2>&1 || true
     fi
     command -v earlyoom >/dev/null || { echo "earlyoom is not installed (not root, or apt-get failed): skipping it" >&2; EARLYOOM=0; }
+fi
+
+if [ "${MOVING_MEMINFO:-0}" = 1 ]; then
+    setsid python3 scripts/bench/mem_mover.py >/dev/null 2>&1 &
+    MOVER=$!
+    trap 'kill_groups "${PIDS[@]:-}" "$MOVER"; rm -rf "$WORK"' EXIT
 fi
 
 FLOOR=0
