@@ -178,3 +178,26 @@ fn a_pid_the_recorded_tree_lacks_is_a_usage_error() {
         "{stderr}"
     );
 }
+
+#[test]
+fn run_under_a_recorded_tree_is_a_usage_error_and_its_command_is_not_left_running() {
+    let dir = scratch();
+    let root = dir.path().join("root");
+    copy_tree(&repo().join("tests/recorded/v2-job"), &root);
+    let marker = dir.path().join("ran-on");
+    let out = bin()
+        .env("WATCHDOG_ROOT", &root)
+        .args(["--gpu", "off", "run", "--", "sh", "-c"])
+        .arg(format!("sleep 2; touch {}", marker.display()))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("WATCHDOG_ROOT is set: expected a PID of the recorded tree"),
+        "{stderr}"
+    );
+    // Killed, not left to run on unwatched.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(!marker.exists(), "the command ran on after the watch failed");
+}

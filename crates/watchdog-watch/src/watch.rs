@@ -1057,7 +1057,14 @@ fn sampler_for(
         std::mem::take(&mut built.sources),
         RING_CAPACITY,
     )
-    .map_err(|e| Failure::Usage(format!("cannot watch PID {}: {e}", target.pid)))?;
+    .map_err(|e| {
+        let recorded = if settings.host.proc.is_recorded() {
+            "; WATCHDOG_ROOT is set: expected a PID of the recorded tree (a directory DIR/proc/PID)"
+        } else {
+            ""
+        };
+        Failure::Usage(format!("cannot watch PID {}: {e}{recorded}", target.pid))
+    })?;
     sampler.tree_mut().read_loadavg_through(reads);
     if let Some(period) = settings.slow_tree_interval() {
         // The tree's RSS is summed this often (see `sources::build`): walk it as often.
