@@ -199,5 +199,8 @@ fn run_under_a_recorded_tree_is_a_usage_error_and_its_command_is_not_left_runnin
     );
     // Killed, not left to run on unwatched.
     std::thread::sleep(Duration::from_secs(3));
-    assert!(!marker.exists(), "the command ran on after the watch failed");
+    assert!(
+        !marker.exists(),
+        "the command ran on after the watch failed"
+    );
 }
