@@ -248,10 +248,14 @@ fn a_providers_preemption_notice_is_a_save_before_its_deadline() {
         assert!(saved, "{provider}: no save acknowledged: {all:?}");
         let notice = of_kind(&all, "notice")[0].clone();
         assert_eq!(notice["source"], provider.as_str(), "{notice}");
-        assert!(
-            (notice["deadline_unix"].as_f64().unwrap() - deadline).abs() < 1.0,
-            "{notice}"
-        );
+        let got = notice["deadline_unix"].as_f64().unwrap();
+        if provider == Provider::Gce {
+            // GCE's notice names no time: the deadline is 30 s after the watchdog saw it,
+            // between the announcement and now (on a busy machine, seconds after it).
+            assert!(got >= deadline && got <= now_unix() + 30.0, "{notice}");
+        } else {
+            assert!((got - deadline).abs() < 1.0, "{notice}");
+        }
         let ack = of_kind(&all, "ack")[0].clone();
         assert_eq!(ack["seq"], notice["seq"]);
         let request: serde_json::Value = serde_json::from_str(
