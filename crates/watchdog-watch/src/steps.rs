@@ -233,6 +233,39 @@ pub const MAX_RANK_FILES: usize = 256;
 
 /// How often the ranks' files are looked for while none has been taken.
 pub const RANK_LOOK_EVERY: Duration = Duration::from_secs(1);
+/// A file looked for at most every `every` until something is taken from it, then at every
+/// look.
+#[derive(Debug, Clone, Copy)]
+struct UntilTaken {
+    every: Duration,
+    next: Option<Instant>,
+    taken: bool,
+}
+
+impl UntilTaken {
+    fn every(every: Duration) -> UntilTaken {
+        UntilTaken {
+            every,
+            next: None,
+            taken: false,
+        }
+    }
+
+    /// Whether to look at `now`; a look that is due sets the next one.
+    fn due(&mut self, now: Instant) -> bool {
+        if !self.taken && self.next.is_some_and(|at| now < at) {
+            return false;
+        }
+        self.next = Some(now + self.every);
+        true
+    }
+
+    /// The look found something (from then on every look is due) or not.
+    fn saw(&mut self, taken: bool) {
+        self.taken |= taken;
+    }
+}
+
 /// How often the shared step reports file is looked for until reports come in it.
 pub const SHARED_LOOK_EVERY: Duration = Duration::from_millis(100);
 
@@ -331,15 +364,10 @@ pub struct StepsIntake {
     ranks: Vec<RankFile>,
     /// Looks at the ranks' files so far.
     looks: u64,
-    /// When the ranks' files are next looked for while none has been taken.
-    next_rank_look: Option<Instant>,
-    /// Whether a rank's file was taken: from then on they are looked at every time.
-    ranks_taken: bool,
-    /// When the shared file is next looked for while nothing has been taken from it.
-    next_shared_look: Option<Instant>,
-    /// Whether reports were taken from the shared file: from then on it is looked at every
-    /// time.
-    shared_taken: bool,
+    /// When the ranks' files are looked for: every [`RANK_LOOK_EVERY`] until one is taken.
+    rank_looks: UntilTaken,
+    /// When the shared file is looked at: every [`SHARED_LOOK_EVERY`] until reports come.
+    shared_looks: UntilTaken,
     /// Each writer and what was taken from it.
     writers: Vec<Writer>,
     /// The exception taken: its writer and time (or step).
@@ -357,10 +385,8 @@ impl StepsIntake {
             shared: Watched::new(steps_file(request)),
             ranks: Vec::new(),
             looks: 0,
-            next_rank_look: None,
-            ranks_taken: false,
-            next_shared_look: None,
-            shared_taken: false,
+            rank_looks: UntilTaken::every(RANK_LOOK_EVERY),
+            shared_looks: UntilTaken::every(SHARED_LOOK_EVERY),
             writers: Vec::new(),
             exception: None,
             warned: false,
@@ -393,12 +419,11 @@ impl StepsIntake {
     /// at most every [`SHARED_LOOK_EVERY`]: a run that reports no steps costs a `stat` every
     /// 100 ms, not one per tick.
     pub fn check_due(&mut self, now: Instant, in_tree: impl FnMut(u32) -> bool) -> Option<Taken> {
-        if !self.shared_taken && self.next_shared_look.is_some_and(|at| now < at) {
+        if !self.shared_looks.due(now) {
             return None;
         }
-        self.next_shared_look = Some(now + SHARED_LOOK_EVERY);
         let taken = self.check(in_tree);
-        self.shared_taken |= taken.is_some();
+        self.shared_looks.saw(taken.is_some());
         taken
     }
 
@@ -406,12 +431,11 @@ impl StepsIntake {
     /// at most every [`RANK_LOOK_EVERY`]: a run without ranks (most runs, and every run of
     /// a busy service) costs one `stat` per process a second, not one per tick.
     pub fn check_ranks_due(&mut self, tree: &[u32], now: Instant) -> Vec<Taken> {
-        if !self.ranks_taken && self.next_rank_look.is_some_and(|at| now < at) {
+        if !self.rank_looks.due(now) {
             return Vec::new();
         }
         let taken = self.check_ranks(tree);
-        self.ranks_taken |= !taken.is_empty();
-        self.next_rank_look = Some(now + RANK_LOOK_EVERY);
+        self.rank_looks.saw(!taken.is_empty());
         taken
     }
 
