@@ -602,3 +602,46 @@ fn live_host_memory_rests_and_a_fast_fill_is_alerted_as_at_the_fixed_rate() {
         "alerted at {a:.2} s, the fixed rate at {f:.2} s ({reason:?}), before at {b:.2} s; {rates:?}"
     );
 }
+
+/// A saw-tooth whose teeth rise 6.7% of the limit a second at a 10 s lead, then a staircase
+/// (seed 10042747797000533518 of the long run, fill rate at the trace's fastest rise): its
+/// headroom outlasted a slow read at that rate, so the first fill-rate rule let the rises
+/// go by at slow reads; the tooth's peak was missed, its trend was fitted at 109 s left
+/// instead of 10 s, and the fixed rate's alert at 32.5-33.1 s was missed. A rise that, kept
+/// up, reaches the alert line within 2 leads now keeps the resource fast.
+#[test]
+fn a_tooth_rising_fast_far_from_the_limit_is_sampled_fast() {
+    let parts = [
+        (
+            2.685487904942162,
+            Segment::Sawtooth {
+                amp: 0.31111199070368956,
+                period: 0.4595359621955916,
+                teeth: 2,
+            },
+        ),
+        (
+            2.451576635918757,
+            Segment::Staircase {
+                steps: 6,
+                period: 0.6273986350116263,
+                next_base: 0.3375202572864004,
+            },
+        ),
+        (
+            0.5840703017443606,
+            Segment::Leak {
+                runway: 1.3446277089571723,
+                next_base: 0.20107394747796764,
+            },
+        ),
+    ];
+    first_alert_with_the_fixed_rate(&Case {
+        name: "disk:/ckpt",
+        lead: 10.0,
+        first_base: 0.26816150322788995,
+        parts: &parts,
+        ack: false,
+        seed: 10_042_747_797_000_533_518,
+    });
+}

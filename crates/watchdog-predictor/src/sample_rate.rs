@@ -124,8 +124,9 @@ pub struct SampleRate {
     recent: Recent,
     before: Recent,
     window_start: f64,
-    /// The last sample's usage.
+    /// The last sample's usage and time.
     last_used: u64,
+    last_t: f64,
     /// Whether the last sample was in an alert episode.
     alerting: bool,
 }
@@ -138,11 +139,19 @@ struct Recent {
     /// The largest rise from one sample to the next: a step not learned yet (the
     /// predictor learns a step size from the second on).
     jump: u64,
+    /// The fastest rise from one sample to the next, a second.
+    rise_rate: f64,
 }
 
 /// A rise from one sample to the next of this fraction of the limit or more keeps the
 /// resource fast while it is remembered (the step learner's smallest step).
 const MIN_JUMP: f64 = 0.005;
+
+/// A jump whose rise, kept up, would take the headroom to the alert line within this many
+/// leads keeps the resource fast even when the headroom outlasts a slow read at the fill
+/// rate (a saw-tooth's tooth rising 6.7% of the limit a second at a 10 s lead: sampled
+/// slowly, its peak was missed and its trend fitted at 109 s left instead of 10 s).
+const RISE_LEADS: f64 = 2.0;
 
 /// The highest usage and the largest jump are remembered for one to two windows this many
 /// leads long.
@@ -155,10 +164,19 @@ impl SampleRate {
             slow: false,
             started: false,
             far_since: None,
-            recent: Recent { high: 0, jump: 0 },
-            before: Recent { high: 0, jump: 0 },
+            recent: Recent {
+                high: 0,
+                jump: 0,
+                rise_rate: 0.0,
+            },
+            before: Recent {
+                high: 0,
+                jump: 0,
+                rise_rate: 0.0,
+            },
             window_start: 0.0,
             last_used: 0,
+            last_t: 0.0,
             alerting: false,
         }
     }
@@ -210,9 +228,15 @@ impl SampleRate {
         let lasts = fill_lasts(input, headroom, floor);
         // A jump the step learner could take for a step: usage moves in steps, whose
         // timing the staircase forecast rests on; seen late, it is extrapolated late. It
-        // counts unless the headroom outlasts the next slow read at the fastest fill.
+        // counts when the headroom could be gone before the next slow read at the fastest
+        // fill ...
         let outlasts = lasts.is_some_and(|s| s >= max);
-        let jumped = limited && jump >= MIN_JUMP * input.limit as f64 && !outlasts;
+        // ... or a rise that, kept up, would reach the line within 2 leads: a leak fast
+        // enough to show between two slow reads, whose trend a slow read fits late.
+        let rise_rate = self.recent.rise_rate.max(self.before.rise_rate);
+        let line = floor.max(input.alert_headroom).max(0.0);
+        let rising = rise_rate > 0.0 && headroom - line < RISE_LEADS * lead * rise_rate;
+        let jumped = limited && jump >= MIN_JUMP * input.limit as f64 && (!outlasts || rising);
         let near = input.alerting
             || jumped
             || left.is_some_and(|s| s < NEAR_LEADS * lead)
@@ -285,9 +309,14 @@ impl SampleRate {
         if self.started && !episode_changed {
             let rise = input.used.saturating_sub(self.last_used);
             self.recent.jump = self.recent.jump.max(rise);
+            let dt = input.t_s - self.last_t;
+            if dt > 0.0 {
+                self.recent.rise_rate = self.recent.rise_rate.max(rise as f64 / dt);
+            }
         }
         self.recent.high = self.recent.high.max(input.used);
         self.last_used = input.used;
+        self.last_t = input.t_s;
         self.alerting = input.alerting;
     }
 }
@@ -412,10 +441,18 @@ mod tests {
 
     /// A jump keeps it fast only when the headroom to the alert line could be gone before
     /// the next slow read at the fastest fill (issue 31): 750 left over the floor of 50
-    /// lasts 7.5 s at 100 a second, 0.75 s at 1000.
+    /// lasts 7.5 s at 100 a second, 0.75 s at 1000; or when the rise, kept up, would reach
+    /// the line within 2 leads (100 in 1 s: 7.5 s; 100 in 30 s: 225 s).
     #[test]
     fn a_jump_the_headroom_outlasts_at_the_fill_rate_does_not_make_it_fast() {
-        for (fill_rate, slow) in [(100.0, true), (1000.0, false), (0.0, false)] {
+        // (fill rate, seconds the rise of 100 took, slow after it).
+        let cases = [
+            (100.0, 30.0, true),
+            (100.0, 1.0, false),
+            (1000.0, 30.0, false),
+            (0.0, 30.0, false),
+        ];
+        for (fill_rate, dt, slow) in cases {
             let mut rate = SampleRate::new();
             let at = |t: f64, used: u64| RateInput {
                 fill_rate,
@@ -425,9 +462,9 @@ mod tests {
             rate.update(&at(30.0, 100));
             assert!(rate.is_slow(), "{fill_rate}");
             // 10% of the limit from one sample to the next.
-            let next = rate.update(&at(31.0, 200));
-            assert_eq!(next.slow, slow, "{fill_rate}");
-            assert_eq!(rate.update(&at(40.0, 200)).slow, slow, "{fill_rate}");
+            let next = rate.update(&at(30.0 + dt, 200));
+            assert_eq!(next.slow, slow, "{fill_rate} {dt}");
+            assert_eq!(rate.update(&at(70.0, 200)).slow, slow, "{fill_rate} {dt}");
         }
     }
 
