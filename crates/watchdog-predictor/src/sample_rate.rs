@@ -278,9 +278,7 @@ impl SampleRate {
                 .filter(|d| *d > 0.0 && d.is_finite());
             // Without a kernel wake: no later than the headroom could run out (the kernel
             // wakes the loop at the alert line itself).
-            let until_gone = lasts
-                .filter(|_| !input.kernel_wake)
-                .map_or(max, |s| s.max(input.interval_s));
+            let until_gone = lasts.map_or(max, |s| s.max(input.interval_s));
             to_close.map_or(max, |d| d.min(max)).min(until_gone)
         } else {
             input.interval_s
@@ -309,7 +307,9 @@ impl SampleRate {
         if self.started && !episode_changed {
             let rise = input.used.saturating_sub(self.last_used);
             self.recent.jump = self.recent.jump.max(rise);
-            let dt = input.t_s - self.last_t;
+            // Over a slow read at the least: a burst within one (a step, or 1% of the
+            // host faulted in 0.1 s) is what the fill rate bounds, a leak shows over it.
+            let dt = (input.t_s - self.last_t).max(input.max_interval_s);
             if dt > 0.0 {
                 self.recent.rise_rate = self.recent.rise_rate.max(rise as f64 / dt);
             }
@@ -322,11 +322,15 @@ impl SampleRate {
 }
 
 /// How long resource `input`'s headroom to the alert line (the floor, or the alert
-/// headroom when larger) lasts at its fill rate, seconds; `None` without a limit or a
-/// fill rate.
+/// headroom when larger) lasts at its fill rate, seconds: for ever without a limit (there
+/// is no line) or with a kernel wake (the kernel wakes the loop at the line); `None`
+/// without a fill rate.
 fn fill_lasts(input: &RateInput, headroom: f64, floor: f64) -> Option<f64> {
+    if !headroom.is_finite() || input.kernel_wake {
+        return Some(f64::INFINITY);
+    }
     let rate = input.fill_rate;
-    if !headroom.is_finite() || !rate.is_finite() || rate <= 0.0 {
+    if !rate.is_finite() || rate <= 0.0 {
         return None;
     }
     let line = floor.max(input.alert_headroom).max(0.0);
@@ -414,8 +418,9 @@ mod tests {
                 kernel_wake: kernel,
                 ..input(t, used, left)
             };
-            // A resource starts fast, and goes slow once it has been far for a lead.
-            assert!(!rate.update(&at(0.0)).slow);
+            // A resource starts fast, and goes slow once it has been far for a lead; at
+            // once with a kernel wake (the kernel wakes the loop at the alert line).
+            assert_eq!(rate.update(&at(0.0)).slow, slow && kernel);
             let next = rate.update(&at(30.0));
             assert_eq!(
                 next.slow, slow,
