@@ -375,8 +375,8 @@ fn the_engine_counts_each_resources_samples_and_says_its_rate() {
     let status_rate = |e: &Engine| e.resource_status()[0].sample_rate_hz.unwrap();
     let mut t = 0.0;
     let mut n = 0u64;
-    // Far, its headroom outlasting a slow read at the fill rate: sampled when due from the
-    // first sample on.
+    // Far, its headroom outlasting a slow read at the fill rate: at the interval for a
+    // bucket (3.75 s), then sampled when due.
     while t <= 40.0 {
         engine.observe(
             &Sample {
@@ -389,7 +389,7 @@ fn the_engine_counts_each_resources_samples_and_says_its_rate() {
         );
         n += 1;
         if n == 1 {
-            assert!((status_rate(&engine) - 1.0 / 0.9375).abs() < 1e-6);
+            assert!((status_rate(&engine) - 10.0).abs() < 1e-9);
         }
         t += engine.next_due(ResourceId(0)).as_secs_f64();
     }
@@ -397,9 +397,8 @@ fn the_engine_counts_each_resources_samples_and_says_its_rate() {
     assert_eq!(counts.len(), 1);
     let (name, samples, fast) = counts[0];
     assert_eq!((name, samples), ("disk:/", n));
-    // Only the first sample, before the policy had said anything, counts as fast.
     assert!(
-        fast == 1 && samples > 40,
+        (35..=45).contains(&fast) && fast < samples,
         "{fast} of {samples} at the interval"
     );
     assert!((status_rate(&engine) - 1.0 / 0.9375).abs() < 1e-6);
@@ -557,8 +556,9 @@ fn live_host(seconds: f64, fill_at: Option<f64>) -> Trace {
 /// Issue 31: a rise of 0.5% of the limit kept host memory at `interval` for 4 to 8 leads,
 /// and on a live machine host memory rises that much every few seconds. With 22 GiB free
 /// no process fills the host before the next slow read (3.5 s at the default 6 GiB/s), so
-/// the rises no longer keep it fast: read at most 1.2 times a second from the start (more
-/// than 5 without a fill rate, as before: fast for the first lead and after every rise). And a real 6 GB/s fill from the
+/// the rises no longer keep it fast: read at most 1.2 times a second once the first bucket
+/// (3.75 s) is over (more than 5 without a fill rate, as before: fast for the first lead
+/// and after every rise). And a real 6 GB/s fill from the
 /// same start is alerted as at the fixed rate.
 #[test]
 fn live_host_memory_rests_and_a_fast_fill_is_alerted_as_at_the_fixed_rate() {
@@ -571,11 +571,11 @@ fn live_host_memory_rests_and_a_fast_fill_is_alerted_as_at_the_fixed_rate() {
     let reads_a_second = |s: &EngineSettings| {
         let mut reads = 0u32;
         let (report, _) =
-            replay::run_trace_adaptive(&live_host(240.0, None), s, adaptive, |_, _, _| {
-                reads += 1;
+            replay::run_trace_adaptive(&live_host(240.0, None), s, adaptive, |_, t, _| {
+                reads += u32::from(t >= 10.0);
             });
         assert!(report.alerts.is_empty(), "{:?}", report.alerts);
-        f64::from(reads) / 240.0
+        f64::from(reads) / 230.0
     };
     let rate = reads_a_second(&s);
     assert!(rate <= 1.2, "{rate} reads a second");
@@ -646,4 +646,351 @@ fn a_tooth_rising_fast_far_from_the_limit_is_sampled_fast() {
         ack: false,
         seed: 10_042_747_797_000_533_518,
     });
+}
+
+/// One case of the long run as the property test checks it, at the trace's fastest rise
+/// as the fill rate: `None` when it holds, without and with the kernel wake; else what
+/// broke.
+fn breaks_the_bound(
+    name: &'static str,
+    lead: f64,
+    first_base: f64,
+    ack: bool,
+    seed: u64,
+    parts: &[(f64, Segment)],
+) -> Option<String> {
+    let case = Case {
+        name,
+        lead,
+        first_base,
+        parts,
+        ack,
+        seed,
+    };
+    let s = settings(lead);
+    let fixed: Vec<Vec<f64>> = (0..DRAWS)
+        .map(|k| times(&replay::run_trace(&case.draw(k), &s).alerts))
+        .collect();
+    let trace = case.draw(0);
+    let max = max_interval(lead);
+    let mut out = None;
+    for kernel_wake in [false, true] {
+        let (report, _) = replay::run_trace_adaptive(
+            &trace,
+            &at_fill(&s, &trace),
+            Adaptive {
+                max_interval_s: max,
+                kernel_wake,
+            },
+            |_, _, _| {},
+        );
+        let a = times(&report.alerts);
+        let alike: Vec<&Vec<f64>> = fixed.iter().filter(|f| f.len() == a.len()).collect();
+        let late = a
+            .iter()
+            .enumerate()
+            .map(|(i, a)| {
+                a - alike
+                    .iter()
+                    .filter_map(|f| f.get(i))
+                    .fold(f64::NEG_INFINITY, |m, f| m.max(*f))
+            })
+            .fold(0.0f64, f64::max);
+        if alike.is_empty() || late > max + 1e-6 {
+            out = Some(format!(
+                "kernel wake {kernel_wake}: {a:?}, {late:.2} s late (bound {max:.2}); fixed {fixed:?}"
+            ));
+        }
+    }
+    out
+}
+
+/// The replays of 10,000 cases (`PROPTEST_RNG_SEED=1`) that broke the property test's
+/// bound with the first fill-rate rules: a bucket's close without its read, slow from the
+/// first sample, a kernel wake counted as outlasting any read (docs/prediction.md, "Fill
+/// rates"). Each holds now.
+#[test]
+fn the_cases_the_first_fill_rate_rules_broke_hold() {
+    use Segment::*;
+    let r = [
+        breaks_the_bound(
+            "disk:/ckpt",
+            10.0,
+            0.04894667875809807,
+            true,
+            1641146792179013559,
+            &[
+                (
+                    0.3074038145747762,
+                    Staircase {
+                        steps: 11,
+                        period: 0.5122792540819681,
+                        next_base: 0.32902849745377216,
+                    },
+                ),
+                (
+                    2.6105404247012034,
+                    Plateau {
+                        len: 2.6181702497834936,
+                    },
+                ),
+                (
+                    0.44547071038421177,
+                    Staircase {
+                        steps: 8,
+                        period: 0.8606462370018613,
+                        next_base: 0.08037690124081451,
+                    },
+                ),
+            ],
+        ),
+        breaks_the_bound(
+            "disk:/ckpt",
+            30.0,
+            0.12826000948550592,
+            true,
+            12764568886930896525,
+            &[
+                (
+                    1.2301318172970324,
+                    Leak {
+                        runway: 1.8805201472227717,
+                        next_base: 0.3343766234844434,
+                    },
+                ),
+                (
+                    0.48341148193261346,
+                    Leak {
+                        runway: 13.895068383810912,
+                        next_base: 0.15778024506051416,
+                    },
+                ),
+                (
+                    1.5363673696333784,
+                    Leak {
+                        runway: 12.42509246362391,
+                        next_base: 0.38122320855194614,
+                    },
+                ),
+                (
+                    0.751658704930329,
+                    Leak {
+                        runway: 7.525322328763544,
+                        next_base: 0.3386152355858158,
+                    },
+                ),
+            ],
+        ),
+        breaks_the_bound(
+            "disk:/ckpt",
+            30.0,
+            0.286269746073394,
+            false,
+            370528863385341924,
+            &[(
+                1.1028759495594158,
+                Sawtooth {
+                    amp: 0.37007392901225594,
+                    period: 0.27660182603418115,
+                    teeth: 7,
+                },
+            )],
+        ),
+        breaks_the_bound(
+            "cgroup_memory",
+            60.0,
+            0.1615823034593669,
+            false,
+            4770894661385312836,
+            &[
+                (
+                    2.3919430080032575,
+                    Leak {
+                        runway: 9.719121756159137,
+                        next_base: 0.24314906783163961,
+                    },
+                ),
+                (
+                    2.097301235967134,
+                    Sawtooth {
+                        amp: 0.04569790315375413,
+                        period: 1.8189497406873296,
+                        teeth: 1,
+                    },
+                ),
+                (
+                    2.011099552215162,
+                    Staircase {
+                        steps: 10,
+                        period: 0.3087113395319874,
+                        next_base: 0.3883449484941861,
+                    },
+                ),
+                (
+                    1.6016559288501957,
+                    Sawtooth {
+                        amp: 0.1592584077862796,
+                        period: 2.8327808466529154,
+                        teeth: 6,
+                    },
+                ),
+                (
+                    1.8736472714944516,
+                    Leak {
+                        runway: 8.61710833296266,
+                        next_base: 0.07357017988232792,
+                    },
+                ),
+            ],
+        ),
+        breaks_the_bound(
+            "disk:/ckpt",
+            60.0,
+            0.054651711534906756,
+            true,
+            2743381591632179407,
+            &[(
+                0.20936265652095315,
+                Sawtooth {
+                    amp: 0.33239070481915284,
+                    period: 0.5401796965956241,
+                    teeth: 7,
+                },
+            )],
+        ),
+        breaks_the_bound(
+            "cgroup_memory",
+            60.0,
+            0.19837112448444522,
+            true,
+            2056056251595643811,
+            &[
+                (
+                    1.0245411882660287,
+                    Leak {
+                        runway: 3.9021077798503403,
+                        next_base: 0.06338277496084335,
+                    },
+                ),
+                (
+                    0.3111769630790952,
+                    Leak {
+                        runway: 5.679941272535657,
+                        next_base: 0.2788508859486874,
+                    },
+                ),
+                (
+                    1.5698867628242756,
+                    Jump {
+                        level: 0.9978106112867564,
+                        len: 0.8105356397435379,
+                    },
+                ),
+                (
+                    1.1072644001246055,
+                    Sawtooth {
+                        amp: 0.3903709559227294,
+                        period: 1.131685609683674,
+                        teeth: 2,
+                    },
+                ),
+                (
+                    2.3567356688399888,
+                    Sawtooth {
+                        amp: 0.0750288107061082,
+                        period: 0.8111985029660679,
+                        teeth: 3,
+                    },
+                ),
+            ],
+        ),
+        breaks_the_bound(
+            "cgroup_memory",
+            30.0,
+            0.24805796493702217,
+            true,
+            8633783350564503982,
+            &[
+                (
+                    1.885970567476219,
+                    Jump {
+                        level: 0.8065206228547688,
+                        len: 0.651804847069401,
+                    },
+                ),
+                (
+                    0.49317569386733434,
+                    Leak {
+                        runway: 7.356594409549849,
+                        next_base: 0.3854471950767608,
+                    },
+                ),
+                (
+                    0.9947734720033999,
+                    Sawtooth {
+                        amp: 0.3585075526292487,
+                        period: 0.6895545039657297,
+                        teeth: 2,
+                    },
+                ),
+                (
+                    1.5699153388769143,
+                    Sawtooth {
+                        amp: 0.15348703706425718,
+                        period: 1.830669422783178,
+                        teeth: 6,
+                    },
+                ),
+            ],
+        ),
+        breaks_the_bound(
+            "cgroup_memory",
+            30.0,
+            0.13731793011553597,
+            false,
+            15888617888430938440,
+            &[
+                (
+                    0.2568446486262511,
+                    Jump {
+                        level: 0.9388414791276312,
+                        len: 0.35979897761608587,
+                    },
+                ),
+                (
+                    1.567976853290253,
+                    Jump {
+                        level: 0.6954421253494615,
+                        len: 0.3646770026087533,
+                    },
+                ),
+                (
+                    1.0003759559875418,
+                    Staircase {
+                        steps: 11,
+                        period: 0.31574280574955377,
+                        next_base: 0.26156964085986223,
+                    },
+                ),
+                (
+                    0.9331071226113489,
+                    Sawtooth {
+                        amp: 0.08063880437189024,
+                        period: 1.8664435341293613,
+                        teeth: 2,
+                    },
+                ),
+                (
+                    0.17728338530458165,
+                    Leak {
+                        runway: 10.138698784392156,
+                        next_base: 0.14221722094766615,
+                    },
+                ),
+            ],
+        ),
+    ];
+    for (i, broke) in r.iter().enumerate() {
+        assert!(broke.is_none(), "case {i}: {broke:?}");
+    }
 }
