@@ -257,8 +257,8 @@ fn far_is_sampled_slowly_and_approaching_fast() {
     assert!((1.0..1.4).contains(&slow), "{r:?}");
     assert!((9.0..=10.5).contains(&fast), "{r:?}");
     // Slow from the first sample (the headroom outlasts a slow read at the fill rate), fast
-    // from about 4 leads before the limit through the episode.
-    assert!(r.fast_s > 3.5 * lead && r.fast_s < 5.0 * lead, "{r:?}");
+    // from about 4 leads before the limit through the episode and a lead after it.
+    assert!(r.fast_s > 3.5 * lead && r.fast_s < 5.5 * lead, "{r:?}");
 }
 
 /// The recorded 2 s saw-tooth under a 256 MiB limit, asked to be sampled every eighth of
@@ -993,4 +993,161 @@ fn the_cases_the_first_fill_rate_rules_broke_hold() {
     for (i, broke) in r.iter().enumerate() {
         assert!(broke.is_none(), "case {i}: {broke:?}");
     }
+}
+
+/// The replays of 10,000 cases (`PROPTEST_RNG_SEED=1`) that the fill-rate rules of the
+/// last round broke by 0.1-0.19 s past the bound: a resource that had been near went slow
+/// a bucket after it was far again (a leak's free), and the trend fitted later over those
+/// buckets of four samples moved. Slow a whole lead after it was near, each holds.
+#[test]
+fn the_cases_a_bucket_hold_after_a_free_broke_hold() {
+    use Segment::*;
+    let r = [
+        breaks_the_bound(
+            "disk:/ckpt",
+            10.0,
+            0.06296702193585983,
+            false,
+            7649612221594863490,
+            &[
+                (
+                    1.226752412331289,
+                    Plateau {
+                        len: 1.4212608206828112,
+                    },
+                ),
+                (
+                    2.337127729196025,
+                    Leak {
+                        runway: 1.0379792120744284,
+                        next_base: 0.2590398799271856,
+                    },
+                ),
+                (
+                    0.7207011647378693,
+                    Staircase {
+                        steps: 5,
+                        period: 0.9039297557742496,
+                        next_base: 0.025350406964502088,
+                    },
+                ),
+            ],
+        ),
+        breaks_the_bound(
+            "disk:/ckpt",
+            10.0,
+            0.18226820314519818,
+            false,
+            15969329447242862489,
+            &[
+                (
+                    1.2807934201025803,
+                    Leak {
+                        runway: 1.6645181497711636,
+                        next_base: 0.047769838376152465,
+                    },
+                ),
+                (
+                    2.6389432503443504,
+                    Leak {
+                        runway: 8.09638305217484,
+                        next_base: 0.03360039383752869,
+                    },
+                ),
+                (
+                    1.5569184195280676,
+                    Staircase {
+                        steps: 6,
+                        period: 0.7004735081668026,
+                        next_base: 0.3319527520631047,
+                    },
+                ),
+            ],
+        ),
+        breaks_the_bound(
+            "cgroup_memory",
+            10.0,
+            0.3665432700315454,
+            false,
+            7805775753272116996,
+            &[
+                (
+                    2.7500798121655694,
+                    Leak {
+                        runway: 10.052652016372718,
+                        next_base: 0.2083844434789538,
+                    },
+                ),
+                (
+                    1.760500399101438,
+                    Staircase {
+                        steps: 10,
+                        period: 0.48744326402742055,
+                        next_base: 0.3501469387573869,
+                    },
+                ),
+                (
+                    0.9482277951072643,
+                    Leak {
+                        runway: 1.1512049134304958,
+                        next_base: 0.20600554379174923,
+                    },
+                ),
+                (
+                    2.6280509969206713,
+                    Plateau {
+                        len: 0.8214336622357539,
+                    },
+                ),
+            ],
+        ),
+        breaks_the_bound(
+            "cgroup_memory",
+            30.0,
+            0.23929501142405016,
+            true,
+            8421625407631876988,
+            &[
+                (
+                    0.551696939559635,
+                    Staircase {
+                        steps: 10,
+                        period: 0.5471989982416698,
+                        next_base: 0.10361756723548596,
+                    },
+                ),
+                (
+                    1.0040054907300888,
+                    Sawtooth {
+                        amp: 0.34747628816880316,
+                        period: 0.292736312120067,
+                        teeth: 6,
+                    },
+                ),
+                (
+                    2.994207551351055,
+                    Leak {
+                        runway: 1.2118021785045703,
+                        next_base: 0.036542252416713605,
+                    },
+                ),
+                (
+                    0.9894595706596159,
+                    Leak {
+                        runway: 14.66813375083775,
+                        next_base: 0.3302249906161095,
+                    },
+                ),
+                (
+                    1.0359835762753151,
+                    Leak {
+                        runway: 8.600107781742855,
+                        next_base: 0.03321375128444471,
+                    },
+                ),
+            ],
+        ),
+    ];
+    let broken: Vec<&String> = r.iter().flatten().collect();
+    assert!(broken.is_empty(), "{broken:#?}");
 }

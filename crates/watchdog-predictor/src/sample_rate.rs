@@ -118,6 +118,8 @@ pub struct NextSample {
 pub struct SampleRate {
     slow: bool,
     started: bool,
+    /// Whether it has been near since the watch began.
+    was_near: bool,
     /// Since when the resource has been far (while fast).
     far_since: Option<f64>,
     /// What the samples showed since `window_start`, and in the window before.
@@ -163,6 +165,7 @@ impl SampleRate {
         SampleRate {
             slow: false,
             started: false,
+            was_near: false,
             far_since: None,
             recent: Recent {
                 high: 0,
@@ -195,9 +198,10 @@ impl SampleRate {
     /// to the alert line outlasts a slow read at the fill rate) makes it fast at once.
     /// Far (none of those, no forecast under 6 leads, headroom at least three floors
     /// (with a kernel wake: above the floor) and the floor plus 6 steps) held for a lead
-    /// makes it slow, held for a bucket (an eighth of a lead) when the headroom to the
-    /// alert line outlasts a slow read at the fill rate; a resource starts fast. While slow, without a kernel wake, the next
-    /// read comes no later than the headroom to the alert line lasts at the fill rate.
+    /// makes it slow; from the start until it is first near, held for a bucket (an eighth
+    /// of a lead) when the headroom to the alert line outlasts a slow read at the fill
+    /// rate; a resource starts fast. While slow, without a kernel wake, the next read comes
+    /// no later than the headroom to the alert line lasts at the fill rate.
     pub fn update(&mut self, input: &RateInput) -> NextSample {
         let lead = if input.lead_s.is_finite() && input.lead_s > 0.0 {
             input.lead_s
@@ -248,15 +252,23 @@ impl SampleRate {
             && headroom >= floor + FAR_STEPS * step;
         self.started = true;
         if near {
+            self.was_near = true;
             self.slow = false;
             self.far_since = None;
         } else if !self.slow {
             if far {
                 // Far for a lead, so that a forecast that comes and goes does not flap the
-                // rate; for a bucket (an eighth of a lead) when the headroom outlasts a
-                // slow read at the fastest fill. Slow from the first sample, a saw-tooth
-                // starting at once was aliased into an alert the fixed rate never had.
-                let hold = if outlasts { lead / 8.0 } else { lead };
+                // rate; for a bucket (an eighth of a lead) from the start until it is
+                // first near, when the headroom outlasts a slow read at the fastest fill
+                // (slow from the first sample, a saw-tooth starting at once was aliased
+                // into an alert the fixed rate never had; a bucket after a leak's free,
+                // the trend fitted later over buckets of four samples came up to 0.19 s
+                // past the bound).
+                let hold = if outlasts && !self.was_near {
+                    lead / 8.0
+                } else {
+                    lead
+                };
                 let since = *self.far_since.get_or_insert(input.t_s);
                 if input.t_s - since >= hold {
                     self.slow = true;
@@ -475,11 +487,13 @@ mod tests {
         }
     }
 
-    /// Far, with the headroom outlasting a slow read at the fill rate: slow once far for a
-    /// bucket (an eighth of the 30 s lead), not a lead (issue 31); fast again at once when
-    /// a forecast comes, and slow a bucket after it goes.
+    /// Far from the start, with the headroom outlasting a slow read at the fill rate: slow
+    /// once far for a bucket (an eighth of the 30 s lead), not a lead (issue 31); fast
+    /// again at once when a forecast comes, and once it has been near, slow only a whole
+    /// lead after it goes (a bucket's hold after a leak's free let the trend be fitted
+    /// over buckets of four samples, up to 0.19 s past the property test's bound).
     #[test]
-    fn a_headroom_that_outlasts_the_fill_goes_slow_after_a_bucket() {
+    fn a_headroom_that_outlasts_the_fill_goes_slow_after_a_bucket_until_first_near() {
         for (fill_rate, slow) in [(100.0, true), (1000.0, false), (0.0, false)] {
             let mut rate = SampleRate::new();
             let at = |t: f64, left: Option<f64>| RateInput {
@@ -490,7 +504,9 @@ mod tests {
             assert_eq!(rate.update(&at(4.0, None)).slow, slow, "{fill_rate}");
             assert!(!rate.update(&at(5.0, Some(60.0))).slow, "{fill_rate}");
             assert!(!rate.update(&at(6.0, None)).slow, "{fill_rate}");
-            assert_eq!(rate.update(&at(10.0, None)).slow, slow, "{fill_rate}");
+            assert!(!rate.update(&at(10.0, None)).slow, "{fill_rate}");
+            assert!(!rate.update(&at(35.0, None)).slow, "{fill_rate}");
+            assert!(rate.update(&at(36.0, None)).slow, "{fill_rate}");
         }
     }
 
