@@ -337,11 +337,10 @@ impl SampleRate {
 
 /// How long resource `input`'s headroom to the alert line (the floor, or the alert
 /// headroom when larger) lasts at its fill rate, seconds: for ever without a limit (there
-/// is no line); `None` without a fill rate. A kernel wake does not count as lasting for
-/// ever: it wakes the loop at the line and at new highs, but the forecast's buckets still
-/// need the reads (counting it so broke the property test's bound on a cgroup).
+/// is no line), and where the kernel wakes the loop at the line and at new highs (an armed
+/// threshold stands in for polling); `None` without a fill rate.
 fn fill_lasts(input: &RateInput, headroom: f64, floor: f64) -> Option<f64> {
-    if !headroom.is_finite() {
+    if !headroom.is_finite() || input.kernel_wake {
         return Some(f64::INFINITY);
     }
     let rate = input.fill_rate;
