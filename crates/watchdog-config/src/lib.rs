@@ -17,6 +17,7 @@ use serde::{Deserialize, Deserializer};
 use watchdog_types::VerdictKind;
 use watchdog_types::units;
 
+mod fill_rate;
 pub mod options;
 mod settings;
 
@@ -147,6 +148,7 @@ impl Settings {
             signal: self.signal,
             dry_run: self.dry_run,
             hook: self.on_alert.is_some(),
+            fill_rate: self.fill_rate,
         }
     }
 
@@ -556,7 +558,7 @@ pub fn de_text<'de, D: Deserializer<'de>>(
 }
 
 /// [`de_text`], also taking a number as its text.
-fn de_text_or_number<'de, D: Deserializer<'de>>(
+pub(crate) fn de_text_or_number<'de, D: Deserializer<'de>>(
     d: D,
     expected: &'static str,
 ) -> Result<String, D::Error> {
@@ -660,9 +662,17 @@ mod tests {
     #[test]
     fn example_config_documents_every_key_and_parses() {
         let text = example_uncommented();
+        // A `[table]` is one key; the keys under it are its own.
+        let mut in_table = false;
         let documented: Vec<&str> = text
             .lines()
-            .filter_map(|l| l.split_once(" = ").map(|(k, _)| k))
+            .filter_map(|l| {
+                if let Some(table) = l.strip_prefix('[').and_then(|t| t.strip_suffix(']')) {
+                    in_table = true;
+                    return Some(table);
+                }
+                l.split_once(" = ").map(|(k, _)| k).filter(|_| !in_table)
+            })
             .filter(|k| is_key(k))
             .collect();
         assert_eq!(documented, KEYS, "config/watchdog.toml drifted from KEYS");

@@ -13,7 +13,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use watchdog_engine::EngineSettings;
+use watchdog_engine::{EngineSettings, FillRates};
 use watchdog_types::VerdictKind;
 
 use crate::Host;
@@ -441,6 +441,11 @@ settings! {
         #[arg(long, value_name = "DUR", value_parser = Utf8(options::parse_duration))]
         notice_interval: Option<Duration>
     }
+
+    /// The fastest each kind of resource can fill (the `[fill_rate]` table, a size a
+    /// second): at rest a resource is read no later than its headroom to the alert line
+    /// would last at that rate. Last: a TOML table ends the file's top-level keys.
+    fill_rate: FillRates, default FillRates::DEFAULT, file "crate::fill_rate::de_fill_rate";
 }
 
 #[cfg(test)]
@@ -496,7 +501,10 @@ mod tests {
         let mut args: Vec<String> = Vec::new();
         for key in KEYS {
             let Some(id) = WatchOptions::flag_id(key) else {
-                assert_eq!(*key, "nvml_library", "{key} has no flag");
+                assert!(
+                    ["nvml_library", "fill_rate"].contains(key),
+                    "{key} has no flag"
+                );
                 continue;
             };
             let arg = command

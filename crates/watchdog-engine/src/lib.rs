@@ -87,6 +87,62 @@ pub struct EngineSettings {
     pub dry_run: bool,
     /// Whether an `--on-alert` hook is configured.
     pub hook: bool,
+    /// The fastest each kind of resource can fill (`fill_rate`): at rest a resource is read
+    /// no later than its headroom to the alert line would last at that rate.
+    pub fill_rate: FillRates,
+}
+
+/// The fastest each kind of resource can fill, bytes a second (the `[fill_rate]` table).
+/// The defaults and how they were measured are in `docs/prediction.md` ("Fill rates").
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FillRates {
+    /// Host memory (and swap, and a tree's RSS): a process faulting in new pages.
+    pub host_memory: f64,
+    /// A memory cgroup's usage: the same, charged to the cgroup.
+    pub cgroup_memory: f64,
+    /// A filesystem's bytes: a checkpoint written through the page cache.
+    pub disk: f64,
+    /// One GPU's memory: data copied from the host (an allocation on the device is
+    /// instant, and no rate of reading sees it coming).
+    pub gpu_memory: f64,
+}
+
+impl FillRates {
+    /// The defaults: host and cgroup memory 6 GiB/s, disk 8 GiB/s, GPU memory 64 GB/s.
+    pub const DEFAULT: FillRates = FillRates {
+        host_memory: (6u64 << 30) as f64,
+        cgroup_memory: (6u64 << 30) as f64,
+        disk: (8u64 << 30) as f64,
+        gpu_memory: 64e9,
+    };
+
+    /// The fastest `kind`'s usage can rise, in its unit a second; 0 (no bound) for the
+    /// kinds without one (the page cache, notices: never alerted on). The runtime's clock
+    /// fills at 1,000 ms a second; inodes at [`INODES_FILL_RATE`].
+    pub fn of(&self, kind: ResourceKind) -> f64 {
+        match kind {
+            ResourceKind::HostMemory | ResourceKind::Swap | ResourceKind::TreeMemory => {
+                self.host_memory
+            }
+            ResourceKind::CgroupMemory => self.cgroup_memory,
+            ResourceKind::DiskBytes => self.disk,
+            ResourceKind::GpuMemory => self.gpu_memory,
+            ResourceKind::Runtime => 1000.0,
+            ResourceKind::DiskInodes => INODES_FILL_RATE,
+            ResourceKind::CgroupCache | ResourceKind::Notice => 0.0,
+        }
+    }
+}
+
+/// The fastest a filesystem's inodes fill, files a second: one writer creating empty files
+/// made 22,800 a second on a tmpfs here and 29,000 on ext4 (docs/prediction.md, "Fill
+/// rates"), about seven times that for several writers.
+pub const INODES_FILL_RATE: f64 = 200_000.0;
+
+impl Default for FillRates {
+    fn default() -> Self {
+        FillRates::DEFAULT
+    }
 }
 
 impl Default for EngineSettings {
@@ -101,6 +157,7 @@ impl Default for EngineSettings {
             signal: libc::SIGUSR1,
             dry_run: false,
             hook: false,
+            fill_rate: FillRates::DEFAULT,
         }
     }
 }
@@ -399,6 +456,7 @@ impl Engine {
     /// (none for an unknown or unlimited resource).
     pub fn observe(&mut self, s: &Sample, out: &mut Vec<Action>) -> Option<Observation> {
         let (lead_s, max_interval_s) = (self.lead_s, self.max_interval_s());
+        let fill_rate = self.settings.fill_rate;
         self.last_t_s = self.last_t_s.max(s.t_ns as f64 / 1e9);
         let st = self.states.get_mut(s.resource.0 as usize)?;
         st.samples += 1;
@@ -414,13 +472,14 @@ impl Engine {
             announce_limit(&st.resource, s.limit, previous.is_none(), out);
         }
         if !s.is_limited() {
-            let input = rate_input(st, s, None, lead_s, max_interval_s);
+            let input = rate_input(st, s, None, lead_s, max_interval_s, fill_rate);
             st.next = Some(st.rate.update(&input));
             return None;
         }
         let obs = st.predictor.observe(s.t_ns as f64 / 1e9, s.used, s.limit);
         st.forecast = obs.forecast;
-        let input = rate_input(st, s, obs.forecast.seconds_left, lead_s, max_interval_s);
+        let left = obs.forecast.seconds_left;
+        let input = rate_input(st, s, left, lead_s, max_interval_s, fill_rate);
         st.next = Some(st.rate.update(&input));
         match obs.decision {
             Decision::Quiet => {}
@@ -841,12 +900,14 @@ fn rate_input(
     seconds_left: Option<f64>,
     lead_s: f64,
     max_interval_s: f64,
+    fill_rate: FillRates,
 ) -> RateInput {
     let config = st.predictor.config();
-    let floor = if s.is_limited() {
-        st.predictor.floor(s.limit)
+    let (floor, alert_headroom) = if s.is_limited() {
+        let alert = st.predictor.alert_headroom(s.limit) as f64;
+        (st.predictor.floor(s.limit), alert)
     } else {
-        0.0
+        (0.0, 0.0)
     };
     RateInput {
         t_s: s.t_ns as f64 / 1e9,
@@ -861,6 +922,8 @@ fn rate_input(
         max_interval_s,
         kernel_wake: st.kernel_wake,
         bucket_close_s: st.predictor.next_bucket_close(),
+        fill_rate: fill_rate.of(st.resource.kind),
+        alert_headroom,
     }
 }
 

@@ -25,6 +25,7 @@ fn settings() -> EngineSettings {
         signal: SIGUSR1,
         dry_run: false,
         hook: false,
+        ..EngineSettings::default()
     }
 }
 

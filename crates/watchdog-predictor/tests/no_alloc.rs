@@ -95,6 +95,8 @@ fn observe_does_not_allocate() {
                 max_interval_s: 0.5,
                 kernel_wake: i % 2 == 0,
                 bucket_close_s: p.next_bucket_close(),
+                fill_rate: limit as f64,
+                alert_headroom: p.alert_headroom(limit) as f64,
             });
             slow += u32::from(next.slow);
         }
