@@ -566,10 +566,15 @@ impl Watch {
         let rates = self
             .engine
             .resources()
-            .map(|r| watchdog_types::ResourceRate {
-                resource: r.name.clone(),
-                interval_s,
-                max_interval_s,
+            .map(|r| {
+                let (watched_by, why) = self.kernel.watched_by(r.id);
+                watchdog_types::ResourceRate {
+                    resource: r.name.clone(),
+                    interval_s,
+                    max_interval_s,
+                    watched_by,
+                    why,
+                }
             })
             .collect();
         let s = &self.settings;

@@ -38,7 +38,7 @@ use watchdog_kernel_wake::{
 use watchdog_procfs::ProcRoot;
 use watchdog_procfs::roots::PRESSURE_MEMORY;
 use watchdog_sampler::cgroup::{CgroupLocation, CgroupVersion};
-use watchdog_types::ResourceId;
+use watchdog_types::{ResourceId, WatchedBy};
 
 /// The target's memory cgroup as its source found it.
 #[derive(Debug, Clone)]
@@ -165,6 +165,8 @@ pub struct KernelWake {
     woken: (u64, u64),
     /// `cgroup_memory` and `cgroup_cache`, whose samples move the v1 threshold.
     ids: Option<(ResourceId, Option<ResourceId>)>,
+    /// The hierarchy of the watched memory cgroup.
+    version: Option<CgroupVersion>,
     /// This tick's `cgroup_memory` and its limit, when sampled, for the threshold moved
     /// at the end of the tick.
     tick_memory: Option<(u64, u64)>,
@@ -178,6 +180,7 @@ impl KernelWake {
     pub fn arm(cgroup: Option<&CgroupWake>, proc: &ProcRoot) -> KernelWake {
         let mut k = KernelWake {
             ids: cgroup.map(|c| (c.id, c.cache)),
+            version: cgroup.map(|c| c.location.version),
             ..KernelWake::default()
         };
         let mut psi_path = proc.file(PRESSURE_MEMORY);
@@ -259,6 +262,47 @@ impl KernelWake {
     pub fn covered(&self) -> Option<ResourceId> {
         let v1 = self.v1.as_ref()?;
         (!v1.disarmed).then_some(v1.id)
+    }
+
+    /// What watches `resource` between its samples, and why, in one line (the `start`
+    /// event's `rates`): the kernel only where a level is armed at its alert line (the v1
+    /// usage threshold of `cgroup_memory`); v2 `memory.events` and PSI wake the loop but
+    /// place no level, so they do not count.
+    pub fn watched_by(&self, resource: ResourceId) -> (WatchedBy, String) {
+        const NO_LEVEL: &str = "no kernel level at the alert line";
+        let Some((memory, cache)) = self.ids else {
+            return (WatchedBy::Poll, NO_LEVEL.into());
+        };
+        if cache == Some(resource) {
+            return (
+                WatchedBy::Poll,
+                "no limit, never alerted: read with cgroup_memory".into(),
+            );
+        }
+        if resource != memory {
+            return (WatchedBy::Poll, NO_LEVEL.into());
+        }
+        if self.covered().is_some() {
+            return (
+                WatchedBy::Kernel,
+                "a cgroup v1 usage threshold at the alert line (cgroup.event_control)".into(),
+            );
+        }
+        let unarmed = |source: &str| {
+            self.unarmed
+                .iter()
+                .find(|(s, _)| s == source)
+                .map(|(_, reason)| reason.clone())
+        };
+        let why = match self.version {
+            Some(CgroupVersion::V2) => {
+                "cgroup v2: memory.events and PSI place no level at the alert line".into()
+            }
+            _ => unarmed(V1).unwrap_or_else(|| {
+                "the cgroup v1 usage threshold is disarmed (page cache near the limit)".into()
+            }),
+        };
+        (WatchedBy::Poll, why)
     }
 
     /// Calls `f` with each descriptor to poll and the flag it becomes ready with.
@@ -486,6 +530,54 @@ mod tests {
         );
         assert!(reason.contains("no PSI here"), "{reason}");
         assert!(k.covered().is_none());
+    }
+
+    #[test]
+    fn only_a_resource_with_a_level_at_its_alert_line_is_watched_by_the_kernel() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let proc = ProcRoot::new(dir.path());
+        let cgroup = |version, limit| CgroupWake {
+            location: CgroupLocation {
+                version,
+                dir: dir.path().to_path_buf(),
+                mount_point: dir.path().to_path_buf(),
+            },
+            id: ResourceId(1),
+            cache: Some(ResourceId(2)),
+            limit,
+        };
+        let no_cgroup = KernelWake::arm(None, &proc);
+        assert_eq!(
+            no_cgroup.watched_by(ResourceId(0)),
+            (WatchedBy::Poll, "no kernel level at the alert line".into())
+        );
+        // v1 without a limit: the unarming reason.
+        let v1 = KernelWake::arm(Some(&cgroup(CgroupVersion::V1, u64::MAX)), &proc);
+        let (by, why) = v1.watched_by(ResourceId(1));
+        assert_eq!(by, WatchedBy::Poll);
+        assert!(why.contains("has no limit"), "{why}");
+        assert_eq!(v1.watched_by(ResourceId(0)).0, WatchedBy::Poll);
+        assert!(v1.watched_by(ResourceId(2)).1.contains("never alerted"));
+        // v1 where the files are not a memory cgroup's: the kernel's refusal, named.
+        let v1 = KernelWake::arm(Some(&cgroup(CgroupVersion::V1, 1 << 30)), &proc);
+        let (by, why) = v1.watched_by(ResourceId(1));
+        assert_eq!(by, WatchedBy::Poll);
+        assert_eq!(why, v1.unarmed()[0].1, "{:?}", v1.unarmed());
+        // v2, whatever is armed there: no level.
+        let v2 = KernelWake::arm(Some(&cgroup(CgroupVersion::V2, 1 << 30)), &proc);
+        let (by, why) = v2.watched_by(ResourceId(1));
+        assert_eq!(by, WatchedBy::Poll);
+        assert!(why.contains("memory.events and PSI place no level"), "{why}");
+    }
+
+    #[test]
+    fn an_armed_v1_threshold_makes_cgroup_memory_kernel_watched() {
+        let Some((_cg, k)) = armed_cgroup("watched-by", 64 * MIB) else {
+            return;
+        };
+        let (by, why) = k.watched_by(ResourceId(0));
+        assert_eq!(by, WatchedBy::Kernel, "{why}");
+        assert!(why.contains("cgroup v1 usage threshold"), "{why}");
     }
 
     /// An engine watching one resource, `cgroup_memory` (id 0), with the default floor.
