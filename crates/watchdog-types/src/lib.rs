@@ -470,6 +470,11 @@ pub enum EventBody {
         /// `--restart`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         attempt: Option<u32>,
+        /// `cgroup.event_control` writes (v1 thresholds armed or moved) made between a
+        /// threshold's crossing waking the loop and the alert sent for it, summed over the
+        /// run: 0 when no write stood between a crossing and its signal (`docs/kernel-wake.md`).
+        #[serde(default)]
+        event_control_writes_before_signal: u32,
     },
     /// `run --requeue` puts its SLURM job back in the queue after the save before its end
     /// (written and flushed before `scontrol requeue` runs).

@@ -1040,8 +1040,14 @@ impl Watch {
         });
         terminal::summary(&text);
         let mut event = event;
-        if let (EventBody::Exit { attempt, .. }, Some(n)) = (&mut event, self.series.attempt()) {
-            *attempt = Some(n);
+        if let EventBody::Exit {
+            attempt,
+            event_control_writes_before_signal,
+            ..
+        } = &mut event
+        {
+            *attempt = self.series.attempt();
+            *event_control_writes_before_signal = self.kernel.writes_before_signal();
         }
         self.emit(event);
         self.close(last);

@@ -172,6 +172,14 @@ pub struct KernelWake {
     tick_memory: Option<(u64, u64)>,
     /// This tick's page cache of the cgroup (0: not sampled).
     tick_cache: u64,
+    /// A v1 crossing woke the loop this tick: the `cgroup.event_control` writes begun by
+    /// then, and those in flight then (see [`alerted`](Self::alerted)).
+    crossing: Option<(u64, u64)>,
+    /// `cgroup.event_control` writes between a crossing and its alert, over the run.
+    writes_before_signal: u32,
+    /// This tick was woken by a v1 crossing: the high is left where it is until a tick
+    /// that was not (see [`after_tick`](Self::after_tick)).
+    woken_by_crossing: bool,
 }
 
 impl KernelWake {
@@ -326,15 +334,22 @@ impl KernelWake {
     pub fn consume(&mut self) -> Woke {
         let mut woke = Woke::default();
         if let Some(v1) = &self.v1 {
+            let mut crossed = false;
             for level in [&v1.line, &v1.high] {
                 if level.wanted().is_none() {
                     continue;
                 }
                 match level.threshold.consume() {
-                    Ok(n) => woke.cgroup |= n > 0,
+                    Ok(n) => crossed |= n > 0,
                     Err(e) => tracing::debug!("{V1}: {e}"),
                 }
             }
+            if crossed {
+                let (begun, done) = v1.control_writes();
+                self.crossing = Some((begun, begun - done));
+                self.woken_by_crossing = true;
+            }
+            woke.cgroup |= crossed;
         }
         if let Some(v2) = &mut self.v2 {
             match v2.on_wake() {
@@ -387,12 +402,44 @@ impl KernelWake {
         }
     }
 
+    /// The alert of this tick was sent (its request written, its signal sent): counts the
+    /// `cgroup.event_control` writes since a v1 crossing woke the loop for it, if one did
+    /// (those begun since, and one in flight then).
+    pub fn alerted(&mut self) {
+        let (Some((begun, in_flight)), Some(v1)) = (self.crossing.take(), &self.v1) else {
+            return;
+        };
+        let since = v1.control_writes().0 - begun + in_flight;
+        if since > 0 {
+            tracing::debug!("{V1}: {since} cgroup.event_control write(s) before the signal");
+        }
+        self.writes_before_signal = self
+            .writes_before_signal
+            .saturating_add(u32::try_from(since).unwrap_or(u32::MAX));
+    }
+
+    /// `cgroup.event_control` writes between a crossing waking the loop and the alert sent
+    /// for it, over the run (the `exit` event's `event_control_writes_before_signal`).
+    pub fn writes_before_signal(&self) -> u32 {
+        self.writes_before_signal
+    }
+
     /// At the end of a tick whose samples were [`note`](Self::note)d: moves the v1
-    /// thresholds from the cgroup's figures, if it was sampled.
+    /// thresholds from the cgroup's figures, if it was sampled. A crossing that woke the
+    /// tick and brought no alert is forgotten.
+    ///
+    /// On a tick a crossing woke, the high is not moved: a crossing is what comes before
+    /// an alert, and registering a level (a `cgroup.event_control` write, 8-20 ms in the
+    /// kernel on the worker thread) would then be going on when the line is crossed and
+    /// the signal sent. It follows at the next tick no crossing woke; meanwhile the
+    /// resource is sampled as the engine plans (at `interval` while it rises) and the line
+    /// stays armed.
     pub fn after_tick(&mut self, engine: &mut Engine) {
+        self.crossing = None;
+        let hold_high = std::mem::take(&mut self.woken_by_crossing);
         let cache = std::mem::take(&mut self.tick_cache);
         if let Some((used, limit)) = self.tick_memory.take() {
-            self.after_sample(engine, used, cache, limit);
+            self.after_sample(engine, used, cache, limit, hold_high);
         }
     }
 
@@ -400,12 +447,20 @@ impl KernelWake {
     /// `limit` the limit it was read with): moves the line to the engine's alert level plus
     /// the cache when that moved and the high to its wake level, or disarms both while cache
     /// keeps usage near the limit (and arms them again once usage falls back), telling the
-    /// engine either way.
-    pub fn after_sample(&mut self, engine: &mut Engine, used: u64, cache: u64, limit: u64) {
+    /// engine either way; the high is left where it is when `hold_high` (a crossing woke
+    /// this tick: see [`after_tick`](Self::after_tick)).
+    pub fn after_sample(
+        &mut self,
+        engine: &mut Engine,
+        used: u64,
+        cache: u64,
+        limit: u64,
+        hold_high: bool,
+    ) {
         let Some(v1) = &mut self.v1 else {
             return;
         };
-        if let Err(e) = v1.follow(engine, used, cache, limit) {
+        if let Err(e) = v1.follow(engine, used, cache, limit, hold_high) {
             // Said once: the thresholds are dropped, the engine told, the cgroup polled.
             tracing::info!("{V1} cannot be moved, polling instead: {e}");
             engine.set_kernel_wake(v1.id, false);
@@ -415,6 +470,13 @@ impl KernelWake {
 }
 
 impl V1Thresholds {
+    /// `cgroup.event_control` writes for both thresholds: `(begun, finished)`.
+    fn control_writes(&self) -> (u64, u64) {
+        let (a, b) = self.line.threshold.control_writes();
+        let (c, d) = self.high.threshold.control_writes();
+        (a + c, b + d)
+    }
+
     /// [`KernelWake::after_sample`] for the v1 thresholds; an error when the kernel refused
     /// a level (the thresholds are then of no use).
     fn follow(
@@ -423,6 +485,7 @@ impl V1Thresholds {
         used: u64,
         cache: u64,
         limit: u64,
+        hold_high: bool,
     ) -> Result<(), Unarmable> {
         if limit != 0 && limit != u64::MAX {
             self.limit = limit;
@@ -476,9 +539,10 @@ impl V1Thresholds {
         match wanted {
             None => self.high.close(),
             Some(at)
-                if self.high.wanted().is_some_and(|was| {
-                    was > usage && was <= at && at.saturating_sub(was) < margin
-                }) => {}
+                if hold_high
+                    || self.high.wanted().is_some_and(|was| {
+                        was > usage && was <= at && at.saturating_sub(was) < margin
+                    }) => {}
             Some(at) => self.high.move_to(at)?,
         }
         Ok(())
@@ -659,21 +723,21 @@ mod tests {
         };
         let unarmed_fds = fds(&k);
         observe(&mut engine, 10 * MIB, limit);
-        k.after_sample(&mut engine, 10 * MIB, 0, limit);
+        k.after_sample(&mut engine, 10 * MIB, 0, limit, false);
         assert!(
             fds(&k) > unarmed_fds,
             "the line is armed at the first sample"
         );
         // 253 MiB of usage, 200 of it page cache: within a 64th of the limit.
         observe(&mut engine, 53 * MIB, limit);
-        k.after_sample(&mut engine, 53 * MIB, 200 * MIB, limit);
+        k.after_sample(&mut engine, 53 * MIB, 200 * MIB, limit, false);
         assert_eq!(k.covered(), None, "cache near the limit must disarm");
         assert_eq!(fds(&k), unarmed_fds, "a disarmed threshold is not polled");
         // Still there: stays disarmed.
-        k.after_sample(&mut engine, 53 * MIB, 199 * MIB, limit);
+        k.after_sample(&mut engine, 53 * MIB, 199 * MIB, limit, false);
         assert_eq!(k.covered(), None);
         // The cache reclaimed: armed again.
-        k.after_sample(&mut engine, 53 * MIB, 10 * MIB, limit);
+        k.after_sample(&mut engine, 53 * MIB, 10 * MIB, limit, false);
         assert_eq!(k.covered(), Some(ResourceId(0)));
         assert!(fds(&k) > unarmed_fds);
     }
@@ -687,7 +751,7 @@ mod tests {
         };
         let mut engine = cgroup_engine();
         observe(&mut engine, 0, limit);
-        k.after_sample(&mut engine, 0, 0, limit);
+        k.after_sample(&mut engine, 0, 0, limit, false);
         let line = engine.alert_level(ResourceId(0)).expect("an alert level");
         assert!(line > 240 * MIB && line < 245 * MIB, "{line}");
         // Whether the line's eventfds (the armed one, and the one being armed) are ready
