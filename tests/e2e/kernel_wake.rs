@@ -154,7 +154,8 @@ fn a_v1_threshold_samples_a_leak_between_the_ticks_of_a_slow_interval() {
     assert_eq!(rate("cgroup_memory")["watched_by"], "kernel", "{start}");
     assert_eq!(rate("host_memory")["watched_by"], "poll", "{start}");
     assert_eq!(
-        rate("host_memory")["why"], "no kernel level at the alert line",
+        rate("host_memory")["why"],
+        "no kernel level at the alert line",
         "{start}"
     );
     // Polling every 2 s gives at most one tick per 2 s of the whole time the watchdog ran,
@@ -296,7 +297,9 @@ fn a_jump_past_the_alert_line_is_signalled_with_no_threshold_written_in_between(
         .unwrap();
     let start = start_event_then_open(&scene, &gate);
     assert!(
-        wake_sources(&start).iter().any(|s| s == "cgroup_v1_threshold"),
+        wake_sources(&start)
+            .iter()
+            .any(|s| s == "cgroup_v1_threshold"),
         "{start}"
     );
     assert!(jump.wait().unwrap().success(), "the jump failed");

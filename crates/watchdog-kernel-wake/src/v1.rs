@@ -18,7 +18,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write as _;
 use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::mpsc::{Sender, channel};
 use std::sync::{Arc, Mutex};
 
@@ -227,7 +227,10 @@ impl CgroupV1Threshold {
     /// finished) is one waiting for the kernel's RCU grace period.
     pub fn control_writes(&self) -> (u64, u64) {
         let w = &self.files.writes;
-        (w.begun.load(Ordering::Acquire), w.done.load(Ordering::Acquire))
+        (
+            w.begun.load(Ordering::Acquire),
+            w.done.load(Ordering::Acquire),
+        )
     }
 
     /// The cgroup's `memory.usage_in_bytes` now, in bytes (page cache included), to place

@@ -338,9 +338,7 @@ impl ProcessTree {
         }
         let key = self.change_key();
         let unchanged = match (key, self.walked_at) {
-            (Some(now), Some(then)) => {
-                now == then || (now.1 == then.1 && self.is_single_process())
-            }
+            (Some(now), Some(then)) => now == then || (now.1 == then.1 && self.is_single_process()),
             _ => false,
         };
         if unchanged {

@@ -631,7 +631,10 @@ mod tests {
         let v2 = KernelWake::arm(Some(&cgroup(CgroupVersion::V2, 1 << 30)), &proc);
         let (by, why) = v2.watched_by(ResourceId(1));
         assert_eq!(by, WatchedBy::Poll);
-        assert!(why.contains("memory.events and PSI place no level"), "{why}");
+        assert!(
+            why.contains("memory.events and PSI place no level"),
+            "{why}"
+        );
     }
 
     #[test]

@@ -169,7 +169,10 @@ mod tests {
         let ms = |n: u64| t0 + Duration::from_millis(n);
         assert!(replies.ack_due(ms(0), false), "the first look is due");
         assert!(!replies.ack_due(ms(500), false), "slow: every second");
-        assert!(replies.ack_due(ms(500), true), "a request makes it due at 100 ms");
+        assert!(
+            replies.ack_due(ms(500), true),
+            "a request makes it due at 100 ms"
+        );
         assert!(!replies.ack_due(ms(550), true));
         assert!(replies.ack_due(ms(600), true));
         assert!(!replies.ack_due(ms(700), false));
