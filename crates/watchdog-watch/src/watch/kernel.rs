@@ -346,7 +346,8 @@ impl KernelWake {
             }
             if crossed {
                 let (begun, done) = v1.control_writes();
-                self.crossing = Some((begun, begun - done));
+                // Read one after the other: a write may finish between the two loads.
+                self.crossing = Some((begun, begun.saturating_sub(done)));
                 self.woken_by_crossing = true;
             }
             woke.cgroup |= crossed;
@@ -409,7 +410,7 @@ impl KernelWake {
         let (Some((begun, in_flight)), Some(v1)) = (self.crossing.take(), &self.v1) else {
             return;
         };
-        let since = v1.control_writes().0 - begun + in_flight;
+        let since = v1.control_writes().0.saturating_sub(begun) + in_flight;
         if since > 0 {
             tracing::debug!("{V1}: {since} cgroup.event_control write(s) before the signal");
         }
