@@ -141,6 +141,23 @@ fn a_v1_threshold_samples_a_leak_between_the_ticks_of_a_slow_interval() {
         sources.iter().any(|s| s == "pidfd") && sources.iter().any(|s| s == "cgroup_v1_threshold"),
         "wake_sources {sources:?}; start {start}"
     );
+    // The cgroup is watched by the kernel (a level at its alert line), the rest polled.
+    let rate = |name: &str| {
+        start["rates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["resource"] == name)
+            .unwrap_or_else(|| panic!("no rate of {name} in {start}"))
+            .clone()
+    };
+    assert_eq!(rate("cgroup_memory")["watched_by"], "kernel", "{start}");
+    assert_eq!(rate("host_memory")["watched_by"], "poll", "{start}");
+    assert_eq!(
+        rate("host_memory")["why"],
+        "no kernel level at the alert line",
+        "{start}"
+    );
     // Polling every 2 s gives at most one tick per 2 s of the whole time the watchdog ran,
     // the first one and the last look; the threshold's wake-ups are ticks beyond those.
     let polled_at_most = (watched / 2.0).floor() as u64 + 2;
@@ -212,6 +229,15 @@ fn a_read_only_cgroup_filesystem_leaves_the_threshold_unarmed_and_the_run_polled
         stderr.contains("cgroup_v1_threshold not armed"),
         "no line saying so: {stderr}"
     );
+    // The cgroup is polled, and the start event says why: the threshold's reason.
+    let cgroup_rate = start["rates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["resource"] == "cgroup_memory")
+        .unwrap_or_else(|| panic!("no cgroup_memory rate: {start}"));
+    assert_eq!(cgroup_rate["watched_by"], "poll", "{start}");
+    assert_eq!(cgroup_rate["why"].as_str(), Some(reason), "{start}");
     // Still watched, by polling: the leak was seen (the exit event's peak) over many ticks.
     let events = read_events(&scene.events);
     let exit = of_kind(&events, "exit");
@@ -220,4 +246,76 @@ fn a_read_only_cgroup_filesystem_leaves_the_threshold_unarmed_and_the_run_polled
         .unwrap_or_else(|| panic!("no cgroup_memory peak: {exit:?}"));
     assert!(peak >= 150 * MIB, "peak {peak} B: the leak was not seen");
     assert!(ticks(&stderr) >= 10, "hardly sampled: {stderr}");
+}
+
+/// Waits for `GATE`, holds still 2 s, then, in one allocation (every page touched), takes the cgroup's usage (its
+/// `memory.usage_in_bytes`, `USAGE`) to `TARGET` bytes, holds it a second and exits 0; the
+/// checkpoint signal is ignored.
+const JUMP: &str = r#"
+import os, signal, sys, time
+signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+gate, usage, target = sys.argv[1], sys.argv[2], int(sys.argv[3])
+while not os.path.exists(gate):
+    time.sleep(0.02)
+time.sleep(2)
+now = int(open(usage).read())
+n = max(target - now, 0)
+held = bytearray(n)
+held[::4096] = b"x" * len(range(0, n, 4096))
+time.sleep(1)
+"#;
+
+#[test]
+fn a_jump_past_the_alert_line_is_signalled_with_no_threshold_written_in_between() {
+    let limit = 512 * MIB;
+    let Some(cg) = v1_cgroup(limit) else {
+        return;
+    };
+    let scene = Scene::new();
+    let gate = scene.dir.path().join("gate");
+    // The default 5% floor puts the alert line at 486.4 MiB: the jump ends 6 MiB past it,
+    // under the limit.
+    let target = limit / 20 * 19 + 6 * MIB;
+    let procs = cg.procs();
+    let mut jump = Command::new("sh")
+        .args([
+            "-c",
+            "echo $$ > \"$0\" && exec python3 -c \"$@\"",
+            procs.to_str().unwrap(),
+        ])
+        .arg(JUMP)
+        .arg(&gate)
+        .arg(cg.dir.join("memory.usage_in_bytes"))
+        .arg(target.to_string())
+        .spawn()
+        .unwrap();
+    cg.wait_holds(jump.id());
+    let watchdog = bin()
+        .args(watch_args(&scene, "1s", jump.id()))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = start_event_then_open(&scene, &gate);
+    assert!(
+        wake_sources(&start)
+            .iter()
+            .any(|s| s == "cgroup_v1_threshold"),
+        "{start}"
+    );
+    assert!(jump.wait().unwrap().success(), "the jump failed");
+    let out = watchdog.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "watchdog: {stderr}");
+
+    let events = read_events(&scene.events);
+    let alerts = of_kind(&events, "alert");
+    assert!(
+        alerts.iter().any(|a| a["resource"] == "cgroup_memory"),
+        "no cgroup_memory alert: {alerts:?}; watchdog: {stderr}"
+    );
+    let exit = &of_kind(&events, "exit")[0];
+    assert_eq!(
+        exit["event_control_writes_before_signal"], 0,
+        "a threshold was written between the crossing and the signal: {exit}"
+    );
 }

@@ -850,6 +850,7 @@ impl Engine {
             summary: Some(verdict.summary.clone()),
             evidence: verdict.evidence.clone(),
             attempt: None,
+            event_control_writes_before_signal: 0,
         };
         (text, event)
     }

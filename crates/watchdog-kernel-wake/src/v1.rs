@@ -18,7 +18,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write as _;
 use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::mpsc::{Sender, channel};
 use std::sync::{Arc, Mutex};
 
@@ -50,6 +50,16 @@ struct Files {
     /// `memory.usage_in_bytes`, kept open: the kernel wants its descriptor, and
     /// [`CgroupV1Threshold::usage_bytes`] re-reads it.
     usage: File,
+    /// The writes to `cgroup.event_control` begun and finished, from any thread.
+    writes: Writes,
+}
+
+/// A count of `cgroup.event_control` writes, begun and finished (see
+/// [`CgroupV1Threshold::control_writes`]).
+#[derive(Debug, Default)]
+struct Writes {
+    begun: AtomicU64,
+    done: AtomicU64,
 }
 
 /// One threshold being registered on the worker thread, on its own eventfd.
@@ -110,6 +120,7 @@ impl CgroupV1Threshold {
             control,
             control_path,
             usage,
+            writes: Writes::default(),
         });
         let eventfd = fresh_eventfd(&files.control_path)?;
         register(&files, &eventfd, thresholds)?;
@@ -209,6 +220,17 @@ impl CgroupV1Threshold {
             None => 0,
         };
         Ok(read_count(&self.eventfd)? + pending)
+    }
+
+    /// The writes to the cgroup's `cgroup.event_control` made for this threshold so far,
+    /// from this thread or the worker's: `(begun, finished)`. A write in flight (begun, not
+    /// finished) is one waiting for the kernel's RCU grace period.
+    pub fn control_writes(&self) -> (u64, u64) {
+        let w = &self.files.writes;
+        (
+            w.begun.load(Ordering::Acquire),
+            w.done.load(Ordering::Acquire),
+        )
     }
 
     /// The cgroup's `memory.usage_in_bytes` now, in bytes (page cache included), to place
@@ -347,7 +369,10 @@ fn register(files: &Files, efd: &OwnedFd, thresholds: &[u64]) -> Result<(), Unar
             files.usage.as_raw_fd()
         );
         // One write per registration: cgroupfs takes the whole line or nothing.
-        (&files.control).write_all(line.as_bytes()).map_err(|e| {
+        files.writes.begun.fetch_add(1, Ordering::AcqRel);
+        let written = (&files.control).write_all(line.as_bytes());
+        files.writes.done.fetch_add(1, Ordering::AcqRel);
+        written.map_err(|e| {
             Unarmable::io(&files.control_path, e, |errno| match errno {
                 Errno::OPNOTSUPP | Errno::INVAL => Some(Reason::V1Unsupported),
                 other => cgroupfs_reason(other),

@@ -262,9 +262,11 @@ impl Sampler {
             .ticks
             .is_multiple_of(u64::from(self.tree_refresh_every))
         {
+            // The target alone has no child to lose to the change gate: no full walk.
             let full_due = self
                 .last_full_refresh_ns
-                .is_none_or(|t| now_ns.saturating_sub(t) >= TREE_FULL_REFRESH_NS);
+                .is_none_or(|t| now_ns.saturating_sub(t) >= TREE_FULL_REFRESH_NS)
+                && !self.tree.is_single_process();
             if full_due {
                 self.tree.refresh();
                 self.last_full_refresh_ns = Some(now_ns);

@@ -39,7 +39,9 @@
 //! not reaped yet, whose children were reparented out: they stay counted (an overestimate,
 //! never a missed child) until the next full [`refresh`](ProcessTree::refresh), which the
 //! [`Sampler`](crate::Sampler) does at least once a second. New children, where memory
-//! growth comes from, are never delayed.
+//! growth comes from, are never delayed. A tree of the target alone has no such child: it
+//! is walked only when the last PID moved (a fork or a clone anywhere), never in full on
+//! the clock, so a target at rest costs one `pread` of `/proc/loadavg` a tick.
 //!
 //! Descriptors opened under `/proc/PID/` stay bound to that process: after it exits they
 //! fail (`ESRCH`) even if the PID is reused, so a recycled PID never joins the tree by
@@ -289,6 +291,17 @@ impl ProcessTree {
         self.loadavg = reads.file(self.proc_root.join("loadavg"), 128).ok();
     }
 
+    /// Whether the tree is the target alone, alive: no descendant, no survivor, no child
+    /// of the adopter (an orphan, a hook) but the target. Only a fork or a clone (the last
+    /// PID allocated moving) can change such a tree, and nothing in it can be missed by the
+    /// change gate: there is no child whose parent could exit unreaped.
+    pub fn is_single_process(&self) -> bool {
+        self.target_alive
+            && self.pids.len() == 1
+            && self.survivors.is_empty()
+            && self.adopter.as_ref().is_none_or(|a| a.children.is_empty())
+    }
+
     /// How many times the tree has been walked (skipped refreshes do not count).
     pub fn walks(&self) -> u64 {
         self.walks
@@ -316,13 +329,19 @@ impl ProcessTree {
 
     /// Like [`refresh`](Self::refresh), but skips the walk when no process or thread has been
     /// created or reaped on the system since the last walk (see the module documentation for
-    /// the one change this misses until the next full refresh).
+    /// the one change this misses until the next full refresh). For a tree of the target
+    /// alone ([`is_single_process`](Self::is_single_process)) only a creation counts: a
+    /// process or thread reaped elsewhere cannot change it, and it has no child to lose.
     pub fn refresh_if_changed(&mut self) -> bool {
         if !self.target_alive && !self.follows_beyond_target() {
             return false;
         }
         let key = self.change_key();
-        if key.is_some() && key == self.walked_at {
+        let unchanged = match (key, self.walked_at) {
+            (Some(now), Some(then)) => now == then || (now.1 == then.1 && self.is_single_process()),
+            _ => false,
+        };
+        if unchanged {
             return true;
         }
         self.walked_at = key;
@@ -668,6 +687,39 @@ impl Source for TreeMemory {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_single_process_tree_is_walked_again_only_when_a_pid_is_allocated() {
+        let dir = tempfile::tempdir().unwrap();
+        let proc = dir.path();
+        let task = |pid: u32, children: &str| {
+            let d = proc.join(format!("{pid}/task/{pid}"));
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("children"), children).unwrap();
+        };
+        task(100, "");
+        std::fs::write(proc.join("loadavg"), "0.00 0.00 0.00 1/90 500\n").unwrap();
+        let mut tree = ProcessTree::with_excluded(proc, 100, None).unwrap();
+        assert!(tree.is_single_process());
+        assert_eq!((tree.pids(), tree.walks()), (&[100][..], 1));
+        // Threads exited or processes were reaped elsewhere: the target alone is unchanged.
+        std::fs::write(proc.join("loadavg"), "0.00 0.00 0.00 1/85 500\n").unwrap();
+        assert!(tree.refresh_if_changed());
+        assert_eq!(tree.walks(), 1);
+        // A fork: walked, the child found.
+        task(100, "200 ");
+        task(200, "");
+        std::fs::write(proc.join("loadavg"), "0.00 0.00 0.00 1/86 501\n").unwrap();
+        assert!(tree.refresh_if_changed());
+        assert_eq!((tree.pids(), tree.walks()), (&[100, 200][..], 2));
+        assert!(!tree.is_single_process());
+        // Two processes: a reap (thread count falling) is walked again, as before.
+        std::fs::remove_dir_all(proc.join("200")).unwrap();
+        task(100, "");
+        std::fs::write(proc.join("loadavg"), "0.00 0.00 0.00 1/85 501\n").unwrap();
+        assert!(tree.refresh_if_changed());
+        assert_eq!((tree.pids(), tree.walks()), (&[100][..], 3));
+    }
 
     #[test]
     fn the_walk_is_skipped_only_while_loadavg_is_unchanged() {

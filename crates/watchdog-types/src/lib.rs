@@ -223,6 +223,26 @@ pub struct ResourceRate {
     pub interval_s: f64,
     /// Longest seconds between two samples while it is far (`max_interval`, clamped).
     pub max_interval_s: f64,
+    /// What watches it between samples: `kernel` where a level is armed at its alert line
+    /// (the cgroup v1 usage threshold), `poll` otherwise; `poll` in older events.
+    #[serde(default)]
+    pub watched_by: WatchedBy,
+    /// Why, in one line (the unarmed source's reason, or why no kernel level applies);
+    /// empty in older events.
+    #[serde(default)]
+    pub why: String,
+}
+
+/// What watches a resource between its samples (the `start` event's `rates`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WatchedBy {
+    /// A level armed in the kernel at the resource's alert line wakes the loop when it is
+    /// crossed (`docs/kernel-wake.md`).
+    Kernel,
+    /// Only the watchdog's own samples see it.
+    #[default]
+    Poll,
 }
 
 /// A kernel wake-up source that could not be armed for a run (the `start` event's `unarmed`).
@@ -450,6 +470,11 @@ pub enum EventBody {
         /// `--restart`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         attempt: Option<u32>,
+        /// `cgroup.event_control` writes (v1 thresholds armed or moved) made between a
+        /// threshold's crossing waking the loop and the alert sent for it, summed over the
+        /// run: 0 when no write stood between a crossing and its signal (`docs/kernel-wake.md`).
+        #[serde(default)]
+        event_control_writes_before_signal: u32,
     },
     /// `run --requeue` puts its SLURM job back in the queue after the save before its end
     /// (written and flushed before `scontrol requeue` runs).

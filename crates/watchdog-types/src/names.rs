@@ -1,5 +1,5 @@
 //! The one owner of every word the watchdog writes for its enums: resource kinds, units,
-//! alert reasons and verdicts.
+//! alert reasons, verdicts and what watches a resource.
 //!
 //! Each enum has `as_str` (the snake_case name serde writes in events, recordings and the
 //! request file), `FromStr` (its inverse, an [`UnknownName`] error otherwise) and
@@ -10,7 +10,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::quote::quote_value;
-use crate::{AlertReason, Phase, ResourceKind, Unit, VerdictKind};
+use crate::{AlertReason, Phase, ResourceKind, Unit, VerdictKind, WatchedBy};
 
 /// A name that is none of an enum's names.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -100,6 +100,11 @@ names!(Phase, "phase", {
     Other => "other",
 });
 
+names!(WatchedBy, "watcher", {
+    Kernel => "kernel",
+    Poll => "poll",
+});
+
 names!(VerdictKind, "verdict", {
     Exited => "exited",
     OomKill => "oom_kill",
@@ -174,6 +179,7 @@ mod tests {
         check(Unit::ALL, Unit::as_str);
         check(AlertReason::ALL, AlertReason::as_str);
         check(VerdictKind::ALL, VerdictKind::as_str);
+        check(WatchedBy::ALL, WatchedBy::as_str);
         assert_eq!(ResourceKind::ALL.len(), 10);
         assert_eq!(VerdictKind::ALL.len(), 11);
     }

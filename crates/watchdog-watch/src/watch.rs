@@ -54,11 +54,6 @@ mod slurm;
 mod sources;
 mod steps_intake;
 
-/// How often the acknowledgment file is checked while an alert is outstanding.
-const ACK_CHECK_EVERY: Duration = Duration::from_millis(100);
-/// How often the Python client's environment file is looked for until it appears (it is
-/// looked for once more when the run ends).
-const PYTHON_CHECK_EVERY: Duration = Duration::from_secs(1);
 /// How often the live status line is redrawn.
 const STATUS_EVERY: Duration = Duration::from_millis(250);
 /// Ring buffer capacity in samples: seconds of every resource at 100 Hz; the recorder
@@ -566,10 +561,15 @@ impl Watch {
         let rates = self
             .engine
             .resources()
-            .map(|r| watchdog_types::ResourceRate {
-                resource: r.name.clone(),
-                interval_s,
-                max_interval_s,
+            .map(|r| {
+                let (watched_by, why) = self.kernel.watched_by(r.id);
+                watchdog_types::ResourceRate {
+                    resource: r.name.clone(),
+                    interval_s,
+                    max_interval_s,
+                    watched_by,
+                    why,
+                }
             })
             .collect();
         let s = &self.settings;
@@ -791,21 +791,29 @@ impl Watch {
         }
     }
 
-    /// Reads what the run writes back, each on its own schedule: the acknowledgment while
-    /// an alert is outstanding, the Python client's environment until it came.
+    /// Reads what the run writes back, each on its own schedule (see `replies`): the
+    /// acknowledgment, the Python client's environment until it came.
     fn read_from_the_run(&mut self, now: Instant) {
-        let ack_due = now >= self.replies.next_ack;
-        if self.engine.alerts_sent() > 0 && ack_due {
-            self.check_ack();
-        }
-        if ack_due {
-            self.check_checkpoints();
-            self.replies.next_ack = now + ACK_CHECK_EVERY;
-        }
-        if self.replies.python_file.is_some() && now >= self.replies.next_python {
+        self.look_at_the_ack(now);
+        if self.replies.python_due(now) {
             self.check_python_environment();
-            self.replies.next_python = now + PYTHON_CHECK_EVERY;
         }
+    }
+
+    /// One look at the acknowledgment when one is due: a `stat`, and only when the file
+    /// changed, the run's environment (a client wrote it), then the acknowledgment for the
+    /// engine and for the checkpoints.
+    fn look_at_the_ack(&mut self, now: Instant) {
+        let requested = self.engine.alerts_sent() > 0;
+        if !self.replies.ack_due(now, requested) || !self.replies.ack_changed() {
+            return;
+        }
+        self.replies.client_showed(now);
+        if self.replies.python_due(now) {
+            self.check_python_environment();
+        }
+        self.check_ack();
+        self.check_checkpoints();
     }
 
     /// Ends the watch on the watchdog's own SIGINT/SIGTERM/SIGHUP, the target still running.
@@ -1035,8 +1043,14 @@ impl Watch {
         });
         terminal::summary(&text);
         let mut event = event;
-        if let (EventBody::Exit { attempt, .. }, Some(n)) = (&mut event, self.series.attempt()) {
-            *attempt = Some(n);
+        if let EventBody::Exit {
+            attempt,
+            event_control_writes_before_signal,
+            ..
+        } = &mut event
+        {
+            *attempt = self.series.attempt();
+            *event_control_writes_before_signal = self.kernel.writes_before_signal();
         }
         self.emit(event);
         self.close(last);

@@ -217,6 +217,7 @@ impl Watch {
             dry_run: self.settings.dry_run,
         };
         let done = deliver(plan, &mut self.engine, courier, SystemTime::now());
+        self.kernel.alerted();
         if let Some(seq) = runtime {
             self.slurm_asked(seq);
         }

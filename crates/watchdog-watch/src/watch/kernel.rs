@@ -38,7 +38,7 @@ use watchdog_kernel_wake::{
 use watchdog_procfs::ProcRoot;
 use watchdog_procfs::roots::PRESSURE_MEMORY;
 use watchdog_sampler::cgroup::{CgroupLocation, CgroupVersion};
-use watchdog_types::ResourceId;
+use watchdog_types::{ResourceId, WatchedBy};
 
 /// The target's memory cgroup as its source found it.
 #[derive(Debug, Clone)]
@@ -165,11 +165,21 @@ pub struct KernelWake {
     woken: (u64, u64),
     /// `cgroup_memory` and `cgroup_cache`, whose samples move the v1 threshold.
     ids: Option<(ResourceId, Option<ResourceId>)>,
+    /// The hierarchy of the watched memory cgroup.
+    version: Option<CgroupVersion>,
     /// This tick's `cgroup_memory` and its limit, when sampled, for the threshold moved
     /// at the end of the tick.
     tick_memory: Option<(u64, u64)>,
     /// This tick's page cache of the cgroup (0: not sampled).
     tick_cache: u64,
+    /// A v1 crossing woke the loop this tick: the `cgroup.event_control` writes begun by
+    /// then, and those in flight then (see [`alerted`](Self::alerted)).
+    crossing: Option<(u64, u64)>,
+    /// `cgroup.event_control` writes between a crossing and its alert, over the run.
+    writes_before_signal: u32,
+    /// This tick was woken by a v1 crossing: the high is left where it is until a tick
+    /// that was not (see [`after_tick`](Self::after_tick)).
+    woken_by_crossing: bool,
 }
 
 impl KernelWake {
@@ -178,6 +188,7 @@ impl KernelWake {
     pub fn arm(cgroup: Option<&CgroupWake>, proc: &ProcRoot) -> KernelWake {
         let mut k = KernelWake {
             ids: cgroup.map(|c| (c.id, c.cache)),
+            version: cgroup.map(|c| c.location.version),
             ..KernelWake::default()
         };
         let mut psi_path = proc.file(PRESSURE_MEMORY);
@@ -261,6 +272,47 @@ impl KernelWake {
         (!v1.disarmed).then_some(v1.id)
     }
 
+    /// What watches `resource` between its samples, and why, in one line (the `start`
+    /// event's `rates`): the kernel only where a level is armed at its alert line (the v1
+    /// usage threshold of `cgroup_memory`); v2 `memory.events` and PSI wake the loop but
+    /// place no level, so they do not count.
+    pub fn watched_by(&self, resource: ResourceId) -> (WatchedBy, String) {
+        const NO_LEVEL: &str = "no kernel level at the alert line";
+        let Some((memory, cache)) = self.ids else {
+            return (WatchedBy::Poll, NO_LEVEL.into());
+        };
+        if cache == Some(resource) {
+            return (
+                WatchedBy::Poll,
+                "no limit, never alerted: read with cgroup_memory".into(),
+            );
+        }
+        if resource != memory {
+            return (WatchedBy::Poll, NO_LEVEL.into());
+        }
+        if self.covered().is_some() {
+            return (
+                WatchedBy::Kernel,
+                "a cgroup v1 usage threshold at the alert line (cgroup.event_control)".into(),
+            );
+        }
+        let unarmed = |source: &str| {
+            self.unarmed
+                .iter()
+                .find(|(s, _)| s == source)
+                .map(|(_, reason)| reason.clone())
+        };
+        let why = match self.version {
+            Some(CgroupVersion::V2) => {
+                "cgroup v2: memory.events and PSI place no level at the alert line".into()
+            }
+            _ => unarmed(V1).unwrap_or_else(|| {
+                "the cgroup v1 usage threshold is disarmed (page cache near the limit)".into()
+            }),
+        };
+        (WatchedBy::Poll, why)
+    }
+
     /// Calls `f` with each descriptor to poll and the flag it becomes ready with.
     pub fn each_fd(&self, mut f: impl FnMut(BorrowedFd<'_>, PollFlags)) {
         if let Some(v1) = &self.v1 {
@@ -282,15 +334,23 @@ impl KernelWake {
     pub fn consume(&mut self) -> Woke {
         let mut woke = Woke::default();
         if let Some(v1) = &self.v1 {
+            let mut crossed = false;
             for level in [&v1.line, &v1.high] {
                 if level.wanted().is_none() {
                     continue;
                 }
                 match level.threshold.consume() {
-                    Ok(n) => woke.cgroup |= n > 0,
+                    Ok(n) => crossed |= n > 0,
                     Err(e) => tracing::debug!("{V1}: {e}"),
                 }
             }
+            if crossed {
+                let (begun, done) = v1.control_writes();
+                // Read one after the other: a write may finish between the two loads.
+                self.crossing = Some((begun, begun.saturating_sub(done)));
+                self.woken_by_crossing = true;
+            }
+            woke.cgroup |= crossed;
         }
         if let Some(v2) = &mut self.v2 {
             match v2.on_wake() {
@@ -343,12 +403,44 @@ impl KernelWake {
         }
     }
 
+    /// The alert of this tick was sent (its request written, its signal sent): counts the
+    /// `cgroup.event_control` writes since a v1 crossing woke the loop for it, if one did
+    /// (those begun since, and one in flight then).
+    pub fn alerted(&mut self) {
+        let (Some((begun, in_flight)), Some(v1)) = (self.crossing.take(), &self.v1) else {
+            return;
+        };
+        let since = v1.control_writes().0.saturating_sub(begun) + in_flight;
+        if since > 0 {
+            tracing::debug!("{V1}: {since} cgroup.event_control write(s) before the signal");
+        }
+        self.writes_before_signal = self
+            .writes_before_signal
+            .saturating_add(u32::try_from(since).unwrap_or(u32::MAX));
+    }
+
+    /// `cgroup.event_control` writes between a crossing waking the loop and the alert sent
+    /// for it, over the run (the `exit` event's `event_control_writes_before_signal`).
+    pub fn writes_before_signal(&self) -> u32 {
+        self.writes_before_signal
+    }
+
     /// At the end of a tick whose samples were [`note`](Self::note)d: moves the v1
-    /// thresholds from the cgroup's figures, if it was sampled.
+    /// thresholds from the cgroup's figures, if it was sampled. A crossing that woke the
+    /// tick and brought no alert is forgotten.
+    ///
+    /// On a tick a crossing woke, the high is not moved: a crossing is what comes before
+    /// an alert, and registering a level (a `cgroup.event_control` write, 8-20 ms in the
+    /// kernel on the worker thread) would then be going on when the line is crossed and
+    /// the signal sent. It follows at the next tick no crossing woke; meanwhile the
+    /// resource is sampled as the engine plans (at `interval` while it rises) and the line
+    /// stays armed.
     pub fn after_tick(&mut self, engine: &mut Engine) {
+        self.crossing = None;
+        let hold_high = std::mem::take(&mut self.woken_by_crossing);
         let cache = std::mem::take(&mut self.tick_cache);
         if let Some((used, limit)) = self.tick_memory.take() {
-            self.after_sample(engine, used, cache, limit);
+            self.after_sample(engine, used, cache, limit, hold_high);
         }
     }
 
@@ -356,12 +448,20 @@ impl KernelWake {
     /// `limit` the limit it was read with): moves the line to the engine's alert level plus
     /// the cache when that moved and the high to its wake level, or disarms both while cache
     /// keeps usage near the limit (and arms them again once usage falls back), telling the
-    /// engine either way.
-    pub fn after_sample(&mut self, engine: &mut Engine, used: u64, cache: u64, limit: u64) {
+    /// engine either way; the high is left where it is when `hold_high` (a crossing woke
+    /// this tick: see [`after_tick`](Self::after_tick)).
+    pub fn after_sample(
+        &mut self,
+        engine: &mut Engine,
+        used: u64,
+        cache: u64,
+        limit: u64,
+        hold_high: bool,
+    ) {
         let Some(v1) = &mut self.v1 else {
             return;
         };
-        if let Err(e) = v1.follow(engine, used, cache, limit) {
+        if let Err(e) = v1.follow(engine, used, cache, limit, hold_high) {
             // Said once: the thresholds are dropped, the engine told, the cgroup polled.
             tracing::info!("{V1} cannot be moved, polling instead: {e}");
             engine.set_kernel_wake(v1.id, false);
@@ -371,6 +471,13 @@ impl KernelWake {
 }
 
 impl V1Thresholds {
+    /// `cgroup.event_control` writes for both thresholds: `(begun, finished)`.
+    fn control_writes(&self) -> (u64, u64) {
+        let (a, b) = self.line.threshold.control_writes();
+        let (c, d) = self.high.threshold.control_writes();
+        (a + c, b + d)
+    }
+
     /// [`KernelWake::after_sample`] for the v1 thresholds; an error when the kernel refused
     /// a level (the thresholds are then of no use).
     fn follow(
@@ -379,6 +486,7 @@ impl V1Thresholds {
         used: u64,
         cache: u64,
         limit: u64,
+        hold_high: bool,
     ) -> Result<(), Unarmable> {
         if limit != 0 && limit != u64::MAX {
             self.limit = limit;
@@ -432,9 +540,10 @@ impl V1Thresholds {
         match wanted {
             None => self.high.close(),
             Some(at)
-                if self.high.wanted().is_some_and(|was| {
-                    was > usage && was <= at && at.saturating_sub(was) < margin
-                }) => {}
+                if hold_high
+                    || self.high.wanted().is_some_and(|was| {
+                        was > usage && was <= at && at.saturating_sub(was) < margin
+                    }) => {}
             Some(at) => self.high.move_to(at)?,
         }
         Ok(())
@@ -486,6 +595,57 @@ mod tests {
         );
         assert!(reason.contains("no PSI here"), "{reason}");
         assert!(k.covered().is_none());
+    }
+
+    #[test]
+    fn only_a_resource_with_a_level_at_its_alert_line_is_watched_by_the_kernel() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let proc = ProcRoot::new(dir.path());
+        let cgroup = |version, limit| CgroupWake {
+            location: CgroupLocation {
+                version,
+                dir: dir.path().to_path_buf(),
+                mount_point: dir.path().to_path_buf(),
+            },
+            id: ResourceId(1),
+            cache: Some(ResourceId(2)),
+            limit,
+        };
+        let no_cgroup = KernelWake::arm(None, &proc);
+        assert_eq!(
+            no_cgroup.watched_by(ResourceId(0)),
+            (WatchedBy::Poll, "no kernel level at the alert line".into())
+        );
+        // v1 without a limit: the unarming reason.
+        let v1 = KernelWake::arm(Some(&cgroup(CgroupVersion::V1, u64::MAX)), &proc);
+        let (by, why) = v1.watched_by(ResourceId(1));
+        assert_eq!(by, WatchedBy::Poll);
+        assert!(why.contains("has no limit"), "{why}");
+        assert_eq!(v1.watched_by(ResourceId(0)).0, WatchedBy::Poll);
+        assert!(v1.watched_by(ResourceId(2)).1.contains("never alerted"));
+        // v1 where the files are not a memory cgroup's: the kernel's refusal, named.
+        let v1 = KernelWake::arm(Some(&cgroup(CgroupVersion::V1, 1 << 30)), &proc);
+        let (by, why) = v1.watched_by(ResourceId(1));
+        assert_eq!(by, WatchedBy::Poll);
+        assert_eq!(why, v1.unarmed()[0].1, "{:?}", v1.unarmed());
+        // v2, whatever is armed there: no level.
+        let v2 = KernelWake::arm(Some(&cgroup(CgroupVersion::V2, 1 << 30)), &proc);
+        let (by, why) = v2.watched_by(ResourceId(1));
+        assert_eq!(by, WatchedBy::Poll);
+        assert!(
+            why.contains("memory.events and PSI place no level"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn an_armed_v1_threshold_makes_cgroup_memory_kernel_watched() {
+        let Some((_cg, k)) = armed_cgroup("watched-by", 64 * MIB) else {
+            return;
+        };
+        let (by, why) = k.watched_by(ResourceId(0));
+        assert_eq!(by, WatchedBy::Kernel, "{why}");
+        assert!(why.contains("cgroup v1 usage threshold"), "{why}");
     }
 
     /// An engine watching one resource, `cgroup_memory` (id 0), with the default floor.
@@ -567,21 +727,21 @@ mod tests {
         };
         let unarmed_fds = fds(&k);
         observe(&mut engine, 10 * MIB, limit);
-        k.after_sample(&mut engine, 10 * MIB, 0, limit);
+        k.after_sample(&mut engine, 10 * MIB, 0, limit, false);
         assert!(
             fds(&k) > unarmed_fds,
             "the line is armed at the first sample"
         );
         // 253 MiB of usage, 200 of it page cache: within a 64th of the limit.
         observe(&mut engine, 53 * MIB, limit);
-        k.after_sample(&mut engine, 53 * MIB, 200 * MIB, limit);
+        k.after_sample(&mut engine, 53 * MIB, 200 * MIB, limit, false);
         assert_eq!(k.covered(), None, "cache near the limit must disarm");
         assert_eq!(fds(&k), unarmed_fds, "a disarmed threshold is not polled");
         // Still there: stays disarmed.
-        k.after_sample(&mut engine, 53 * MIB, 199 * MIB, limit);
+        k.after_sample(&mut engine, 53 * MIB, 199 * MIB, limit, false);
         assert_eq!(k.covered(), None);
         // The cache reclaimed: armed again.
-        k.after_sample(&mut engine, 53 * MIB, 10 * MIB, limit);
+        k.after_sample(&mut engine, 53 * MIB, 10 * MIB, limit, false);
         assert_eq!(k.covered(), Some(ResourceId(0)));
         assert!(fds(&k) > unarmed_fds);
     }
@@ -595,7 +755,7 @@ mod tests {
         };
         let mut engine = cgroup_engine();
         observe(&mut engine, 0, limit);
-        k.after_sample(&mut engine, 0, 0, limit);
+        k.after_sample(&mut engine, 0, 0, limit, false);
         let line = engine.alert_level(ResourceId(0)).expect("an alert level");
         assert!(line > 240 * MIB && line < 245 * MIB, "{line}");
         // Whether the line's eventfds (the armed one, and the one being armed) are ready

@@ -7,20 +7,16 @@ use std::time::Instant;
 use watchdog_engine::StepBatch;
 use watchdog_types::Phase;
 
-use super::{ACK_CHECK_EVERY, Watch};
+use super::Watch;
 
 impl Watch {
-    /// Each tick: the step reports, and before any request the acknowledgment of a save
-    /// no request asked for (the last-chance save; once a request was made the ack is
-    /// looked at on its own schedule) and of a checkpoint a restart may resume from,
-    /// measured now rather than at the exit, when it may be half rewritten.
+    /// Each tick, before the decision: the step reports, and the acknowledgment when a
+    /// look is due (a save no request asked for, the last-chance save, and a checkpoint a
+    /// restart may resume from, measured now rather than at the exit, when it may be half
+    /// rewritten).
     pub(super) fn read_steps_and_saves(&mut self, now: Instant) {
         self.check_steps(now, false);
-        if self.engine.alerts_sent() == 0 && now >= self.replies.next_ack {
-            self.check_ack();
-            self.check_checkpoints();
-            self.replies.next_ack = now + ACK_CHECK_EVERY;
-        }
+        self.look_at_the_ack(now);
     }
 
     /// At the exit: the client writes a CUDA out-of-memory error's entry, and
@@ -68,8 +64,9 @@ impl Watch {
         }
     }
 
-    /// One writer's new reports to the engine, and its exception.
+    /// One writer's new reports to the engine, and its exception; a client showed itself.
     fn take_steps(&mut self, taken: crate::steps::Taken, now: Instant) {
+        self.replies.client_showed(now);
         let (resource, gpu) = self.replies.gpu_view.locate(&taken.device, taken.pid);
         if resource.is_none() && !self.replies.steps_unmatched_said && !taken.new.is_empty() {
             self.replies.steps_unmatched_said = true;
