@@ -44,7 +44,13 @@
 //! readable `loadavg` (a fixture tree) every `stat` is read on every scan. When no PID was
 //! allocated at all since the last listing and no sweep is due, no new process can exist:
 //! the scan lists nothing (a listing of 1,000 processes costs ~1.5 ms) and reads only the
-//! young processes' `stat`, if any. The parents remembered for the ancestor walk below are
+//! young processes' `stat`, if any. When PIDs were allocated but did not wrap and no sweep is
+//! due, the scan lists only the PIDs above the last one: `/proc` lists processes in PID order
+//! and its directory offset of PID `p` is `p` + 258 (`TGID_OFFSET` in `fs/proc/base.c`), so
+//! a seek there skips every older process, and a scan costs what the new processes cost, not
+//! what the machine runs. The offset is checked once against the daemon's own PID; where the
+//! check fails (another kernel, a fixture tree) every such scan lists all of `/proc`. A
+//! process that exited is then forgotten at the next full listing (a sweep). The parents remembered for the ancestor walk below are
 //! those of the last `stat` read, and a process re-parented since (its parent exited) keeps
 //! its old parent there: the walk then stops at the exited PID.
 //!
@@ -101,6 +107,10 @@ pub const YOUNG_SCANS: u64 = 4;
 /// their workers within milliseconds to seconds of the `fork` (a `preexec_fn`, a shell
 /// sourcing an environment).
 pub const YOUNG_FOR: Duration = Duration::from_secs(10);
+/// The `/proc` directory offset of PID 0: PID `p` is listed from offset `p` + this
+/// (`TGID_OFFSET`, `FIRST_PROCESS_ENTRY` 256 plus `self` and `thread-self`, in the kernel's
+/// `fs/proc/base.c`).
+const TGID_OFFSET: u64 = 258;
 /// How often every known process's `stat` is read, to see an `exec` after [`YOUNG_FOR`].
 pub const SWEEP_EVERY: Duration = Duration::from_secs(10);
 /// The memory layout fields of `stat` that `exec` changes: 26-28 (`startcode`, `endcode`,
@@ -258,6 +268,9 @@ const EXEC_RETRY_EVERY: Duration = Duration::from_millis(2);
 pub struct Scanner {
     proc_root: ProcRoot,
     proc_dir: Option<OwnedFd>,
+    /// Whether seeking `/proc` to [`TGID_OFFSET`] + PID lists from that PID (checked once,
+    /// when `/proc` is first opened).
+    lists_from_pid: Option<bool>,
     excluded: Option<u32>,
     known: HashMap<u32, Known>,
     generation: u64,
@@ -297,6 +310,7 @@ impl Scanner {
             proc_root: ProcRoot::from(proc_root),
             proc_dir: None,
             excluded,
+            lists_from_pid: None,
             known: HashMap::new(),
             generation: 0,
             dirbuf: vec![MaybeUninit::uninit(); DIRBUF_BYTES],
@@ -354,8 +368,21 @@ impl Scanner {
         }
         self.generation += 1;
         self.fresh.clear();
+        // PIDs allocated, none reused (no wrap): the new processes are those listed above
+        // the last PID.
+        let above = match (self.last_pid, last_pid) {
+            (Some(prev), Some(cur)) if prev < cur && !sweep && self.lists_from_pid() => Some(prev),
+            _ => None,
+        };
         if unchanged {
             self.read_young(now_ticks, &is_watched);
+        } else if let Some(prev) = above {
+            self.read_young(now_ticks, &is_watched);
+            if let Err(e) = self.list_above(prev, last_pid) {
+                tracing::debug!("cannot list {}: {e}", self.proc_root.display());
+                self.proc_dir = None; // Reopened next time.
+                return Vec::new();
+            }
         } else {
             if let Err(e) = self.list(last_pid, now_ticks, sweep, &is_watched) {
                 tracing::debug!("cannot list {}: {e}", self.proc_root.display());
@@ -484,6 +511,60 @@ impl Scanner {
         if self.proc_dir.is_none() {
             self.proc_dir = Some(self.proc_root.open_dir()?);
         }
+        Ok(())
+    }
+
+    /// Whether seeking the kept-open `/proc` to [`TGID_OFFSET`] + PID lists from that PID:
+    /// the first entry listed from the daemon's own PID must be that PID.
+    fn lists_from_pid(&mut self) -> bool {
+        if let Some(yes) = self.lists_from_pid {
+            return yes;
+        }
+        let Some(proc_dir) = &self.proc_dir else {
+            return false;
+        };
+        let own = std::process::id();
+        let first = rustix::fs::seek(proc_dir, SeekFrom::Start(TGID_OFFSET + u64::from(own)))
+            .ok()
+            .and_then(|_| {
+                let mut dir = RawDir::new(proc_dir, &mut self.dirbuf);
+                dir.next()
+                    .and_then(Result::ok)
+                    .and_then(|e| parse_u32(e.file_name().to_bytes()))
+            });
+        let yes = first == Some(own);
+        if !yes {
+            tracing::debug!(
+                "{} does not list from a PID's offset: each scan lists it all",
+                self.proc_root.display()
+            );
+        }
+        self.lists_from_pid = Some(yes);
+        yes
+    }
+
+    /// Lists only the processes above PID `prev` (all allocated since the last listing,
+    /// which saw `prev` last) and reads their `stat`; known processes are left as they are.
+    fn list_above(&mut self, prev: u32, last_pid: Option<u32>) -> Result<(), Errno> {
+        let Some(proc_dir) = &self.proc_dir else {
+            return Err(Errno::BADF);
+        };
+        self.to_read.clear();
+        rustix::fs::seek(proc_dir, SeekFrom::Start(TGID_OFFSET + u64::from(prev) + 1))?;
+        let mut dir = RawDir::new(proc_dir, &mut self.dirbuf);
+        while let Some(entry) = dir.next() {
+            if let Some(pid) = parse_u32(entry?.file_name().to_bytes()).filter(|&p| p > prev) {
+                self.to_read.push(pid);
+            }
+        }
+        let to_read = std::mem::take(&mut self.to_read);
+        for &pid in &to_read {
+            if let Some(start) = self.read_stat(pid) {
+                self.youngest_start = self.youngest_start.max(start);
+            }
+        }
+        self.to_read = to_read;
+        self.last_pid = last_pid;
         Ok(())
     }
 

@@ -809,3 +809,45 @@ fn a_process_started_lately_is_read_until_it_is_old_and_the_others_at_each_sweep
     assert_eq!(pids(&found), [50], "a sweep reads every stat");
     assert_eq!(found[0].command, "python3 late.py");
 }
+
+/// On the real `/proc`, a scan after PIDs were allocated lists only the PIDs above the last
+/// one (the offset checked against the daemon's own PID) and still finds each new process,
+/// parents first, and the same process is not returned twice.
+#[test]
+fn on_the_real_proc_a_scan_lists_only_the_pids_above_the_last_and_finds_the_new() {
+    // Not excluding the test itself (the daemon leaves out its own children).
+    let mut scanner = Scanner::with_excluded(Path::new("/proc"), None);
+    scanner.scan(never);
+    assert!(
+        scanner.lists_from_pid(),
+        "this kernel lists /proc from a PID's offset"
+    );
+    let mut child = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut found = Vec::new();
+    // Other processes of the machine may come first; the child is new in one of the
+    // scans that follow its start.
+    for _ in 0..3 {
+        found.extend(pids(&scanner.scan(never)));
+        if found.contains(&pid) {
+            break;
+        }
+    }
+    assert!(found.contains(&pid), "{pid} not in {found:?}");
+    assert!(!pids(&scanner.scan(never)).contains(&pid), "returned once");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// A fixture tree is a plain directory: its offsets are not PIDs, so every scan lists it
+/// all (the tests above).
+#[test]
+fn a_fixture_tree_does_not_list_from_a_pid_offset() {
+    let root = machine();
+    let mut scanner = Scanner::new(root.path());
+    scanner.scan(never);
+    assert!(!scanner.lists_from_pid());
+}
