@@ -27,6 +27,7 @@
 #        MODE=cgroup INTERVALS="10ms 1s" WAKES="kernel poll" TRIALS=20 scripts/bench/reaction.sh
 # Env:   TRIALS=50 REQ_DIR=/dev/shm INTERVALS="10ms 100ms" JUMP_MIB=200 BASE_MIB=48 CROSS_AT_MIB=8
 #        WATCHDOG=target/release/watchdog  OUT=file (raw rows, TSV)
+#        KEEP_SLOW=DIR SLOW_MS=20 (MODE=cgroup): keep each slow trial's events and debug log
 #        NICE=-5 (MODE=cgroup): the watchdog runs at this niceness (watchdog@.service has Nice=-5)
 set -euo pipefail
 
@@ -47,6 +48,8 @@ FLOOR=5
 WATCHDOG=${WATCHDOG:-target/release/watchdog}
 NICE=${NICE:-}
 OUT=${OUT:-}
+KEEP_SLOW=${KEEP_SLOW:-}
+SLOW_MS=${SLOW_MS:-20}
 WORK=$(mktemp -d /tmp/wd-reaction.XXXXXX)
 REQ_DIR=${REQ_DIR:-/dev/shm}
 REQ=$(mktemp -u "$REQ_DIR/wd-reaction-req.XXXXXX")
@@ -66,6 +69,21 @@ ms_of() { awk -v s="$1" 'BEGIN { v = s + 0; if (s ~ /us$/) v /= 1000; else if (s
 jitter_of() { echo $((RANDOM % $(awk -v i="$1" 'BEGIN { j = int(i); print (j < 1 ? 1 : j) }'))); }
 
 # Appends the row of one trial to $rows: record LABEL TRIAL TARGET_LINE REQUEST_FILE.
+# KEEP_SLOW=DIR: a trial whose signal came more than SLOW_MS after the crossing keeps its
+# watchdog's events and debug log (WATCHDOG_LOG=debug) in DIR/NAME.{events.jsonl,log}.
+keep_if_slow() {
+    [ -n "$KEEP_SLOW" ] || return 0
+    local ms
+    ms=$(tail -1 "$rows" | cut -f3)
+    if awk -v m="$ms" -v s="$SLOW_MS" 'BEGIN { exit !(m != "nan" && m + 0 > s + 0) }'; then
+        mkdir -p "$KEEP_SLOW"
+        cp "$WORK/events.jsonl" "$KEEP_SLOW/$1.events.jsonl" 2>/dev/null || true
+        cp "$WORK/wd.err" "$KEEP_SLOW/$1.log"
+        cp "$WORK/line" "$KEEP_SLOW/$1.line"
+        echo "trial $1: signal $ms ms after the crossing, kept in $KEEP_SLOW" >&2
+    fi
+}
+
 record() {
     local label=$1 trial=$2 line=$3 req=$4 reason jump cross done sig
     reason=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["resource"]+":"+d["reason"])' "$req" 2>/dev/null || echo none)
@@ -118,11 +136,14 @@ if [ "$MODE" = cgroup ]; then
                     --request-file "$req" --pid "$target")
                 [ "$wake" = poll ] && wd=(scripts/bench/ro_cgroupfs.sh "${wd[@]}")
                 [ -n "$NICE" ] && wd=(nice -n "$NICE" "${wd[@]}")
-                "${wd[@]}" 2>"$WORK/wd.err" &
+                [ -n "$KEEP_SLOW" ] && wd+=(--events "$WORK/events.jsonl")
+                rm -f "$WORK/events.jsonl"
+                WATCHDOG_LOG=${KEEP_SLOW:+debug} "${wd[@]}" 2>"$WORK/wd.err" &
                 watcher=$!
                 wait "$target" || true
                 wait "$watcher" || true
                 record "$iv/$wake" "$trial" "$(cat "$WORK/line")" "$req"
+                keep_if_slow "$iv-$wake-$trial"
             done
         done
     done
