@@ -557,13 +557,7 @@ impl Scanner {
                 self.to_read.push(pid);
             }
         }
-        let to_read = std::mem::take(&mut self.to_read);
-        for &pid in &to_read {
-            if let Some(start) = self.read_stat(pid) {
-                self.youngest_start = self.youngest_start.max(start);
-            }
-        }
-        self.to_read = to_read;
+        self.youngest_start = self.youngest_start.max(self.read_listed());
         self.last_pid = last_pid;
         Ok(())
     }
@@ -616,16 +610,22 @@ impl Scanner {
             }
             self.to_read.push(pid);
         }
-        let to_read = std::mem::take(&mut self.to_read);
-        for &pid in &to_read {
-            if let Some(start) = self.read_stat(pid) {
-                youngest_start = youngest_start.max(start);
-            }
-        }
-        self.to_read = to_read;
-        self.youngest_start = youngest_start;
+        self.youngest_start = youngest_start.max(self.read_listed());
         self.last_pid = last_pid;
         Ok(())
+    }
+
+    /// Reads the `stat` of each PID of `to_read` ([`read_stat`](Self::read_stat)); returns
+    /// the latest start of those seen for the first time (0: none).
+    fn read_listed(&mut self) -> u64 {
+        let to_read = std::mem::take(&mut self.to_read);
+        let latest = to_read
+            .iter()
+            .filter_map(|&pid| self.read_stat(pid))
+            .max()
+            .unwrap_or(0);
+        self.to_read = to_read;
+        latest
     }
 
     /// Reads the `stat` of the young processes outside watched runs, without listing
