@@ -95,13 +95,18 @@ fn settings(lead: f64) -> EngineSettings {
 fn calm(lead: f64) -> EngineSettings {
     let fill = LIMIT / 8.0;
     EngineSettings {
-        fill_rate: FillRates {
-            host_memory: fill,
-            cgroup_memory: fill,
-            disk: fill,
-            gpu_memory: fill,
-        },
+        fill_rate: every_kind_at(fill),
         ..settings(lead)
+    }
+}
+
+/// The same fill rate, `fill` a second, for every kind of resource.
+fn every_kind_at(fill: f64) -> FillRates {
+    FillRates {
+        host_memory: fill,
+        cgroup_memory: fill,
+        disk: fill,
+        gpu_memory: fill,
     }
 }
 
@@ -125,12 +130,7 @@ fn at_fill(s: &EngineSettings, trace: &Trace) -> EngineSettings {
         .map(|w| (w[1].used as f64 - w[0].used as f64) / (w[1].t_s - w[0].t_s))
         .fold(0.0, f64::max);
     EngineSettings {
-        fill_rate: FillRates {
-            host_memory: fill,
-            cgroup_memory: fill,
-            disk: fill,
-            gpu_memory: fill,
-        },
+        fill_rate: every_kind_at(fill),
         ..s.clone()
     }
 }

@@ -688,15 +688,18 @@ impl Source for TreeMemory {
 mod tests {
     use super::*;
 
+    /// A fixture `PROC/PID/task/PID/children` holding `children`.
+    fn write_task(proc: &Path, pid: u32, children: &str) {
+        let d = proc.join(format!("{pid}/task/{pid}"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("children"), children).unwrap();
+    }
+
     #[test]
     fn a_single_process_tree_is_walked_again_only_when_a_pid_is_allocated() {
         let dir = tempfile::tempdir().unwrap();
         let proc = dir.path();
-        let task = |pid: u32, children: &str| {
-            let d = proc.join(format!("{pid}/task/{pid}"));
-            std::fs::create_dir_all(&d).unwrap();
-            std::fs::write(d.join("children"), children).unwrap();
-        };
+        let task = |pid: u32, children: &str| write_task(proc, pid, children);
         task(100, "");
         std::fs::write(proc.join("loadavg"), "0.00 0.00 0.00 1/90 500\n").unwrap();
         let mut tree = ProcessTree::with_excluded(proc, 100, None).unwrap();
@@ -725,11 +728,7 @@ mod tests {
     fn the_walk_is_skipped_only_while_loadavg_is_unchanged() {
         let dir = tempfile::tempdir().unwrap();
         let proc = dir.path();
-        let task = |pid: u32, children: &str| {
-            let d = proc.join(format!("{pid}/task/{pid}"));
-            std::fs::create_dir_all(&d).unwrap();
-            std::fs::write(d.join("children"), children).unwrap();
-        };
+        let task = |pid: u32, children: &str| write_task(proc, pid, children);
         task(100, "200 ");
         task(200, "");
         std::fs::write(proc.join("loadavg"), "0.00 0.00 0.00 1/90 500\n").unwrap();
