@@ -269,7 +269,11 @@ fn a_providers_preemption_notice_is_a_save_before_its_deadline() {
         .unwrap();
         assert_eq!(request["reason"], "preemption", "{request}");
         assert_eq!(request["kind"], "notice");
-        assert!((request["deadline_unix"].as_f64().unwrap() - deadline).abs() < 1.0);
+        // The request names the notice's deadline (for GCE, the one the watchdog set when
+        // it saw the notice, checked above; it was compared with the announcement and
+        // failed on a busy CI run).
+        let asked = request["deadline_unix"].as_f64().unwrap();
+        assert!((asked - got).abs() < 1e-3, "{request} {notice}");
         // The machine's shutdown: SIGTERM; the verdict is the preemption's.
         term(&watchdog);
         let (code, _) = exit_of(&mut watchdog, Instant::now());
