@@ -213,12 +213,19 @@ pub fn unwritable(path: &Path) -> Option<String> {
     let vfs = rustix::fs::statvfs(watchdog_types::fs::parent_dir(path)).ok()?;
     let total = vfs.f_blocks.saturating_mul(vfs.f_frsize);
     let free = vfs.f_bavail.saturating_mul(vfs.f_frsize);
-    (free < (64 << 20).min(total / 4) || (free as f64) < total as f64 * 0.05).then(|| {
+    (free < kept_free(total)).then(|| {
         format!(
             "its filesystem is nearly full ({} free); skipped so the recorder never fills the disk it watches",
             watchdog_types::units::format_bytes(free)
         )
     })
+}
+
+/// The space a recording leaves free on a filesystem of `total` bytes: 5% of it up to
+/// 1 GiB, and 64 MiB or a quarter of it if that is more (a recording is a few MiB; 5% of a
+/// 250 GB disk, 12.5 GB, skipped recordings on a disk with 10 GB free).
+fn kept_free(total: u64) -> u64 {
+    (total / 20).min(1 << 30).max((64 << 20).min(total / 4))
 }
 
 /// A change to one target's recorder, made on the recorder thread.
@@ -358,6 +365,18 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use watchdog_types::{ResourceId, ResourceKind};
+
+    #[test]
+    fn the_space_kept_free_is_5_percent_capped_at_1_gib_and_at_least_64_mib_or_a_quarter() {
+        const MIB: u64 = 1 << 20;
+        const GIB: u64 = 1 << 30;
+        // The CI disk that skipped every recording: 252 GiB with 9.84 GiB free.
+        assert_eq!(kept_free(252 * GIB), GIB);
+        assert!(kept_free(252 * GIB) < 9 * GIB);
+        assert_eq!(kept_free(10 * GIB), 512 * MIB);
+        assert_eq!(kept_free(GIB), 64 * MIB);
+        assert_eq!(kept_free(4 * MIB), MIB);
+    }
 
     fn recorder(window_s: f64) -> FlightRecorder {
         let resources = vec![Resource {
