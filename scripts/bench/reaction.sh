@@ -12,7 +12,7 @@
 # line was touched ("cross"). The jump itself (200 MiB of page faults) takes longer; the
 # table also shows signal - jump start and how long the jump took.
 #
-# The request file (written, fsynced and renamed before the signal is sent) goes to REQ_DIR,
+# The request file (written and renamed before the signal is sent, not fsynced) goes to REQ_DIR,
 # /dev/shm by default, where XDG_RUNTIME_DIR would put it; REQ_DIR=/tmp puts it on a disk.
 #
 # MODE=cgroup (root, cgroup v1): the same on a memory cgroup's limit. The target runs alone in
@@ -29,6 +29,8 @@
 #        WATCHDOG=target/release/watchdog  OUT=file (raw rows, TSV)
 #        KEEP_SLOW=DIR SLOW_MS=20 (MODE=cgroup): keep each slow trial's events and debug log
 #        NICE=-5 (MODE=cgroup): the watchdog runs at this niceness (watchdog@.service has Nice=-5)
+#        BUSY=2: that many CPU spinners (busy shell loops at niceness 0) run through every
+#          trial, so the watchdog, the target and the spinners share the cores (2 here)
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -50,16 +52,24 @@ NICE=${NICE:-}
 OUT=${OUT:-}
 KEEP_SLOW=${KEEP_SLOW:-}
 SLOW_MS=${SLOW_MS:-20}
+BUSY=${BUSY:-0}
+SPINNERS=()
 WORK=$(mktemp -d /tmp/wd-reaction.XXXXXX)
 REQ_DIR=${REQ_DIR:-/dev/shm}
 REQ=$(mktemp -u "$REQ_DIR/wd-reaction-req.XXXXXX")
-trap 'rm -rf "$WORK" "$REQ".json*' EXIT
+stop_spinners() { [ ${#SPINNERS[@]} -eq 0 ] || kill "${SPINNERS[@]}" 2>/dev/null || true; }
+trap 'stop_spinners; rm -rf "$WORK" "$REQ".json*' EXIT
 
 if [ ! -x "$WATCHDOG" ]; then
     echo "building $WATCHDOG ..." >&2
     cargo build --release -p watchdog >&2
 fi
 cc -O2 -Wall -o "$WORK/target" scripts/bench/reaction_target.c
+
+for _ in $(seq 1 "$BUSY"); do
+    (trap - EXIT; while :; do :; done) &
+    SPINNERS+=($!)
+done
 
 rows="$WORK/rows.tsv"
 printf 'interval\ttrial\tsig_minus_cross_ms\tsig_minus_jump_ms\tjump_ms\treason\n' >"$rows"
@@ -105,7 +115,7 @@ record() {
 if [ "$MODE" = cgroup ]; then
     CG=/sys/fs/cgroup/memory/wd-reaction-$$
     mkdir "$CG"
-    trap 'rmdir "$CG" 2>/dev/null; rm -rf "$WORK" "$REQ".json*' EXIT
+    trap 'stop_spinners; rmdir "$CG" 2>/dev/null; rm -rf "$WORK" "$REQ".json*' EXIT
     # The target alone in the cgroup (sh writes its PID, then execs it).
     ENTER='echo $$ > "$0/cgroup.procs" && exec "$@"'
     in_cgroup() { sh -c "$ENTER" "$CG" "$@"; }
@@ -114,7 +124,7 @@ if [ "$MODE" = cgroup ]; then
         printf "%d", (r + c * 1048576) / (1 - f / 100) / 4096 + 1 }')
     limit=$((limit * 4096))
     echo "$limit" >"$CG/memory.limit_in_bytes"
-    echo "# machine: $(nproc) cores, kernel $(uname -r); loadavg $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+    echo "# machine: $(nproc) cores, kernel $(uname -r); loadavg $(cut -d' ' -f1-3 /proc/loadavg); $BUSY CPU spinner(s)" >&2
     echo "# cgroup_memory steady $((used / 1024)) KiB, limit $((limit / 1024)) KiB (floor line $CROSS_AT_MIB MiB above), jump $JUMP_MIB MiB, $TRIALS trials per interval and wake" >&2
     for iv in $INTERVALS; do
         iv_ms=$(ms_of "$iv")
@@ -153,7 +163,7 @@ rss=$("$WORK/target" 0 "$JUMP_MIB" 0 "$FLOOR" "$BASE_MIB")
 # The floor line (95% of L) at steady RSS + CROSS_AT_MIB; L in KiB.
 limit_kib=$(awk -v r="$rss" -v c="$CROSS_AT_MIB" -v f="$FLOOR" 'BEGIN {
     printf "%d", (r + c * 1048576) / (1 - f / 100) / 1024 + 1 }')
-echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r); loadavg $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r); loadavg $(cut -d' ' -f1-3 /proc/loadavg); $BUSY CPU spinner(s)" >&2
 echo "# steady RSS $((rss / 1024)) KiB, --mem-limit ${limit_kib}KiB (floor line $CROSS_AT_MIB MiB above), jump $JUMP_MIB MiB, $TRIALS trials per interval" >&2
 
 fi
