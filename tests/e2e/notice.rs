@@ -3,6 +3,7 @@
 //! relaunched in the same directory resumes from the checkpoint record. Real processes,
 //! real signals: the saver is `tests/e2e/scripts/saver.py` with the Python client.
 
+use std::os::unix::process::CommandExt as _;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -10,12 +11,39 @@ use std::time::{Duration, Instant};
 use crate::support::*;
 
 /// The watchdog running the saver in `dir` with `flags`; returns once the saver started.
-fn start(dir: &Path, flags: &[&str], env: &[(&str, &str)]) -> Child {
+fn start(dir: &Path, flags: &[&str], env: &[(&str, &str)]) -> Group {
     start_with(bin(), dir, flags, env)
 }
 
+/// The watchdog of a test and its run, in a process group of their own, killed whole when
+/// dropped: a SIGKILLed watchdog leaves its run running (as it must for a user), and a
+/// test that ends that way must not leave the saver running (two did, each CI run).
+struct Group(Child);
+
+impl std::ops::Deref for Group {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Group {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if let Some(pgid) = rustix::process::Pid::from_raw(self.0.id() as i32) {
+            let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+        }
+        let _ = self.0.wait();
+    }
+}
+
 /// [`start`] with `cmd` running the watchdog (`unshare ... watchdog`, say).
-fn start_with(mut cmd: Command, dir: &Path, flags: &[&str], env: &[(&str, &str)]) -> Child {
+fn start_with(mut cmd: Command, dir: &Path, flags: &[&str], env: &[(&str, &str)]) -> Group {
     let out = std::fs::File::create(dir.join("out.log")).unwrap();
     let err = std::fs::File::create(dir.join("err.log")).unwrap();
     cmd.current_dir(dir)
@@ -27,11 +55,12 @@ fn start_with(mut cmd: Command, dir: &Path, flags: &[&str], env: &[(&str, &str)]
         .arg(repo().join("tests/e2e/scripts/saver.py"))
         .stdin(Stdio::null())
         .stdout(out)
-        .stderr(err);
+        .stderr(err)
+        .process_group(0);
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let child = cmd.spawn().unwrap();
+    let child = Group(cmd.spawn().unwrap());
     assert!(
         wait_for(Duration::from_secs(30), || log(dir)
             .contains("start at step")),

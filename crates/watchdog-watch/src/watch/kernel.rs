@@ -345,6 +345,11 @@ impl KernelWake {
                 }
             }
             if crossed {
+                tracing::debug!(
+                    "{V1}: crossed (line at {:?}, high at {:?})",
+                    v1.line.wanted(),
+                    v1.high.wanted()
+                );
                 let (begun, done) = v1.control_writes();
                 // Read one after the other: a write may finish between the two loads.
                 self.crossing = Some((begun, begun.saturating_sub(done)));
@@ -528,6 +533,10 @@ impl V1Thresholds {
                 at > target.saturating_add(slack) || (at <= usage && target > usage)
             });
             if stale {
+                tracing::debug!(
+                    "{V1}: line moved from {:?} to {target} (usage {usage}, cache {cache})",
+                    self.line.wanted()
+                );
                 self.line.move_to(target)?;
             }
         }
@@ -544,7 +553,13 @@ impl V1Thresholds {
                     || self.high.wanted().is_some_and(|was| {
                         was > usage && was <= at && at.saturating_sub(was) < margin
                     }) => {}
-            Some(at) => self.high.move_to(at)?,
+            Some(at) => {
+                tracing::debug!(
+                    "{V1}: high moved from {:?} to {at} (usage {usage}, cache {cache})",
+                    self.high.wanted()
+                );
+                self.high.move_to(at)?
+            }
         }
         Ok(())
     }
