@@ -28,6 +28,9 @@
 #          (bind-mounted in a mount namespace of its own): on a machine shared with builds,
 #          other processes starting keep host memory moving and so sampled fast; this
 #          measures the loop at rest as on a quiet host. Everything else it reads is live.
+#        WATCHDOG_ARGS="--max-interval 10ms": more flags for the watchdog (this one keeps
+#          every resource at the rate asked, as the C floor loop is: the cost of a tick
+#          rather than of the adaptive rates)
 #        MOVING_MEMINFO=1: the opposite, host memory moving as on a live machine: for the
 #          whole run scripts/bench/mem_mover.py allocates and frees 1% of host memory every
 #          2 s (nothing frozen, nothing bind-mounted). scripts/bench/at_rest.sh measures one
@@ -121,7 +124,7 @@ measure_once() { # $1 target kind, $2 rate, $3 run number
     fi
     "${still[@]}" "$WATCHDOG" --pid "$t" --interval "${interval_us}us" --disk / --disk /dev/shm \
         --mem-limit 64GiB --gpu off --no-notify --no-status -q \
-        --request-file "$WORK/req.json" 2>"$WORK/wd.err" &
+        --request-file "$WORK/req.json" ${WATCHDOG_ARGS:-} 2>"$WORK/wd.err" &
     wd=$!
     python3 scripts/bench/psutil_watcher.py --pid "$t" --hz "$hz" --disk / --disk /dev/shm \
         2>"$WORK/ps.err" &
