@@ -3,16 +3,18 @@
  * the same through the watchdog). Joins the v1 memory cgroup DIR, touches BASE MiB (env
  * BASE, default 64), registers a threshold ABOVE_MIB above the usage (and with env HIGH a
  * second one 64 KiB above it, as the watchdog's line and high), then touches JUMP_MIB more
- * in 64 KiB chunks; a thread polls the eventfds. Prints when the chunk crossing the
- * threshold was touched and when the thread woke (CLOCK_MONOTONIC, ms from the jump).
+ * in 64 KiB chunks (env NOHUGE: without transparent huge pages); a thread polls the
+ * eventfds. Prints when the chunk crossing the threshold was touched and when the thread
+ * woke, in ms from the jump (CLOCK_MONOTONIC).
  *
- * Build: cc -O2 -pthread -o thr scripts/bench/threshold_latency.c
- * Usage (root, cgroup v1): mkdir /sys/fs/cgroup/memory/thr; echo $((430<<20)) >
- *   /sys/fs/cgroup/memory/thr/memory.limit_in_bytes; HIGH=1 BASE=400 ./thr
- *   /sys/fs/cgroup/memory/thr 8 16   (one run per process: it stays in the cgroup) */
+ * Build: cc -O2 -Wall -pthread -o thr scripts/bench/threshold_latency.c
+ * Usage (root, cgroup v1): mkdir /sys/fs/cgroup/memory/thr
+ *        echo $((430 << 20)) > /sys/fs/cgroup/memory/thr/memory.limit_in_bytes
+ *        HIGH=1 BASE=400 ./thr /sys/fs/cgroup/memory/thr 8 16   (one run a process) */
 #define _GNU_SOURCE
-#include <pthread.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,30 +23,102 @@
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
-#include <fcntl.h>
-static int64_t now(void){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec*1000000000LL+t.tv_nsec;}
-static int efd, efd2; static volatile int64_t woke, woke2;
-static void *waiter(void*a){struct pollfd p[2]={{efd,POLLIN,0},{efd2,POLLIN,0}};uint64_t x;
- for(;;){ if(poll(p,2,5000)<=0) return 0; int64_t t=now();
-   if(p[1].revents){read(efd2,&x,8); if(!woke2) woke2=t;}
-   if(p[0].revents){read(efd,&x,8); woke=t; return 0;} }}
-static long rd(const char*dir,const char*f){char p[512];snprintf(p,512,"%s/%s",dir,f);FILE*x=fopen(p,"r");long v=-1;fscanf(x,"%ld",&v);fclose(x);return v;}
-int main(int c,char**v){
-  const char*dir=v[1]; long above=atol(v[2])<<20; long jump=atol(v[3])<<20;
-  char p[512]; snprintf(p,512,"%s/cgroup.procs",dir); FILE*f=fopen(p,"w"); fprintf(f,"%d\n",getpid()); fclose(f);
-  long base=(getenv("BASE")?atol(getenv("BASE")):64)<<20; char *warm=malloc(base); memset(warm,1,base);
-  long usage=rd(dir,"memory.usage_in_bytes");
-  efd=eventfd(0,EFD_NONBLOCK); snprintf(p,512,"%s/memory.usage_in_bytes",dir); int ufd=open(p,O_RDONLY);
-  snprintf(p,512,"%s/cgroup.event_control",dir); int cfd=open(p,O_WRONLY);
-  char line[128]; long thr=usage+above; int n=snprintf(line,128,"%d %d %ld",efd,ufd,thr); write(cfd,line,n);
-  efd2=eventfd(0,EFD_NONBLOCK); n=snprintf(line,128,"%d %d %ld",efd2,ufd,usage+(64<<10)); if(getenv("HIGH")) write(cfd,line,n);
-  pthread_t t; pthread_create(&t,0,waiter,0); usleep(20000);
-  char *m=mmap(0,jump,PROT_READ|PROT_WRITE,MAP_PRIVATE|MAP_ANONYMOUS,-1,0);
-  if(getenv("NOHUGE")) madvise(m,jump,MADV_NOHUGEPAGE);
-  long chunk=64<<10; int64_t t0=now(), cross=0;
-  for(long o=0;o<jump;o+=chunk){ memset(m+o,1,chunk); if(!cross && o+chunk>=above) cross=now(); }
-  int64_t done=now();
-  long after=rd(dir,"memory.usage_in_bytes");
-  pthread_join(t,0);
-  printf("usage0 %ld thr %ld after %ld  cross %.3f ms  done %.3f ms  woke %.3f ms  woke-cross %.3f ms high %.3f\n",usage,thr,after,(cross-t0)/1e6,(done-t0)/1e6,(woke-t0)/1e6,(woke-cross)/1e6,woke2?(woke2-t0)/1e6:-1.0);
-  return 0;}
+
+static int line_fd, high_fd;
+static volatile int64_t line_woke, high_woke;
+
+static int64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* Polls both eventfds until the line's is signalled (or 5 s pass). */
+static void *waiter(void *unused) {
+    (void)unused;
+    struct pollfd p[2] = {{line_fd, POLLIN, 0}, {high_fd, POLLIN, 0}};
+    uint64_t count;
+    for (;;) {
+        if (poll(p, 2, 5000) <= 0) return NULL;
+        int64_t t = now_ns();
+        if (p[1].revents && read(high_fd, &count, 8) == 8 && !high_woke) high_woke = t;
+        if (p[0].revents && read(line_fd, &count, 8) == 8) {
+            line_woke = t;
+            return NULL;
+        }
+    }
+}
+
+static long read_number(const char *dir, const char *file) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    FILE *f = fopen(path, "r");
+    long v = -1;
+    if (f) {
+        if (fscanf(f, "%ld", &v) != 1) v = -1;
+        fclose(f);
+    }
+    return v;
+}
+
+/* Registers `level` on eventfd `efd` through the cgroup's cgroup.event_control. */
+static int arm(int control, int efd, int usage_fd, long level) {
+    char text[128];
+    int n = snprintf(text, sizeof text, "%d %d %ld", efd, usage_fd, level);
+    return write(control, text, n) == n ? 0 : -1;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 4) {
+        fprintf(stderr, "usage: %s CGROUP_DIR ABOVE_MIB JUMP_MIB\n", argv[0]);
+        return 2;
+    }
+    const char *dir = argv[1];
+    long above = atol(argv[2]) << 20, jump = atol(argv[3]) << 20;
+    long base = (getenv("BASE") ? atol(getenv("BASE")) : 64) << 20;
+    char path[512];
+    snprintf(path, sizeof path, "%s/cgroup.procs", dir);
+    FILE *procs = fopen(path, "w");
+    if (!procs) { perror(path); return 2; }
+    fprintf(procs, "%d\n", getpid());
+    fclose(procs);
+
+    char *warm = malloc(base);
+    if (!warm) return 3;
+    memset(warm, 1, base);
+    long usage = read_number(dir, "memory.usage_in_bytes");
+    snprintf(path, sizeof path, "%s/memory.usage_in_bytes", dir);
+    int usage_fd = open(path, O_RDONLY);
+    snprintf(path, sizeof path, "%s/cgroup.event_control", dir);
+    int control = open(path, O_WRONLY);
+    line_fd = eventfd(0, EFD_NONBLOCK);
+    high_fd = eventfd(0, EFD_NONBLOCK);
+    long level = usage + above;
+    if (usage < 0 || usage_fd < 0 || control < 0 || arm(control, line_fd, usage_fd, level) != 0 ||
+        (getenv("HIGH") && arm(control, high_fd, usage_fd, usage + (64 << 10)) != 0)) {
+        perror("arming the thresholds");
+        return 2;
+    }
+    pthread_t thread;
+    pthread_create(&thread, NULL, waiter, NULL);
+    usleep(20000);
+
+    char *m = mmap(NULL, jump, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return 3;
+    if (getenv("NOHUGE")) madvise(m, jump, MADV_NOHUGEPAGE);
+    const long chunk = 64 << 10;
+    int64_t start = now_ns(), cross = 0;
+    for (long off = 0; off < jump; off += chunk) {
+        memset(m + off, 1, chunk);
+        if (!cross && off + chunk >= above) cross = now_ns();
+    }
+    int64_t done = now_ns();
+    long after = read_number(dir, "memory.usage_in_bytes");
+    pthread_join(thread, NULL);
+    printf("usage0 %ld level %ld after %ld  cross %.3f ms  done %.3f ms  woke %.3f ms  "
+           "woke-cross %.3f ms  high woke %.3f ms\n",
+           usage, level, after, (cross - start) / 1e6, (done - start) / 1e6,
+           (line_woke - start) / 1e6, (line_woke - cross) / 1e6,
+           high_woke ? (high_woke - start) / 1e6 : -1.0);
+    return 0;
+}
