@@ -3,8 +3,9 @@
  * the same through the watchdog). Joins the v1 memory cgroup DIR, touches BASE MiB (env
  * BASE, default 64), registers a threshold ABOVE_MIB above the usage (and with env HIGH a
  * second one 64 KiB above it, as the watchdog's line and high), then touches JUMP_MIB more
- * in 64 KiB chunks (env NOHUGE: without transparent huge pages); a thread polls the
- * eventfds. Prints when the chunk crossing the threshold was touched and when the thread
+ * in 64 KiB chunks (env NOHUGE: without transparent huge pages; env HOLD_MS: after
+ * holding that long, so that a watchdog can be attached to the PID it prints on stderr);
+ * a thread polls the eventfds. Prints when the chunk crossing the threshold was touched and when the thread
  * woke, in ms from the jump (CLOCK_MONOTONIC).
  *
  * Build: cc -O2 -Wall -pthread -o thr scripts/bench/threshold_latency.c
@@ -101,7 +102,8 @@ int main(int argc, char **argv) {
     }
     pthread_t thread;
     pthread_create(&thread, NULL, waiter, NULL);
-    usleep(20000);
+    fprintf(stderr, "%d\n", getpid());
+    usleep(getenv("HOLD_MS") ? atol(getenv("HOLD_MS")) * 1000 : 20000);
 
     char *m = mmap(NULL, jump, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) return 3;
