@@ -12,36 +12,19 @@
 
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use watchdog_testsupport::public_scratch;
 
 use crate::daemon::{TempUser, start_daemon, write_config};
-use crate::support::{is_root, need, require, wait_for};
+use crate::support::{Group, is_root, need, require, wait_for};
 
 /// The launcher, shared with `scripts/bench/daemon.sh` (`MODE=fork-exec`).
 const LAUNCHER: &str = include_str!("../../scripts/bench/fork_exec_launch.py");
 
 /// How long each run lives.
 const RUN_LIFE_S: u64 = 30;
-
-/// The launcher's process group: every run and the launcher itself, killed when dropped,
-/// waiting until none is left (the test's user cannot be deleted while it has processes).
-struct Group(Child);
-
-impl Drop for Group {
-    fn drop(&mut self) {
-        let pgid = self.0.id() as i32;
-        // SAFETY: kill has no memory preconditions; the group is the launcher's own.
-        unsafe { libc::kill(-pgid, libc::SIGKILL) };
-        let _ = self.0.wait();
-        wait_for(Duration::from_secs(10), || {
-            // SAFETY: as above; signal 0 only checks that a member exists.
-            unsafe { libc::kill(-pgid, 0) != 0 }
-        });
-    }
-}
 
 /// One run the launcher started.
 struct Launched {
@@ -148,6 +131,8 @@ notify = false
         .unwrap()
         .subsec_nanos();
     let out = dir.path().join("launched.txt");
+    // Every run and the launcher itself, killed when dropped, waiting until none is left
+    // (the test's user cannot be deleted while it has processes).
     let group = Group(
         Command::new(&python)
             .arg(&launcher)

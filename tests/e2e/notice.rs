@@ -15,33 +15,6 @@ fn start(dir: &Path, flags: &[&str], env: &[(&str, &str)]) -> Group {
     start_with(bin(), dir, flags, env)
 }
 
-/// The watchdog of a test and its run, in a process group of their own, killed whole when
-/// dropped: a SIGKILLed watchdog leaves its run running (as it must for a user), and a
-/// test that ends that way must not leave the saver running (two did, each CI run).
-struct Group(Child);
-
-impl std::ops::Deref for Group {
-    type Target = Child;
-    fn deref(&self) -> &Child {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Group {
-    fn deref_mut(&mut self) -> &mut Child {
-        &mut self.0
-    }
-}
-
-impl Drop for Group {
-    fn drop(&mut self) {
-        if let Some(pgid) = rustix::process::Pid::from_raw(self.0.id() as i32) {
-            let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
-        }
-        let _ = self.0.wait();
-    }
-}
-
 /// [`start`] with `cmd` running the watchdog (`unshare ... watchdog`, say).
 fn start_with(mut cmd: Command, dir: &Path, flags: &[&str], env: &[(&str, &str)]) -> Group {
     let out = std::fs::File::create(dir.join("out.log")).unwrap();

@@ -3,7 +3,7 @@
 //! and the test processes write.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -245,6 +245,37 @@ pub fn wait_for(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(20));
     }
     f()
+}
+
+/// A child started in a process group of its own (`Command::process_group(0)`), and
+/// everything it started there: killed whole when dropped, waiting until none is left. A
+/// SIGKILLed watchdog leaves its run running, as it must for a user; a test must not.
+pub struct Group(pub Child);
+
+impl std::ops::Deref for Group {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Group {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        let pgid = self.0.id() as i32;
+        // SAFETY: kill has no memory preconditions; the group is the child's own.
+        unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        let _ = self.0.wait();
+        wait_for(Duration::from_secs(10), || {
+            // SAFETY: as above; signal 0 only checks that a member exists.
+            unsafe { libc::kill(-pgid, 0) != 0 }
+        });
+    }
 }
 
 /// A memory cgroup with a limit, removed on drop (v1 or v2, whichever is mounted).
