@@ -17,7 +17,7 @@ use serde_json::Value;
 use watchdog_testsupport::{prometheus, public_scratch};
 
 use crate::support::{
-    Gate, RunnableCopy, assert_success, bin, is_root, require, summary_late_ticks, wait_for,
+    Gate, RunnableCopy, Tmpfs, assert_success, bin, is_root, require, summary_late_ticks, wait_for,
 };
 
 /// A user that exists until dropped.
@@ -91,7 +91,7 @@ pub(crate) fn write_config(dir: &Path, rest: &str) -> PathBuf {
     conf
 }
 
-fn config(dir: &Path, a: &TempUser, b: &TempUser, extra_rule: &str) -> String {
+fn config(dir: &Path, disk: &Path, a: &TempUser, b: &TempUser, extra_rule: &str) -> String {
     let hook = "id -u > \"$WATCHDOG_REQUEST_FILE.hook\"";
     format!(
         r#"{keys}
@@ -103,6 +103,7 @@ command = "^/bin/sleep 7301$"
 [rule.watch]
 max_runtime = "4s"
 lead = "2s"
+disks = ["{disk}"]
 on_alert = '{hook}'
 notify = false
 
@@ -114,6 +115,7 @@ command = "^/bin/sleep 7302$"
 [rule.watch]
 max_runtime = "5s"
 lead = "2s"
+disks = ["{disk}"]
 on_alert = '{hook}'
 notify = false
 
@@ -124,9 +126,11 @@ registered = true
 [rule.watch]
 max_runtime = "6s"
 lead = "2s"
+disks = ["{disk}"]
 notify = false
 {extra_rule}"#,
         keys = daemon_keys(dir),
+        disk = disk.display(),
         a = a.name,
         b = b.name,
     )
@@ -170,7 +174,10 @@ fn the_daemon_watches_each_users_runs_with_their_rules_and_shows_each_user_only_
     let a = TempUser::create("a");
     let b = TempUser::create("b");
     let conf = dir.path().join("daemon.toml");
-    std::fs::write(&conf, config(dir.path(), &a, &b, "")).unwrap();
+    // The runs' disk: a tmpfs of the test's, not the machine's root filesystem (its
+    // working directory), which a nearly full CI disk would have warned first.
+    let disk = Tmpfs::mount("16m").expect("mount a tmpfs as root");
+    std::fs::write(&conf, config(dir.path(), disk.path(), &a, &b, "")).unwrap();
     let socket = dir.path().join("run/daemon.sock");
     let log = dir.path().join("daemon.log");
     let notify = NotifySocket::bind(&dir.path().join("notify.sock"));
@@ -333,6 +340,7 @@ fn the_daemon_watches_each_users_runs_with_their_rules_and_shows_each_user_only_
         &conf,
         config(
             dir.path(),
+            disk.path(),
             &a,
             &b,
             "\n[[rule]]\nname = \"late\"\n[rule.match]\ncommand = \"^/bin/sleep 7304$\"\n",

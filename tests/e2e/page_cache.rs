@@ -53,6 +53,22 @@ fn disk_scratch() -> Option<tempfile::TempDir> {
     .then_some(dir)
 }
 
+/// Bytes an unprivileged user may still write on the filesystem of `path` (`stat -f`'s
+/// available blocks times their size).
+fn available_bytes(path: &Path) -> u64 {
+    let out = Command::new("stat")
+        .args(["-f", "-c", "%a %S"])
+        .arg(path)
+        .output()
+        .expect("stat -f");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut fields = text.split_whitespace().map(|f| f.parse::<u64>());
+    match (fields.next(), fields.next()) {
+        (Some(Ok(blocks)), Some(Ok(size))) => blocks * size,
+        _ => panic!("stat -f -c '%a %S' {}: {text:?}", path.display()),
+    }
+}
+
 /// The cgroup's OOM-kill count (v1 `memory.oom_control`, v2 `memory.events`).
 fn oom_kills(cg: &MemoryCgroup) -> u64 {
     let file = if cg.v2 {
@@ -228,11 +244,24 @@ fn a_memory_mapped_data_set_reread_every_epoch_raises_no_alert() {
 
 /// Regression: writing 1.5 GB of checkpoints to disk inside a 400 MiB cgroup raised the
 /// same false alarm (dirty cache that reclaim cannot write back is activated, and
-/// usage - inactive_file counted it as used).
+/// usage - inactive_file counted it as used). The last 8 files are kept (512 MiB, more
+/// than the cgroup holds), as a trainer's `save_total_limit` does: the test needs no more
+/// of the machine's disk than that.
 #[test]
 fn writing_four_times_the_limit_to_disk_raises_no_alert() {
     let Some(cg) = cgroup(400 * MIB) else { return };
     let Some(data) = disk_scratch() else { return };
+    // What the kept files take, and the 1 GiB the flight recorder leaves free on a big
+    // filesystem (docs/recording.md) with 100 MiB to spare.
+    let wanted = (8 * 64 + 1024 + 100) * MIB;
+    let free = available_bytes(data.path());
+    assert!(
+        free >= wanted,
+        "{} has {} MiB available; this test needs {} MiB",
+        data.path().display(),
+        free / MIB,
+        wanted / MIB
+    );
     let scene = Scene::new();
     let oom_before = oom_kills(&cg);
     let (code, out, events) = watch(
@@ -252,6 +281,8 @@ fn writing_four_times_the_limit_to_disk_raises_no_alert() {
             // As torch.save does: no fsync. Reclaim in the cgroup cannot write dirty
             // pages back itself and moves them to the active list.
             "--no-fsync",
+            "--keep",
+            "8",
         ],
     );
     let r = report(&scene.rep);

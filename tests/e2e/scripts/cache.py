@@ -6,7 +6,9 @@ Usage: cache.py REPORT MODE [options]
           is charged to this process's cgroup), then reads it whole --epochs times, with
           read() or, with --mmap, through a mapping.
   write   checkpoints to disk: writes --mib MiB in files of --file-mib MiB into --dir,
-          each file fsync'd unless --no-fsync (torch.save does not), and keeps them.
+          each file fsync'd unless --no-fsync (torch.save does not), and keeps the last
+          --keep of them (all when 0), deleting older ones as a trainer's
+          save_total_limit does.
   tmpfs   fills a tmpfs: writes --step-mib MiB into a new file in --dir every --every s
           until asked to checkpoint (or --mib is reached), then acknowledges, stops
           writing and holds what it wrote for --linger s.
@@ -38,6 +40,7 @@ p.add_argument("--epochs", type=int, default=4)
 p.add_argument("--mmap", action="store_true", help="epochs: read the data set through mmap (numpy.memmap's way)")
 p.add_argument("--file-mib", type=int, default=64)
 p.add_argument("--no-fsync", action="store_true", help="write: leave write-back to the kernel")
+p.add_argument("--keep", type=int, default=0, help="write: files kept (0: all)")
 p.add_argument("--step-mib", type=int, default=5)
 p.add_argument("--every", type=float, default=0.1)
 p.add_argument("--hold-mib", type=int, default=24)
@@ -105,6 +108,8 @@ elif args.mode == "write":
     while written < args.mib:
         write_file(os.path.join(args.dir, "ckpt-%04d.bin" % n), args.file_mib, not args.no_fsync)
         written += args.file_mib
+        if args.keep and n >= args.keep:
+            os.remove(os.path.join(args.dir, "ckpt-%04d.bin" % (n - args.keep)))
         n += 1
         answer_request(written_mib=written)
     note("written", mib=written)
