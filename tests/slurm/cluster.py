@@ -14,8 +14,8 @@ Everything lives in one temporary directory (0755, so the test user can read the
 configuration and the copies of the binary and the client): ``etc/`` (slurm.conf,
 cgroup.conf), ``munge/`` (a private key and socket: the system's munged is left alone),
 ``state/``, ``spool/``, ``log/`` (each daemon's log), ``bin/`` and ``python/`` (copies of
-the watchdog binary and of the client), ``work/`` (one directory per test, owned by the
-test user).
+the watchdog binary and of the client), ``work/`` (a 2 GiB tmpfs: one directory per
+test, owned by the test user, and the user's HOME).
 
 The node: ``SlurmdParameters=config_overrides`` with 16 CPUs and 8 GiB, whatever the
 machine has, so every test job (1 CPU, 256 MiB unless it asks) runs at once;
@@ -158,6 +158,7 @@ class Cluster:
         self._count = 0
         self._workdirs = {}
         self._saved_conf = None
+        self._work_mounted = False
 
     # -- start and stop -------------------------------------------------------------
 
@@ -198,6 +199,9 @@ class Cluster:
         if os.environ.get("WATCHDOG_KEEP_SLURM"):
             print("cluster: kept %s" % self.dir, file=sys.stderr)
         else:
+            if self._work_mounted:
+                subprocess.run(["umount", "--lazy", self.path("work")], capture_output=True)
+                self._work_mounted = False
             shutil.rmtree(self.dir, ignore_errors=True)
         self.dir = None
 
@@ -220,6 +224,13 @@ class Cluster:
                           ("log", 0o755), ("run", 0o755), ("bin", 0o755), ("work", 0o755)):
             os.mkdir(self.path(sub), mode)
             os.chmod(self.path(sub), mode)
+        # The jobs' directories and HOME on a tmpfs of the cluster's own: what the jobs'
+        # watchdogs see of their disk (and where they keep recordings) is the test's, not
+        # the machine's root filesystem (a CI machine had 2.3 GB of it left, under the
+        # default 5% floor for an unprivileged user: every job was asked to save at start).
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2g,mode=0755", "tmpfs", self.path("work")],
+                       check=True, capture_output=True)
+        self._work_mounted = True
 
     def _ensure_user(self):
         """The unprivileged user jobs run as, created when missing, with a home of its own as
