@@ -103,6 +103,51 @@ class AttachWithRealBinary(unittest.TestCase):
             self.assertIn("environment", kinds)
 
 
+    def test_report_on_a_nearly_full_filesystem_says_why_there_is_no_recording(self):
+        # The recorder leaves a filesystem's last 16 MiB of 64 free (docs/recording.md): a
+        # state directory on a tmpfs with 8 MiB left gets the header reserved at the start
+        # and no recording. report() says so at once, in the watchdog's words, not as an
+        # "empty recording" after waiting for one that never comes.
+        need.watchdog_bin()
+        need.require(os.geteuid() == 0, "root (to mount a 64 MiB tmpfs)")
+        with tempfile.TemporaryDirectory() as d:
+            state = os.path.join(d, "state")
+            os.mkdir(state)
+            subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", state], check=True)
+            try:
+                with open(os.path.join(state, "filler"), "wb") as f:
+                    f.write(b"\0" * (56 << 20))
+                script = textwrap.dedent(
+                    """
+                    import json, sys, time
+                    sys.path.insert(0, {python_dir!r})
+                    import training_watchdog as tw
+                    h = tw.attach(args=["--gpu", "off", "--no-notify"])
+                    t0 = time.monotonic()
+                    try:
+                        h.report()
+                        said = None
+                    except RuntimeError as e:
+                        said = str(e)
+                    took = time.monotonic() - t0
+                    h.stop()
+                    print(json.dumps({{"said": said, "took": took, "recording": h.recording}}))
+                    """
+                ).format(python_dir=PYTHON_DIR)
+                env = dict(os.environ, XDG_STATE_HOME=state)
+                proc = subprocess.run([sys.executable, "-c", script], timeout=60,
+                                      capture_output=True, text=True, env=env)
+            finally:
+                subprocess.run(["umount", "--lazy", state])
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            result = json.loads(proc.stdout.strip().splitlines()[-1])
+            said = result["said"]
+            self.assertIsNotNone(said, "report() drew a page from a recording that was never written")
+            self.assertIn("the watchdog did not write its recording", said)
+            self.assertIn("nearly full", said)
+            self.assertNotIn("\n", said)
+            self.assertLess(result["took"], 5.0, "report() waited for the timeout: %r" % said)
+
     def test_ready_fd_line_and_end_of_file(self):
         # The binary's side of attach()'s ready signal.
         binary = need.watchdog_bin()

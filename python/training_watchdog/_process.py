@@ -373,7 +373,9 @@ class WatchdogHandle:
         if not self.recording:
             raise RuntimeError("this watchdog writes no recording (a dry run writes none unless record= is given)")
         if self.running:
-            _fresh_recording(self.process, self.recording)
+            failure = _fresh_recording(self.process, self.recording, self.log)
+            if failure:
+                raise RuntimeError("the watchdog did not write its recording %s: %s" % (self.recording, failure))
         return _report(self.command[0], self.recording, output)
 
     def stop(self, timeout=5.0):
@@ -417,8 +419,19 @@ class WatchdogHandle:
         return "<WatchdogHandle pid=%d %s request_file=%s>" % (self.process.pid, state, self.request_file)
 
 
-def _fresh_recording(process, path, timeout=10.0):
-    """Asks a running watchdog to write its recording now (SIGUSR2) and waits until it has."""
+# What the watchdog logs when it cannot write an output (crates/watchdog-watch/src/outputs.rs,
+# write_failed): "cannot write the recording PATH: WHY".
+_CANNOT_WRITE_RECORDING = "cannot write the recording "
+
+
+def _fresh_recording(process, path, log=lambda: "", timeout=10.0):
+    """Asks a running watchdog to write its recording now (SIGUSR2) and waits until it has.
+
+    Returns None once written (or after ``timeout``), or why it was not: what the watchdog
+    logged after the signal (``log``: its log so far), such as a nearly full filesystem; or,
+    when nothing was written a second after the signal, the last such line before it (the
+    watchdog logs a failure again only when it changes).
+    """
 
     def stamp():
         try:
@@ -427,14 +440,28 @@ def _fresh_recording(process, path, timeout=10.0):
         except OSError:
             return None
 
-    before = stamp()
+    def failure(logged_before):
+        why = None
+        for line in log()[logged_before:].splitlines():
+            at = line.find(_CANNOT_WRITE_RECORDING)
+            if at >= 0:
+                why = line[at + len(_CANNOT_WRITE_RECORDING):]
+                named = "%s: " % path
+                why = why[len(named):] if why.startswith(named) else why
+        return why
+
+    before, logged = stamp(), len(log())
     process.send_signal(signal.SIGUSR2)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and process.poll() is None:
+    start = time.monotonic()
+    while time.monotonic() < start + timeout and process.poll() is None:
         now = stamp()
         if now is not None and now != before:
-            return
+            return None
+        why = failure(logged if time.monotonic() < start + 1.0 else 0)
+        if why:
+            return why
         time.sleep(0.02)
+    return None
 
 
 def _wait_ready(read_fd, timeout):

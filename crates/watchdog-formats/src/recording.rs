@@ -55,6 +55,12 @@ pub enum ParseError {
         "empty recording: expected '# watchdog recording v1' with JSON lines and a CSV table, or a CSV trace with time,used,limit[,resource]"
     )]
     Empty,
+    /// The header and nothing else: the name a watchdog reserves at its start, before it
+    /// writes the recording (at its exit, on SIGUSR2) or when it could not write it.
+    #[error(
+        "it holds only the recording header: the watchdog that reserved it has not written it yet (it does at its exit and on SIGUSR2) or could not (its log says why, e.g. a nearly full filesystem)"
+    )]
+    HeaderOnly,
     /// A line that does not have the expected shape (control characters it quotes are
     /// escaped, so the message stays on one line).
     #[error("line {line}: {}", printable(message))]
@@ -517,6 +523,8 @@ pub fn parse(text: &str) -> Result<Recording, ParseError> {
     let Some(first) = table_line else {
         return if json_lines > 0 {
             Ok(rec)
+        } else if rec.meta.version.is_some() {
+            Err(ParseError::HeaderOnly)
         } else {
             Err(ParseError::Empty)
         };

@@ -20,6 +20,7 @@ fn err(text: &str) -> (usize, String) {
     match parse(text).unwrap_err() {
         ParseError::Malformed { line, message } => (line, message),
         ParseError::Empty => (0, "empty".into()),
+        ParseError::HeaderOnly => (0, "header only".into()),
     }
 }
 
@@ -292,4 +293,19 @@ fn empty_input_is_an_error() {
     assert_eq!(parse("# just a comment\n\n"), Err(ParseError::Empty));
     let msg = ParseError::Empty.to_string();
     assert!(msg.contains("expected"), "{msg}");
+}
+
+/// What a watchdog reserves at its start: said as such, not as an empty file.
+#[test]
+fn a_reserved_recording_with_the_header_alone_says_so() {
+    assert_eq!(
+        parse("# watchdog recording v1\n"),
+        Err(ParseError::HeaderOnly)
+    );
+    let msg = ParseError::HeaderOnly.to_string();
+    assert!(
+        msg.contains("not written it yet") && msg.contains("SIGUSR2"),
+        "{msg}"
+    );
+    assert!(!msg.contains('\n'), "{msg}");
 }
