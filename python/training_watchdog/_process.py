@@ -429,8 +429,8 @@ def _fresh_recording(process, path, log=lambda: "", timeout=10.0):
 
     Returns None once written (or after ``timeout``), or why it was not: what the watchdog
     logged after the signal (``log``: its log so far), such as a nearly full filesystem; or,
-    when nothing was written a second after the signal, the last such line before it (the
-    watchdog logs a failure again only when it changes).
+    when nothing was written 3 s after the signal, the last such line before it (the
+    watchdog logs a failure again only when it changes or after a write that worked).
     """
 
     def stamp():
@@ -457,7 +457,7 @@ def _fresh_recording(process, path, log=lambda: "", timeout=10.0):
         now = stamp()
         if now is not None and now != before:
             return None
-        why = failure(logged if time.monotonic() < start + 1.0 else 0)
+        why = failure(logged if time.monotonic() < start + 3.0 else 0)
         if why:
             return why
         time.sleep(0.02)
