@@ -49,8 +49,6 @@ command -v earlyoom >/dev/null || { echo "at_rest.sh: earlyoom is not installed"
 mkdir -p "$CG"
 echo $((4 << 30)) >"$CG/memory.limit_in_bytes"
 
-cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%.0f\n", s}'; }
-vcsw_main() { awk '/^voluntary_ctxt_switches:/ {print $2}' /proc/"$1"/task/"$1"/status 2>/dev/null || echo 0; }
 vcsw_all() { cat /proc/"$1"/task/*/status 2>/dev/null | awk '/^voluntary_ctxt_switches:/ {s += $2} END {print s + 0}'; }
 
 if [ "$MOVING_MEMINFO" = 1 ]; then
@@ -84,7 +82,7 @@ for run in $(seq 1 "$REPEAT"); do
     declare -A c0 m0 a0
     for tp in "watchdog:$wd" "earlyoom:$eo"; do
         n=${tp%%:*} p=${tp##*:}
-        c0[$n]=$(cpu_ns "$p") m0[$n]=$(vcsw_main "$p") a0[$n]=$(vcsw_all "$p")
+        c0[$n]=$(cpu_ns "$p") m0[$n]=$(vcsw "$p") a0[$n]=$(vcsw_all "$p")
     done
     st=""
     if [ -n "${STRACE:-}" ] && [ "$run" = "$REPEAT" ]; then
@@ -95,7 +93,7 @@ for run in $(seq 1 "$REPEAT"); do
     [ -n "$st" ] && { kill -INT "$st"; wait "$st" 2>/dev/null || true; }
     for tp in "watchdog:$wd" "earlyoom:$eo"; do
         n=${tp%%:*} p=${tp##*:}
-        c1=$(cpu_ns "$p") m1=$(vcsw_main "$p") a1=$(vcsw_all "$p")
+        c1=$(cpu_ns "$p") m1=$(vcsw "$p") a1=$(vcsw_all "$p")
         awk -v r="$run" -v n="$n" -v c="$((c1 - c0[$n]))" -v m="$((m1 - m0[$n]))" \
             -v a="$((a1 - a0[$n]))" -v d="$DURATION" -v l="$load0" 'BEGIN {
                 printf "%s\t%s\t%.4f\t%.4f\t%.2f\t%.2f\t%.0f\t%s\n",

@@ -67,13 +67,6 @@ if [ ! -x "$WATCHDOG" ]; then
     cargo build --release -p watchdog >&2
 fi
 
-cpu_ns() { # sum of on-CPU nanoseconds over the threads of the PIDs given
-    for p in "$@"; do cat /proc/"$p"/task/*/schedstat 2>/dev/null; done |
-        awk '{s += $1} END {printf "%.0f\n", s}'
-}
-vcsw() { # voluntary context switches of $1's main thread: each sleep to a deadline is one
-    awk '/^voluntary_ctxt_switches:/ {print $2}' /proc/"$1"/task/"$1"/status 2>/dev/null || echo 0
-}
 rss_kib() { # sum of VmRSS of the PIDs given
     for p in "$@"; do awk '/^VmRSS:/ {print $2}' /proc/"$p"/status 2>/dev/null; done |
         awk '{s += $1} END {printf "%d\n", s}'

@@ -48,9 +48,6 @@ start_daemon() { # $1 = binary, $2 = its directory; prints its PID
     echo "$!"
 }
 
-cpu_ns() { # on-CPU nanoseconds of $1's threads
-    awk '{s += $1} END {printf "%.0f\n", s}' /proc/"$1"/task/*/schedstat
-}
 
 pa=$(start_daemon "$A" "$WORK/a")
 PIDS+=("$pa")

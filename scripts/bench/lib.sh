@@ -17,6 +17,17 @@ clean_up_at_exit() {
     trap 'kill_groups "${PIDS[@]:-}"; rm -rf "$WORK"' EXIT
 }
 
+# On-CPU nanoseconds of the processes given, summed over their threads (schedstat field 1;
+# %.0f because mawk's %d stops at 2^31); a process gone counts 0.
+cpu_ns() {
+    local p
+    for p in "$@"; do cat /proc/"$p"/task/*/schedstat 2>/dev/null; done |
+        awk '{s += $1} END {printf "%.0f\n", s}'
+}
+
+# Voluntary context switches of process $1's main thread: each sleep to a deadline is one.
+vcsw() { awk '/^voluntary_ctxt_switches:/ {print $2}' /proc/"$1"/task/"$1"/status 2>/dev/null || echo 0; }
+
 # Starts one bench run: a process-group leader named wd-bench-tgt with 9 children sleeping
 # $1 seconds; prints its PID and the time it was started, as "PID START".
 start_bench_run() {

@@ -86,14 +86,10 @@ else
 fi
 
 # --- measurement helpers ----------------------------------------------------------------
-cpu_ns() { # sum of on-CPU nanoseconds over the threads of $1
-    cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%.0f\n", s}'  # %.0f: mawk's %d stops at 2^31
-}
 stat_ticks() { # utime + stime in clock ticks (whole process)
     awk '{ sub(/^.*\) /, ""); print $12 + $13 }' /proc/"$1"/stat 2>/dev/null || echo 0
 }
 hwm_kib() { awk '/^VmHWM:/ {print $2}' /proc/"$1"/status 2>/dev/null || echo 0; }
-vcsw() { awk '/^voluntary_ctxt_switches:/ {print $2}' /proc/"$1"/task/"$1"/status 2>/dev/null || echo 0; }
 loadavg() { cut -d' ' -f1 /proc/loadavg; }
 
 start_target() { # $1 = idle|busy, $2 = seconds; prints the PID (a process-group leader)

@@ -39,8 +39,6 @@ gcc -O2 -o "$WORK/rest_floor" scripts/bench/rest_floor.c
 
 mkdir -p "$CG"
 echo $((4 << 30)) >"$CG/memory.limit_in_bytes"
-cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%.0f\n", s}'; }
-vcsw() { awk '/^voluntary_ctxt_switches:/ {print $2}' /proc/"$1"/task/"$1"/status 2>/dev/null || echo 0; }
 
 setsid python3 scripts/bench/mem_mover.py >/dev/null 2>&1 &
 PIDS+=("$!")
