@@ -53,20 +53,11 @@ fn disk_scratch() -> Option<tempfile::TempDir> {
     .then_some(dir)
 }
 
-/// Bytes an unprivileged user may still write on the filesystem of `path` (`stat -f`'s
-/// available blocks times their size).
+/// Bytes an unprivileged user may still write on the filesystem of `path`: what the flight
+/// recorder counts as free (`f_bavail` blocks of `f_frsize`).
 fn available_bytes(path: &Path) -> u64 {
-    let out = Command::new("stat")
-        .args(["-f", "-c", "%a %S"])
-        .arg(path)
-        .output()
-        .expect("stat -f");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut fields = text.split_whitespace().map(|f| f.parse::<u64>());
-    match (fields.next(), fields.next()) {
-        (Some(Ok(blocks)), Some(Ok(size))) => blocks * size,
-        _ => panic!("stat -f -c '%a %S' {}: {text:?}", path.display()),
-    }
+    let vfs = rustix::fs::statvfs(path).expect("statvfs of the scratch directory");
+    vfs.f_bavail.saturating_mul(vfs.f_frsize)
 }
 
 /// The cgroup's OOM-kill count (v1 `memory.oom_control`, v2 `memory.events`).
