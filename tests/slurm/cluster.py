@@ -158,7 +158,6 @@ class Cluster:
         self._count = 0
         self._workdirs = {}
         self._saved_conf = None
-        self._work_mounted = False
 
     # -- start and stop -------------------------------------------------------------
 
@@ -199,9 +198,8 @@ class Cluster:
         if os.environ.get("WATCHDOG_KEEP_SLURM"):
             print("cluster: kept %s" % self.dir, file=sys.stderr)
         else:
-            if self._work_mounted:
+            if os.path.ismount(self.path("work")):
                 subprocess.run(["umount", "--lazy", self.path("work")], capture_output=True)
-                self._work_mounted = False
             shutil.rmtree(self.dir, ignore_errors=True)
         self.dir = None
 
@@ -230,7 +228,6 @@ class Cluster:
         # default 5% floor for an unprivileged user: every job was asked to save at start).
         subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2g,mode=0755", "tmpfs", self.path("work")],
                        check=True, capture_output=True)
-        self._work_mounted = True
 
     def _ensure_user(self):
         """The unprivileged user jobs run as, created when missing, with a home of its own as
