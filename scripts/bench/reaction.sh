@@ -29,6 +29,8 @@
 #        WATCHDOG=target/release/watchdog  OUT=file (raw rows, TSV)
 #        KEEP_SLOW=DIR SLOW_MS=20 (MODE=cgroup): keep each slow trial's events and debug log
 #        NICE=-5 (MODE=cgroup): the watchdog runs at this niceness (watchdog@.service has Nice=-5)
+#        PIN=1 (MODE=cgroup): the target on CPU 0 and the watchdog on CPU 1 (taskset), so the
+#          scheduler cannot place the woken watchdog behind the page-faulting target
 #        BUSY=2: that many CPU spinners (busy shell loops at niceness 0) run through every
 #          trial, so the watchdog, the target and the spinners share the cores (2 here)
 set -euo pipefail
@@ -53,6 +55,7 @@ OUT=${OUT:-}
 KEEP_SLOW=${KEEP_SLOW:-}
 SLOW_MS=${SLOW_MS:-20}
 BUSY=${BUSY:-0}
+PIN=${PIN:-}
 SPINNERS=()
 WORK=$(mktemp -d /tmp/wd-reaction.XXXXXX)
 REQ_DIR=${REQ_DIR:-/dev/shm}
@@ -136,7 +139,7 @@ if [ "$MODE" = cgroup ]; then
                 req="$REQ.json"
                 rm -f "$req" "$req".*
                 # Not through the function: $! must be the target's PID (sh execs it).
-                sh -c "$ENTER" "$CG" "$WORK/target" $((hold + jitter)) "$JUMP_MIB" "$limit" "$FLOOR" "$BASE_MIB" "$CG" \
+                ${PIN:+taskset -c 0} sh -c "$ENTER" "$CG" "$WORK/target" $((hold + jitter)) "$JUMP_MIB" "$limit" "$FLOOR" "$BASE_MIB" "$CG" \
                     >"$WORK/line" &
                 target=$!
                 # Attached only once it is in the cgroup: a watchdog that looked earlier would arm on the
@@ -146,6 +149,7 @@ if [ "$MODE" = cgroup ]; then
                     --request-file "$req" --pid "$target")
                 [ "$wake" = poll ] && wd=(scripts/bench/ro_cgroupfs.sh "${wd[@]}")
                 [ -n "$NICE" ] && wd=(nice -n "$NICE" "${wd[@]}")
+                [ -n "$PIN" ] && wd=(taskset -c 1 "${wd[@]}")
                 [ -n "$KEEP_SLOW" ] && wd+=(--events "$WORK/events.jsonl")
                 rm -f "$WORK/events.jsonl"
                 WATCHDOG_LOG=${KEEP_SLOW:+debug} "${wd[@]}" 2>"$WORK/wd.err" &

@@ -5,7 +5,7 @@
 #     directory /tmp: it watches host memory, the cgroup and its page cache, the tree, /tmp
 #     and /dev/shm, each read about once every max_interval at rest);
 #   - rest_floor.c doing the same reads a wake from descriptors opened once, after a poll
-#     of 4 descriptors (`pusimf`): what those reads cost with no watchdog around them;
+#     of 4 descriptors (`pusmlf`): what those reads cost with no watchdog around them;
 #   - rest_floor.c reading /proc/meminfo alone after sleeping 1 s (`-`);
 #   - earlyoom --dryrun -r 0 (its default adaptive mode).
 # All four run at once, so a wake's price on the machine (a VM's idle exits, the caches
@@ -14,7 +14,10 @@
 # switches) and CPU a wake (schedstat over all threads).
 #
 # Usage: scripts/bench/rest_floor.sh      (as root: the cgroup; earlyoom and gcc from apt-get)
-# Env:   DURATION=60 WARMUP=8 REPEAT=3 WATCHDOG=target/release/watchdog MODES="pusimf -"
+# Env:   DURATION=60 WARMUP=8 REPEAT=3 WATCHDOG=target/release/watchdog MODES="pusmlf -"
+#        VARIANTS="NAME:VAR=VALUE[,VAR=VALUE] ...": more watchdogs in the same windows, each
+#          the same binary with those variables in its environment (an A/B of a change gated
+#          on a variable; NAME:- for none), printed as watchdog:NAME
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -22,7 +25,8 @@ DURATION=${DURATION:-60}
 WARMUP=${WARMUP:-8}
 REPEAT=${REPEAT:-3}
 WATCHDOG=$(realpath "${WATCHDOG:-target/release/watchdog}")
-MODES=${MODES:-pusimf -}
+MODES=${MODES:-pusmlf -}
+VARIANTS=${VARIANTS:-}
 WORK=$(mktemp -d /tmp/wd-floor.XXXXXX)
 CG=/sys/fs/cgroup/memory/wd-rest-floor.$$
 PIDS=()
@@ -54,6 +58,8 @@ for run in $(seq 1 "$REPEAT"); do
     PIDS+=("$t")
     sleep 0.3
     names=(watchdog)
+    declare -A env_of=()
+    for v in $VARIANTS; do names+=("watchdog:${v%%:*}"); env_of[watchdog:${v%%:*}]=${v#*:}; done
     for m in $MODES; do names+=("floor:$m"); done
     names+=(earlyoom)
     # Rotate the start order by one each window.
@@ -64,6 +70,9 @@ for run in $(seq 1 "$REPEAT"); do
         case $name in
             watchdog) (cd /tmp && exec "$WATCHDOG" --pid "$t" --no-notify --no-status -q \
                 --request-file "$WORK/req.json" 2>"$WORK/wd.err") & ;;
+            watchdog:*) (cd /tmp && IFS=, read -ra kv <<<"${env_of[$name]}" && [ "${kv[0]}" = - ] || export "${kv[@]}"
+                exec "$WATCHDOG" --pid "$t" --no-notify --no-status -q \
+                --request-file "$WORK/req-${name#watchdog:}.json" 2>"$WORK/wd-${name#watchdog:}.err") & ;;
             floor:*) "$WORK/rest_floor" "$CG" "$t" "${name#floor:}" & ;;
             earlyoom) earlyoom --dryrun -r 0 >/dev/null 2>&1 & ;;
         esac
