@@ -357,6 +357,11 @@ impl UserDir {
         }
     }
 
+    /// The directory's own status (`fstat` of the kept descriptor: nothing resolved).
+    pub fn stat_self(&self) -> io::Result<Stat> {
+        Ok(rustix::fs::fstat(&self.fd)?)
+    }
+
     /// Renames `from` to `to` in it (a symlink itself, never what it points to; whatever
     /// `to` was is replaced); `Ok(false)` when `from` is missing.
     pub fn rename(&self, from: &str, to: &str) -> io::Result<bool> {

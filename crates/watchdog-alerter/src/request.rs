@@ -247,6 +247,36 @@ impl RequestPlace {
             }
         }
     }
+
+    /// The identity of the directory it is in, and its last change: a file created,
+    /// renamed or removed in it gives the directory a new `mtime`. One `stat` of the
+    /// directory at a path, an `fstat` of the kept descriptor beneath; `None` when that
+    /// fails.
+    pub fn dir_stamp(&self) -> Option<FileStamp> {
+        match self {
+            RequestPlace::Path(p) | RequestPlace::Given { path: p, .. } => {
+                let dir = p
+                    .parent()
+                    .filter(|d| !d.as_os_str().is_empty())
+                    .unwrap_or(Path::new("."));
+                let m = std::fs::metadata(dir).ok()?;
+                Some(FileStamp {
+                    ino: m.ino(),
+                    mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+                    size: m.size(),
+                })
+            }
+            RequestPlace::Beneath { dir, .. } => {
+                let st = dir.stat_self().ok()?;
+                Some(FileStamp {
+                    ino: st.st_ino,
+                    mtime_ns: i128::from(st.st_mtime) * 1_000_000_000
+                        + i128::from(st.st_mtime_nsec),
+                    size: u64::try_from(st.st_size).unwrap_or(0),
+                })
+            }
+        }
+    }
 }
 
 /// The request as the file holds it: pretty JSON and a newline.
@@ -314,6 +344,13 @@ pub struct FileStamp {
     ino: u64,
     mtime_ns: i128,
     size: u64,
+}
+
+impl FileStamp {
+    /// Its modification time, nanoseconds since the Unix epoch.
+    pub fn mtime_ns(&self) -> i128 {
+        self.mtime_ns
+    }
 }
 
 /// Watches `<request file>.ack` cheaply enough to call every 100 ms: one `stat`, a parse only on change.
@@ -639,6 +676,34 @@ pub(crate) mod tests {
         let gid = rustix::process::getegid().as_raw();
         let user = Arc::new(dirs.for_user(uid, gid).unwrap());
         RequestPlace::beneath(user, name).unwrap()
+    }
+
+    /// The directory's stamp, at a path and through the user's directory descriptor: the
+    /// same before and after a file is rewritten in place, new once one is created in it.
+    #[test]
+    fn the_directory_stamp_changes_when_a_file_is_created_in_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let beneath = user_place(dir.path(), "1.request.json");
+        let at_path = RequestPlace::Path(dir.path().join("req.json"));
+        for place in [beneath, at_path] {
+            let parent = place.path().parent().unwrap().to_path_buf();
+            let old = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+            let file = parent.join("present");
+            std::fs::write(&file, "a").unwrap();
+            std::fs::File::open(&parent)
+                .unwrap()
+                .set_modified(old)
+                .unwrap();
+            let before = place.dir_stamp().unwrap();
+            std::fs::write(&file, "b").unwrap();
+            assert_eq!(place.dir_stamp(), Some(before), "{}", parent.display());
+            std::fs::write(parent.join("created"), "c").unwrap();
+            assert_ne!(place.dir_stamp(), Some(before), "{}", parent.display());
+        }
+        assert_eq!(
+            RequestPlace::Path("/nonexistent/x/req.json".into()).dir_stamp(),
+            None
+        );
     }
 
     /// The daemon's place: the same request bytes, the same ack protocol, through the

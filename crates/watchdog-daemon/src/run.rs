@@ -137,11 +137,12 @@ struct Service<'a> {
     next_scan: Instant,
     /// The number of runs systemd was last told of.
     last_count: usize,
-    /// What the wait polls besides the wake-up socket: every run's kernel descriptors,
-    /// refilled before each wait (no allocation once warm) ...
+    /// What the wait polls besides the wake-up socket: every run's kernel descriptors and
+    /// its target's pidfd until it exits, refilled before each wait (no allocation once
+    /// warm) ...
     wait_set: WaitSet,
-    /// ... and the run each belongs to.
-    wait_owners: Vec<usize>,
+    /// ... the run each belongs to, and whether it is that run's pidfd.
+    wait_owners: Vec<(usize, bool)>,
 }
 
 impl<'a> Service<'a> {
@@ -345,14 +346,17 @@ impl<'a> Service<'a> {
         let mut i = 0;
         while i < self.runs.len() {
             let run = &mut self.runs[i];
-            // A run none of whose sources is due only has its end looked for; one due
-            // soon is stepped now, so that the runs share this wake instead of each
-            // waking the loop on its own.
+            // A run none of whose sources is due only has the processes its exited target
+            // left looked at (its target's exit wakes the wait: `kernel_woke`); one due
+            // soon is stepped now, so that the runs share this wake instead of each waking
+            // the loop on its own.
             if run.ended.is_none() {
                 let ended = if run.watch.due_soon(now, next_wake) {
                     run.watch.step(now)
-                } else {
+                } else if run.watch.exit_fd().is_none() {
                     run.watch.look_for_the_end()
+                } else {
+                    false
                 };
                 if ended {
                     run.ended = Some(now);
@@ -391,16 +395,24 @@ impl<'a> Service<'a> {
     }
 
     /// A kernel source of some runs woke the loop: each of those runs is sampled at once
-    /// (its shared reads read afresh).
+    /// (its shared reads read afresh); a run whose target exited has its end looked for.
     fn kernel_woke(&mut self, now: Instant) {
         self.shared.next_tick();
         let mut last = None;
-        for (slot, &i) in self.wait_owners.iter().enumerate() {
-            if !self.wait_set.is_ready(slot) || last == Some(i) {
+        for (slot, &(i, exit)) in self.wait_owners.iter().enumerate() {
+            if !self.wait_set.is_ready(slot) {
                 continue;
             }
-            last = Some(i);
-            if let Some(run) = self.runs.get_mut(i) {
+            let Some(run) = self.runs.get_mut(i) else {
+                continue;
+            };
+            if exit {
+                // Its target exited: taken now, so its pidfd leaves the wait set.
+                if run.ended.is_none() && run.watch.look_for_the_end() {
+                    run.ended = Some(now);
+                }
+            } else if last != Some(i) {
+                last = Some(i);
                 run.watch.kernel_woke(now);
             }
         }
@@ -536,8 +548,12 @@ impl Loop for Service<'_> {
             if run.ended.is_none() {
                 run.watch.each_kernel_fd(|fd, flags| {
                     set.push(fd, flags);
-                    owners.push(i);
+                    owners.push((i, false));
                 });
+                if let Some(fd) = run.watch.exit_fd() {
+                    set.push(fd, watchdog_watch::wake::PollFlags::IN);
+                    owners.push((i, true));
+                }
             }
         }
         match self.wake.wait_set(set, left) {

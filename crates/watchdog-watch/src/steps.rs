@@ -4,8 +4,9 @@
 //! the request file) writes `<request file>.steps.<pid>` instead.
 //!
 //! [`StepsIntake`] looks at each file once per tick with one `stat` (the ranks' files:
-//! one per PID of the tree, at most [`MAX_RANK_FILES`]) and parses it only when it
-//! changed; it is read without following a symlink, only as a regular file of at most
+//! one per PID of the tree, at most [`MAX_RANK_FILES`], and until one reported only when
+//! their directory shows a file may have been created: [`StepsIntake::check_ranks_due`])
+//! and parses it only when it changed; it is read without following a symlink, only as a regular file of at most
 //! [`MAX_STEPS_FILE_BYTES`], taken only when the writing PID is the target or in its tree
 //! (a rank's file: the PID its name carries), renamed aside and removed once taken (not
 //! in a dry run), and its entries deduplicated by writer and `n`. A bad file is warned
@@ -266,6 +267,44 @@ impl UntilTaken {
     }
 }
 
+/// While no rank has reported, a look at the ranks' files is skipped when the directory
+/// shows no file created since the last full look: each full look at most this long apart.
+pub const RANK_FULL_LOOK_EVERY: Duration = Duration::from_secs(10);
+
+/// How far the directory's last change must be behind the clock at a full look for a same
+/// `mtime` later to prove nothing was created since: file systems keep whole seconds
+/// (ext3) or two (FAT), and the kernel stamps with a coarse clock.
+const DIR_MTIME_SETTLED_NS: i128 = 3_000_000_000;
+
+/// What the last full look at the ranks' files saw of their directory.
+#[derive(Debug, Clone, Copy)]
+struct RankDirLook {
+    /// The directory's stamp then.
+    stamp: FileStamp,
+    /// The clock then, nanoseconds since the Unix epoch.
+    unix_ns: i128,
+    /// When it was.
+    at: Instant,
+}
+
+impl RankDirLook {
+    /// Whether no file can have been created in the directory since this look, given its
+    /// stamp `now_stamp` at `now`: the same stamp, a change settled before the look (see
+    /// [`DIR_MTIME_SETTLED_NS`]), and the look recent enough.
+    fn nothing_created(&self, now_stamp: Option<FileStamp>, now: Instant) -> bool {
+        now_stamp == Some(self.stamp)
+            && self.unix_ns - self.stamp.mtime_ns() >= DIR_MTIME_SETTLED_NS
+            && now.duration_since(self.at) < RANK_FULL_LOOK_EVERY
+    }
+}
+
+/// The clock, nanoseconds since the Unix epoch (0 before it).
+fn unix_ns_now() -> i128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i128::try_from(d.as_nanos()).unwrap_or(i128::MAX))
+}
+
 /// How often the shared step reports file is looked for until reports come in it.
 pub const SHARED_LOOK_EVERY: Duration = Duration::from_millis(100);
 
@@ -366,6 +405,8 @@ pub struct StepsIntake {
     looks: u64,
     /// When the ranks' files are looked for: every [`RANK_LOOK_EVERY`] until one is taken.
     rank_looks: UntilTaken,
+    /// Their directory at the last full look, while no rank has reported.
+    rank_dir: Option<RankDirLook>,
     /// When the shared file is looked at: every [`SHARED_LOOK_EVERY`] until reports come.
     shared_looks: UntilTaken,
     /// Each writer and what was taken from it.
@@ -386,6 +427,7 @@ impl StepsIntake {
             ranks: Vec::new(),
             looks: 0,
             rank_looks: UntilTaken::every(RANK_LOOK_EVERY),
+            rank_dir: None,
             shared_looks: UntilTaken::every(SHARED_LOOK_EVERY),
             writers: Vec::new(),
             exception: None,
@@ -428,14 +470,44 @@ impl StepsIntake {
     }
 
     /// [`check_ranks`](Self::check_ranks) every time once a rank's file was taken, else
-    /// at most every [`RANK_LOOK_EVERY`]: a run without ranks (most runs, and every run of
-    /// a busy service) costs one `stat` per process a second, not one per tick.
+    /// at most every [`RANK_LOOK_EVERY`], and then only when a file may have appeared: a
+    /// run without ranks (most runs, and every run of a busy service) costs one `stat` of
+    /// the directory a second, not one per process.
+    ///
+    /// A look is skipped when every PID of `tree` was looked for at the last full look and
+    /// the directory has the stamp it had then, its last change settled before that look:
+    /// creating or renaming a file into it would have changed its `mtime`. A full look
+    /// comes at least every [`RANK_FULL_LOOK_EVERY`] whatever the directory shows (a file
+    /// system whose clock or time stamps cannot be trusted costs at most that long).
     pub fn check_ranks_due(&mut self, tree: &[u32], now: Instant) -> Vec<Taken> {
         if !self.rank_looks.due(now) {
             return Vec::new();
         }
+        let watching_ranks = self.rank_looks.taken;
+        let dir = if watching_ranks {
+            None
+        } else {
+            self.request.dir_stamp()
+        };
+        let all_looked_for = || {
+            tree.iter()
+                .take(MAX_RANK_FILES)
+                .all(|p| self.ranks.binary_search_by_key(p, |r| r.pid).is_ok())
+        };
+        if !watching_ranks
+            && self.rank_dir.is_some_and(|d| d.nothing_created(dir, now))
+            && all_looked_for()
+        {
+            return Vec::new();
+        }
+        let unix_ns = unix_ns_now();
         let taken = self.check_ranks(tree);
         self.rank_looks.saw(!taken.is_empty());
+        self.rank_dir = dir.map(|stamp| RankDirLook {
+            stamp,
+            unix_ns,
+            at: now,
+        });
         taken
     }
 
@@ -1010,6 +1082,53 @@ mod tests {
             1,
             "every look now"
         );
+    }
+
+    /// Sets `dir`'s modification time an hour back, as a directory nothing was created in
+    /// lately.
+    fn settle(dir: &Path) {
+        let hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+        std::fs::File::open(dir)
+            .unwrap()
+            .set_modified(hour_ago)
+            .unwrap();
+    }
+
+    /// While no rank has reported, a look is skipped when every PID of the tree was looked
+    /// for and their directory shows no file created since: a file rewritten in place (the
+    /// directory unchanged) is seen at the next full look, one created at once, and a new
+    /// PID of the tree at once.
+    #[test]
+    fn ranks_files_are_looked_for_only_when_their_directory_shows_one_created() {
+        for next in ["created", "full", "new_pid"] {
+            let dir = tempfile::tempdir().unwrap();
+            let req = dir.path().join("req.json");
+            let a = dir.path().join("req.json.steps.7");
+            // A file under 7's name that 8 wrote: refused, left where it is.
+            std::fs::write(&a, entries(8, 1..=2)).unwrap();
+            settle(dir.path());
+            let mut intake = StepsIntake::new(&at(&req), false);
+            let t0 = Instant::now();
+            assert!(intake.check_ranks_due(&[1, 7], t0).is_empty());
+            // 7 writes it in place: the directory does not change.
+            std::fs::write(&a, entries(7, 1..=2)).unwrap();
+            let t1 = t0 + RANK_LOOK_EVERY;
+            assert!(
+                intake.check_ranks_due(&[1, 7], t1).is_empty(),
+                "{next}: skipped, nothing created"
+            );
+            let (tree, t2): (&[u32], _) = match next {
+                "created" => {
+                    std::fs::write(dir.path().join("other"), "x").unwrap();
+                    (&[1, 7], t1 + RANK_LOOK_EVERY)
+                }
+                "full" => (&[1, 7], t0 + RANK_FULL_LOOK_EVERY),
+                _ => (&[1, 7, 9], t1 + RANK_LOOK_EVERY),
+            };
+            let taken = intake.check_ranks_due(tree, t2);
+            assert_eq!(taken.len(), 1, "{next}");
+            assert_eq!(taken[0].new.len(), 2, "{next}");
+        }
     }
 
     /// A rank's file is taken only when written by the PID its name carries; a PID that

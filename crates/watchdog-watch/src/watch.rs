@@ -666,6 +666,16 @@ impl Watch {
         self.kernel.each_fd(f);
     }
 
+    /// The target's pidfd, readable once it exits, while its exit has not been taken: a
+    /// loop that polls it beside the kernel descriptors need not
+    /// [`look_for_the_end`](Self::look_for_the_end) of a run at every wake.
+    pub fn exit_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.run
+            .exit
+            .is_none()
+            .then(|| std::os::fd::AsFd::as_fd(&*self.run.target.pidfd))
+    }
+
     /// A kernel source of this run woke the loop: reads what it signalled (so it does not
     /// stay ready) and samples at once what it said moved: the cgroup's source for a cgroup
     /// source, every source for PSI (memory is short somewhere).
