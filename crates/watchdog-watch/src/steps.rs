@@ -4,9 +4,9 @@
 //! the request file) writes `<request file>.steps.<pid>` instead.
 //!
 //! [`StepsIntake`] looks at each file once per tick with one `stat` (the ranks' files:
-//! one per PID of the tree, at most [`MAX_RANK_FILES`], and until one reported only when
-//! their directory shows a file may have been created: [`StepsIntake::check_ranks_due`])
-//! and parses it only when it changed; it is read without following a symlink, only as a regular file of at most
+//! one per PID of the tree, at most [`MAX_RANK_FILES`]; until reports came, only when the
+//! directory shows a file may have been created: [`StepsIntake::check_ranks_due`]) and
+//! parses it only when it changed; it is read without following a symlink, only as a regular file of at most
 //! [`MAX_STEPS_FILE_BYTES`], taken only when the writing PID is the target or in its tree
 //! (a rank's file: the PID its name carries), renamed aside and removed once taken (not
 //! in a dry run), and its entries deduplicated by writer and `n`. A bad file is warned
@@ -267,18 +267,20 @@ impl UntilTaken {
     }
 }
 
-/// While no rank has reported, a look at the ranks' files is skipped when the directory
-/// shows no file created since the last full look: each full look at most this long apart.
-pub const RANK_FULL_LOOK_EVERY: Duration = Duration::from_secs(10);
+/// Until reports came in them, a look at the shared file or the ranks' files is skipped
+/// when their directory shows no file created since the last full look: each full look at
+/// most this long apart.
+pub const FULL_LOOK_EVERY: Duration = Duration::from_secs(10);
 
 /// How far the directory's last change must be behind the clock at a full look for a same
 /// `mtime` later to prove nothing was created since: file systems keep whole seconds
 /// (ext3) or two (FAT), and the kernel stamps with a coarse clock.
 const DIR_MTIME_SETTLED_NS: i128 = 3_000_000_000;
 
-/// What the last full look at the ranks' files saw of their directory.
+/// What the last full look at the shared file, or at the ranks' files, saw of their
+/// directory.
 #[derive(Debug, Clone, Copy)]
-struct RankDirLook {
+struct DirLook {
     /// The directory's stamp then.
     stamp: FileStamp,
     /// The clock then, nanoseconds since the Unix epoch.
@@ -287,14 +289,14 @@ struct RankDirLook {
     at: Instant,
 }
 
-impl RankDirLook {
+impl DirLook {
     /// Whether no file can have been created in the directory since this look, given its
     /// stamp `now_stamp` at `now`: the same stamp, a change settled before the look (see
     /// [`DIR_MTIME_SETTLED_NS`]), and the look recent enough.
     fn nothing_created(&self, now_stamp: Option<FileStamp>, now: Instant) -> bool {
         now_stamp == Some(self.stamp)
             && self.unix_ns - self.stamp.mtime_ns() >= DIR_MTIME_SETTLED_NS
-            && now.duration_since(self.at) < RANK_FULL_LOOK_EVERY
+            && now.duration_since(self.at) < FULL_LOOK_EVERY
     }
 }
 
@@ -406,7 +408,11 @@ pub struct StepsIntake {
     /// When the ranks' files are looked for: every [`RANK_LOOK_EVERY`] until one is taken.
     rank_looks: UntilTaken,
     /// Their directory at the last full look, while no rank has reported.
-    rank_dir: Option<RankDirLook>,
+    rank_dir: Option<DirLook>,
+    /// The directory at the last full look at the shared file, while it brought no reports.
+    shared_dir: Option<DirLook>,
+    /// The directory's stamp at the instant of the last look (one `stat` a tick).
+    dir_now: Option<(Instant, Option<FileStamp>)>,
     /// When the shared file is looked at: every [`SHARED_LOOK_EVERY`] until reports come.
     shared_looks: UntilTaken,
     /// Each writer and what was taken from it.
@@ -428,6 +434,8 @@ impl StepsIntake {
             looks: 0,
             rank_looks: UntilTaken::every(RANK_LOOK_EVERY),
             rank_dir: None,
+            shared_dir: None,
+            dir_now: None,
             shared_looks: UntilTaken::every(SHARED_LOOK_EVERY),
             writers: Vec::new(),
             exception: None,
@@ -458,15 +466,45 @@ impl StepsIntake {
     }
 
     /// [`check`](Self::check) every time once reports were taken from the shared file, else
-    /// at most every [`SHARED_LOOK_EVERY`]: a run that reports no steps costs a `stat` every
-    /// 100 ms, not one per tick.
+    /// at most every [`SHARED_LOOK_EVERY`], and then only when a file may have appeared
+    /// (as for the ranks' files: [`check_ranks_due`](Self::check_ranks_due)): a run that
+    /// reports no steps costs a `stat` of the directory a tick at most, not one per tick
+    /// for each file.
     pub fn check_due(&mut self, now: Instant, in_tree: impl FnMut(u32) -> bool) -> Option<Taken> {
         if !self.shared_looks.due(now) {
             return None;
         }
+        let reporting = self.shared_looks.taken;
+        let dir = if reporting {
+            None
+        } else {
+            self.dir_stamp_at(now)
+        };
+        if !reporting && self.shared_dir.is_some_and(|d| d.nothing_created(dir, now)) {
+            return None;
+        }
+        let unix_ns = unix_ns_now();
         let taken = self.check(in_tree);
         self.shared_looks.saw(taken.is_some());
+        self.shared_dir = dir.map(|stamp| DirLook {
+            stamp,
+            unix_ns,
+            at: now,
+        });
         taken
+    }
+
+    /// The stamp of the request file's directory at `now`: one `stat` for every look made
+    /// at the same instant.
+    fn dir_stamp_at(&mut self, now: Instant) -> Option<FileStamp> {
+        match self.dir_now {
+            Some((at, stamp)) if at == now => stamp,
+            _ => {
+                let stamp = self.request.dir_stamp();
+                self.dir_now = Some((now, stamp));
+                stamp
+            }
+        }
     }
 
     /// [`check_ranks`](Self::check_ranks) every time once a rank's file was taken, else
@@ -477,7 +515,7 @@ impl StepsIntake {
     /// A look is skipped when every PID of `tree` was looked for at the last full look and
     /// the directory has the stamp it had then, its last change settled before that look:
     /// creating or renaming a file into it would have changed its `mtime`. A full look
-    /// comes at least every [`RANK_FULL_LOOK_EVERY`] whatever the directory shows (a file
+    /// comes at least every [`FULL_LOOK_EVERY`] whatever the directory shows (a file
     /// system whose clock or time stamps cannot be trusted costs at most that long).
     pub fn check_ranks_due(&mut self, tree: &[u32], now: Instant) -> Vec<Taken> {
         if !self.rank_looks.due(now) {
@@ -487,7 +525,7 @@ impl StepsIntake {
         let dir = if watching_ranks {
             None
         } else {
-            self.request.dir_stamp()
+            self.dir_stamp_at(now)
         };
         let all_looked_for = || {
             tree.iter()
@@ -503,7 +541,7 @@ impl StepsIntake {
         let unix_ns = unix_ns_now();
         let taken = self.check_ranks(tree);
         self.rank_looks.saw(!taken.is_empty());
-        self.rank_dir = dir.map(|stamp| RankDirLook {
+        self.rank_dir = dir.map(|stamp| DirLook {
             stamp,
             unix_ns,
             at: now,
@@ -1122,12 +1160,43 @@ mod tests {
                     std::fs::write(dir.path().join("other"), "x").unwrap();
                     (&[1, 7], t1 + RANK_LOOK_EVERY)
                 }
-                "full" => (&[1, 7], t0 + RANK_FULL_LOOK_EVERY),
+                "full" => (&[1, 7], t0 + FULL_LOOK_EVERY),
                 _ => (&[1, 7, 9], t1 + RANK_LOOK_EVERY),
             };
             let taken = intake.check_ranks_due(tree, t2);
             assert_eq!(taken.len(), 1, "{next}");
             assert_eq!(taken[0].new.len(), 2, "{next}");
+        }
+    }
+
+    /// Until reports come in it, a look at the shared file is skipped while the directory
+    /// shows no file created since the last full look; one comes at least every
+    /// [`FULL_LOOK_EVERY`], and at once when a file is created.
+    #[test]
+    fn the_shared_file_is_looked_for_only_when_its_directory_shows_one_created() {
+        for next in ["created", "full"] {
+            let dir = tempfile::tempdir().unwrap();
+            let req = dir.path().join("req.json");
+            let shared = dir.path().join("req.json.steps");
+            let tree = |pid| pid == 7;
+            // Written by 8, outside the tree: refused.
+            std::fs::write(&shared, entries(8, 1..=2)).unwrap();
+            settle(dir.path());
+            let mut intake = StepsIntake::new(&at(&req), false);
+            let t0 = Instant::now();
+            assert!(intake.check_due(t0, tree).is_none());
+            // 7 writes it in place: the directory does not change.
+            std::fs::write(&shared, entries(7, 1..=2)).unwrap();
+            let t1 = t0 + SHARED_LOOK_EVERY;
+            assert!(intake.check_due(t1, tree).is_none(), "{next}: skipped");
+            let t2 = if next == "created" {
+                std::fs::write(dir.path().join("other"), "x").unwrap();
+                t1 + SHARED_LOOK_EVERY
+            } else {
+                t0 + FULL_LOOK_EVERY
+            };
+            let taken = intake.check_due(t2, tree);
+            assert_eq!(taken.map(|t| t.new.len()), Some(2), "{next}");
         }
     }
 

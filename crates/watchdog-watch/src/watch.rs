@@ -630,9 +630,15 @@ impl Watch {
 
     /// One tick of the service's loop: sample, decide, act, read what the run wrote back;
     /// `true` once the run has ended (call [`conclude`](Self::conclude) then). Never blocks.
+    /// The target's exit is the caller's to see through [`exit_fd`](Self::exit_fd) (then
+    /// [`look_for_the_end`](Self::look_for_the_end)); once it was taken, the processes it
+    /// left are looked at here.
     pub fn step(&mut self, now: Instant) -> bool {
         self.tick(now);
         self.read_from_the_run(now);
+        if self.exit_fd().is_some() {
+            return self.run.over;
+        }
         self.look_for_the_end()
     }
 
