@@ -277,10 +277,10 @@ pub const FULL_LOOK_EVERY: Duration = Duration::from_secs(10);
 /// (ext3) or two (FAT), and the kernel stamps with a coarse clock.
 const DIR_MTIME_SETTLED_NS: i128 = 3_000_000_000;
 
-/// What the last full look at the shared file, or at the ranks' files, saw of their
-/// directory.
+/// What the last full look at the shared file, at the ranks' files or at the
+/// acknowledgment saw of their directory.
 #[derive(Debug, Clone, Copy)]
-struct DirLook {
+pub(crate) struct DirLook {
     /// The directory's stamp then.
     stamp: FileStamp,
     /// The clock then, nanoseconds since the Unix epoch.
@@ -290,10 +290,19 @@ struct DirLook {
 }
 
 impl DirLook {
+    /// A full look at `at`, the directory then stamped `stamp`: call it before the look.
+    pub(crate) fn new(stamp: FileStamp, at: Instant) -> DirLook {
+        DirLook {
+            stamp,
+            unix_ns: unix_ns_now(),
+            at,
+        }
+    }
+
     /// Whether no file can have been created in the directory since this look, given its
     /// stamp `now_stamp` at `now`: the same stamp, a change settled before the look (see
     /// [`DIR_MTIME_SETTLED_NS`]), and the look recent enough.
-    fn nothing_created(&self, now_stamp: Option<FileStamp>, now: Instant) -> bool {
+    pub(crate) fn nothing_created(&self, now_stamp: Option<FileStamp>, now: Instant) -> bool {
         now_stamp == Some(self.stamp)
             && self.unix_ns - self.stamp.mtime_ns() >= DIR_MTIME_SETTLED_NS
             && now.duration_since(self.at) < FULL_LOOK_EVERY
@@ -483,20 +492,15 @@ impl StepsIntake {
         if !reporting && self.shared_dir.is_some_and(|d| d.nothing_created(dir, now)) {
             return None;
         }
-        let unix_ns = unix_ns_now();
+        self.shared_dir = dir.map(|stamp| DirLook::new(stamp, now));
         let taken = self.check(in_tree);
         self.shared_looks.saw(taken.is_some());
-        self.shared_dir = dir.map(|stamp| DirLook {
-            stamp,
-            unix_ns,
-            at: now,
-        });
         taken
     }
 
     /// The stamp of the request file's directory at `now`: one `stat` for every look made
     /// at the same instant.
-    fn dir_stamp_at(&mut self, now: Instant) -> Option<FileStamp> {
+    pub(crate) fn dir_stamp_at(&mut self, now: Instant) -> Option<FileStamp> {
         match self.dir_now {
             Some((at, stamp)) if at == now => stamp,
             _ => {
@@ -538,14 +542,9 @@ impl StepsIntake {
         {
             return Vec::new();
         }
-        let unix_ns = unix_ns_now();
+        self.rank_dir = dir.map(|stamp| DirLook::new(stamp, now));
         let taken = self.check_ranks(tree);
         self.rank_looks.saw(!taken.is_empty());
-        self.rank_dir = dir.map(|stamp| DirLook {
-            stamp,
-            unix_ns,
-            at: now,
-        });
         taken
     }
 

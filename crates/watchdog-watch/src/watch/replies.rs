@@ -6,7 +6,8 @@
 //! A look costs a wake system calls, so each file is looked at when it can have news
 //! (docs/sample-path.md, "What a wake reads"): the acknowledgment every
 //! [`ACK_CHECK_EVERY`] while a request was sent or a client showed itself, else every
-//! [`ACK_SLOW_EVERY`], with one `stat` a look and a read only when it changed; the
+//! [`ACK_SLOW_EVERY`] when its directory shows a file may have been created, with one
+//! `stat` a look and a read only when it changed; the
 //! environment file after a delay doubling from [`PYTHON_FIRST_LOOK`] to
 //! [`PYTHON_LAST_LOOK`], and at once when an acknowledgment or a step report shows a
 //! client. Both are looked at once more at the end.
@@ -16,7 +17,7 @@ use std::time::{Duration, Instant};
 use watchdog_alerter::request::{AckWatcher, FileStamp, RequestPlace};
 
 use super::restart::AckReader;
-use crate::steps::{GpuView, StepsIntake};
+use crate::steps::{DirLook, GpuView, StepsIntake};
 
 /// How often the acknowledgment file is looked at while a request was sent or a client
 /// showed itself (an acknowledgment, a step report, its environment file).
@@ -49,6 +50,9 @@ pub(super) struct Replies {
     ack_stamp: Option<FileStamp>,
     /// When the acknowledgment was last looked at (`None`: never).
     last_ack_look: Option<Instant>,
+    /// The directory at the last full look at the acknowledgment, while it is looked at
+    /// every [`ACK_SLOW_EVERY`].
+    ack_dir: Option<DirLook>,
     /// Whether the run showed a client: an acknowledgment, a step report, its environment.
     pub(super) client_seen: bool,
     /// When the Python client's environment file is next looked for.
@@ -75,6 +79,7 @@ impl Replies {
             ack_place: request.ack(),
             ack_stamp: None,
             last_ack_look: None,
+            ack_dir: None,
             client_seen: false,
             python_file: Some(crate::environment::python_file(request)),
             steps: StepsIntake::new(request, dry_run),
@@ -89,9 +94,14 @@ impl Replies {
 
     /// Whether the acknowledgment is to be looked at `now`: every [`ACK_CHECK_EVERY`] when
     /// `requested` (a request was sent) or a client showed itself, else every
-    /// [`ACK_SLOW_EVERY`]. A look that is due is counted as made.
+    /// [`ACK_SLOW_EVERY`] and then only when its directory shows a file may have been
+    /// created (the client writes it by an atomic rename; see
+    /// [`StepsIntake::check_ranks_due`]: a full look at least every
+    /// [`FULL_LOOK_EVERY`](crate::steps::FULL_LOOK_EVERY)). A look that is due is counted
+    /// as made.
     pub(super) fn ack_due(&mut self, now: Instant, requested: bool) -> bool {
-        let every = if requested || self.client_seen {
+        let fast = requested || self.client_seen;
+        let every = if fast {
             ACK_CHECK_EVERY
         } else {
             ACK_SLOW_EVERY
@@ -100,6 +110,15 @@ impl Replies {
             return false;
         }
         self.last_ack_look = Some(now);
+        if fast {
+            self.ack_dir = None;
+            return true;
+        }
+        let dir = self.steps.dir_stamp_at(now);
+        if self.ack_dir.is_some_and(|d| d.nothing_created(dir, now)) {
+            return false;
+        }
+        self.ack_dir = dir.map(|stamp| DirLook::new(stamp, now));
         true
     }
 
@@ -187,6 +206,41 @@ mod tests {
         assert!(replies.ack_changed());
         std::fs::remove_file(dir.path().join("r.json.ack")).unwrap();
         assert!(!replies.ack_changed(), "gone: nothing to read");
+    }
+
+    /// Looked at slowly, the acknowledgment is skipped while its directory shows no file
+    /// created since the last full look (one rewritten in place is seen at the next full
+    /// look); a request makes every look due again.
+    #[test]
+    fn the_slow_ack_look_is_skipped_while_the_directory_shows_nothing_created() {
+        let dir = tempfile::tempdir().unwrap();
+        let place = RequestPlace::Path(dir.path().join("r.json"));
+        let ack = dir.path().join("r.json.ack");
+        std::fs::write(&ack, "{}").unwrap();
+        let hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+        let settle = || {
+            std::fs::File::open(dir.path())
+                .unwrap()
+                .set_modified(hour_ago)
+                .unwrap();
+        };
+        settle();
+        let t0 = Instant::now();
+        let mut replies = Replies::new(&place, true, GpuView::default(), t0);
+        let s = |n: u64| t0 + Duration::from_secs(n);
+        assert!(replies.ack_due(s(0), false), "the first look is full");
+        assert!(replies.ack_changed());
+        std::fs::write(&ack, "{\"seq\": 1}").unwrap();
+        assert!(!replies.ack_due(s(1), false), "nothing created: skipped");
+        assert!(replies.ack_due(s(10), false), "a full look every 10 s");
+        assert!(replies.ack_changed());
+        assert!(replies.ack_due(s(11), true), "a request: every look");
+        // Created in the directory: looked at at once.
+        std::fs::write(dir.path().join("other"), "x").unwrap();
+        settle();
+        assert!(replies.ack_due(s(12), false));
+        std::fs::write(dir.path().join("created"), "x").unwrap();
+        assert!(replies.ack_due(s(13), false), "a file created");
     }
 
     #[test]
