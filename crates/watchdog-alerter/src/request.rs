@@ -229,21 +229,10 @@ impl RequestPlace {
     pub fn stamp(&self) -> Option<FileStamp> {
         match self {
             RequestPlace::Path(p) | RequestPlace::Given { path: p, .. } => {
-                let m = std::fs::symlink_metadata(p).ok()?;
-                Some(FileStamp {
-                    ino: m.ino(),
-                    mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
-                    size: m.size(),
-                })
+                std::fs::symlink_metadata(p).ok().map(|m| FileStamp::of(&m))
             }
             RequestPlace::Beneath { dir, name } => {
-                let st = dir.stat(name).ok()??;
-                Some(FileStamp {
-                    ino: st.st_ino,
-                    mtime_ns: i128::from(st.st_mtime) * 1_000_000_000
-                        + i128::from(st.st_mtime_nsec),
-                    size: u64::try_from(st.st_size).unwrap_or(0),
-                })
+                dir.stat(name).ok()?.map(|st| FileStamp::of_stat(&st))
             }
         }
     }
@@ -259,21 +248,10 @@ impl RequestPlace {
                     .parent()
                     .filter(|d| !d.as_os_str().is_empty())
                     .unwrap_or(Path::new("."));
-                let m = std::fs::metadata(dir).ok()?;
-                Some(FileStamp {
-                    ino: m.ino(),
-                    mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
-                    size: m.size(),
-                })
+                std::fs::metadata(dir).ok().map(|m| FileStamp::of(&m))
             }
             RequestPlace::Beneath { dir, .. } => {
-                let st = dir.stat_self().ok()?;
-                Some(FileStamp {
-                    ino: st.st_ino,
-                    mtime_ns: i128::from(st.st_mtime) * 1_000_000_000
-                        + i128::from(st.st_mtime_nsec),
-                    size: u64::try_from(st.st_size).unwrap_or(0),
-                })
+                dir.stat_self().ok().map(|st| FileStamp::of_stat(&st))
             }
         }
     }
@@ -347,6 +325,24 @@ pub struct FileStamp {
 }
 
 impl FileStamp {
+    /// The stamp of what `m` describes.
+    fn of(m: &std::fs::Metadata) -> FileStamp {
+        FileStamp {
+            ino: m.ino(),
+            mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+            size: m.size(),
+        }
+    }
+
+    /// The stamp of what `st` (a `stat` through a descriptor) describes.
+    fn of_stat(st: &rustix::fs::Stat) -> FileStamp {
+        FileStamp {
+            ino: st.st_ino,
+            mtime_ns: i128::from(st.st_mtime) * 1_000_000_000 + i128::from(st.st_mtime_nsec),
+            size: u64::try_from(st.st_size).unwrap_or(0),
+        }
+    }
+
     /// Its modification time, nanoseconds since the Unix epoch.
     pub fn mtime_ns(&self) -> i128 {
         self.mtime_ns

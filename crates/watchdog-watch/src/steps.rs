@@ -277,10 +277,9 @@ pub const FULL_LOOK_EVERY: Duration = Duration::from_secs(10);
 /// (ext3) or two (FAT), and the kernel stamps with a coarse clock.
 const DIR_MTIME_SETTLED_NS: i128 = 3_000_000_000;
 
-/// What the last full look at the shared file, at the ranks' files or at the
-/// acknowledgment saw of their directory.
+/// What a full look saw of the directory.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct DirLook {
+struct DirLook {
     /// The directory's stamp then.
     stamp: FileStamp,
     /// The clock then, nanoseconds since the Unix epoch.
@@ -290,22 +289,41 @@ pub(crate) struct DirLook {
 }
 
 impl DirLook {
-    /// A full look at `at`, the directory then stamped `stamp`: call it before the look.
-    pub(crate) fn new(stamp: FileStamp, at: Instant) -> DirLook {
-        DirLook {
-            stamp,
-            unix_ns: unix_ns_now(),
-            at,
-        }
-    }
-
     /// Whether no file can have been created in the directory since this look, given its
     /// stamp `now_stamp` at `now`: the same stamp, a change settled before the look (see
     /// [`DIR_MTIME_SETTLED_NS`]), and the look recent enough.
-    pub(crate) fn nothing_created(&self, now_stamp: Option<FileStamp>, now: Instant) -> bool {
+    fn nothing_created(&self, now_stamp: Option<FileStamp>, now: Instant) -> bool {
         now_stamp == Some(self.stamp)
             && self.unix_ns - self.stamp.mtime_ns() >= DIR_MTIME_SETTLED_NS
             && now.duration_since(self.at) < FULL_LOOK_EVERY
+    }
+}
+
+/// Skips a slow look for a file of the client (the shared step reports, the ranks', the
+/// acknowledgment) while its directory shows no file created since the last full look:
+/// the client writes each by an atomic rename, which changes the directory's `mtime`.
+#[derive(Debug, Default)]
+pub(crate) struct DirGate(Option<DirLook>);
+
+impl DirGate {
+    /// Whether the look at `now` is skipped, the directory stamped `dir` then: nothing can
+    /// have been created since the last full look, and `nothing_else` (what else would
+    /// make a look worth it) holds. Otherwise it is a full look, remembered from now.
+    pub(crate) fn skips(
+        &mut self,
+        dir: Option<FileStamp>,
+        now: Instant,
+        nothing_else: impl FnOnce() -> bool,
+    ) -> bool {
+        if self.0.is_some_and(|d| d.nothing_created(dir, now)) && nothing_else() {
+            return true;
+        }
+        self.0 = dir.map(|stamp| DirLook {
+            stamp,
+            unix_ns: unix_ns_now(),
+            at: now,
+        });
+        false
     }
 }
 
@@ -416,10 +434,10 @@ pub struct StepsIntake {
     looks: u64,
     /// When the ranks' files are looked for: every [`RANK_LOOK_EVERY`] until one is taken.
     rank_looks: UntilTaken,
-    /// Their directory at the last full look, while no rank has reported.
-    rank_dir: Option<DirLook>,
-    /// The directory at the last full look at the shared file, while it brought no reports.
-    shared_dir: Option<DirLook>,
+    /// Skips their looks while no rank has reported.
+    rank_dir: DirGate,
+    /// Skips the looks at the shared file while it brought no reports.
+    shared_dir: DirGate,
     /// The directory's stamp at the instant of the last look (one `stat` a tick).
     dir_now: Option<(Instant, Option<FileStamp>)>,
     /// When the shared file is looked at: every [`SHARED_LOOK_EVERY`] until reports come.
@@ -442,8 +460,8 @@ impl StepsIntake {
             ranks: Vec::new(),
             looks: 0,
             rank_looks: UntilTaken::every(RANK_LOOK_EVERY),
-            rank_dir: None,
-            shared_dir: None,
+            rank_dir: DirGate::default(),
+            shared_dir: DirGate::default(),
             dir_now: None,
             shared_looks: UntilTaken::every(SHARED_LOOK_EVERY),
             writers: Vec::new(),
@@ -483,16 +501,12 @@ impl StepsIntake {
         if !self.shared_looks.due(now) {
             return None;
         }
-        let reporting = self.shared_looks.taken;
-        let dir = if reporting {
-            None
-        } else {
-            self.dir_stamp_at(now)
-        };
-        if !reporting && self.shared_dir.is_some_and(|d| d.nothing_created(dir, now)) {
-            return None;
+        if !self.shared_looks.taken {
+            let dir = self.dir_stamp_at(now);
+            if self.shared_dir.skips(dir, now, || true) {
+                return None;
+            }
         }
-        self.shared_dir = dir.map(|stamp| DirLook::new(stamp, now));
         let taken = self.check(in_tree);
         self.shared_looks.saw(taken.is_some());
         taken
@@ -525,24 +539,18 @@ impl StepsIntake {
         if !self.rank_looks.due(now) {
             return Vec::new();
         }
-        let watching_ranks = self.rank_looks.taken;
-        let dir = if watching_ranks {
-            None
-        } else {
-            self.dir_stamp_at(now)
-        };
-        let all_looked_for = || {
-            tree.iter()
-                .take(MAX_RANK_FILES)
-                .all(|p| self.ranks.binary_search_by_key(p, |r| r.pid).is_ok())
-        };
-        if !watching_ranks
-            && self.rank_dir.is_some_and(|d| d.nothing_created(dir, now))
-            && all_looked_for()
-        {
-            return Vec::new();
+        if !self.rank_looks.taken {
+            let dir = self.dir_stamp_at(now);
+            let ranks = &self.ranks;
+            let all_looked_for = || {
+                tree.iter()
+                    .take(MAX_RANK_FILES)
+                    .all(|p| ranks.binary_search_by_key(p, |r| r.pid).is_ok())
+            };
+            if self.rank_dir.skips(dir, now, all_looked_for) {
+                return Vec::new();
+            }
         }
-        self.rank_dir = dir.map(|stamp| DirLook::new(stamp, now));
         let taken = self.check_ranks(tree);
         self.rank_looks.saw(!taken.is_empty());
         taken

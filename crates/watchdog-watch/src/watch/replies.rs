@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use watchdog_alerter::request::{AckWatcher, FileStamp, RequestPlace};
 
 use super::restart::AckReader;
-use crate::steps::{DirLook, GpuView, StepsIntake};
+use crate::steps::{DirGate, GpuView, StepsIntake};
 
 /// How often the acknowledgment file is looked at while a request was sent or a client
 /// showed itself (an acknowledgment, a step report, its environment file).
@@ -50,9 +50,9 @@ pub(super) struct Replies {
     ack_stamp: Option<FileStamp>,
     /// When the acknowledgment was last looked at (`None`: never).
     last_ack_look: Option<Instant>,
-    /// The directory at the last full look at the acknowledgment, while it is looked at
-    /// every [`ACK_SLOW_EVERY`].
-    ack_dir: Option<DirLook>,
+    /// Skips the looks at the acknowledgment while it is looked at every
+    /// [`ACK_SLOW_EVERY`].
+    ack_dir: DirGate,
     /// Whether the run showed a client: an acknowledgment, a step report, its environment.
     pub(super) client_seen: bool,
     /// When the Python client's environment file is next looked for.
@@ -79,7 +79,7 @@ impl Replies {
             ack_place: request.ack(),
             ack_stamp: None,
             last_ack_look: None,
-            ack_dir: None,
+            ack_dir: DirGate::default(),
             client_seen: false,
             python_file: Some(crate::environment::python_file(request)),
             steps: StepsIntake::new(request, dry_run),
@@ -111,15 +111,12 @@ impl Replies {
         }
         self.last_ack_look = Some(now);
         if fast {
-            self.ack_dir = None;
+            self.ack_dir = DirGate::default();
             return true;
         }
-        let dir = self.steps.dir_stamp_at(now);
-        if self.ack_dir.is_some_and(|d| d.nothing_created(dir, now)) {
-            return false;
-        }
-        self.ack_dir = dir.map(|stamp| DirLook::new(stamp, now));
-        true
+        !self
+            .ack_dir
+            .skips(self.steps.dir_stamp_at(now), now, || true)
     }
 
     /// One `stat` of the acknowledgment file: whether it changed (appeared, was replaced or
