@@ -51,11 +51,7 @@ echo $((4 << 30)) >"$CG/memory.limit_in_bytes"
 
 vcsw_all() { cat /proc/"$1"/task/*/status 2>/dev/null | awk '/^voluntary_ctxt_switches:/ {s += $2} END {print s + 0}'; }
 
-if [ "$MOVING_MEMINFO" = 1 ]; then
-    setsid python3 scripts/bench/mem_mover.py >/dev/null 2>&1 &
-    PIDS+=("$!")
-    sleep 2
-fi
+[ "$MOVING_MEMINFO" = 1 ] && start_mem_mover
 
 rows="$WORK/rows.tsv"
 printf 'window\ttool\tcpu_s\tcpu_pct\twakeups_main\twakeups_all\tus_per_wake\tload1\n' >"$rows"
@@ -63,7 +59,7 @@ echo "# $(nproc) cores, kernel $(uname -r); DURATION=${DURATION}s WARMUP=${WARMU
 for run in $(seq 1 "$REPEAT"); do
     life=$((WARMUP + DURATION + 30))
     # The target: a sleep in the cgroup (it joins before it execs).
-    setsid sh -c 'echo $$ >"$0/cgroup.procs" && exec sleep "$1"' "$CG" "$life" >/dev/null 2>&1 &
+    sleep_in_cgroup "$CG" "$life"
     t=$!
     PIDS+=("$t")
     sleep 0.3

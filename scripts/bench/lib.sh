@@ -28,6 +28,20 @@ cpu_ns() {
 # Voluntary context switches of process $1's main thread: each sleep to a deadline is one.
 vcsw() { awk '/^voluntary_ctxt_switches:/ {print $2}' /proc/"$1"/task/"$1"/status 2>/dev/null || echo 0; }
 
+# Starts scripts/bench/mem_mover.py (1% of host memory allocated and freed every 2 s, so host
+# memory moves as on a live machine), adds it to the script's PIDS, and gives it 2 s.
+start_mem_mover() {
+    setsid python3 scripts/bench/mem_mover.py >/dev/null 2>&1 &
+    PIDS+=("$!")
+    sleep 2
+}
+
+# Starts `sleep $2` in the v1 memory cgroup $1 (it joins before it execs), in a process
+# group of its own; $! is its PID after the call.
+sleep_in_cgroup() {
+    setsid sh -c 'echo $$ >"$0/cgroup.procs" && exec sleep "$1"' "$1" "$2" >/dev/null 2>&1 &
+}
+
 # Starts one bench run: a process-group leader named wd-bench-tgt with 9 children sleeping
 # $1 seconds; prints its PID and the time it was started, as "PID START".
 start_bench_run() {

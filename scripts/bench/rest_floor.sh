@@ -44,16 +44,13 @@ gcc -O2 -o "$WORK/rest_floor" scripts/bench/rest_floor.c
 mkdir -p "$CG"
 echo $((4 << 30)) >"$CG/memory.limit_in_bytes"
 
-setsid python3 scripts/bench/mem_mover.py >/dev/null 2>&1 &
-PIDS+=("$!")
-sleep 2
+start_mem_mover
 
 rows="$WORK/rows.tsv"
 printf 'window\ttool\twakeups_per_s\tus_per_wake\n' >"$rows"
 echo "# $(nproc) cores, kernel $(uname -r); DURATION=${DURATION}s WARMUP=${WARMUP}s REPEAT=$REPEAT; $WATCHDOG" >&2
 for run in $(seq 1 "$REPEAT"); do
-    setsid sh -c 'echo $$ >"$0/cgroup.procs" && exec sleep "$1"' "$CG" $((WARMUP + DURATION + 30)) \
-        >/dev/null 2>&1 &
+    sleep_in_cgroup "$CG" $((WARMUP + DURATION + 30))
     t=$!
     PIDS+=("$t")
     sleep 0.3
