@@ -258,8 +258,8 @@ enum Skip {
     Malformed(String),
 }
 
-/// How many times [`Scanner::facts`] reads a process with no command line yet ...
-const EXEC_RETRIES: u32 = 10;
+/// How long [`Scanner::facts`] reads again a process with no command line yet ...
+const EXEC_WAIT: Duration = Duration::from_millis(100);
 /// ... and how long it waits between two reads.
 const EXEC_RETRY_EVERY: Duration = Duration::from_millis(2);
 
@@ -467,15 +467,24 @@ impl Scanner {
     pub fn facts(&mut self, pid: u32) -> Option<ProcessFacts> {
         // Caught inside an `exec`: a launcher that registers the child it just spawned
         // asks as soon as `spawn` returns, which is when the exec began, before the new
-        // command line is in place. Read again for up to 20 ms (once seen here under load).
-        for _ in 0..EXEC_RETRIES {
+        // command line is in place. Read again for up to 100 ms (once seen here under load).
+        let give_up = Instant::now() + EXEC_WAIT;
+        self.facts_waiting(pid, || {
+            std::thread::sleep(EXEC_RETRY_EVERY);
+            Instant::now() < give_up
+        })
+    }
+
+    /// [`Scanner::facts`], calling `wait` while `pid` has no command line yet and reading
+    /// again until `wait` returns false.
+    fn facts_waiting(&mut self, pid: u32, mut wait: impl FnMut() -> bool) -> Option<ProcessFacts> {
+        loop {
             match self.read_facts(pid) {
                 Ok((facts, _)) => return Some(facts),
-                Err(Skip::NoCommandLine) => std::thread::sleep(EXEC_RETRY_EVERY),
+                Err(Skip::NoCommandLine) if wait() => {}
                 Err(_) => return None,
             }
         }
-        None
     }
 
     /// Whether `pid`, or an ancestor of it as of the last scan, is watched or excluded.

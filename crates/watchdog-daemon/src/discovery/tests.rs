@@ -513,31 +513,43 @@ fn facts_reads_one_process_again_and_none_when_it_is_gone() {
 #[test]
 fn facts_reads_a_process_caught_inside_its_exec_again_until_its_command_line_is_there() {
     let root = machine();
-    let r = root.path().to_path_buf();
+    let r = root.path();
     let in_exec = Proc {
         pid: 70,
         cmdline: &[],
         ..Proc::default()
     };
-    write(&r, &in_exec);
-    let mut scanner = Scanner::with_excluded(&r, None);
-    // The exec completes 6 ms later.
-    let exec = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(6));
-        write(
-            &r,
-            &Proc {
-                pid: 70,
-                ..Proc::default()
-            },
-        );
+    write(r, &in_exec);
+    let mut scanner = Scanner::with_excluded(r, None);
+    // The exec completes during the second wait: the command line appears, whole, by rename.
+    let mut waits = 0;
+    let facts = scanner.facts_waiting(70, || {
+        waits += 1;
+        if waits == 2 {
+            let dir = r.join("70");
+            std::fs::write(dir.join("cmdline.new"), b"python3\0train.py\0").unwrap();
+            std::fs::rename(dir.join("cmdline.new"), dir.join("cmdline")).unwrap();
+        }
+        true
     });
-    let facts = scanner.facts(70);
-    exec.join().unwrap();
+    assert_eq!(
+        waits, 2,
+        "read again after each wait, and no more once it is there"
+    );
     assert_eq!(
         facts.map(|f| f.command).as_deref(),
         Some("python3 train.py")
     );
+
+    // An exec that never completes within the wait: `None`, after the wait said stop.
+    write(r, &in_exec);
+    let mut waits = 0;
+    let facts = scanner.facts_waiting(70, || {
+        waits += 1;
+        waits < 5
+    });
+    assert!(facts.is_none());
+    assert_eq!(waits, 5);
 }
 
 #[test]
