@@ -275,7 +275,7 @@ impl AsFd for PidFd {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use std::process::Command;
+    use std::process::{Command, Stdio};
 
     #[test]
     fn open_invalid_and_missing() {
@@ -301,14 +301,25 @@ mod tests {
         ));
     }
 
+    /// `cat` on a pipe cannot exit before the test closes its stdin, however late the
+    /// test runs; then `wait_exit` sees the exit as it happens, not at its timeout.
     #[test]
     fn exit_is_seen_and_signal_after_reap_fails() {
-        let mut child = Command::new("sleep").arg("0.2").spawn().unwrap();
+        let mut child = Command::new("cat")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
         let fd = PidFd::open(child.id()).unwrap();
         assert!(!fd.is_exited().unwrap());
+        assert!(!fd.wait_exit(Some(Duration::from_millis(20))).unwrap());
+        assert!(!fd.is_exited().unwrap());
+        drop(child.stdin.take()); // EOF: `cat` exits
         let t = Instant::now();
-        assert!(fd.wait_exit(Some(Duration::from_secs(10))).unwrap());
-        assert!(t.elapsed() < Duration::from_secs(5));
+        assert!(fd.wait_exit(Some(Duration::from_secs(120))).unwrap());
+        // Far below the timeout: `wait_exit` returned at the exit, it did not sit out its
+        // timeout (a hang check, not a speed).
+        assert!(t.elapsed() < Duration::from_secs(60), "{:?}", t.elapsed());
         assert!(fd.is_exited().unwrap());
         child.wait().unwrap();
         let err = fd.send_signal(libc::SIGTERM).err();
@@ -356,7 +367,7 @@ mod tests {
         let mut child = Command::new("sleep").arg("30").spawn().unwrap();
         let fd = PidFd::open(child.id()).unwrap();
         fd.send_signal(libc::SIGTERM).unwrap();
-        assert!(fd.wait_exit(Some(Duration::from_secs(10))).unwrap());
+        assert!(fd.wait_exit(Some(Duration::from_secs(30))).unwrap());
         use std::os::unix::process::ExitStatusExt;
         assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGTERM));
     }

@@ -509,14 +509,20 @@ mod tests {
             .unwrap()
     }
 
-    /// `sleep` has no SIGUSR1 handler, so a signal that reached it kills it.
-    fn killed_by(child: &mut std::process::Child) -> Option<i32> {
+    /// How long a `sleep` that was sent SIGUSR1 has to die: a deadline for a slow, busy
+    /// machine, not a speed; a correct run waits only as long as the death takes.
+    const DIES_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
+
+    /// How long a `sleep` that must not have been signalled is watched for its death.
+    /// Short is safe: a late death could only make the test pass wrongly, never fail.
+    const WATCHED_FOR: std::time::Duration = std::time::Duration::from_millis(200);
+
+    /// `sleep` has no SIGUSR1 handler, so a signal that reached it kills it: the signal
+    /// it died of when it ends within `within`, else `None`.
+    fn killed_by(child: &mut std::process::Child, within: std::time::Duration) -> Option<i32> {
         use std::os::unix::process::ExitStatusExt;
         let fd = PidFd::open(child.id()).ok()?;
-        if fd
-            .wait_exit(Some(std::time::Duration::from_millis(200)))
-            .unwrap()
-        {
+        if fd.wait_exit(Some(within)).unwrap() {
             child.wait().unwrap().signal()
         } else {
             None
@@ -539,7 +545,7 @@ mod tests {
         assert_eq!(r.not_catching, vec![pid]);
         assert!(r.sent.is_empty() && r.failed.is_empty() && r.gone.is_empty());
         assert!(r.none_catching());
-        assert_eq!(killed_by(&mut child), None);
+        assert_eq!(killed_by(&mut child, WATCHED_FOR), None);
         stop(child);
 
         // A PID missing from the fake root counts as gone.
@@ -555,7 +561,7 @@ mod tests {
         let root = fake_proc(&[(pid, 1, usr1())]);
         let r = signal_tree_with_target(&ProcRoot::new(root.path()), &[pid], &fd, libc::SIGUSR1);
         assert_eq!(r.sent, vec![pid], "{r:?}");
-        assert_eq!(killed_by(&mut child), Some(libc::SIGUSR1));
+        assert_eq!(killed_by(&mut child, DIES_WITHIN), Some(libc::SIGUSR1));
     }
 
     /// The target's PID was resolved again at every alert, so after the target exited
@@ -582,7 +588,7 @@ mod tests {
             r.gone.contains(&target_pid) && r.gone.contains(&opid),
             "{r:?}"
         );
-        assert_eq!(killed_by(&mut orphan), None);
+        assert_eq!(killed_by(&mut orphan, WATCHED_FOR), None);
         stop(orphan);
     }
 
@@ -602,7 +608,7 @@ mod tests {
         );
         assert_eq!(r.sent, vec![kpid], "{r:?}");
         assert_eq!(r.not_catching, vec![tpid], "{r:?}");
-        assert_eq!(killed_by(&mut kid), Some(libc::SIGUSR1));
+        assert_eq!(killed_by(&mut kid, DIES_WITHIN), Some(libc::SIGUSR1));
         stop(target);
     }
 

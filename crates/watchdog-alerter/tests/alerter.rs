@@ -69,15 +69,37 @@ impl Drop for Procs {
     }
 }
 
+/// How long a test waits for something another process or thread must do: a deadline
+/// for a slow, busy machine, never a speed (a correct run waits only as long as it takes).
+const DEADLINE: Duration = Duration::from_secs(30);
+
 fn wait_for_file(p: &Path) -> String {
+    wait_for_content(p, |_| true)
+}
+
+/// Polls `p` until it exists and `complete` says its content is whole (a writer may
+/// have created the file and not yet written to it), for up to [`DEADLINE`].
+fn wait_for_content(p: &Path, complete: impl Fn(&str) -> bool) -> String {
     let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(20) {
+    let mut last = None;
+    while t.elapsed() < DEADLINE {
         if let Ok(s) = std::fs::read_to_string(p) {
-            return s;
+            if complete(&s) {
+                return s;
+            }
+            last = Some(s);
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    panic!("{} did not appear within 20 s", p.display());
+    panic!(
+        "{} was not complete within {DEADLINE:?}; last read: {last:?}",
+        p.display()
+    );
+}
+
+/// Whether `s` holds `n` whole lines (each ended by its newline).
+fn lines_done(s: &str, n: usize) -> bool {
+    s.ends_with('\n') && s.lines().count() >= n
 }
 
 fn python(args: &[&str]) -> Child {
@@ -141,9 +163,10 @@ fn signals_only_handlers_in_the_tree() {
         "{report:?}"
     );
 
+    // The handler opens the marker (creating it) before it writes: wait for the line.
     assert_eq!(
-        wait_for_file(&marker).trim(),
-        format!("got {}", libc::SIGUSR1)
+        wait_for_content(&marker, |s| lines_done(s, 1)),
+        format!("got {}\n", libc::SIGUSR1)
     );
     std::thread::sleep(Duration::from_millis(300));
     // The parent without a handler was spared and is alive; the outsider got nothing.
@@ -163,11 +186,10 @@ fn signals_only_handlers_in_the_tree() {
         libc::SIGUSR1,
     );
     assert_eq!(report.sent, vec![child]);
-    let t = Instant::now();
-    while wait_for_file(&marker).lines().count() < 2 {
-        assert!(t.elapsed() < Duration::from_secs(10));
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    assert_eq!(
+        wait_for_content(&marker, |s| lines_done(s, 2)),
+        format!("got {0}\ngot {0}\n", libc::SIGUSR1)
+    );
 }
 
 /// When nothing catches the signal, nothing is sent and the process survives.
@@ -245,33 +267,48 @@ fn request(seq: u64) -> SentRequest {
 }
 
 /// A reader polling the file while it is rewritten always sees a whole document.
+/// The writer keeps rewriting until the reader has read [`READS`] times, however late
+/// the reader thread gets to run, so the reads overlap the writes.
 #[test]
 fn request_file_is_atomic_under_concurrent_readers() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    const READS: usize = 50;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("request.json");
     write_request_file(&path, &request(0)).unwrap();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let reads = Arc::new(AtomicUsize::new(0));
     let reader = {
-        let (path, stop) = (path.clone(), stop.clone());
+        let (path, stop, reads) = (path.clone(), stop.clone(), reads.clone());
         std::thread::spawn(move || {
-            let mut reads = 0u32;
             let mut last = 0;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            while !stop.load(Ordering::Relaxed) {
                 let bytes = std::fs::read(&path).unwrap();
                 let r: SentRequest = serde_json::from_slice(&bytes)
                     .unwrap_or_else(|e| panic!("partial read: {e}: {bytes:?}"));
                 assert!(r.request.seq >= last);
                 last = r.request.seq;
-                reads += 1;
+                reads.fetch_add(1, Ordering::Relaxed);
             }
-            reads
         })
     };
-    for seq in 1..=200 {
+    let t = Instant::now();
+    let mut seq = 0;
+    // At least 200 rewrites, and on until the reader has read enough (or failed).
+    while seq < 200 || (reads.load(Ordering::Relaxed) < READS && !reader.is_finished()) {
+        assert!(
+            t.elapsed() < DEADLINE,
+            "the reader read {} times in {DEADLINE:?}",
+            reads.load(Ordering::Relaxed)
+        );
+        seq += 1;
         write_request_file(&path, &request(seq)).unwrap();
     }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    assert!(reader.join().unwrap() > 0);
+    stop.store(true, Ordering::Relaxed);
+    // A torn or out-of-order read panicked the reader: this unwrap fails the test.
+    reader.join().unwrap();
+    assert!(reads.load(Ordering::Relaxed) >= READS);
     let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
     assert_eq!(leftovers.len(), 1, "temp files left behind");
 }
@@ -301,11 +338,23 @@ fn hook_runs_with_env_without_blocking() {
     let req = request(3);
     let reqfile = dir.path().join("request.json");
     let mut env = hook_env(&req, Some(&reqfile));
+    let go = dir.path().join("go");
     env.push(("OUT".into(), out.display().to_string()));
-    let cmd = r#"sleep 0.3; printf '%s|%s|%s|%s|%s|%s|%s|%s|%s' "$WATCHDOG_RESOURCE" "$WATCHDOG_REASON" "$WATCHDOG_USED" "$WATCHDOG_LIMIT" "$WATCHDOG_PREDICTED_S" "$WATCHDOG_PID" "$WATCHDOG_REQUEST_FILE" "$WATCHDOG_SIGNAL" "$WATCHDOG_TARGET_PID" > "$OUT"; exit 3"#;
-    let t = Instant::now();
+    env.push(("GO".into(), go.display().to_string()));
+    // The hook cannot finish before the test creates GO, which it does only once
+    // `run_hook` returned: a `run_hook` that waited for the hook would never see GO (the
+    // hook gives up after some 3000 polls, at least 30 s, and exits 7, not 3).
+    let cmd = r#"i=0; while [ ! -e "$GO" ]; do i=$((i+1)); [ "$i" -gt 3000 ] && exit 7; sleep 0.01; done; printf '%s|%s|%s|%s|%s|%s|%s|%s|%s' "$WATCHDOG_RESOURCE" "$WATCHDOG_REASON" "$WATCHDOG_USED" "$WATCHDOG_LIMIT" "$WATCHDOG_PREDICTED_S" "$WATCHDOG_PID" "$WATCHDOG_REQUEST_FILE" "$WATCHDOG_SIGNAL" "$WATCHDOG_TARGET_PID" > "$OUT"; exit 3"#;
     let h = run_hook(cmd, &env).unwrap();
-    assert!(t.elapsed() < Duration::from_millis(250), "run_hook blocked");
+    // The hook, held by a pidfd; it is gone (ESRCH) only if `run_hook` waited and reaped it.
+    let fd = PidFd::open(h.pid).unwrap_or_else(|e| panic!("run_hook waited for the hook: {e}"));
+    assert!(!fd.is_exited().unwrap(), "run_hook waited for the hook");
+    assert!(!out.exists(), "the hook ran to its end before GO");
+    std::fs::write(&go, "").unwrap();
+    assert!(
+        fd.wait_exit(Some(DEADLINE)).unwrap(),
+        "the hook did not end within {DEADLINE:?} of GO"
+    );
     let status = h.wait().unwrap();
     assert_eq!(status.code(), Some(3));
     assert_eq!(
@@ -425,7 +474,8 @@ fn child_notify_silent_bus() {
     eprintln!("result: {r:?} after {took:?}");
     assert!(matches!(r, Err(NotifyError::Timeout(_))), "{r:?}");
     eprintln!("timed out as expected");
-    assert!(took < Duration::from_secs(2), "took {took:?}");
+    // It does not hang: the timeout ended it (a wide bound for a busy machine, not a speed).
+    assert!(took < Duration::from_secs(10), "took {took:?}");
 }
 
 /// Headless (no bus address, no /run/user/UID/bus): skipped, quickly.
