@@ -266,6 +266,23 @@ fn the_bounding_set_is_enough_for_every_job_and_each_capability_is_needed() {
         .spawn()
         .unwrap();
     let pid = run_of_nobody.id();
+    // `spawn` returns once setpriv runs, still as root: a root without `kill` may signal it
+    // until it has become nobody and run `sleep` (seen in CI, under load).
+    let status = format!("/proc/{pid}/status");
+    let became_nobody = || {
+        std::fs::read_to_string(&status).is_ok_and(|s| {
+            s.contains("Name:\tsleep\n")
+                && s.lines().any(|l| {
+                    l.split_whitespace()
+                        .eq(["Uid:", nobody, nobody, nobody, nobody])
+                })
+        })
+    };
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !became_nobody() && std::time::Instant::now() < give_up {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(became_nobody(), "{status}: never nobody's sleep");
     let dir = scratch();
     std::fs::set_permissions(
         dir.path(),
