@@ -266,7 +266,8 @@ fn max_runtime_fires_lead_seconds_before_the_limit() {
     assert_eq!(ckpt[0]["resource"], "runtime");
     // The runtime counts from the process's start (read from /proc, not from the
     // watchdog's start event, which a busy machine can delay by most of a second); the
-    // limit is 5 s, the lead 2 s, so the alert comes about 3 s in.
+    // limit is 5 s, the lead 2 s, so the alert comes about 3 s in: never before, and well
+    // before the limit even when a busy machine wakes the watchdog late.
     let ev = read_events(events);
     let alert = of_kind(&ev, "alert")[0]["time"]
         .as_str()
@@ -275,7 +276,7 @@ fn max_runtime_fires_lead_seconds_before_the_limit() {
         .unwrap();
     let t = alert.duration_since(started).as_secs_f64();
     assert!(
-        (2.9..=3.8).contains(&t),
+        (2.9..=4.5).contains(&t),
         "alert {t:.2}s after the process started, expected about 3s: {ev:?}"
     );
     assert_eq!(

@@ -854,7 +854,8 @@ mod tests {
         let mut stdin = child.stdin.take().unwrap();
         std::io::Write::write_all(&mut stdin, b"go\n").unwrap();
         let mut found = false;
-        for _ in 0..500 {
+        let give_up = std::time::Instant::now() + Duration::from_secs(30);
+        while std::time::Instant::now() < give_up {
             tree.refresh_if_changed();
             if tree.pids().len() == 2 {
                 found = true;

@@ -80,8 +80,12 @@ fn tick_allocates_nothing_once_warm() {
             "-c",
             "import subprocess, time\n\
              k = [subprocess.Popen(['sleep', '60']) for _ in range(3)]\n\
-             k.append(subprocess.Popen(['sh', '-c', 'sleep 60 & wait']))\n\
-             time.sleep(0.2)\nprint('ready', flush=True)\ntime.sleep(60)",
+             sh = subprocess.Popen(['sh', '-c', 'sleep 60 & wait'])\n\
+             kids = f'/proc/{sh.pid}/task/{sh.pid}/children'\n\
+             give_up = time.monotonic() + 30\n\
+             while not open(kids).read().strip() and time.monotonic() < give_up:\n\
+             \x20   time.sleep(0.01)\n\
+             print('ready', flush=True)\ntime.sleep(60)",
         ])
         .stdout(Stdio::piped())
         .spawn()
