@@ -58,6 +58,23 @@ class UnprintableOom(RuntimeError):
     __str__ = __repr__ = _raise
 
 
+class SaysWhen(io.StringIO):
+    """A stderr that sets :attr:`said` once ``text`` was written to it, from any thread."""
+
+    def __init__(self, text):
+        super().__init__()
+        self.text = text
+        self.said = threading.Event()
+        self.lock = threading.Lock()
+
+    def write(self, s):
+        with self.lock:
+            n = super().write(s)
+            if self.text in self.getvalue():
+                self.said.set()
+        return n
+
+
 class Base(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.TemporaryDirectory()
@@ -173,15 +190,17 @@ class LastChance(Base):
         error = RuntimeError(OOM)
         before = signal.getsignal(signal.SIGALRM)
 
+        finished = []
+
         def save():
             time.sleep(30)
+            finished.append(1)
             return "never"
 
-        started = time.monotonic()
         err = io.StringIO()
         with contextlib.redirect_stderr(err), self.assertRaises(RuntimeError) as cm:
             self.run_loop(save, error, timeout=0.3)
-        self.assertLess(time.monotonic() - started, 10)
+        self.assertEqual(finished, [], "the save ran to its end: it was not stopped")
         self.assertIs(cm.exception, error)
         self.assertIn("took more than 0.3 s (its timeout) and was stopped", err.getvalue())
         self.assertFalse(os.path.exists(self.request + ".ack"))
@@ -189,22 +208,29 @@ class LastChance(Base):
         self.assertEqual(signal.getitimer(signal.ITIMER_REAL), (0.0, 0.0))
 
     def test_a_save_that_swallows_exceptions_is_still_stopped(self):
+        swallowed, finished = [], []
+
         def save():
             try:
                 time.sleep(30)
             except Exception:
+                swallowed.append(1)
                 time.sleep(30)
+            finished.append(1)
 
-        started = time.monotonic()
         with contextlib.redirect_stderr(io.StringIO()), self.assertRaises(RuntimeError):
             self.run_loop(save, RuntimeError(OOM), timeout=0.3)
-        self.assertLess(time.monotonic() - started, 10)
+        self.assertEqual((swallowed, finished), ([], []), "the save's own except took the stop, or it ran to its end")
 
     def test_outside_the_main_thread_a_late_save_is_said_and_finishes(self):
         result = {}
+        late = "has taken more than 0.2 s"
+        err = SaysWhen(late)
 
         def save():
-            time.sleep(0.6)
+            # Late for sure: it ends only once the timeout's line was said (a loaded machine may
+            # run the timer's thread long after 0.2 s), or after 30 s without it.
+            result["said_while_saving"] = err.said.wait(30)
             return os.path.join(self.dir.name, "late.pt")
 
         def loop():
@@ -213,13 +239,14 @@ class LastChance(Base):
             except RuntimeError as e:
                 result["error"] = e
 
-        err = io.StringIO()
         with contextlib.redirect_stderr(err):
             thread = threading.Thread(target=loop)
             thread.start()
-            thread.join(20)
+            thread.join(60)
+        self.assertFalse(thread.is_alive(), "the loop never ended")
         self.assertIn("error", result)
-        self.assertIn("has taken more than 0.2 s", err.getvalue())
+        self.assertTrue(result["said_while_saving"], "no line while the save ran: %r" % err.getvalue())
+        self.assertIn(late, err.getvalue())
         self.assertEqual(self.ack()["path"], os.path.join(self.dir.name, "late.pt"))
 
     def test_a_program_s_own_sigalrm_is_left_alone(self):

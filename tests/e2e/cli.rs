@@ -1,11 +1,29 @@
 //! The command-line contract: bad input gets one line naming the thing and what was
 //! expected, with exit status 2; `run` passes the child's status and environment through.
 
+use std::os::unix::process::CommandExt as _;
+use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 use crate::support::{
-    Gate, bin, bin_as_nobody, is_root, of_kind, read_events, require, run, scratch, wait_for,
+    Gate, Group, bin, bin_as_nobody, is_root, of_kind, read_events, require, run, scratch, wait_for,
 };
+
+/// Waits up to 30 s for the `start` event in the events file `events`, and fails the test
+/// without it. A `--pid` watch writes it after installing its signal handlers and taking
+/// hold of the target, so a signal sent from then on is the watchdog's to handle however
+/// slowly a loaded machine started it (no sleep guesses when that is).
+#[track_caller]
+fn wait_for_start(events: &Path) {
+    let started =
+        || std::fs::read_to_string(events).is_ok_and(|t| t.contains("\"event\":\"start\""));
+    assert!(
+        wait_for(Duration::from_secs(30), started),
+        "the watch never started: no start event in {}",
+        events.display()
+    );
+}
 
 /// Asserts exit status 2 and a one-line stderr containing every fragment.
 fn assert_usage_error(args: &[&str], fragments: &[&str]) {
@@ -639,11 +657,29 @@ fn run_forwards_sigterm_to_the_child() {
 
 #[test]
 fn pid_mode_exits_0_with_a_summary_when_the_target_exits() {
-    let mut target = Command::new("sleep").arg("1").spawn().unwrap();
-    let out = bin()
-        .args(["--gpu", "off", "--pid", &target.id().to_string()])
-        .output()
+    // The target ends when the test says, once it is watched: not after a second that a
+    // loaded machine may spend starting the watchdog (it would attach to a finished run).
+    let dir = scratch();
+    let events = dir.path().join("events.jsonl");
+    let gate = Gate::new(dir.path(), "end");
+    let script = format!("read _ < '{}'", gate.path().display());
+    // In a Group: a failed wait below does not leave it waiting on the gate for ever.
+    let mut target = Group(
+        Command::new("sh")
+            .args(["-c", &script])
+            .process_group(0)
+            .spawn()
+            .unwrap(),
+    );
+    let watchdog = bin()
+        .args(["--gpu", "off", "--events", events.to_str().unwrap()])
+        .args(["--pid", &target.id().to_string()])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
+    wait_for_start(&events);
+    gate.release();
+    let out = watchdog.wait_with_output().unwrap();
     target.wait().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
@@ -671,12 +707,7 @@ fn pid_mode_reads_the_exit_status_its_parent_reaped() {
             .spawn()
             .unwrap();
         // The target ends once it is watched; its parent (this test) reaps it at once.
-        let started =
-            || std::fs::read_to_string(&events).is_ok_and(|t| t.contains("\"event\":\"start\""));
-        assert!(
-            wait_for(std::time::Duration::from_secs(20), started),
-            "the watch never started"
-        );
+        wait_for_start(&events);
         gate.release();
         target.wait().unwrap();
         let out = watchdog.wait_with_output().unwrap();
@@ -702,28 +733,44 @@ fn pid_mode_reads_the_exit_status_its_parent_reaped() {
 fn sigusr2_writes_the_recording_on_demand() {
     let dir = scratch();
     let rec = dir.path().join("on-demand.csv");
-    let mut target = Command::new("sleep").arg("4").spawn().unwrap();
-    let mut watchdog = bin()
-        .args(["--gpu", "off", "--record", rec.to_str().unwrap()])
-        .args(["--pid", &target.id().to_string()])
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(800));
+    let events = dir.path().join("events.jsonl");
+    // A target that outlives the test (killed at the end, or by its Group on a failure):
+    // the only recording before its end can be the one SIGUSR2 asked for.
+    let mut target = Group(
+        Command::new("sleep")
+            .arg("600")
+            .process_group(0)
+            .spawn()
+            .unwrap(),
+    );
+    let mut watchdog = Group(
+        bin()
+            .args(["--gpu", "off", "--record", rec.to_str().unwrap()])
+            .args(["--events", events.to_str().unwrap()])
+            .args(["--pid", &target.id().to_string()])
+            .stderr(std::process::Stdio::null())
+            .process_group(0)
+            .spawn()
+            .unwrap(),
+    );
+    // Before the start event SIGUSR2 may find no handler yet, and end the watchdog.
+    wait_for_start(&events);
     Command::new("kill")
         .args(["-USR2", &watchdog.id().to_string()])
         .status()
         .unwrap();
     assert!(
-        crate::support::wait_for(std::time::Duration::from_secs(3), || rec.exists()),
+        wait_for(Duration::from_secs(30), || rec.exists()),
         "no recording after SIGUSR2"
     );
+    // Still watching its live target: the file came from SIGUSR2, not from an exit.
     assert!(
         watchdog.try_wait().unwrap().is_none(),
         "SIGUSR2 must not stop the watchdog"
     );
     let text = std::fs::read_to_string(&rec).unwrap();
     assert!(text.contains("host_memory"), "{text}");
+    target.kill().unwrap();
     target.wait().unwrap();
     assert!(watchdog.wait().unwrap().success());
 }
@@ -782,14 +829,22 @@ fn replay_prints_alerts_and_a_summary_as_json_lines() {
 fn sigterm_stops_a_pid_watch_with_a_summary_and_leaves_the_target() {
     let dir = scratch();
     let events = dir.path().join("events.jsonl");
-    let mut target = Command::new("sleep").arg("30").spawn().unwrap();
+    // Outlives any wait below; killed at the end, or by its Group on a failure.
+    let mut target = Group(
+        Command::new("sleep")
+            .arg("600")
+            .process_group(0)
+            .spawn()
+            .unwrap(),
+    );
     let watchdog = bin()
         .args(["--gpu", "off", "--events", events.to_str().unwrap()])
         .args(["--pid", &target.id().to_string()])
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // Before the start event SIGTERM may find no handler yet: killed, not stopped (143).
+    wait_for_start(&events);
     Command::new("kill")
         .args(["-TERM", &watchdog.id().to_string()])
         .status()
@@ -802,8 +857,8 @@ fn sigterm_stops_a_pid_watch_with_a_summary_and_leaves_the_target() {
         target.try_wait().unwrap().is_none(),
         "the target must be left alone"
     );
-    let ev = crate::support::read_events(&events);
-    assert_eq!(crate::support::of_kind(&ev, "stop").len(), 1, "{ev:?}");
+    let ev = read_events(&events);
+    assert_eq!(of_kind(&ev, "stop").len(), 1, "{ev:?}");
     target.kill().unwrap();
     target.wait().unwrap();
 }
