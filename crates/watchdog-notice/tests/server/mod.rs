@@ -91,6 +91,62 @@ pub fn silent() -> (TcpListener, String) {
     (listener, base)
 }
 
+/// A server that reads every request and never answers it, holding its connection open:
+/// each question to it stays in flight until the client gives up (its timeout) and closes
+/// the connection, which is seen from here ([`Holding::open`]).
+pub struct Holding {
+    pub base: String,
+    /// The connections, in the order their requests were read.
+    held: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl Holding {
+    /// How many requests it has read.
+    pub fn requests(&self) -> usize {
+        self.held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    /// Whether the client still holds request `i`'s connection open (0: the first request
+    /// read): the question is still in flight. Once closed, a connection stays closed.
+    pub fn open(&self, i: usize) -> bool {
+        let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(stream) = held.get(i) else {
+            return false;
+        };
+        stream.set_nonblocking(true).expect("nonblocking");
+        match stream.peek(&mut [0u8; 1]) {
+            // Nothing to read and no end of stream: the client waits.
+            Err(e) => e.kind() == std::io::ErrorKind::WouldBlock,
+            // 0: the client closed it (more bytes would be a second request on it).
+            Ok(n) => n > 0,
+        }
+    }
+}
+
+/// Starts a [`Holding`] server.
+pub fn holding() -> Holding {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
+    let base = format!("http://{}", listener.local_addr().expect("local addr"));
+    let held = Arc::new(Mutex::new(Vec::new()));
+    let shared = held.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            // The request is read whole before it counts (a client sends it at once).
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+            let _ = read_request(&mut stream);
+            shared
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(stream);
+        }
+    });
+    Holding { base, held }
+}
+
 /// A listener that counts the connections made to it and answers none.
 pub fn counting() -> (Arc<AtomicUsize>, String) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
