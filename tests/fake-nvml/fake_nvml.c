@@ -31,6 +31,12 @@
  *   vanish <device_index> <after_s>
  *       From after_s seconds on, every call on that device returns
  *       NVML_ERROR_GPU_IS_LOST (15), as when a GPU falls off the bus.
+ *   stall <path> <max_s>
+ *       While the file <path> exists, process-list calls hang until it is
+ *       removed, holding the driver's lock as a real driver can: meanwhile
+ *       every other call on a device waits for them. A hanging call first
+ *       creates <path>.held, so a test knows NVML is stuck. max_s seconds after
+ *       the first hang began, the stall is over for good even if the file stays.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -38,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef int nvmlReturn_t;
 
@@ -111,6 +118,11 @@ static int init_error;
 static int loaded;
 static int init_refs;
 static struct timespec started;
+static char stall_path[300];
+static double stall_max_s;
+static int stalling; /* process-list calls hanging now (__atomic builtins: any thread) */
+static int stall_began;
+static struct timespec stall_t0;
 
 static void anchor(void) {}
 
@@ -185,6 +197,11 @@ static void load_script(void) {
             double after;
             if (sscanf(line, "%*s %u %lf", &i, &after) == 2 && i < MAX_DEVICES)
                 devices[i].vanish_after_s = after;
+        } else if (!strcmp(word, "stall")) {
+            if (sscanf(line, "%*s %299s %lf", stall_path, &stall_max_s) != 2) {
+                fprintf(stderr, "fake-nvml: bad stall line: %s", line);
+                stall_path[0] = 0;
+            }
         } else {
             fprintf(stderr, "fake-nvml: unknown directive: %s", line);
         }
@@ -192,13 +209,46 @@ static void load_script(void) {
     fclose(f);
 }
 
-static double elapsed_s(void) {
+static double since_s(const struct timespec *t0) {
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
-    return (double)(now.tv_sec - started.tv_sec) + (double)(now.tv_nsec - started.tv_nsec) / 1e9;
+    return (double)(now.tv_sec - t0->tv_sec) + (double)(now.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+static double elapsed_s(void) { return since_s(&started); }
+
+static void sleep_ms(long ms) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* The driver's lock: a device call waits while a process-list call hangs. */
+static void wait_for_driver(void) {
+    while (__atomic_load_n(&stalling, __ATOMIC_ACQUIRE))
+        sleep_ms(1);
+}
+
+/* `stall`: hangs while the stall file exists, until stall_max_s after the first hang. */
+static void maybe_stall(void) {
+    if (!stall_path[0] || access(stall_path, F_OK))
+        return;
+    if (!__atomic_exchange_n(&stall_began, 1, __ATOMIC_ACQ_REL))
+        clock_gettime(CLOCK_MONOTONIC, &stall_t0);
+    if (since_s(&stall_t0) >= stall_max_s)
+        return;
+    __atomic_add_fetch(&stalling, 1, __ATOMIC_ACQ_REL);
+    char held[320];
+    snprintf(held, sizeof held, "%s.held", stall_path);
+    FILE *f = fopen(held, "w");
+    if (f)
+        fclose(f);
+    while (!access(stall_path, F_OK) && since_s(&stall_t0) < stall_max_s)
+        sleep_ms(1);
+    __atomic_sub_fetch(&stalling, 1, __ATOMIC_ACQ_REL);
 }
 
 static nvmlReturn_t check(nvmlDevice_t d) {
+    wait_for_driver();
     if (!init_refs)
         return NVML_ERROR_UNINITIALIZED;
     if (d < devices || d >= devices + device_count)
@@ -377,6 +427,7 @@ static nvmlReturn_t list_processes(nvmlDevice_t d, unsigned int *count, nvmlProc
         return r;
     if (!count)
         return NVML_ERROR_INVALID_ARGUMENT;
+    maybe_stall();
     double t = elapsed_s();
     unsigned int n = 0;
     nvmlProcessInfo_t found[MAX_PROCESSES];
