@@ -536,7 +536,11 @@ mod tests {
         assert!(defaults.disks.is_empty());
         assert_eq!(defaults.restart_on, options::DEFAULT_RESTART_ON);
         assert_eq!(defaults.mem_limit, None);
-        assert_eq!(defaults.term_grace, Duration::from_secs(5), "docs/notices.md");
+        assert_eq!(
+            defaults.term_grace,
+            Duration::from_secs(5),
+            "docs/notices.md"
+        );
 
         let text = "dry_run = false\nnotify = true\nstatus = false\ndisks = [\"/\"]\n\
                     restart_on = [\"crash\"]\nmem_limit = \"1GiB\"\n";
