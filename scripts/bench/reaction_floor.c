@@ -5,7 +5,10 @@
  * more in 64 KiB chunks (env NOHUGE: without transparent huge pages; env JUMP_KIB: the jump in
  * KiB instead, to stop just past the threshold). The parent polls the
  * eventfd and sends the child SIGUSR1 through a pidfd as soon as it wakes; the child's
- * handler stamps its arrival, as reaction_target.c's does. Two scheduling delays lie between
+ * handler stamps its arrival, as reaction_target.c's does. With env HIGH, a second threshold
+ * 64 KiB above the usage, as the watchdog arms to see a rise begin: its wake reads the
+ * cgroup's usage and memory.stat, as a watchdog's sample does, and the parent polls on.
+ * Two scheduling delays lie between
  * the crossing and the stamp: the parent's wake, then the child's run of its handler.
  * Prints `woke-cross W ms  sig-cross S ms` (CLOCK_MONOTONIC), or `never` when no crossing
  * was reported within 3 s.
@@ -113,12 +116,28 @@ int main(int argc, char **argv) {
         kill(pid, SIGKILL);
         return 2;
     }
+    int high = eventfd(0, EFD_NONBLOCK);
+    snprintf(path, sizeof path, "%s/memory.stat", dir);
+    int stat_fd = open(path, O_RDONLY);
+    n = snprintf(text, sizeof text, "%d %d %ld", high, usage_fd, usage + (64 << 10));
+    if (getenv("HIGH") && (stat_fd < 0 || write(control, text, n) != n)) {
+        perror("arming the high threshold");
+        kill(pid, SIGKILL);
+        return 2;
+    }
     if (write(down[1], &byte, 1) != 1) return 3;
-    struct pollfd p = {efd, POLLIN, 0};
-    int64_t woke = 0;
-    if (poll(&p, 1, 3000) == 1) {
-        woke = now_ns();
-        syscall(SYS_pidfd_send_signal, pidfd, SIGUSR1, NULL, 0);
+    struct pollfd p[2] = {{efd, POLLIN, 0}, {high, POLLIN, 0}};
+    int64_t woke = 0, start = now_ns();
+    while (!woke && now_ns() - start < 3000000000LL && poll(p, 2, 3000) > 0) {
+        uint64_t count;
+        if (p[0].revents) {
+            woke = now_ns();
+            syscall(SYS_pidfd_send_signal, pidfd, SIGUSR1, NULL, 0);
+        } else if (p[1].revents && read(high, &count, 8) == 8) {
+            char buf[8192];
+            if (pread(usage_fd, buf, sizeof buf, 0) < 0 || pread(stat_fd, buf, sizeof buf, 0) < 0)
+                return 3;
+        }
     }
     int64_t stamps[2] = {0, 0};
     if (read(up[0], stamps, sizeof stamps) != sizeof stamps) return 3;

@@ -10,7 +10,8 @@
 # crossing is reported late or never ("never": not within 3 s).
 #
 # Usage: scripts/bench/reaction_floor.sh      (root, cgroup v1, cc)
-# Env:   TRIALS=50 BUSY=0 AFTER_KIB= NOHUGE=1 (0: huge pages allowed)
+# Env:   TRIALS=50 BUSY=0 AFTER_KIB= NOHUGE=1 (0: huge pages allowed) BASE=64 (MiB touched
+#        before) HIGH= (1: a second threshold 64 KiB up, as the watchdog arms; see the .c)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 TRIALS=${TRIALS:-50}
@@ -34,7 +35,7 @@ done
 
 # The threshold 8 MiB above a 64 MiB base; the jump 8 MiB past it, or AFTER_KIB past it.
 if [ -n "$AFTER_KIB" ]; then export JUMP_KIB=$((8192 + AFTER_KIB)); fi
-echo "# $(nproc) cores, kernel $(uname -r); $BUSY spinner(s); ${AFTER_KIB:-8192} KiB past the threshold; NOHUGE=${NOHUGE:-0}; $TRIALS trials" >&2
+echo "# $(nproc) cores, kernel $(uname -r); $BUSY spinner(s); ${AFTER_KIB:-8192} KiB past the threshold; NOHUGE=${NOHUGE:-0} BASE=${BASE:-64} HIGH=${HIGH:-}; $TRIALS trials" >&2
 for _ in $(seq 1 "$TRIALS"); do
     "$WORK/floor" "$CG" 8 16
 done >"$WORK/lines"
