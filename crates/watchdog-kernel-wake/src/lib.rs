@@ -21,14 +21,19 @@
 //! caller can say once why it polls instead. Nothing here waits: each source hands out its
 //! file descriptor and the poll flag it wakes with, and the caller's loop polls them all.
 //! What can be armed where is written in `docs/kernel-wake.md`.
+//!
+//! [`ask_for_a_short_slice`] makes the woken loop run at once on a busy machine rather than
+//! at the next scheduler tick.
 
 #![deny(missing_docs)]
 
 mod psi;
+mod slice;
 mod v1;
 mod v2;
 
 pub use psi::{PsiSpec, PsiTrigger, Stall};
+pub use slice::{SHORT_SLICE, SliceAsked, ask_for_a_short_slice};
 pub use v1::{CgroupV1Threshold, Settled};
 pub use v2::{CgroupV2Events, Grown, MemoryEvents, ParseError, Wake, parse_memory_events};
 

@@ -17,6 +17,22 @@ use std::time::{Duration, Instant};
 
 pub use rustix::event::PollFlags;
 
+/// Asks for the short scheduler slice on the calling thread, the loop's, so that a kernel
+/// notice or a signal reaches it at once on a busy machine
+/// ([`watchdog_kernel_wake::ask_for_a_short_slice`]); says at debug level what came of it.
+pub fn ask_for_prompt_wake_ups() {
+    match watchdog_kernel_wake::ask_for_a_short_slice() {
+        Ok(watchdog_kernel_wake::SliceAsked::Set) => tracing::debug!(
+            "the loop's thread asked for a {:?} scheduler slice",
+            watchdog_kernel_wake::SHORT_SLICE
+        ),
+        Ok(watchdog_kernel_wake::SliceAsked::OtherPolicy(policy)) => tracing::debug!(
+            "the loop's thread runs under scheduling policy {policy}: its slice is left as it is"
+        ),
+        Err(e) => tracing::debug!("the loop's thread keeps the default scheduler slice: {e}"),
+    }
+}
+
 /// The reading end the loop waits on.
 #[derive(Debug)]
 pub struct Wake {

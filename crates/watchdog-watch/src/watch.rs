@@ -120,8 +120,10 @@ pub fn attach(
     }
 }
 
-/// The loop's [`Wake`], or why there is none.
+/// The loop's [`Wake`], or why there is none; the calling thread is the loop's, and asks
+/// for prompt wake-ups.
 fn new_wake() -> Result<Wake, Failure> {
+    crate::wake::ask_for_prompt_wake_ups();
     Wake::new()
         .map_err(|e| Failure::Runtime(format!("cannot create the loop's wake-up socket: {e}")))
 }
