@@ -7,22 +7,22 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::support::{
-    Gate, Group, bin, bin_as_nobody, is_root, of_kind, read_events, require, run, scratch, wait_for,
+    Gate, Group, bin, bin_as_nobody, is_root, of_kind, read_events, require, run, scratch,
+    wait_for, wait_for_start,
 };
 
-/// Waits up to 30 s for the `start` event in the events file `events`, and fails the test
-/// without it. A `--pid` watch writes it after installing its signal handlers and taking
-/// hold of the target, so a signal sent from then on is the watchdog's to handle however
-/// slowly a loaded machine started it (no sleep guesses when that is).
+/// `watchdog --gpu off --events EVENTS --pid PID` with its stderr piped, once its `start`
+/// event says it watches PID (see [`wait_for_start`]).
 #[track_caller]
-fn wait_for_start(events: &Path) {
-    let started =
-        || std::fs::read_to_string(events).is_ok_and(|t| t.contains("\"event\":\"start\""));
-    assert!(
-        wait_for(Duration::from_secs(30), started),
-        "the watch never started: no start event in {}",
-        events.display()
-    );
+fn watch_pid_started(events: &Path, pid: u32) -> std::process::Child {
+    let watchdog = bin()
+        .args(["--gpu", "off", "--events", events.to_str().unwrap()])
+        .args(["--pid", &pid.to_string()])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_start(events);
+    watchdog
 }
 
 /// Asserts exit status 2 and a one-line stderr containing every fragment.
@@ -671,13 +671,7 @@ fn pid_mode_exits_0_with_a_summary_when_the_target_exits() {
             .spawn()
             .unwrap(),
     );
-    let watchdog = bin()
-        .args(["--gpu", "off", "--events", events.to_str().unwrap()])
-        .args(["--pid", &target.id().to_string()])
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_for_start(&events);
+    let watchdog = watch_pid_started(&events, target.id());
     gate.release();
     let out = watchdog.wait_with_output().unwrap();
     target.wait().unwrap();
@@ -700,14 +694,8 @@ fn pid_mode_reads_the_exit_status_its_parent_reaped() {
         let script = format!("read _ < '{}'; {end}", gate.path().display());
         let mut target = Command::new("sh").args(["-c", &script]).spawn().unwrap();
         let pid = target.id();
-        let watchdog = bin()
-            .args(["--gpu", "off", "--events", events.to_str().unwrap()])
-            .args(["--pid", &pid.to_string()])
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
         // The target ends once it is watched; its parent (this test) reaps it at once.
-        wait_for_start(&events);
+        let watchdog = watch_pid_started(&events, pid);
         gate.release();
         target.wait().unwrap();
         let out = watchdog.wait_with_output().unwrap();
@@ -837,14 +825,8 @@ fn sigterm_stops_a_pid_watch_with_a_summary_and_leaves_the_target() {
             .spawn()
             .unwrap(),
     );
-    let watchdog = bin()
-        .args(["--gpu", "off", "--events", events.to_str().unwrap()])
-        .args(["--pid", &target.id().to_string()])
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
     // Before the start event SIGTERM may find no handler yet: killed, not stopped (143).
-    wait_for_start(&events);
+    let watchdog = watch_pid_started(&events, target.id());
     Command::new("kill")
         .args(["-TERM", &watchdog.id().to_string()])
         .status()

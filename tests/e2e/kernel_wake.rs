@@ -4,7 +4,7 @@
 //! is listed unarmed with the reason and the run is still watched by polling.
 
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde_json::Value;
 
@@ -62,14 +62,7 @@ fn leak_in(cg: &MemoryCgroup, gate: &std::path::Path, chunks: u32, mib: u32) -> 
 /// Opens the gate once the watchdog's `start` event is written, so the leak starts while
 /// it watches; returns that event.
 fn start_event_then_open(scene: &Scene, gate: &std::path::Path) -> Value {
-    assert!(
-        wait_for(Duration::from_secs(30), || !of_kind(
-            &read_events(&scene.events),
-            "start"
-        )
-        .is_empty()),
-        "no start event"
-    );
+    wait_for_start(&scene.events);
     std::fs::write(gate, "").unwrap();
     of_kind(&read_events(&scene.events), "start")[0].clone()
 }

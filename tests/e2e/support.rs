@@ -235,6 +235,21 @@ pub fn report_events<'a>(report: &'a Value, kind: &str) -> Vec<&'a Value> {
         .unwrap_or_default()
 }
 
+/// Waits up to 30 s for the `start` event in the events file `events`, and fails the test
+/// without it. A `--pid` watch writes it after installing its signal handlers and taking
+/// hold of the target, so a signal sent from then on is the watchdog's to handle however
+/// slowly a loaded machine started it (no sleep guesses when that is).
+#[track_caller]
+pub fn wait_for_start(events: &Path) {
+    let started =
+        || std::fs::read_to_string(events).is_ok_and(|t| t.contains("\"event\":\"start\""));
+    assert!(
+        wait_for(Duration::from_secs(30), started),
+        "the watch never started: no start event in {}",
+        events.display()
+    );
+}
+
 /// Waits until `f` holds or `timeout` passes.
 pub fn wait_for(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
     let end = Instant::now() + timeout;
