@@ -30,27 +30,13 @@
 #include <time.h>
 #include <unistd.h>
 
-static volatile int64_t sig_ns;
+#include "cgroup_bench.h"
 
-static int64_t now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
+static volatile int64_t sig_ns;
 
 static void on_usr1(int sig) {
     (void)sig;
     if (!sig_ns) sig_ns = now_ns();
-}
-
-static long read_number(const char *path) {
-    FILE *f = fopen(path, "r");
-    long v = -1;
-    if (f) {
-        if (fscanf(f, "%ld", &v) != 1) v = -1;
-        fclose(f);
-    }
-    return v;
 }
 
 /* The child: joins the cgroup, touches the base, says so on `ready`, waits for `go`, jumps,
@@ -102,16 +88,15 @@ int main(int argc, char **argv) {
 
     char byte, path[512];
     if (read(up[0], &byte, 1) != 1) return 3;
+    long usage = read_number(dir, "memory.usage_in_bytes");
     snprintf(path, sizeof path, "%s/memory.usage_in_bytes", dir);
-    long usage = read_number(path);
     int usage_fd = open(path, O_RDONLY);
     snprintf(path, sizeof path, "%s/cgroup.event_control", dir);
     int control = open(path, O_WRONLY);
     int efd = eventfd(0, EFD_NONBLOCK);
     int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-    char text[128];
-    int n = snprintf(text, sizeof text, "%d %d %ld", efd, usage_fd, usage + above);
-    if (usage < 0 || usage_fd < 0 || control < 0 || pidfd < 0 || write(control, text, n) != n) {
+    if (usage < 0 || usage_fd < 0 || control < 0 || pidfd < 0 ||
+        arm(control, efd, usage_fd, usage + above) != 0) {
         perror("arming the threshold");
         kill(pid, SIGKILL);
         return 2;
@@ -119,8 +104,7 @@ int main(int argc, char **argv) {
     int high = eventfd(0, EFD_NONBLOCK);
     snprintf(path, sizeof path, "%s/memory.stat", dir);
     int stat_fd = open(path, O_RDONLY);
-    n = snprintf(text, sizeof text, "%d %d %ld", high, usage_fd, usage + (64 << 10));
-    if (getenv("HIGH") && (stat_fd < 0 || write(control, text, n) != n)) {
+    if (getenv("HIGH") && (stat_fd < 0 || arm(control, high, usage_fd, usage + (64 << 10)) != 0)) {
         perror("arming the high threshold");
         kill(pid, SIGKILL);
         return 2;

@@ -21,14 +21,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cgroup_bench.h"
+
 static volatile sig_atomic_t got;
 static volatile int64_t sig_ns;
-
-static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static void on_usr1(int sig) {
     (void)sig;
@@ -50,14 +46,10 @@ static long rss_bytes(void) {
 /* The cgroup_memory figure of the v1 memory cgroup `dir`: usage less file cache, or -1. */
 static long cgroup_used(const char *dir) {
     char path[4096], key[64];
-    long usage = -1, value, cache = 0;
-    snprintf(path, sizeof path, "%s/memory.usage_in_bytes", dir);
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    if (fscanf(f, "%ld", &usage) != 1) usage = -1;
-    fclose(f);
+    long usage = read_number(dir, "memory.usage_in_bytes"), value, cache = 0;
+    if (usage < 0) return -1;
     snprintf(path, sizeof path, "%s/memory.stat", dir);
-    f = fopen(path, "r");
+    FILE *f = fopen(path, "r");
     if (!f) return -1;
     while (fscanf(f, "%63s %ld", key, &value) == 2)
         if (!strcmp(key, "total_active_file") || !strcmp(key, "total_inactive_file")) cache += value;

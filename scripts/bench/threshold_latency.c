@@ -25,14 +25,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cgroup_bench.h"
+
 static int line_fd, high_fd;
 static volatile int64_t line_woke, high_woke;
-
-static int64_t now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
 
 /* Polls both eventfds until the line's is signalled (or 5 s pass). */
 static void *waiter(void *unused) {
@@ -48,25 +44,6 @@ static void *waiter(void *unused) {
             return NULL;
         }
     }
-}
-
-static long read_number(const char *dir, const char *file) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", dir, file);
-    FILE *f = fopen(path, "r");
-    long v = -1;
-    if (f) {
-        if (fscanf(f, "%ld", &v) != 1) v = -1;
-        fclose(f);
-    }
-    return v;
-}
-
-/* Registers `level` on eventfd `efd` through the cgroup's cgroup.event_control. */
-static int arm(int control, int efd, int usage_fd, long level) {
-    char text[128];
-    int n = snprintf(text, sizeof text, "%d %d %ld", efd, usage_fd, level);
-    return write(control, text, n) == n ? 0 : -1;
 }
 
 int main(int argc, char **argv) {
