@@ -96,8 +96,7 @@ impl Signals {
             .map_err(|e| Failure::Runtime(format!("cannot catch SIGHUP: {e}")))?;
         let record_now = Arc::new(AtomicBool::new(false));
         let _ = signal_hook::flag::register(libc::SIGUSR2, record_now.clone());
-        watchdog_watch::wake::ask_for_prompt_wake_ups();
-        let wake = Wake::new()
+        let wake = Wake::for_this_loop()
             .and_then(|w| {
                 w.on_signals(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP])
                     .map(|()| w)

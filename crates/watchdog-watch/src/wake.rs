@@ -20,7 +20,7 @@ pub use rustix::event::PollFlags;
 /// Asks for the short scheduler slice on the calling thread, the loop's, so that a kernel
 /// notice or a signal reaches it at once on a busy machine
 /// ([`watchdog_kernel_wake::ask_for_a_short_slice`]); says at debug level what came of it.
-pub fn ask_for_prompt_wake_ups() {
+fn ask_for_prompt_wake_ups() {
     match watchdog_kernel_wake::ask_for_a_short_slice() {
         Ok(watchdog_kernel_wake::SliceAsked::Set) => tracing::debug!(
             "the loop's thread asked for a {:?} scheduler slice",
@@ -121,6 +121,13 @@ impl Wake {
             read,
             write: Arc::new(write),
         })
+    }
+
+    /// The wake of the loop that runs on the calling thread, which asks for prompt
+    /// wake-ups first.
+    pub fn for_this_loop() -> io::Result<Wake> {
+        ask_for_prompt_wake_ups();
+        Wake::new()
     }
 
     /// A handle that wakes this loop from another thread.

@@ -120,11 +120,9 @@ pub fn attach(
     }
 }
 
-/// The loop's [`Wake`], or why there is none; the calling thread is the loop's, and asks
-/// for prompt wake-ups.
+/// The loop's [`Wake`] (the calling thread is the loop's), or why there is none.
 fn new_wake() -> Result<Wake, Failure> {
-    crate::wake::ask_for_prompt_wake_ups();
-    Wake::new()
+    Wake::for_this_loop()
         .map_err(|e| Failure::Runtime(format!("cannot create the loop's wake-up socket: {e}")))
 }
 
