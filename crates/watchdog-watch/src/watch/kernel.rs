@@ -144,6 +144,18 @@ struct V1Thresholds {
     disarmed: bool,
 }
 
+/// Which v1 level's crossing woke a tick (the line when both were).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Crossed {
+    /// No crossing woke it.
+    #[default]
+    Neither,
+    /// The high: a new high was reached.
+    High,
+    /// The alert line.
+    Line,
+}
+
 /// What woke the loop, from [`KernelWake::consume`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Woke {
@@ -177,9 +189,10 @@ pub struct KernelWake {
     crossing: Option<(u64, u64)>,
     /// `cgroup.event_control` writes between a crossing and its alert, over the run.
     writes_before_signal: u32,
-    /// This tick was woken by a v1 crossing: the high is left where it is until a tick
-    /// that was not (see [`after_tick`](Self::after_tick)).
-    woken_by_crossing: bool,
+    /// The v1 crossing that woke this tick: the high is left where it is until a tick
+    /// that was not woken by one, and the line is armed again when its crossing found the
+    /// sample under the alert level (see [`after_tick`](Self::after_tick)).
+    woken_by: Crossed,
 }
 
 impl KernelWake {
@@ -334,17 +347,18 @@ impl KernelWake {
     pub fn consume(&mut self) -> Woke {
         let mut woke = Woke::default();
         if let Some(v1) = &self.v1 {
-            let mut crossed = false;
-            for level in [&v1.line, &v1.high] {
+            let mut crossed = Crossed::Neither;
+            for (level, which) in [(&v1.high, Crossed::High), (&v1.line, Crossed::Line)] {
                 if level.wanted().is_none() {
                     continue;
                 }
                 match level.threshold.consume() {
-                    Ok(n) => crossed |= n > 0,
+                    Ok(n) if n > 0 => crossed = which,
+                    Ok(_) => {}
                     Err(e) => tracing::debug!("{V1}: {e}"),
                 }
             }
-            if crossed {
+            if crossed != Crossed::Neither {
                 tracing::debug!(
                     "{V1}: crossed (line at {:?}, high at {:?})",
                     v1.line.wanted(),
@@ -353,9 +367,11 @@ impl KernelWake {
                 let (begun, done) = v1.control_writes();
                 // Read one after the other: a write may finish between the two loads.
                 self.crossing = Some((begun, begun.saturating_sub(done)));
-                self.woken_by_crossing = true;
+                if self.woken_by != Crossed::Line {
+                    self.woken_by = crossed;
+                }
+                woke.cgroup = true;
             }
-            woke.cgroup |= crossed;
         }
         if let Some(v2) = &mut self.v2 {
             match v2.on_wake() {
@@ -440,33 +456,41 @@ impl KernelWake {
     /// the signal sent. It follows at the next tick no crossing woke; meanwhile the
     /// resource is sampled as the engine plans (at `interval` while it rises) and the line
     /// stays armed.
+    ///
+    /// A line crossing whose sample is under the alert level arms the line again at once:
+    /// the kernel counts the line as crossed and says nothing when usage rises through it
+    /// again, but its usage moves without it looking (the per-CPU charge batches drained,
+    /// page cache grown), so the sample read after the notice can be a page under the line.
+    /// A fresh registration looks at usage as it is (and one that finds usage already past
+    /// it wakes the loop at once).
     pub fn after_tick(&mut self, engine: &mut Engine) {
         self.crossing = None;
-        let hold_high = std::mem::take(&mut self.woken_by_crossing);
+        let woken_by = std::mem::take(&mut self.woken_by);
         let cache = std::mem::take(&mut self.tick_cache);
         if let Some((used, limit)) = self.tick_memory.take() {
-            self.after_sample(engine, used, cache, limit, hold_high);
+            self.after_sample(engine, used, cache, limit, woken_by);
         }
     }
 
     /// After a sample of the cgroup (`used` is `cgroup_memory`, `cache` its page cache,
     /// `limit` the limit it was read with): moves the line to the engine's alert level plus
-    /// the cache when that moved and the high to its wake level, or disarms both while cache
-    /// keeps usage near the limit (and arms them again once usage falls back), telling the
-    /// engine either way; the high is left where it is when `hold_high` (a crossing woke
-    /// this tick: see [`after_tick`](Self::after_tick)).
+    /// the cache when that moved, or when its crossing (`woken_by`) found `used` under the
+    /// alert level, and the high to its wake level, or disarms both while cache keeps usage
+    /// near the limit (and arms them again once usage falls back), telling the engine either
+    /// way; the high is left where it is when a crossing woke this tick (see
+    /// [`after_tick`](Self::after_tick)).
     pub fn after_sample(
         &mut self,
         engine: &mut Engine,
         used: u64,
         cache: u64,
         limit: u64,
-        hold_high: bool,
+        woken_by: Crossed,
     ) {
         let Some(v1) = &mut self.v1 else {
             return;
         };
-        if let Err(e) = v1.follow(engine, used, cache, limit, hold_high) {
+        if let Err(e) = v1.follow(engine, used, cache, limit, woken_by) {
             // Said once: the thresholds are dropped, the engine told, the cgroup polled.
             tracing::info!("{V1} cannot be moved, polling instead: {e}");
             engine.set_kernel_wake(v1.id, false);
@@ -491,8 +515,9 @@ impl V1Thresholds {
         used: u64,
         cache: u64,
         limit: u64,
-        hold_high: bool,
+        woken_by: Crossed,
     ) -> Result<(), Unarmable> {
+        let hold_high = woken_by != Crossed::Neither;
         if limit != 0 && limit != u64::MAX {
             self.limit = limit;
         }
@@ -532,7 +557,15 @@ impl V1Thresholds {
             let stale = self.line.wanted().is_none_or(|at| {
                 at > target.saturating_add(slack) || (at <= usage && target > usage)
             });
-            if stale {
+            // Its crossing found the sample under the line: the kernel will not say it again.
+            let unheard = woken_by == Crossed::Line && usage < target;
+            if unheard && !stale {
+                tracing::debug!(
+                    "{V1}: line crossed, the sample under it (usage {usage}, cache {cache}): \
+                     armed again at {target}"
+                );
+            }
+            if stale || unheard {
                 tracing::debug!(
                     "{V1}: line moved from {:?} to {target} (usage {usage}, cache {cache})",
                     self.line.wanted()
@@ -742,78 +775,148 @@ mod tests {
         };
         let unarmed_fds = fds(&k);
         observe(&mut engine, 10 * MIB, limit);
-        k.after_sample(&mut engine, 10 * MIB, 0, limit, false);
+        k.after_sample(&mut engine, 10 * MIB, 0, limit, Crossed::Neither);
         assert!(
             fds(&k) > unarmed_fds,
             "the line is armed at the first sample"
         );
         // 253 MiB of usage, 200 of it page cache: within a 64th of the limit.
         observe(&mut engine, 53 * MIB, limit);
-        k.after_sample(&mut engine, 53 * MIB, 200 * MIB, limit, false);
+        k.after_sample(&mut engine, 53 * MIB, 200 * MIB, limit, Crossed::Neither);
         assert_eq!(k.covered(), None, "cache near the limit must disarm");
         assert_eq!(fds(&k), unarmed_fds, "a disarmed threshold is not polled");
         // Still there: stays disarmed.
-        k.after_sample(&mut engine, 53 * MIB, 199 * MIB, limit, false);
+        k.after_sample(&mut engine, 53 * MIB, 199 * MIB, limit, Crossed::Neither);
         assert_eq!(k.covered(), None);
         // The cache reclaimed: armed again.
-        k.after_sample(&mut engine, 53 * MIB, 10 * MIB, limit, false);
+        k.after_sample(&mut engine, 53 * MIB, 10 * MIB, limit, Crossed::Neither);
         assert_eq!(k.covered(), Some(ResourceId(0)));
         assert!(fds(&k) > unarmed_fds);
     }
 
-    #[test]
-    fn a_process_crossing_the_alert_line_signals_the_line_at_once() {
+    /// Whether the line's eventfds (the armed one, and the one being armed) are ready within
+    /// `ms`: PSI, also armed, is left out.
+    fn line_ready(k: &KernelWake, ms: i32) -> bool {
         use std::os::fd::AsFd as _;
-        let limit = 256 * MIB;
-        let Some((cg, mut k)) = armed_cgroup("kernel-line", limit) else {
-            return;
+        let mut fds = Vec::new();
+        let v1 = k.v1.as_ref().expect("v1 thresholds");
+        v1.line.each_fd(&mut |fd: BorrowedFd<'_>, flags| {
+            fds.push((fd.try_clone_to_owned().expect("dup"), flags));
+        });
+        assert!(!fds.is_empty(), "the line is not armed");
+        let mut polled: Vec<_> = fds
+            .iter()
+            .map(|(fd, flags)| rustix::event::PollFd::from_borrowed_fd(fd.as_fd(), *flags))
+            .collect();
+        let timeout = rustix::event::Timespec {
+            tv_sec: i64::from(ms / 1000),
+            tv_nsec: i64::from(ms % 1000) * 1_000_000,
         };
-        let mut engine = cgroup_engine();
-        observe(&mut engine, 0, limit);
-        k.after_sample(&mut engine, 0, 0, limit, false);
-        let line = engine.alert_level(ResourceId(0)).expect("an alert level");
-        assert!(line > 240 * MIB && line < 245 * MIB, "{line}");
-        // Whether the line's eventfds (the armed one, and the one being armed) are ready
-        // within `ms`: PSI, also armed, is left out.
-        let line_ready = |k: &KernelWake, ms: i32| {
-            let mut fds = Vec::new();
-            let v1 = k.v1.as_ref().expect("v1 thresholds");
-            v1.line.each_fd(&mut |fd: BorrowedFd<'_>, flags| {
-                fds.push((fd.try_clone_to_owned().expect("dup"), flags));
-            });
-            assert!(!fds.is_empty(), "the line is not armed");
-            let mut polled: Vec<_> = fds
-                .iter()
-                .map(|(fd, flags)| rustix::event::PollFd::from_borrowed_fd(fd.as_fd(), *flags))
-                .collect();
-            let timeout = rustix::event::Timespec {
-                tv_sec: i64::from(ms / 1000),
-                tv_nsec: i64::from(ms % 1000) * 1_000_000,
-            };
-            rustix::event::poll(&mut polled, Some(&timeout)).expect("poll") > 0
-        };
-        assert!(!line_ready(&k, 0), "nothing crossed the line yet");
-        // A process in the cgroup touches memory a MiB at a time until the cgroup's usage is
-        // 2 MiB over the line, under the limit. (A fixed 236 MiB crossed the line by 1-6 MiB,
-        // as much as the interpreter's own pages happened to be charged here: not always.)
-        let tasks = cg.0.join("tasks");
-        let usage = cg.0.join("memory.usage_in_bytes");
-        let mut child = std::process::Command::new("sh")
+        rustix::event::poll(&mut polled, Some(&timeout)).expect("poll") > 0
+    }
+
+    /// A process holding memory, killed and reaped on drop (before its cgroup is removed).
+    struct Held(std::process::Child);
+    impl Drop for Held {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    /// A process in `cg` touching memory a MiB at a time until the cgroup's usage is at
+    /// least `usage`, then sleeping. (A fixed size crossed a level by 1-6 MiB, as much as
+    /// the interpreter's own pages happened to be charged here: not always.)
+    fn hold_usage_at(cg: &Cgroup, usage: u64) -> Held {
+        let child = std::process::Command::new("sh")
             .arg("-c")
             .arg(format!(
                 "echo $$ > {} && exec python3 -c 'import sys, time; b = [bytearray(1 << 20) \
-                 for _ in iter(lambda: int(open(sys.argv[1]).read()) < {}, False)]; \
-                 time.sleep(30)' {}",
-                tasks.display(),
-                line + 2 * MIB,
-                usage.display()
+                 for _ in iter(lambda: int(open(sys.argv[1]).read()) < {usage}, False)]; \
+                 time.sleep(60)' {}",
+                cg.0.join("tasks").display(),
+                cg.0.join("memory.usage_in_bytes").display()
             ))
             .spawn()
             .expect("spawn the allocating process");
-        let woke = line_ready(&k, 20_000);
-        let _ = child.kill();
-        let _ = child.wait();
-        assert!(woke, "no wake-up from the line within 20 s");
+        Held(child)
+    }
+
+    /// A cgroup of 256 MiB whose line is armed from a first sample, and the line.
+    fn cgroup_with_its_line(name: &str) -> Option<(Cgroup, KernelWake, Engine, u64)> {
+        let limit = 256 * MIB;
+        let (cg, mut k) = armed_cgroup(name, limit)?;
+        let mut engine = cgroup_engine();
+        observe(&mut engine, 0, limit);
+        k.after_sample(&mut engine, 0, 0, limit, Crossed::Neither);
+        let line = engine.alert_level(ResourceId(0)).expect("an alert level");
+        assert!(line > 240 * MIB && line < 245 * MIB, "{line}");
+        // Registered on the worker thread: taken once it is (at a later sample).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while k.v1.as_ref().is_some_and(|v1| v1.line.moving_to.is_some()) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the line not armed in 30 s"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            k.after_sample(&mut engine, 0, 0, limit, Crossed::Neither);
+        }
+        assert_eq!(k.v1.as_ref().and_then(|v1| v1.line.at), Some(line));
+        assert!(!line_ready(&k, 0), "nothing crossed the line yet");
+        Some((cg, k, engine, line))
+    }
+
+    #[test]
+    fn a_process_crossing_the_alert_line_signals_the_line_at_once() {
+        let Some((cg, mut k, _engine, line)) = cgroup_with_its_line("kernel-line") else {
+            return;
+        };
+        let _held = hold_usage_at(&cg, line + 2 * MIB);
+        assert!(
+            line_ready(&k, 20_000),
+            "no wake-up from the line within 20 s"
+        );
         assert!(k.consume().cgroup, "the wake-up is the cgroup's");
+        assert_eq!(k.woken_by, Crossed::Line);
+    }
+
+    #[test]
+    fn a_line_crossing_whose_sample_is_under_the_line_arms_it_again_and_is_heard_again() {
+        let Some((cg, mut k, mut engine, line)) = cgroup_with_its_line("kernel-again") else {
+            return;
+        };
+        let limit = 256 * MIB;
+        let _held = hold_usage_at(&cg, line + 2 * MIB);
+        let moving = |k: &KernelWake| k.v1.as_ref().and_then(|v1| v1.line.moving_to);
+        assert!(
+            line_ready(&k, 20_000),
+            "no wake-up from the line within 20 s"
+        );
+        assert!(k.consume().cgroup);
+        // A sample at or past the line (it alerts): the line stays where it is.
+        k.note(&watchdog_types::Sample {
+            resource: ResourceId(0),
+            t_ns: 0,
+            used: line + MIB,
+            limit,
+        });
+        k.after_tick(&mut engine);
+        assert_eq!(moving(&k), None, "a crossing heard is not armed again");
+        // The kernel counts the line as crossed from here: usage holds past it and no
+        // notice comes again.
+        assert!(!line_ready(&k, 0));
+        // A crossing whose sample is a page under the line (the per-CPU charge batches
+        // drained, page cache grown): armed again, and usage already past it is heard.
+        k.after_sample(&mut engine, line - 4096, 0, limit, Crossed::Line);
+        assert_eq!(
+            moving(&k),
+            Some(line),
+            "the line is armed again where it was"
+        );
+        assert!(
+            line_ready(&k, 20_000),
+            "usage past the line armed again woke no one within 20 s"
+        );
+        assert!(k.consume().cgroup);
     }
 }
