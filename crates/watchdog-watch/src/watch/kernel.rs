@@ -142,6 +142,9 @@ struct V1Thresholds {
     limit: u64,
     /// Disarmed while page cache keeps usage near the limit.
     disarmed: bool,
+    /// The usage (`cgroup_memory` plus cache) of the last sample: a line notice after one
+    /// at or past the line was a fall through it.
+    last_usage: u64,
 }
 
 /// Which v1 level's crossing woke a tick (the line when both were).
@@ -522,6 +525,7 @@ impl V1Thresholds {
             self.limit = limit;
         }
         let usage = used.saturating_add(cache);
+        let last_usage = std::mem::replace(&mut self.last_usage, usage);
         let margin = (self.limit / NEAR_LIMIT).max(MIN_MARGIN);
         let near = self.limit.saturating_sub(margin);
         if cache >= margin && usage >= near {
@@ -557,8 +561,11 @@ impl V1Thresholds {
             let stale = self.line.wanted().is_none_or(|at| {
                 at > target.saturating_add(slack) || (at <= usage && target > usage)
             });
-            // Its crossing found the sample under the line: the kernel will not say it again.
-            let unheard = woken_by == Crossed::Line && usage < target;
+            // A rise through the line the sample does not show: the kernel will not say it
+            // again. (A fall through it, from a sample past it, it will.)
+            let unheard = woken_by == Crossed::Line
+                && usage < target
+                && self.line.wanted().is_some_and(|at| last_usage < at);
             if unheard && !stale {
                 tracing::debug!(
                     "{V1}: line crossed, the sample under it (usage {usage}, cache {cache}): \
@@ -618,6 +625,7 @@ fn arm_v1(dir: &Path, cg: &CgroupWake) -> Result<V1Thresholds, Unarmable> {
         id: cg.id,
         limit: cg.limit,
         disarmed: false,
+        last_usage: 0,
     })
 }
 
@@ -893,20 +901,12 @@ mod tests {
             "no wake-up from the line within 20 s"
         );
         assert!(k.consume().cgroup);
-        // A sample at or past the line (it alerts): the line stays where it is.
-        k.note(&watchdog_types::Sample {
-            resource: ResourceId(0),
-            t_ns: 0,
-            used: line + MIB,
-            limit,
-        });
-        k.after_tick(&mut engine);
-        assert_eq!(moving(&k), None, "a crossing heard is not armed again");
-        // The kernel counts the line as crossed from here: usage holds past it and no
-        // notice comes again.
+        // The kernel counts the line as crossed from here: usage holds past it and no notice
+        // comes again.
         assert!(!line_ready(&k, 0));
-        // A crossing whose sample is a page under the line (the per-CPU charge batches
-        // drained, page cache grown): armed again, and usage already past it is heard.
+        // The crossing's sample is a page under the line (the per-CPU charge batches
+        // drained, page cache grown), the last one was under it too: a rise the sample does
+        // not show. Armed again, and usage already past the line is heard.
         k.after_sample(&mut engine, line - 4096, 0, limit, Crossed::Line);
         assert_eq!(
             moving(&k),
@@ -918,5 +918,29 @@ mod tests {
             "usage past the line armed again woke no one within 20 s"
         );
         assert!(k.consume().cgroup);
+        // A crossing whose sample is past the line (it alerts): left where it is.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while moving(&k).is_some() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "not armed again in 30 s"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            k.after_sample(&mut engine, line + MIB, 0, limit, Crossed::Line);
+        }
+        k.after_sample(&mut engine, line + MIB, 0, limit, Crossed::Line);
+        assert_eq!(
+            moving(&k),
+            None,
+            "a crossing the sample shows is not armed again"
+        );
+        // A notice whose sample is under the line after one past it: a fall through the
+        // line, which the kernel said and will say again when usage rises: left too.
+        k.after_sample(&mut engine, line - 4096, 0, limit, Crossed::Line);
+        assert_eq!(
+            moving(&k),
+            None,
+            "a fall through the line is not armed again"
+        );
     }
 }
