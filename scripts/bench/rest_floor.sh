@@ -17,7 +17,8 @@
 # Env:   DURATION=60 WARMUP=8 REPEAT=3 WATCHDOG=target/release/watchdog MODES="pusmlf -"
 #        VARIANTS="NAME:VAR=VALUE[,VAR=VALUE] ...": more watchdogs in the same windows, each
 #          the same binary with those variables in its environment (an A/B of a change gated
-#          on a variable; NAME:- for none), printed as watchdog:NAME
+#          on a variable; NAME:- for none), printed as watchdog:NAME; WD_BIN=PATH among
+#          them runs that binary instead (an A/B of two builds)
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -68,7 +69,7 @@ for run in $(seq 1 "$REPEAT"); do
             watchdog) (cd /tmp && exec "$WATCHDOG" --pid "$t" --no-notify --no-status -q \
                 --request-file "$WORK/req.json" 2>"$WORK/wd.err") & ;;
             watchdog:*) (cd /tmp && IFS=, read -ra kv <<<"${env_of[$name]}" && [ "${kv[0]}" = - ] || export "${kv[@]}"
-                exec "$WATCHDOG" --pid "$t" --no-notify --no-status -q \
+                exec "${WD_BIN:-$WATCHDOG}" --pid "$t" --no-notify --no-status -q \
                 --request-file "$WORK/req-${name#watchdog:}.json" 2>"$WORK/wd-${name#watchdog:}.err") & ;;
             floor:*) "$WORK/rest_floor" "$CG" "$t" "${name#floor:}" & ;;
             earlyoom) earlyoom --dryrun -r 0 >/dev/null 2>&1 & ;;
