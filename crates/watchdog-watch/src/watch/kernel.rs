@@ -465,7 +465,8 @@ impl KernelWake {
     /// again, but its usage moves without it looking (the per-CPU charge batches drained,
     /// page cache grown), so the sample read after the notice can be a page under the line.
     /// A fresh registration looks at usage as it is (and one that finds usage already past
-    /// it wakes the loop at once).
+    /// it wakes the loop at once). A notice after a sample past the line was a fall, which
+    /// the kernel saw: the line is left where it is.
     pub fn after_tick(&mut self, engine: &mut Engine) {
         self.crossing = None;
         let woken_by = std::mem::take(&mut self.woken_by);
