@@ -147,8 +147,9 @@ struct V1Thresholds {
     last_usage: u64,
 }
 
-/// Which v1 level's crossing woke a tick (the line when both were).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Which v1 level's crossing woke a tick; ordered, so the line outranks the high when both
+/// were crossed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub enum Crossed {
     /// No crossing woke it.
     #[default]
@@ -351,12 +352,12 @@ impl KernelWake {
         let mut woke = Woke::default();
         if let Some(v1) = &self.v1 {
             let mut crossed = Crossed::Neither;
-            for (level, which) in [(&v1.high, Crossed::High), (&v1.line, Crossed::Line)] {
+            for (level, which) in [(&v1.line, Crossed::Line), (&v1.high, Crossed::High)] {
                 if level.wanted().is_none() {
                     continue;
                 }
                 match level.threshold.consume() {
-                    Ok(n) if n > 0 => crossed = which,
+                    Ok(n) if n > 0 => crossed = crossed.max(which),
                     Ok(_) => {}
                     Err(e) => tracing::debug!("{V1}: {e}"),
                 }
@@ -370,9 +371,7 @@ impl KernelWake {
                 let (begun, done) = v1.control_writes();
                 // Read one after the other: a write may finish between the two loads.
                 self.crossing = Some((begun, begun.saturating_sub(done)));
-                if self.woken_by != Crossed::Line {
-                    self.woken_by = crossed;
-                }
+                self.woken_by = self.woken_by.max(crossed);
                 woke.cgroup = true;
             }
         }
@@ -567,15 +566,14 @@ impl V1Thresholds {
             let unheard = woken_by == Crossed::Line
                 && usage < target
                 && self.line.wanted().is_some_and(|at| last_usage < at);
-            if unheard && !stale {
-                tracing::debug!(
-                    "{V1}: line crossed, the sample under it (usage {usage}, cache {cache}): \
-                     armed again at {target}"
-                );
-            }
             if stale || unheard {
+                let why = if stale {
+                    ""
+                } else {
+                    "; crossed, the sample under it"
+                };
                 tracing::debug!(
-                    "{V1}: line moved from {:?} to {target} (usage {usage}, cache {cache})",
+                    "{V1}: line moved from {:?} to {target} (usage {usage}, cache {cache}){why}",
                     self.line.wanted()
                 );
                 self.line.move_to(target)?;
@@ -851,28 +849,41 @@ mod tests {
         Held(child)
     }
 
-    /// A cgroup of 256 MiB whose line is armed from a first sample, and the line.
+    /// The limit of [`cgroup_with_its_line`]'s cgroup.
+    const LINE_CGROUP_LIMIT: u64 = 256 * MIB;
+
+    /// A cgroup of [`LINE_CGROUP_LIMIT`] whose line is armed from a first sample, and the line.
     fn cgroup_with_its_line(name: &str) -> Option<(Cgroup, KernelWake, Engine, u64)> {
-        let limit = 256 * MIB;
+        let limit = LINE_CGROUP_LIMIT;
         let (cg, mut k) = armed_cgroup(name, limit)?;
         let mut engine = cgroup_engine();
         observe(&mut engine, 0, limit);
         k.after_sample(&mut engine, 0, 0, limit, Crossed::Neither);
         let line = engine.alert_level(ResourceId(0)).expect("an alert level");
         assert!(line > 240 * MIB && line < 245 * MIB, "{line}");
-        // Registered on the worker thread: taken once it is (at a later sample).
+        until_the_line_settles(&mut k, &mut engine, 0, Crossed::Neither);
+        assert_eq!(k.v1.as_ref().and_then(|v1| v1.line.at), Some(line));
+        assert!(!line_ready(&k, 0), "nothing crossed the line yet");
+        Some((cg, k, engine, line))
+    }
+
+    /// Samples `used` (woken by `woken_by`) every 5 ms until the line's move, registered on
+    /// the worker thread, is taken; fails after 30 s.
+    fn until_the_line_settles(
+        k: &mut KernelWake,
+        engine: &mut Engine,
+        used: u64,
+        woken_by: Crossed,
+    ) {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         while k.v1.as_ref().is_some_and(|v1| v1.line.moving_to.is_some()) {
             assert!(
                 std::time::Instant::now() < deadline,
-                "the line not armed in 30 s"
+                "the line's move not taken in 30 s"
             );
             std::thread::sleep(std::time::Duration::from_millis(5));
-            k.after_sample(&mut engine, 0, 0, limit, Crossed::Neither);
+            k.after_sample(engine, used, 0, LINE_CGROUP_LIMIT, woken_by);
         }
-        assert_eq!(k.v1.as_ref().and_then(|v1| v1.line.at), Some(line));
-        assert!(!line_ready(&k, 0), "nothing crossed the line yet");
-        Some((cg, k, engine, line))
     }
 
     #[test]
@@ -894,7 +905,7 @@ mod tests {
         let Some((cg, mut k, mut engine, line)) = cgroup_with_its_line("kernel-again") else {
             return;
         };
-        let limit = 256 * MIB;
+        let limit = LINE_CGROUP_LIMIT;
         let _held = hold_usage_at(&cg, line + 2 * MIB);
         let moving = |k: &KernelWake| k.v1.as_ref().and_then(|v1| v1.line.moving_to);
         assert!(
@@ -920,15 +931,7 @@ mod tests {
         );
         assert!(k.consume().cgroup);
         // A crossing whose sample is past the line (it alerts): left where it is.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while moving(&k).is_some() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "not armed again in 30 s"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(5));
-            k.after_sample(&mut engine, line + MIB, 0, limit, Crossed::Line);
-        }
+        until_the_line_settles(&mut k, &mut engine, line + MIB, Crossed::Line);
         k.after_sample(&mut engine, line + MIB, 0, limit, Crossed::Line);
         assert_eq!(
             moving(&k),
