@@ -15,6 +15,9 @@
  *   "-" reads /proc/meminfo alone after sleeping 1 s, as earlyoom at rest does.
  *
  * Build: gcc -O2 -o rest_floor scripts/bench/rest_floor.c
+ * With -DPHASES it also writes, after every wake, the thread's CPU time so far in the wait
+ * and in the reads (`phases WAKES WAIT_NS READ_NS`, stderr; scripts/bench/wake_phases.sh);
+ * the write itself falls in neither.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -26,6 +29,7 @@
 #include <sys/socket.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 static char buf[8192];
@@ -43,6 +47,14 @@ static void read_whole(int fd) {
     if (pread(fd, buf, sizeof buf, 0) < 0)
         perror("pread");
 }
+
+#ifdef PHASES
+static unsigned long long cpu_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000000ULL + (unsigned long long)ts.tv_nsec;
+}
+#endif
 
 int main(int argc, char **argv) {
     if (argc != 4) {
@@ -72,13 +84,22 @@ int main(int argc, char **argv) {
     }
     struct pollfd fds[4] = {{pidfd, POLLIN, 0}, {line, POLLIN, 0}, {high, POLLIN, 0}, {pair[0], POLLIN, 0}};
     struct statfs fs;
+#ifdef PHASES
+    unsigned long long waited = 0, read = 0, wakes = 0, t0, t1;
+#endif
     for (;;) {
+#ifdef PHASES
+        t0 = cpu_ns();
+#endif
         if (HAS('p')) {
             if (poll(fds, 4, 940) > 0 && (fds[0].revents & POLLIN))
                 return 0; /* the target exited */
         } else {
             usleep(1000000);
         }
+#ifdef PHASES
+        t1 = cpu_ns();
+#endif
         read_whole(meminfo);
         if (HAS('u')) read_whole(usage);
         if (HAS('s')) read_whole(stat);
@@ -88,5 +109,10 @@ int main(int argc, char **argv) {
             fstatfs(tmp, &fs);
             fstatfs(shm, &fs);
         }
+#ifdef PHASES
+        read += cpu_ns() - t1;
+        waited += t1 - t0;
+        fprintf(stderr, "phases %llu %llu %llu\n", ++wakes, waited, read);
+#endif
     }
 }
