@@ -302,6 +302,36 @@ fn a_providers_preemption_notice_is_a_save_before_its_deadline() {
     }
 }
 
+/// A run that saves at the provider's notice and then exits 0 ends `preempted`, in the
+/// `exit` event as in the checkpoint record (docs/notices.md): the notice is why it ended.
+#[test]
+fn a_run_that_saves_at_the_notice_and_exits_0_is_preempted() {
+    let server = server::serve(watchdog_notice::Provider::Gce);
+    let dir = scratch();
+    let mut watchdog = start(
+        dir.path(),
+        &[
+            "--notice",
+            "gce",
+            "--notice-endpoint",
+            &server.base_url(),
+            "--notice-interval",
+            "200ms",
+        ],
+        &[("EXIT_AFTER_SAVE", "1")],
+    );
+    server.announce((now_unix() + 30.0).floor());
+    let (code, _) = exit_of(&mut watchdog, Instant::now());
+    let stderr = std::fs::read_to_string(dir.path().join("err.log")).unwrap();
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(log(dir.path()).contains("saved step"), "{stderr}");
+    let events = read_events(&dir.path().join("ev.jsonl"));
+    let exit = of_kind(&events, "exit")[0].clone();
+    assert_eq!(exit["verdict"], "preempted", "{exit}");
+    let record = std::fs::read_to_string(dir.path().join(".watchdog-checkpoints.json")).unwrap();
+    assert!(record.contains("\"verdict\":\"preempted\""), "{record}");
+}
+
 /// On a machine whose DMI names no provider, `--notice auto` asks no address at all.
 #[test]
 fn no_provider_in_the_dmi_no_request_anywhere() {

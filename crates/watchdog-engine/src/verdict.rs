@@ -60,6 +60,10 @@ pub struct SchedulerEnd {
     /// What it said, for the evidence (`the SLURM controller reports job 12 TIMEOUT
     /// (TimeLimit)`).
     pub said: String,
+    /// Announced ahead (a cloud provider's preemption notice): the verdict even when the
+    /// run then exits 0, since it ended of the notice; a controller's word after the exit
+    /// yields to a clean exit.
+    pub announced: bool,
 }
 
 /// A CUDA out-of-memory error as the run's client reported it, with what the watchdog
@@ -286,7 +290,7 @@ pub fn diagnose_with(f: &ExitFacts, cuda_oom: Option<&CudaOom>) -> Verdict {
     // 3. The scheduler's own word: its time limit, a cancel, a preemption.
     let clean_exit = matches!(f.exit, Some(TargetExit::Code(0)));
     if let Some(end) = &f.scheduler
-        && !clean_exit
+        && (!clean_exit || end.announced)
         && crash.is_none()
     {
         evidence.push(end.said.clone());
@@ -507,12 +511,13 @@ mod tests {
 
     /// The SLURM controller's word decides between a time limit, a cancel and a
     /// preemption; a clean exit or a crash is the run's own end whatever it says; an OOM
-    /// kill stays one.
+    /// kill stays one. A provider's notice is the end of a clean exit too.
     #[test]
     fn the_schedulers_word_on_how_the_job_ended() {
         let said = |kind| SchedulerEnd {
             kind,
             said: "the SLURM controller reports job 7 X".into(),
+            announced: false,
         };
         let runtime = res("runtime", ResourceKind::Runtime, 78_000, 60_000);
         let term = Some(TargetExit::Signal(libc::SIGTERM));
@@ -549,6 +554,15 @@ mod tests {
             ..facts(Some(TargetExit::Signal(libc::SIGKILL)), vec![])
         });
         assert_eq!(oom.kind, VerdictKind::OomKill);
+        // A provider's notice came before the exit: a clean exit is still its end.
+        let noticed = diagnose(&ExitFacts {
+            scheduler: Some(SchedulerEnd {
+                announced: true,
+                ..said(VerdictKind::Preempted)
+            }),
+            ..facts(Some(TargetExit::Code(0)), vec![])
+        });
+        assert_eq!(noticed.kind, VerdictKind::Preempted);
     }
 
     #[test]

@@ -1021,8 +1021,10 @@ impl Watch {
             kernel_oom_line,
             resources,
             sent_signal: None,
+            // An announced preemption is the verdict however the run ended (it may have
+            // saved and exited 0 at the notice); the controller's end, only for a failure.
             scheduler: match exit {
-                TargetExit::Code(0) => None,
+                TargetExit::Code(0) => self.preempted(),
                 _ => self.preempted().or_else(|| self.scheduler_end()),
             },
         });

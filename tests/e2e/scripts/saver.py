@@ -1,5 +1,6 @@
 """A training loop that saves when the watchdog asks: SAVE_S seconds to save (or never,
-with NEVER_ACK set), acknowledged with the path and the step. It resumes from the newest
+with NEVER_ACK set), acknowledged with the path and the step, then exits 0 with
+EXIT_AFTER_SAVE set. It resumes from the newest
 complete checkpoint of the watchdog's record (training_watchdog.record), as a run started
 again on another machine would, and says each thing it does on stdout."""
 
@@ -28,5 +29,7 @@ while True:
             json.dump({"step": step}, f)
         tw.acknowledge(path=path, step=step)
         print("saved step %d" % step, flush=True)
+        if os.environ.get("EXIT_AFTER_SAVE"):
+            sys.exit(0)
     if step >= 100000:
         sys.exit(0)

@@ -187,6 +187,7 @@ impl Watch {
                 watchdog_types::units::printable(&p.detail),
                 p.deadline_unix
             ),
+            announced: true,
         })
     }
 

@@ -345,6 +345,7 @@ impl Watch {
                     "the watchdog requeued job {} after the save before its time limit",
                     s.job.id
                 ),
+                announced: false,
             });
         }
         let service = self.run.label.slurm.is_some();
@@ -366,6 +367,7 @@ impl Watch {
                     facts.restarts.unwrap_or_default(),
                     watchdog_types::units::format_duration_s(left.max(0.0))
                 ),
+                announced: false,
             });
         }
         let kind = match facts.ending(s.job.restart_count)? {
@@ -381,6 +383,7 @@ impl Watch {
                 facts.state.as_deref().unwrap_or("?"),
                 facts.reason.as_deref().unwrap_or("?")
             ),
+            announced: false,
         })
     }
 }
