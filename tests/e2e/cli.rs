@@ -91,6 +91,20 @@ fn bad_values_are_one_line_errors_with_status_2() {
             &["--events", "/nonexistent/dir/e.jsonl", "--pid", "1"],
             &["invalid events file", "expected"],
         ),
+        (
+            &["--checkpoint-record", "/tmp", "run", "--", "true"],
+            &[
+                "invalid checkpoint record '/tmp'",
+                "expected a regular file",
+            ],
+        ),
+        (
+            &["--checkpoint-record", "/dev/null", "run", "--", "true"],
+            &[
+                "invalid checkpoint record '/dev/null'",
+                "expected a regular file",
+            ],
+        ),
         (&["run"], &["CMD"]),
         (
             &[],

@@ -296,11 +296,15 @@ impl Settings {
         }
         if let Some(path) = &self.checkpoint_record {
             let dir = watchdog_types::fs::parent_dir(path);
-            if path.file_name().is_none() || !dir.is_dir() {
+            // Written by a rename over it: anything there but a regular file (a directory,
+            // a device, a FIFO, a symlink) would never take a write.
+            let not_a_file =
+                std::fs::symlink_metadata(path).is_ok_and(|m| !m.file_type().is_file());
+            if path.file_name().is_none() || !dir.is_dir() || not_a_file {
                 return Err((
                     "checkpoint_record",
                     format!(
-                        "invalid checkpoint record {}: expected a file path in an existing directory",
+                        "invalid checkpoint record {}: expected a regular file, or none yet, in an existing directory",
                         quoted(path)
                     ),
                 ));

@@ -17,8 +17,9 @@ pub struct Book {
     path: PathBuf,
     key: String,
     attempt: u32,
-    /// A record that could not be read or written is said once.
-    said: std::cell::Cell<bool>,
+    /// A record that could not be read is said once, and one that could not be written.
+    said_read: std::cell::Cell<bool>,
+    said_write: std::cell::Cell<bool>,
 }
 
 /// The run key of `env`: `WATCHDOG_RUN_KEY`, else `slurm-<SLURM_JOB_ID>`, else `default`.
@@ -35,6 +36,14 @@ pub fn run_key(env: &[(String, String)]) -> String {
     match watchdog_slurm::Job::from_env(env) {
         Some(job) => job.key(),
         None => "default".to_string(),
+    }
+}
+
+/// Warns `what` unless `said` says it was already (a reading's and a writing's failure
+/// are each said once: the first must not silence the second).
+fn say_once(said: &std::cell::Cell<bool>, what: &str) {
+    if !said.replace(true) {
+        tracing::warn!("{}", watchdog_types::units::printable(what));
     }
 }
 
@@ -69,7 +78,8 @@ impl Book {
             path,
             key,
             attempt,
-            said: std::cell::Cell::new(false),
+            said_read: std::cell::Cell::new(false),
+            said_write: std::cell::Cell::new(false),
         }
     }
 
@@ -88,24 +98,21 @@ impl Book {
         match Record::read(&self.path) {
             Ok(r) => r.unwrap_or_default(),
             Err(e) => {
-                self.say(&format!("{e}; it is started anew"));
+                say_once(&self.said_read, &format!("{e}; it is started anew"));
                 Record::default()
             }
         }
     }
 
-    fn say(&self, what: &str) {
-        if !self.said.replace(true) {
-            tracing::warn!("{}", watchdog_types::units::printable(what));
-        }
-    }
-
     fn store(&self, record: &Record) {
         if let Err(e) = write_atomic_with(&self.path, &record.to_bytes(), Durability::Durable) {
-            self.say(&format!(
-                "cannot write the checkpoint record {}: {e}",
-                self.path.display()
-            ));
+            say_once(
+                &self.said_write,
+                &format!(
+                    "cannot write the checkpoint record {}: {e}",
+                    self.path.display()
+                ),
+            );
         }
     }
 
