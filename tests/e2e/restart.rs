@@ -661,8 +661,9 @@ sys.exit(1)
 }
 
 /// What an attempt leaves at the watchdog's own paths (a garbage acknowledgment, a
-/// symlink, a FIFO) never stops the next attempt; a user's own file at a later attempt's
-/// recording is refused before the first attempt runs (issue 29, item 1).
+/// symlink, a FIFO, a directory; the same at the next attempt's recording) never stops
+/// the next attempt, and a directory is moved aside, not emptied; a user's own file at a
+/// later attempt's recording is refused before the first attempt runs (issue 29, item 1).
 #[test]
 fn what_an_attempt_leaves_behind_never_stops_the_restart() {
     for leave in [
@@ -670,15 +671,25 @@ fn what_an_attempt_leaves_behind_never_stops_the_restart() {
         "ln -sf /etc/hostname \"$R.ack\"",
         "mkfifo \"$R.ack\"",
         "echo garbage > \"$R\"",
+        "mkdir \"$R.ack\"",
+        "mkdir \"$R\"",
+        "mkdir -p \"$R.ack/kept\"",
+        "ln -s /etc/hostname \"$A\"",
+        "mkdir \"$A\"",
+        "echo garbage > \"$A\"",
     ] {
         let dir = scratch();
         let req = dir.path().join("req.json");
+        let rec = dir.path().join("r.recording.csv");
         let script = format!(
-            "[ -n \"$WATCHDOG_RESTART\" ] && exit 0; R='{}'; {leave}; exit 1",
-            req.display()
+            "[ -n \"$WATCHDOG_RESTART\" ] && exit 0; R='{}'; A='{}'; {leave}; exit 1",
+            req.display(),
+            dir.path().join("r.attempt2.recording.csv").display()
         );
         let out = bin()
-            .args(["--gpu", "off", "--interval", "50ms", "--request-file"])
+            .args(["--gpu", "off", "--interval", "50ms", "--record"])
+            .arg(&rec)
+            .arg("--request-file")
             .arg(&req)
             .args([
                 "--restart",
@@ -696,6 +707,10 @@ fn what_an_attempt_leaves_behind_never_stops_the_restart() {
         let text = stderr(&out);
         assert_eq!(out.status.code(), Some(0), "{leave}: {text}");
         assert!(text.contains("2 attempt(s) of this run"), "{leave}: {text}");
+        if leave.contains("kept") {
+            let aside = dir.path().join("req.json.ack.left-by-attempt1/kept");
+            assert!(aside.is_dir(), "{leave}: not moved aside: {text}");
+        }
     }
     let dir = scratch();
     let mine = dir.path().join("train.attempt2.recording.csv");

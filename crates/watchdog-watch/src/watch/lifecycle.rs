@@ -81,6 +81,31 @@ struct Restarts {
     needs_s: f64,
 }
 
+/// Clears what attempt `attempt` left at one of the watchdog's own paths: a file, a
+/// symlink or a FIFO is removed (never followed); a directory is moved aside to
+/// `<name>.left-by-attempt<N>`, whole, so that nothing the run made is lost and the next
+/// attempt's outputs can still be checked.
+fn clear_left_behind(place: &RequestPlace, attempt: u32) {
+    let shown = |p: &RequestPlace| watchdog_types::quote::quote_path(&p.path());
+    let Err(e) = place.remove() else {
+        return;
+    };
+    let is_dir = std::fs::symlink_metadata(place.path()).is_ok_and(|m| m.is_dir());
+    if !is_dir {
+        tracing::warn!("cannot remove {}: {e}", shown(place));
+        return;
+    }
+    match place.rename_to_sibling(&format!(".left-by-attempt{attempt}")) {
+        Ok(Some(aside)) => tracing::warn!(
+            "attempt {attempt} left a directory at {}: moved aside to {}",
+            shown(place),
+            shown(&aside)
+        ),
+        Ok(None) => {}
+        Err(e) => tracing::warn!("cannot move {} aside: {e}", shown(place)),
+    }
+}
+
 impl Restarts {
     /// Phase 1: the run's start announced, and every attempt's outputs checked before the
     /// first starts (a user's own file at an attempt's recording is refused now, not after
@@ -142,12 +167,12 @@ impl Restarts {
         if let Some(request) = self.left_behind.take().filter(|_| !self.settings.dry_run) {
             // The new attempt must not save at its first step for the old one's request.
             for place in [request.clone(), request.ack(), request.sibling(".steps")] {
-                if let Err(e) = place.remove() {
-                    tracing::warn!(
-                        "cannot remove {}: {e}",
-                        watchdog_types::quote::quote_path(&place.path())
-                    );
-                }
+                clear_left_behind(&place, n - 1);
+            }
+            // Its recording's path was checked before the first attempt: whatever is there
+            // now an earlier attempt put there.
+            if let Some(rec) = settings.record.as_ref().filter(|_| n > 1) {
+                clear_left_behind(&RequestPlace::Path(rec.clone()), n - 1);
             }
         }
         let outputs = Outputs::plan(&settings, std::process::id(), self.cwd.as_deref())?;
