@@ -168,8 +168,9 @@ fn what_a_hook_detaches_is_never_part_of_the_run() {
     assert!(alive_after, "the detached process was ended: {stderr}");
 }
 
-/// The caller's `WATCHDOG_RESTART`, `WATCHDOG_LAST_VERDICT` and `WATCHDOG_RESUME_FROM` are
-/// not the hook's: only the watchdog sets them (issue 29, item 7).
+/// The caller's `WATCHDOG_RESTART`, `WATCHDOG_LAST_VERDICT`, `WATCHDOG_RESUME_FROM` and
+/// `WATCHDOG_CHECKPOINT_RECORD` are not the hook's: only the watchdog sets them (issue 29,
+/// item 7).
 #[test]
 fn a_hook_never_sees_the_restart_variables_the_watchdog_inherited() {
     let scene = Scene::new();
@@ -180,6 +181,7 @@ fn a_hook_never_sees_the_restart_variables_the_watchdog_inherited() {
         .env("WATCHDOG_RESTART", "99")
         .env("WATCHDOG_LAST_VERDICT", "oom_kill")
         .env("WATCHDOG_RESUME_FROM", "/elsewhere/forged.pt")
+        .env("WATCHDOG_CHECKPOINT_RECORD", "/elsewhere/forged.json")
         .args(["--max-runtime", "2s", "--lead", "1s", "--on-alert", &hook])
         .args(["run", "--", "python3", &hog()])
         .arg(&scene.rep)
@@ -193,6 +195,7 @@ fn a_hook_never_sees_the_restart_variables_the_watchdog_inherited() {
         "WATCHDOG_RESTART=",
         "WATCHDOG_LAST_VERDICT=",
         "WATCHDOG_RESUME_FROM=",
+        "WATCHDOG_CHECKPOINT_RECORD=",
     ] {
         assert!(
             !env.lines().any(|l| l.starts_with(var)),

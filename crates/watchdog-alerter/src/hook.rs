@@ -63,12 +63,14 @@ use watchdog_types::defaults::DEFAULT_HOOK_TIMEOUT;
 use watchdog_types::request::SentRequest;
 
 /// The variables `run --restart` and a requeue set for a restarted command
-/// (docs/restart.md): only the watchdog sets them, so what it inherited of them is passed
-/// on to nothing it starts (the command, a hook).
-pub const RESTART_VARS: [&str; 3] = [
+/// (docs/restart.md), and the checkpoint record `run` names to its command: only the
+/// watchdog sets them, so what it inherited of them is passed on to nothing it starts
+/// (the command, a hook).
+pub const RESTART_VARS: [&str; 4] = [
     "WATCHDOG_RESTART",
     "WATCHDOG_LAST_VERDICT",
     "WATCHDOG_RESUME_FROM",
+    "WATCHDOG_CHECKPOINT_RECORD",
 ];
 
 /// How long a hook's group has between SIGTERM and SIGKILL.
