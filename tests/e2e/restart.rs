@@ -660,6 +660,38 @@ sys.exit(1)
     );
 }
 
+/// An acknowledgment that cannot be taken (not JSON, a field of the wrong type, no
+/// `time_unix`) is ignored with one warning that names it (docs/recording.md).
+#[test]
+fn a_malformed_acknowledgment_is_ignored_with_one_warning() {
+    for content in [
+        "garbage",
+        r#"{"seq":1,"path":5,"time_unix":1.0}"#,
+        r#"{"seq":1,"step":12}"#,
+    ] {
+        let dir = scratch();
+        let req = dir.path().join("req.json");
+        let script = format!(
+            "sleep 0.3; printf '%s' '{content}' > '{}.ack'; sleep 4",
+            req.display()
+        );
+        let out = bin()
+            .args(["--gpu", "off", "--interval", "50ms", "--request-file"])
+            .arg(&req)
+            .args(["run", "--", "sh", "-c"])
+            .arg(&script)
+            .output()
+            .unwrap();
+        let text = stderr(&out);
+        assert_eq!(out.status.code(), Some(0), "{content}: {text}");
+        let said = text
+            .lines()
+            .filter(|l| l.contains("req.json.ack' is ignored") && l.contains("expected"))
+            .count();
+        assert_eq!(said, 1, "{content}: {text}");
+    }
+}
+
 /// What an attempt leaves at the watchdog's own paths (a garbage acknowledgment, a
 /// symlink, a FIFO, a directory; the same at the next attempt's recording) never stops
 /// the next attempt, and a directory is moved aside, not emptied; a user's own file at a

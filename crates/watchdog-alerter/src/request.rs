@@ -220,8 +220,17 @@ impl RequestPlace {
 
     /// Its acknowledgment parsed: `None` when missing, malformed or refused.
     fn read_ack(&self) -> Option<Ack> {
-        let bytes = self.read_capped(MAX_REQUEST_BYTES).ok()??;
-        serde_json::from_slice(&bytes).ok()
+        self.parse_ack()?.ok()
+    }
+
+    /// The acknowledgment here: `None` when missing, why not when it cannot be taken (not a
+    /// regular file, over its cap, not an acknowledgment).
+    fn parse_ack(&self) -> Option<Result<Ack, String>> {
+        let bytes = match self.read_capped(MAX_REQUEST_BYTES) {
+            Ok(bytes) => bytes?,
+            Err(e) => return Some(Err(e.to_string())),
+        };
+        Some(serde_json::from_slice(&bytes).map_err(|e| e.to_string()))
     }
 
     /// The identity of its current version (not following a symlink); `None` when missing.
@@ -358,6 +367,8 @@ pub struct AckWatcher {
     last_seq: Option<u64>,
     /// The `time_unix` bits of the last acknowledgment with a `cause` reported.
     last_cause: Option<u64>,
+    /// Whether an acknowledgment that could not be taken was said.
+    refusal_said: bool,
 }
 
 impl AckWatcher {
@@ -377,6 +388,7 @@ impl AckWatcher {
             last,
             last_seq: None,
             last_cause: None,
+            refusal_said: false,
         }
     }
 
@@ -395,7 +407,22 @@ impl AckWatcher {
         if self.last == Some(now) {
             return None;
         }
-        let ack = self.ack.read_ack()?;
+        let ack = match self.ack.parse_ack()? {
+            Ok(ack) => ack,
+            Err(why) => {
+                // Said once a watch; read again at the next call (a client that does not
+                // rename may have been half way through).
+                if !self.refusal_said {
+                    self.refusal_said = true;
+                    tracing::warn!(
+                        "the acknowledgment {} is ignored: {}; expected a regular file of at most {MAX_REQUEST_BYTES} bytes holding {{\"seq\": N, \"time_unix\": T, ...}} (docs/recording.md)",
+                        watchdog_types::quote::quote_path(&self.path),
+                        watchdog_types::units::printable(&why)
+                    );
+                }
+                return None;
+            }
+        };
         // Only remember the stamp once the content parsed, so a half-written file (a client
         // that does not rename) is read again on the next call.
         self.last = Some(now);
