@@ -25,5 +25,6 @@ mod page_cache;
 mod prompt_stop;
 mod recorded;
 mod restart;
+mod slurm;
 mod support;
 mod watching;

@@ -14,6 +14,21 @@ use crate::view::{JobFacts, JobView, parse_facts, parse_view};
 /// Most bytes of a command's output read.
 const MAX_OUTPUT: u64 = 64 * 1024;
 
+/// The PIDs of the controller's commands running now, for
+/// [`is_controller_command`]. Held while one is spawned, so that no caller sees its PID
+/// before it is listed.
+static RUNNING: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+
+/// Whether `pid` is one of the controller's commands this process started and has not
+/// reaped yet: a `run` watchdog, which adopts its own children as the run's, leaves these
+/// out (and never reaps them: their status is this crate's).
+pub fn is_controller_command(pid: u32) -> bool {
+    RUNNING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .contains(&pid)
+}
+
 /// Why the controller gave no answer.
 #[derive(Debug, thiserror::Error)]
 pub enum ControllerError {
@@ -125,10 +140,24 @@ impl Controller {
             cmd.env_clear().envs(env.iter().cloned());
             cmd.env("SLURM_TIME_FORMAT", "%s");
         }
-        let mut child = cmd.spawn().map_err(|source| ControllerError::Spawn {
-            command: command.clone(),
-            source,
-        })?;
+        let mut child = {
+            let mut running = RUNNING
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let child = cmd.spawn().map_err(|source| ControllerError::Spawn {
+                command: command.clone(),
+                source,
+            })?;
+            running.push(child.id());
+            child
+        };
+        let pid = child.id();
+        let reaped = || {
+            RUNNING
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .retain(|&p| p != pid);
+        };
         let read = |pipe: Option<Box<dyn std::io::Read + Send>>| {
             std::thread::spawn(move || {
                 let mut text = Vec::new();
@@ -141,10 +170,14 @@ impl Controller {
         let stdout = read(child.stdout.take().map(|p| Box::new(p) as _));
         let stderr = read(child.stderr.take().map(|p| Box::new(p) as _));
         let status = match child.wait_timeout(self.timeout) {
-            Ok(Some(status)) => status,
+            Ok(Some(status)) => {
+                reaped();
+                status
+            }
             Ok(None) | Err(_) => {
                 let _ = child.kill();
                 let _ = child.wait();
+                reaped();
                 return Err(ControllerError::Timeout {
                     command,
                     timeout: self.timeout,

@@ -22,7 +22,7 @@ mod job;
 mod poll;
 mod view;
 
-pub use controller::{Controller, ControllerError};
+pub use controller::{Controller, ControllerError, is_controller_command};
 pub use job::Job;
 pub use poll::{EndPoller, EndReading, News};
 pub use view::{JobEnd, JobFacts, JobView, parse_facts, parse_view};

@@ -5,7 +5,8 @@
 //! <https://man7.org/linux/man-pages/man2/PR_SET_CHILD_SUBREAPER.2const.html>), set before
 //! the command starts: a process of the run whose parent exits is re-parented to the
 //! watchdog instead of init, and the process tree watches the watchdog's children other
-//! than the target and its hooks ([`ProcessTree::adopt_orphans_of`]). The watchdog reaps
+//! than the target, its hooks and the SLURM controller's commands it runs
+//! ([`ProcessTree::adopt_orphans_of`]). The watchdog reaps
 //! those adopted processes itself, each by its own PID (`waitid(P_PID, pid, WNOHANG)`),
 //! never with `waitpid(-1)`, which would steal the status of the command or of a hook.
 //!
@@ -129,7 +130,10 @@ pub fn become_subreaper() -> Result<(), Failure> {
 pub fn follow_the_run(tree: &mut ProcessTree, hooks: &Hooks, adopting: bool) {
     if adopting {
         let hooks = hooks.clone();
-        tree.adopt_orphans_of(std::process::id(), Box::new(move |pid| hooks.is_hook(pid)));
+        tree.adopt_orphans_of(
+            std::process::id(),
+            Box::new(move |pid| hooks.is_hook(pid) || watchdog_slurm::is_controller_command(pid)),
+        );
     } else {
         tree.keep_survivors(true);
     }
