@@ -32,13 +32,15 @@ pub fn merge(mut recs: Vec<Recording>) -> Result<Recording, String> {
             ));
         }
     }
-    if let Some(s) = recs
+    if let Some((attempt, s)) = recs
         .iter()
-        .filter_map(|r| r.meta.start_unix)
-        .find(|s| !s.is_finite() || s.abs() > MAX_ABS_TIME_S)
+        .filter_map(|r| Some((r.meta.attempt, r.meta.start_unix?)))
+        .find(|(_, s)| !s.is_finite() || s.abs() > MAX_ABS_TIME_S)
     {
+        // In exponent form: a bound's worth of digits is not a line.
+        let which = attempt.map_or("a recording's".to_string(), |a| format!("attempt {a}'s"));
         return Err(format!(
-            "a recording's start_unix is {s}: expected seconds since the epoch, at most 1e12 either side of 0"
+            "{which} start_unix is {s:.3e}: expected seconds since the epoch, at most 1e12 either side of 0"
         ));
     }
     let mut names: Vec<&str> = recs
@@ -174,9 +176,10 @@ mod tests {
         ])
         .unwrap_err();
         assert!(
-            e.contains("start_unix") && e.contains("at most 1e12"),
+            e.contains("attempt 1's start_unix is -1.700e308") && e.contains("at most 1e12"),
             "{e}"
         );
+        assert!(e.len() < 160, "a bound's worth of digits: {e}");
         // Attempts each within the resource bound, with resources of their own.
         let many: Vec<Recording> = (1..=3)
             .map(|n| {
