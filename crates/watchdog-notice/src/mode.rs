@@ -108,6 +108,18 @@ pub fn parse_endpoint(value: &str) -> Result<String, EndpointError> {
     {
         return Err(bad());
     }
+    // What the HTTP client will parse at the first request, parsed now: a bracket left
+    // open, a port past 65535.
+    let uri: ureq::http::Uri = format!("http://{host}/").parse().map_err(|_| bad())?;
+    let authority = uri.authority().ok_or_else(bad)?;
+    let text = authority.as_str();
+    let after_host = text.rfind(']').map_or(text, |i| &text[i + 1..]);
+    let port_ok = after_host
+        .rsplit_once(':')
+        .is_none_or(|(_, port)| port.parse::<u16>().is_ok());
+    if authority.host().is_empty() || !port_ok {
+        return Err(bad());
+    }
     Ok(format!("http://{host}"))
 }
 
@@ -186,6 +198,10 @@ mod tests {
             "http://host/path",
             "http://user@host",
             "http://host?x",
+            "http://[::1",
+            "http://127.0.0.1:99999",
+            "http://127.0.0.1:x",
+            "http://:80",
         ] {
             let err = parse_endpoint(bad).expect_err(bad);
             assert_eq!(
