@@ -92,6 +92,17 @@ fn bad_values_are_one_line_errors_with_status_2() {
             &["invalid events file", "expected"],
         ),
         (
+            &["--notice-interval", "1ms", "run", "--", "true"],
+            &["invalid notice-interval '1ms'", "expected at least 100ms"],
+        ),
+        (
+            &["--notice-endpoint", "http://[::1", "run", "--", "true"],
+            &[
+                "invalid notice_endpoint 'http://[::1'",
+                "expected a base URL",
+            ],
+        ),
+        (
             &["--checkpoint-record", "/tmp", "run", "--", "true"],
             &[
                 "invalid checkpoint record '/tmp'",

@@ -289,9 +289,13 @@ impl Settings {
             return Err(("notice_endpoint", e.to_string()));
         }
         if self.notice_interval < std::time::Duration::from_millis(100) {
+            let every =
+                watchdog_types::units::format_duration_s(self.notice_interval.as_secs_f64());
             return Err((
                 "notice_interval",
-                "invalid notice-interval: expected at least 100ms (each is a request to the metadata server)".into(),
+                format!(
+                    "invalid notice-interval '{every}': expected at least 100ms (each is a request to the metadata server)"
+                ),
             ));
         }
         if let Some(path) = &self.checkpoint_record {
