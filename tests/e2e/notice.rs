@@ -302,34 +302,71 @@ fn a_providers_preemption_notice_is_a_save_before_its_deadline() {
     }
 }
 
+/// The saver under a watchdog asking a local GCE metadata server (kept alive by the
+/// caller), with `flags` and `env`, and the preemption announced 30 s ahead.
+fn preempted_on_gce(dir: &Path, flags: &[&str], env: &[(&str, &str)]) -> (Group, server::Server) {
+    let server = server::serve(watchdog_notice::Provider::Gce);
+    let base = server.base_url();
+    let mut all = vec![
+        "--notice",
+        "gce",
+        "--notice-endpoint",
+        &base,
+        "--notice-interval",
+        "200ms",
+    ];
+    all.extend_from_slice(flags);
+    let watchdog = start(dir, &all, env);
+    server.announce((now_unix() + 30.0).floor());
+    (watchdog, server)
+}
+
 /// A run that saves at the provider's notice and then exits 0 ends `preempted`, in the
 /// `exit` event as in the checkpoint record (docs/notices.md): the notice is why it ended.
 #[test]
 fn a_run_that_saves_at_the_notice_and_exits_0_is_preempted() {
-    let server = server::serve(watchdog_notice::Provider::Gce);
     let dir = scratch();
-    let mut watchdog = start(
-        dir.path(),
-        &[
-            "--notice",
-            "gce",
-            "--notice-endpoint",
-            &server.base_url(),
-            "--notice-interval",
-            "200ms",
-        ],
-        &[("EXIT_AFTER_SAVE", "1")],
-    );
-    server.announce((now_unix() + 30.0).floor());
+    let (mut watchdog, _server) = preempted_on_gce(dir.path(), &[], &[("EXIT_AFTER_SAVE", "1")]);
     let (code, _) = exit_of(&mut watchdog, Instant::now());
     let stderr = std::fs::read_to_string(dir.path().join("err.log")).unwrap();
     assert_eq!(code, Some(0), "{stderr}");
     assert!(log(dir.path()).contains("saved step"), "{stderr}");
     let events = read_events(&dir.path().join("ev.jsonl"));
+    // The save acknowledged right before the exit is said all the same.
+    assert!(
+        of_kind(&events, "notice")
+            .iter()
+            .any(|n| n["saved"] == true),
+        "{events:?}"
+    );
     let exit = of_kind(&events, "exit")[0].clone();
     assert_eq!(exit["verdict"], "preempted", "{exit}");
     let record = std::fs::read_to_string(dir.path().join(".watchdog-checkpoints.json")).unwrap();
     assert!(record.contains("\"verdict\":\"preempted\""), "{record}");
+}
+
+/// A preemption whose save never came is said at the run's end: a second `notice` event,
+/// `saved: false` (docs/notices.md).
+#[test]
+fn a_preemption_never_saved_is_said_at_the_end() {
+    let dir = scratch();
+    let (mut watchdog, _server) =
+        preempted_on_gce(dir.path(), &["--term-grace", "0"], &[("NEVER_ACK", "1")]);
+    let events = dir.path().join("ev.jsonl");
+    let noticed = wait_for(Duration::from_secs(20), || {
+        !of_kind(&read_events(&events), "notice").is_empty()
+    });
+    assert!(noticed, "{:?}", read_events(&events));
+    term(&watchdog);
+    let _ = exit_of(&mut watchdog, Instant::now());
+    let all = read_events(&events);
+    let gce: Vec<_> = of_kind(&all, "notice")
+        .into_iter()
+        .filter(|n| n["source"] == "gce")
+        .collect();
+    assert_eq!(gce.len(), 2, "{all:?}");
+    assert!(gce[0]["saved"].is_null(), "{all:?}");
+    assert_eq!(gce[1]["saved"], false, "{all:?}");
 }
 
 /// On a machine whose DMI names no provider, `--notice auto` asks no address at all.

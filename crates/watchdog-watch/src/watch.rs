@@ -743,6 +743,7 @@ impl Watch {
             self.check_ack();
         }
         self.check_checkpoints();
+        self.conclude_preemption();
         let exit = self.run.target.reap_within(wait);
         self.finish(exit);
         exit

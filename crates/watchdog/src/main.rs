@@ -163,7 +163,7 @@ fn requeue_allowed() -> Result<(), Failure> {
             "--requeue needs a SLURM job, and SLURM_JOB_ID is not set to a job ID; expected exec watchdog --requeue run -- CMD inside an sbatch script (see docs/slurm.md)".into(),
         )),
         Some(job) if job.heterogeneous => Err(Failure::Usage(format!(
-            "--requeue cannot requeue job {}: it is one component of a heterogeneous job (SLURM_HET_SIZE is set), which is requeued as a whole; expected a plain batch job (see docs/slurm.md)",
+            "--requeue cannot requeue job {}: it is one component of a heterogeneous job (SLURM_HET_SIZE or SLURM_PACK_SIZE is set), which is requeued as a whole; expected a plain batch job (see docs/slurm.md)",
             job.id
         ))),
         Some(_) => Ok(()),

@@ -42,7 +42,7 @@ pub(super) struct Preemption {
     detail: String,
     /// The request asking for the save.
     seq: u64,
-    /// Whether its acknowledgment was seen (said once).
+    /// Whether its save was said (acknowledged, or at the end, not).
     saved: bool,
 }
 
@@ -119,6 +119,32 @@ impl Watch {
                 }),
             }
         }
+        self.note_preemption_saved();
+    }
+
+    /// At the run's end: whether the preemption's save was acknowledged (read now, the run
+    /// may have exited right after it) or not, said once, as for a held SIGTERM.
+    pub(super) fn conclude_preemption(&mut self) {
+        self.note_preemption_saved();
+        let Some(p) = &mut self.notices.preemption else {
+            return;
+        };
+        if p.saved {
+            return;
+        }
+        p.saved = true;
+        let (provider, deadline_unix, seq) = (p.provider, p.deadline_unix, p.seq);
+        self.emit(EventBody::Notice {
+            source: provider.into(),
+            deadline_unix,
+            saved: Some(false),
+            seq: Some(seq),
+        });
+    }
+
+    /// Says (a `notice` event with `saved`) that the preemption's save was acknowledged,
+    /// once: at the tick that reads the acknowledgment, or at the run's end.
+    fn note_preemption_saved(&mut self) {
         if let Some(p) = &self.notices.preemption
             && !p.saved
             && self.replies.acks.seq >= p.seq
