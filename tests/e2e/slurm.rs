@@ -56,3 +56,43 @@ fn the_controllers_command_is_not_a_process_of_the_run() {
         "the watch waited {took:?} for its own squeue: {text}"
     );
 }
+
+/// `run` never dies of a signal whose default would end it (docs/slurm.md, "Signals the
+/// scheduler sends"): sent to the watchdog, each is passed to a command that catches it,
+/// and said and not passed to one that does not; the run goes on to its own end.
+#[test]
+fn run_never_dies_of_a_signal_it_does_not_use() {
+    let child = Command::new(env!("CARGO_BIN_EXE_watchdog"))
+        .args(["--gpu", "off", "--no-notify", "run", "--", "sleep", "5"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once its handlers are in (SigCgt has SIGSTKFLT), however busy the machine.
+    let caught = wait_for(Duration::from_secs(20), || {
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigCgt:"))
+            .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+            .is_some_and(|mask| mask & (1 << (libc::SIGSTKFLT - 1)) != 0)
+    });
+    assert!(caught, "the watchdog never caught SIGSTKFLT");
+    for sig in ["STKFLT", "PWR", "VTALRM", "RTMIN+3"] {
+        let sent = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(sent.success(), "{sig}");
+    }
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    for sig in ["SIGSTKFLT", "SIGPWR", "SIGVTALRM"] {
+        assert!(
+            text.contains(&format!("received {sig}: not forwarded")),
+            "{sig}: {text}"
+        );
+    }
+}

@@ -287,6 +287,7 @@ fn passed_on() -> Vec<i32> {
         libc::SIGQUIT,
         libc::SIGIO,
         libc::SIGPWR,
+        libc::SIGSTKFLT,
     ];
     signals.extend(libc::SIGRTMIN()..=libc::SIGRTMAX());
     signals
