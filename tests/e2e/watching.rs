@@ -503,3 +503,43 @@ fn a_frozen_watchdog_counts_the_ticks_it_missed_in_the_summary() {
     let late = summary_late_ticks(&text, "Sampled ");
     assert!(late >= 1, "no tick counted late: {text}");
 }
+
+/// `watchdog_runtime_seconds` is there for every run, a runtime limit or not
+/// (docs/metrics.md: "Wall time since the run started"): `--pid` of a process started
+/// before the watchdog counts from that process's start.
+#[test]
+fn the_runtime_is_a_metric_without_a_limit_too() {
+    use watchdog_testsupport::prometheus;
+    let mut target = Command::new("sleep").arg("60").spawn().unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], prometheus::free_port()));
+    let mut watchdog = bin()
+        .args(["--gpu", "off", "--no-notify", "-q", "--metrics"])
+        .arg(addr.to_string())
+        .args(["--pid", &target.id().to_string()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut seconds = None;
+    wait_for(Duration::from_secs(30), || {
+        let body =
+            std::panic::catch_unwind(|| prometheus::get(addr, "/metrics").body).unwrap_or_default();
+        seconds = body
+            .lines()
+            .find(|l| {
+                l.starts_with("watchdog_runtime_seconds{") && l.contains("resource=\"runtime\"")
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok());
+        seconds.is_some()
+    });
+    let _ = watchdog.kill();
+    let _ = watchdog.wait();
+    let _ = target.kill();
+    let _ = target.wait();
+    let seconds = seconds.expect("no watchdog_runtime_seconds series");
+    assert!(
+        seconds >= 2.0,
+        "counted from the watch, not the process: {seconds}"
+    );
+}

@@ -804,8 +804,38 @@ impl Watch {
             checkpoints_acknowledged: acks,
             checkpoint_seconds_total: checkpoint_s,
             samples_dropped: self.sampler.dropped(),
-            resources: self.engine.resource_status(),
+            resources: self.with_runtime(self.engine.resource_status()),
         }
+    }
+
+    /// `resources` with the run's wall time since its target started, as `runtime`
+    /// without a limit when no runtime limit made it a watched resource (docs/metrics.md:
+    /// `watchdog_runtime_seconds` is there for every run).
+    fn with_runtime(
+        &self,
+        mut resources: Vec<watchdog_types::status::ResourceStatus>,
+    ) -> Vec<watchdog_types::status::ResourceStatus> {
+        use watchdog_types::ResourceKind;
+        if resources.iter().any(|r| r.kind == ResourceKind::Runtime) {
+            return resources;
+        }
+        let since_start = self
+            .settings
+            .host
+            .proc
+            .start_time(self.run.target.pid)
+            .ok()
+            .and_then(|t| std::time::SystemTime::now().duration_since(t).ok());
+        let used_ms = since_start.map_or(self.clock.elapsed_ms(), |d| {
+            d.as_millis().min(u128::from(u64::MAX)) as u64
+        });
+        resources.push(watchdog_types::status::ResourceStatus::reading(
+            "runtime",
+            ResourceKind::Runtime,
+            used_ms,
+            None,
+        ));
+        resources
     }
 
     /// Reads what the run writes back, each on its own schedule (see `replies`): the
