@@ -1142,7 +1142,8 @@ fn daemon_exits_2_for_directories_on_a_kernel_filesystem() {
 
 /// A `state_dir` others may write to (`/tmp`-like, 1777) or of another user was taken:
 /// root then wrote every user's command lines and environments where others read them,
-/// and pruned a directory others plant files in.
+/// and pruned a directory others plant files in. One that is not a directory watched
+/// nothing.
 #[test]
 fn daemon_exits_2_for_a_state_dir_others_may_write_to_or_own() {
     use std::os::unix::fs::PermissionsExt as _;
@@ -1159,6 +1160,8 @@ fn daemon_exits_2_for_a_state_dir_others_may_write_to_or_own() {
     }
     std::fs::create_dir(d.join("state-nobody")).unwrap();
     std::os::unix::fs::chown(d.join("state-nobody"), Some(65534), Some(65534)).unwrap();
+    // A regular file: every run would then go unwatched, each with a warning.
+    std::fs::write(d.join("state-file"), "").unwrap();
     let cases = [
         (
             "state-1777",
@@ -1166,6 +1169,7 @@ fn daemon_exits_2_for_a_state_dir_others_may_write_to_or_own() {
         ),
         ("state-0770", "its mode is 0770"),
         ("state-nobody", "it is owned by UID 65534"),
+        ("state-file", "it is not a directory"),
     ];
     for (name, fragment) in cases {
         assert_daemon_refuses(

@@ -741,12 +741,16 @@ fn check_state_dir(dir: &Path) -> Result<(), String> {
 }
 
 /// Why an existing `state_dir` is unfit for the recordings of every user's runs (their
-/// command lines and environments): another user's, or one others may write to, where
-/// they could read those or plant files for root to prune. `None` when fit or missing.
+/// command lines and environments): not a directory (no run could be watched), another
+/// user's, or one others may write to, where they could read those or plant files for
+/// root to prune. `None` when fit or missing.
 fn unsafe_state_dir(dir: &Path) -> Option<String> {
     use std::os::unix::fs::MetadataExt as _;
     // Followed: a symlink to root's own directory elsewhere is fine.
     let m = std::fs::metadata(dir).ok()?;
+    if !m.is_dir() {
+        return Some("it is not a directory".to_string());
+    }
     let me = rustix::process::geteuid().as_raw();
     if m.uid() != me {
         return Some(format!("it is owned by UID {}", m.uid()));
