@@ -538,11 +538,14 @@ fn de_socket<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PathBuf>, D::Erro
     Ok(path)
 }
 
+/// The `metrics` key takes what `--metrics` takes (`PORT`, `:PORT`, `HOST:PORT`,
+/// `[IPv6]:PORT`); a host with several addresses is served on its first.
 fn de_metrics<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
     let s = String::deserialize(d)?;
-    s.trim().parse().map(Some).map_err(|_| {
+    let addrs = watchdog_metrics::server::parse_addr(&s).map_err(de::Error::custom)?;
+    addrs.first().copied().map(Some).ok_or_else(|| {
         de::Error::custom(format!(
-            "invalid metrics address {}: expected IP:PORT such as 127.0.0.1:9187",
+            "invalid metrics address {}: the host has no address",
             quote_value(&s)
         ))
     })
