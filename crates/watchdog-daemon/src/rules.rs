@@ -283,7 +283,7 @@ impl DaemonConfig {
             if let Some((key, why)) = REFUSED_WATCH_KEYS.iter().find(|(k, _)| watch.is_set(k)) {
                 return Err(rule_error(
                     key,
-                    &format!("[rule.watch] cannot set {key}: {why}"),
+                    &format!("rule[{index}].watch.{key}: a rule cannot set {key}: {why}"),
                 ));
             }
             let mut settings = Settings::from_file(host.clone(), &watch);

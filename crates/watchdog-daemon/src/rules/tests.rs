@@ -218,13 +218,17 @@ fn watch_keys_the_daemon_decides_are_refused_with_a_reason_at_their_line() {
         let e = err(&text);
         assert_eq!(
             e,
-            format!("config file d.toml:14: rule 'r': [rule.watch] cannot set {key}: {why}")
+            format!(
+                "config file d.toml:14: rule 'r': rule[1].watch.{key}: a rule cannot set {key}: {why}"
+            )
         );
     }
     // An inline table: the table's line.
     let e = err("[[rule]]\nname = \"r\"\nmatch = { gpu = true }\nwatch = { status = true }\n");
     assert!(
-        e.starts_with("config file d.toml:4: rule 'r': [rule.watch] cannot set status"),
+        e.starts_with(
+            "config file d.toml:4: rule 'r': rule[0].watch.status: a rule cannot set status"
+        ),
         "{e}"
     );
 }
