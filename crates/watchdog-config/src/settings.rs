@@ -184,7 +184,7 @@ settings! {
     /// Sampling period.
     interval: Duration, default Duration::from_secs_f64(engine().interval_s), file "crate::de_duration";
     flag {
-        /// Sampling period [default: 100ms; down to 1ms].
+        /// Sampling period [default: 100ms; from 1ms to 60s].
         #[arg(long, value_name = "DUR", value_parser = Utf8(options::parse_duration))]
         interval: Option<Duration>
     }
