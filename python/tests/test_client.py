@@ -213,6 +213,23 @@ class RequestFileTests(Base):
         write_request(self.req, 1)
         self.assertTrue(tw.checkpoint_requested())
 
+    def test_a_seq_the_watchdog_never_writes_is_no_request(self):
+        # The binary's seq is an unsigned 64-bit integer: anything else is no request, and
+        # an acknowledgment never carries it on (1e999 would be written as Infinity, not JSON).
+        for seq in ("1e999", "-5", "1.5", "18446744073709551616", "true"):
+            with open(self.req, "w") as f:
+                f.write('{"seq": %s, "time_unix": 1000.0}' % seq)
+            self.assertFalse(tw.checkpoint_requested(), seq)
+            tw.acknowledge(step=3)
+            ack = self.req + ".ack"
+            if os.path.exists(ack):
+                with open(ack) as f:
+                    body = json.load(f)
+                self.assertIsInstance(body["seq"], int, seq)
+                os.unlink(ack)
+        write_request(self.req, 2)
+        self.assertTrue(tw.checkpoint_requested())
+
     def test_acknowledge_is_atomic(self):
         req = write_request(self.req, 5)
         self.assertTrue(tw.checkpoint_requested())

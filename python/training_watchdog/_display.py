@@ -11,7 +11,7 @@ import sys
 import time
 
 from training_watchdog import _defaults
-from training_watchdog._protocol import _is_notice, _number
+from training_watchdog._protocol import _is_notice, _number, _seq
 
 # (seq, time_unix) of the last request shown in the notebook.
 _shown = None
@@ -126,7 +126,7 @@ def _alert_text(req):
 def _announce(req):
     """Shows a new request once (never raises into the loop); called while a watchdog is attached."""
     global _shown
-    key = (_number(req, "seq"), _number(req, "time_unix"))
+    key = (_seq(req), _number(req, "time_unix"))
     if key == _shown:
         return
     _shown = key

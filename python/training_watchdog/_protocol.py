@@ -15,6 +15,15 @@ def _number(d, key):
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
+def _seq(d):
+    """The ``seq`` of a request or an ack as the watchdog writes it (an unsigned 64-bit
+    integer), else None: 1e999, -5 or 1.5 is no request, and is never written back."""
+    v = _number(d, "seq")
+    if isinstance(v, float):
+        v = int(v) if v.is_integer() else None
+    return v if v is not None and 0 <= v < 2**64 else None
+
+
 def _is_notice(req):
     return req.get("kind") == "notice" or req.get("resource") == "notice"
 

@@ -17,7 +17,7 @@ from training_watchdog import _process, _signals
 from training_watchdog._display import _announce
 from training_watchdog._files import _Unfit, _parse_object, _read_capped, _write_atomic
 from training_watchdog._messages import _caller_stacklevel, _safe_repr
-from training_watchdog._protocol import TERM_CAUSE, _ack_path, _is_term_notice, _number
+from training_watchdog._protocol import TERM_CAUSE, _ack_path, _is_term_notice, _number, _seq
 from training_watchdog._service import _request_file_or_register, request_file
 
 
@@ -105,14 +105,14 @@ def request():
 
 
 def _pending(req):
-    seq, t = _number(req, "seq"), _number(req, "time_unix") or 0.0
+    seq, t = _seq(req), _number(req, "time_unix") or 0.0
     if seq is None:
         return False
     if _acked is not None and _acked == (seq, t):
         return False
     path = request_file()
     ack = _read_json_cached(_ack_path(path)) if path else None
-    if ack is not None and _number(ack, "seq") == seq and (_number(ack, "time_unix") or 0.0) >= t:
+    if ack is not None and _seq(ack) == seq and (_number(ack, "time_unix") or 0.0) >= t:
         return False
     return True
 
@@ -204,7 +204,7 @@ def _write_ack(req, cause, extra):
     if cause is not None and req is not None and not _pending(req):
         req = None  # a save nobody asked for: not an answer to a request handled before
     file = request_file() if cause is None else _request_file_or_register()
-    seq = _number(req, "seq") if req is not None else None
+    seq = _seq(req) if req is not None else None
     if file is None or (seq is None and cause is None):
         return None
     if seq is None:
