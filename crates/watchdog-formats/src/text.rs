@@ -28,6 +28,24 @@ pub fn read_capped(path: &Path) -> Result<String, TextError> {
     watchdog_types::fs::read_input(path, LIMITS)
 }
 
+/// Largest trace `watchdog replay` reads, in bytes (2 GiB): a day of 100 Hz samples of
+/// four resources (one is 403 MB, and replays in about a second: docs/prediction.md).
+/// Replay keeps no sample, only the text, so its memory is about the file's size; what
+/// draws every row (`report`, `diff`) keeps [`MAX_INPUT_BYTES`].
+pub const MAX_REPLAY_BYTES: u64 = 2 << 30;
+
+/// Reads the trace at `path` for `watchdog replay`: [`LIMITS`], but up to
+/// [`MAX_REPLAY_BYTES`].
+pub fn read_trace_for_replay(path: &Path) -> Result<String, TextError> {
+    watchdog_types::fs::read_input(
+        path,
+        InputLimits {
+            max_bytes: MAX_REPLAY_BYTES,
+            ..LIMITS
+        },
+    )
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

@@ -366,6 +366,7 @@ pub enum ReadError {
 /// `64 MiB`, `64 KiB`, or bytes.
 fn size_words(bytes: u64) -> String {
     match bytes {
+        b if b >= 1 << 30 && b % (1 << 30) == 0 => format!("{} GiB", b >> 30),
         b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
         b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
         b => format!("{b} bytes"),

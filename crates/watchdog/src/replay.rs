@@ -11,12 +11,12 @@ use watchdog_watch::Failure;
 /// Replays `trace` and prints the alerts and the summary as JSON lines.
 pub fn run(trace: &Path, settings: &Settings) -> Result<ExitCode, Failure> {
     // Bounded as it is read (watchdog_formats::text): a FIFO or a device is refused
-    // without blocking, a file over 64 MiB or a line over 64 KiB stops the read.
-    let text = watchdog_formats::text::read_capped(trace).map_err(|e| {
+    // without blocking, a file over 2 GiB or a line over 64 KiB stops the read.
+    let text = watchdog_formats::text::read_trace_for_replay(trace).map_err(|e| {
         Failure::Usage(format!(
-            "cannot read trace '{}': {e}; expected a CSV trace (a regular file of at most {} MiB)",
+            "cannot read trace '{}': {e}; expected a CSV trace (a regular file of at most {} GiB)",
             trace.display(),
-            watchdog_formats::text::MAX_INPUT_BYTES >> 20
+            watchdog_formats::text::MAX_REPLAY_BYTES >> 30
         ))
     })?;
     let report = watchdog_engine::replay::run(&text, &settings.engine())
