@@ -543,3 +543,32 @@ fn the_runtime_is_a_metric_without_a_limit_too() {
         "counted from the watch, not the process: {seconds}"
     );
 }
+
+/// A `run` command that ends before the cgroup is first read is read in the memory cgroup
+/// it was forked in, the watchdog's: an exited process's `/proc/PID/cgroup` names the root
+/// on v1, whose figures (the whole machine's page cache) are not the run's.
+#[test]
+fn a_command_that_ends_at_once_is_read_in_the_cgroup_it_was_forked_in() {
+    let Some(cg) = need(MemoryCgroup::create(256 * MIB), "a memory cgroup") else {
+        return;
+    };
+    let dir = scratch();
+    let name = cg.dir.file_name().unwrap().to_string_lossy().into_owned();
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "echo $$ > '{}' && exec \"$0\" --gpu off --no-notify run -- true",
+            cg.procs().display()
+        ))
+        .arg(env!("CARGO_BIN_EXE_watchdog"))
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.contains("watching cgroup_memory") && l.contains(&name)),
+        "not read in {name}: {text}"
+    );
+}

@@ -467,8 +467,24 @@ impl CgroupMemory {
         let root = ProcRoot::from(proc_root);
         let mut file = root.keep_open_pid(pid, "cgroup", 1024)?;
         let path = file.path().to_path_buf();
-        let stat = root.keep_open_pid(pid, "stat", 512).ok();
-        let known = file.read()?.to_vec();
+        let mut stat = root.keep_open_pid(pid, "stat", 512).ok();
+        let mut known = file.read()?.to_vec();
+        // A process that has exited already has left its cgroups (on v1 its file names the
+        // root). A child of this watchdog (`run`'s command, ended within milliseconds) was
+        // charged where it was forked: the watchdog's own memory cgroup.
+        let own = std::process::id();
+        let exited_child = stat.as_mut().is_some_and(|s| {
+            s.read()
+                .ok()
+                .and_then(parse_stat)
+                .is_some_and(|st| st.is_exiting() && st.ppid == own)
+        });
+        if exited_child
+            && let Ok(mut mine) = root.keep_open_pid(own, "cgroup", 1024)
+            && let Ok(text) = mine.read()
+        {
+            known = text.to_vec();
+        }
         let location = locate_from_text(&String::from_utf8_lossy(&known), &path, pid, mounts)?;
         let mut me = Self::open(location, reads)?;
         me.follow = Some(Follow {
