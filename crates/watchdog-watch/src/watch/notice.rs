@@ -126,45 +126,43 @@ impl Watch {
     /// may have exited right after it) or not, said once, as for a held SIGTERM.
     pub(super) fn conclude_preemption(&mut self) {
         self.note_preemption_saved();
-        let Some(p) = &mut self.notices.preemption else {
-            return;
-        };
-        if p.saved {
-            return;
+        if self.notices.preemption.as_ref().is_some_and(|p| !p.saved) {
+            self.say_preemption_save(false);
         }
-        p.saved = true;
-        let (provider, deadline_unix, seq) = (p.provider, p.deadline_unix, p.seq);
-        self.emit(EventBody::Notice {
-            source: provider.into(),
-            deadline_unix,
-            saved: Some(false),
-            seq: Some(seq),
-        });
     }
 
-    /// Says (a `notice` event with `saved`) that the preemption's save was acknowledged,
-    /// once: at the tick that reads the acknowledgment, or at the run's end.
+    /// Says that the preemption's save was acknowledged, once: at the tick that reads the
+    /// acknowledgment, or at the run's end.
     fn note_preemption_saved(&mut self) {
-        if let Some(p) = &self.notices.preemption
-            && !p.saved
-            && self.replies.acks.seq >= p.seq
+        let acked = self.replies.acks.seq;
+        if self
+            .notices
+            .preemption
+            .as_ref()
+            .is_some_and(|p| !p.saved && acked >= p.seq)
         {
-            let (provider, deadline_unix, seq) = (p.provider, p.deadline_unix, p.seq);
-            if let Some(p) = &mut self.notices.preemption {
-                p.saved = true;
-            }
             if let Some(book) = &mut self.series.record {
                 book.set_verdict(VerdictKind::Preempted.as_str());
             }
-            self.emit(EventBody::Notice {
-                source: provider.into(),
-                deadline_unix,
-                saved: Some(
-                    watchdog_alerter::events::unix_time_s(SystemTime::now()) <= deadline_unix,
-                ),
-                seq: Some(seq),
-            });
+            self.say_preemption_save(true);
         }
+    }
+
+    /// The preemption's second `notice` event, its `saved` whether the acknowledgment
+    /// came (`acknowledged`) before the provider's deadline; marks it said.
+    fn say_preemption_save(&mut self, acknowledged: bool) {
+        let Some(p) = &mut self.notices.preemption else {
+            return;
+        };
+        p.saved = true;
+        let (provider, deadline_unix, seq) = (p.provider, p.deadline_unix, p.seq);
+        let in_time = watchdog_alerter::events::unix_time_s(SystemTime::now()) <= deadline_unix;
+        self.emit(EventBody::Notice {
+            source: provider.into(),
+            deadline_unix,
+            saved: Some(acknowledged && in_time),
+            seq: Some(seq),
+        });
     }
 
     /// Asks the run to save before the provider's deadline, and says so.
